@@ -1,0 +1,1 @@
+"""The cost model: parameter counts, FLOPs, memory, communication and time, over arrays."""

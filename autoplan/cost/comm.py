@@ -1,0 +1,102 @@
+"""Topology-aware alpha-beta times of collectives, vectorised over layouts.
+
+Bandwidth of a group (Thakur et al. 2005 for ring collectives; NCCL's ``busbw`` convention,
+nccl-tests doc/PERFORMANCE.md): a group of ``n`` ranks whose ranks are ``stride`` apart in the
+rank order has ``k`` ranks inside one scale-up domain (NVLink: 8 GPUs on HGX, 72 on NVL72). If
+``k = n`` it runs on the scale-up links; otherwise each of its k ranks per domain drives its own
+NIC in parallel rings, so the bus bandwidth is ``min(scale_up, k × NIC)``. Latency grows as
+``log2(n)`` (NCCL's tree and NVLS algorithms at scale) with the tier's per-hop latency.
+
+Sizes: ``num_bytes`` is the full (gathered / reduced) buffer per rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoplan.cost.context import CostContext
+
+
+@dataclass(frozen=True)
+class GroupLink:
+    """Per-GPU bus bandwidth (bytes/s) and per-hop latency (s) of a communication group."""
+
+    size: np.ndarray
+    bus_bytes_per_s: np.ndarray
+    latency_s: np.ndarray
+    inside_domain: np.ndarray
+    ranks_per_domain: np.ndarray
+
+
+def group_link(ctx: CostContext, size: np.ndarray, stride: np.ndarray) -> GroupLink:
+    """Where a group of ``size`` ranks spaced ``stride`` apart sits, and its bandwidth."""
+    cl, eff = ctx.cluster, ctx.efficiency
+    domain = float(cl.scale_up_domain_size)
+    inside = stride * size <= domain
+    per_domain = np.where(inside, size, np.maximum(1.0, np.floor(domain / stride)))
+    up = cl.gpu.scale_up_bytes_per_s * eff.scale_up_efficiency
+    out = cl.nic_bytes_per_s * eff.scale_out_efficiency
+    bus = np.where(inside, up, np.minimum(up, per_domain * out))
+    latency = np.where(inside, cl.gpu.scale_up_latency_s, cl.gpu.scale_out_latency_s)
+    return GroupLink(size=size, bus_bytes_per_s=bus, latency_s=latency, inside_domain=inside,
+                     ranks_per_domain=per_domain)
+
+
+def _hops(size: np.ndarray) -> np.ndarray:
+    return np.where(size > 1, np.log2(np.maximum(size, 2.0)), 0.0)
+
+
+def all_reduce_s(link: GroupLink, num_bytes: np.ndarray) -> np.ndarray:
+    """Ring all-reduce: 2(n-1)/n · S / busbw + 2·log2(n)·α."""
+    n = link.size
+    return np.where(n > 1, 2 * (n - 1) / n * num_bytes / link.bus_bytes_per_s
+                    + 2 * _hops(n) * link.latency_s, 0.0)
+
+
+def all_gather_s(link: GroupLink, num_bytes: np.ndarray) -> np.ndarray:
+    """Ring all-gather (= reduce-scatter): (n-1)/n · S / busbw + log2(n)·α."""
+    n = link.size
+    return np.where(n > 1, (n - 1) / n * num_bytes / link.bus_bytes_per_s + _hops(n) * link.latency_s, 0.0)
+
+
+reduce_scatter_s = all_gather_s
+
+
+def all_to_all_s(ctx: CostContext, link: GroupLink, num_bytes: np.ndarray) -> np.ndarray:
+    """All-to-all where each rank sends ``num_bytes`` in total, 1/n to each peer.
+
+    The (k-1)/n share to peers in the same domain goes over NVLink, the (n-k)/n share to other
+    domains over the rank's own NIC (PXN spreads it over the node's NICs).
+    """
+    n, k = link.size, link.ranks_per_domain
+    up = ctx.cluster.gpu.scale_up_bytes_per_s * ctx.efficiency.scale_up_efficiency
+    out = ctx.cluster.nic_bytes_per_s * ctx.efficiency.scale_out_efficiency
+    transfer = np.maximum((k - 1) / n * num_bytes / up, (n - k) / n * num_bytes / out)
+    return np.where(n > 1, transfer + _hops(n) * link.latency_s, 0.0)
+
+
+def p2p_s(ctx: CostContext, stride: np.ndarray, num_bytes: np.ndarray) -> np.ndarray:
+    """Point-to-point send between ranks ``stride`` apart (pipeline neighbours)."""
+    cl, eff = ctx.cluster, ctx.efficiency
+    inside = stride < cl.scale_up_domain_size
+    bw = np.where(inside, cl.gpu.scale_up_bytes_per_s * eff.scale_up_efficiency,
+                  cl.nic_bytes_per_s * eff.scale_out_efficiency)
+    latency = np.where(inside, cl.gpu.scale_up_latency_s, cl.gpu.scale_out_latency_s)
+    return num_bytes / bw + latency
+
+
+def strides(placement: np.ndarray, tp: np.ndarray, cp: np.ndarray, dp: np.ndarray,
+            pp: np.ndarray) -> dict[str, np.ndarray]:
+    """Rank stride of each dimension for each placement code (see ``layout.PLACEMENTS``)."""
+    from autoplan.layout import PLACEMENTS
+
+    sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+    out = {name: np.ones_like(tp) for name in sizes}
+    for code, order in enumerate(PLACEMENTS):
+        running = np.ones_like(tp)
+        for name in order.split("-"):
+            out[name] = np.where(placement == code, running, out[name])
+            running = running * sizes[name]
+    return out

@@ -1,0 +1,108 @@
+"""One entry point: evaluate a batch of layouts into a ``CostTable`` of arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autoplan.cost.context import CostContext
+from autoplan.cost.flops import model_flops_per_token, recompute_flops_per_token
+from autoplan.cost.memory import _params_on_stage, memory_table
+from autoplan.cost.stages import stage_layers
+from autoplan.cost.time import time_table
+from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch
+from autoplan.legality import REASON_CODES, legality_codes
+from autoplan.units import GiB
+
+PREDICTION_FIELDS = ("fits", "peak_memory_bytes", "peak_memory_gib", "memory_headroom_gib",
+                     "step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
+                     "hardware_tflops_per_gpu", "hfu", "bubble_fraction", "infeasible_reason")
+
+
+@dataclass
+class CostTable:
+    """Predictions for a batch of layouts: ``columns[name]`` is an array over layouts."""
+
+    batch: LayoutBatch
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def reasons(self) -> list[str]:
+        """The infeasibility reason code of each layout ('' when it is legal and fits)."""
+        codes = self.columns["reason_code"].astype(int)
+        fits = self.columns["fits"]
+        return [REASON_CODES[c] if c else ("" if f else "out_of_memory") for c, f in zip(codes, fits)]
+
+    def record(self, i: int) -> dict[str, Any]:
+        """Layout fields and every prediction of layout ``i`` as plain Python values."""
+        rec: dict[str, Any] = self.batch.layout(i).to_dict()
+        for name, values in self.columns.items():
+            value = values[i]
+            rec[name] = bool(value) if values.dtype == bool else float(value)
+        rec["infeasible_reason"] = self.reasons()[i]
+        return rec
+
+    def to_frame(self):
+        """A pandas DataFrame: layout columns (categoricals as names) then predictions."""
+        import pandas as pd
+
+        data: dict[str, Any] = {}
+        for name in FIELDS:
+            values = getattr(self.batch, name)
+            if name in CODE_FIELDS:
+                data[name] = np.asarray(CODE_FIELDS[name], dtype=object)[values.astype(int)]
+            elif name == "sp":
+                data[name] = values > 0
+            else:
+                data[name] = values.astype(np.int64)
+        data.update(self.columns)
+        data["infeasible_reason"] = self.reasons()
+        return pd.DataFrame(data)
+
+
+def stage_params(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+    """Parameters per GPU of the heavier of the first and last stage (dense, expert)."""
+    layers = stage_layers(ctx.model, b.pp)
+    first = _params_on_stage(ctx, b, layers.first_dense, layers.first_moe, True)
+    last = _params_on_stage(ctx, b, layers.last_dense, layers.last_moe, False)
+    use_first = first[0] + first[1] >= last[0] + last[1]
+    return {"dense": np.where(use_first, first[0], last[0]),
+            "expert": np.where(use_first, first[1], last[1])}
+
+
+def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = False) -> CostTable:
+    """Legality, memory, time, FLOPs and utilisation of every layout in ``batch``.
+
+    Layouts that break a rule are still costed where the arithmetic is defined (so a user
+    sees how far off they are), but ``fits`` is False and ``reason_code`` names the rule.
+    """
+    b = batch
+    cols: dict[str, np.ndarray] = {}
+    codes = legality_codes(ctx, b, allow_uneven=allow_uneven)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cols.update(memory_table(ctx, b))
+        cols.update(time_table(ctx, b, stage_params(ctx, b)))
+        tokens_per_step = b.gbs_seqs * b.seq_len
+        model_flops = model_flops_per_token(ctx, b.seq_len) * tokens_per_step
+        hardware_flops = model_flops + recompute_flops_per_token(ctx, b) * tokens_per_step
+        step = cols["step_time_s"]
+        peak = ctx.cluster.gpu.peak_bf16_flops_per_s
+        cols["model_flops_per_step"] = model_flops
+        cols["tokens_per_s_per_gpu"] = tokens_per_step / (step * b.gpus)
+        cols["model_tflops_per_gpu"] = model_flops / (step * b.gpus) / 1e12
+        cols["hardware_tflops_per_gpu"] = hardware_flops / (step * b.gpus) / 1e12
+        cols["mfu"] = cols["model_tflops_per_gpu"] * 1e12 / peak
+        cols["hfu"] = cols["hardware_tflops_per_gpu"] * 1e12 / peak
+        capacity = ctx.cluster.gpu.usable_memory_bytes
+        cols["peak_memory_gib"] = cols["peak_memory_bytes"] / GiB
+        cols["memory_headroom_gib"] = (capacity - cols["peak_memory_bytes"]) / GiB
+        cols["fits"] = (codes == 0) & (cols["peak_memory_bytes"] <= capacity)
+    cols["reason_code"] = codes.astype(np.float64)
+    return CostTable(batch=b, columns=cols)

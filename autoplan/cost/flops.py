@@ -1,0 +1,66 @@
+"""FLOP counts per token and per step (counts, float64: 6·N·T for 405B overflows int64).
+
+Sources: the 6·N·T rule (Kaplan et al. 2020, Sec. 2.1; forward 2·N·T, backward 4·N·T);
+attention scores QKᵀ and AV add 2·s·a·d_qk + 2·s·a·d_v forward FLOPs per token and layer
+(Narayanan et al. SC'21, Sec. 5.1 / Appendix: 96·B·s·l·h²·(1 + s/6h + V/16lh) counts both with
+full recompute). Recompute FLOPs per Korthikanti et al. 2022, Appendix A eq. 7–9.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.cost.context import CostContext
+from autoplan.layout import LayoutBatch
+
+
+def attention_score_flops_per_token(ctx: CostContext, seq_len: np.ndarray) -> np.ndarray:
+    """Forward FLOPs of QKᵀ and AV per token of one layer, unmasked: 2·s·a·(d_qk + d_v)."""
+    m = ctx.model
+    if m.mla is not None:
+        d_qk, d_v = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
+    else:
+        d_qk = d_v = m.head_dim
+    return 2.0 * seq_len * m.num_attention_heads * (d_qk + d_v)
+
+
+def layer_matmul_flops_per_token(ctx: CostContext) -> tuple[float, float]:
+    """Forward matmul FLOPs per token of one (dense layer, MoE layer): 2 × active matmul weights."""
+    pc = ctx.params
+    dense = 2.0 * (pc.attention_per_layer + pc.dense_mlp_per_layer)
+    routed = pc.expert_per_layer * pc.num_experts_per_token / max(pc.num_experts, 1)
+    moe = 2.0 * (pc.attention_per_layer + routed + pc.shared_expert_per_layer + pc.router_per_layer)
+    return dense, moe
+
+
+def mfu_params(ctx: CostContext) -> float:
+    """N of the model-FLOPs convention (active parameters for MoE)."""
+    pc = ctx.params
+    if ctx.flops_convention == "megatron":
+        return float(pc.active - pc.embedding + pc.lm_head_matmul - pc.lm_head)
+    tied_head = pc.lm_head_matmul if pc.lm_head == 0 else 0
+    return float(pc.active + tied_head)
+
+
+def model_flops_per_token(ctx: CostContext, seq_len: np.ndarray) -> np.ndarray:
+    """Model FLOPs per trained token (forward + backward, no recompute) under the convention."""
+    attention = 3.0 * ctx.model.num_layers * attention_score_flops_per_token(ctx, seq_len)
+    if ctx.flops_convention == "causal":
+        attention = attention / 2.0
+    return 6.0 * mfu_params(ctx) + attention
+
+
+def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """Extra forward FLOPs per token that recomputation adds (for HFU).
+
+    full: one more forward of every layer; selective: what the trainer recomputes
+    (``selective_recompute_matmul_fraction`` of the layer matmuls and, for Megatron's
+    ``core_attn``, the attention scores).
+    """
+    m, p = ctx.model, ctx.profile
+    dense, moe = layer_matmul_flops_per_token(ctx)
+    matmul = m.num_layers * 0.0 + (ctx.params.num_dense_layers * dense + ctx.params.num_moe_layers * moe)
+    attention = m.num_layers * attention_score_flops_per_token(ctx, b.seq_len) / 2.0
+    selective = p.selective_recompute_matmul_fraction * matmul + np.where(
+        p.selective_recomputes_attention, attention, 0.0)
+    return np.select([b.recompute == 2, b.recompute == 1], [matmul + attention, selective], 0.0)

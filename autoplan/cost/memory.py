@@ -1,0 +1,176 @@
+"""Per-GPU memory of a batch of layouts, for the first and the last pipeline stage.
+
+Terms (bytes per GPU), each a numpy array over layouts:
+
+* model states (Rajbhandari et al. 2020, ZeRO, Sec. 3 and Fig. 1): weights, gradients, fp32
+  master weights and optimizer states, with the trainer's bytes per parameter; ZeRO stage z
+  shards optimizer+master (z >= 1), gradients (z >= 2) and weights (z >= 3) over the
+  data-parallel group (× CP where the trainer shards there; expert parameters over the expert
+  data-parallel group dp·cp·tp/(ep·etp), Megatron-Core's expert grid).
+* activations: per-layer bytes from the trainer profile's coefficients (Korthikanti et al. 2022,
+  Table 2 generalised to GQA/SwiGLU/MoE), times the layer-activations in flight on the stage
+  (``stages.in_flight_layers``), under none / selective / full recompute.
+* logits and loss on the last stage (vocab-parallel over TP), buffers (ZeRO-3 gathered layers,
+  TP all-gather), and the calibrated reserve and allocator overhead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.cost.context import CostContext
+from autoplan.cost.stages import StageLayers, in_flight_layers, stage_layers
+from autoplan.layout import LayoutBatch
+from autoplan.profiles import ActivationCoefficients
+
+BF16_BYTES = 2.0
+
+# GPT-style layers (GELU MLP, LayerNorm, dropout; Korthikanti et al. 2022 eq. 1: 34sbh + 5as²b):
+# attention 11sbh + 5as²b + LayerNorm input 2sbh; MLP 19sbh + LayerNorm input 2sbh; plus CUDA's
+# fp32 LayerNorm mean/rstd (8 bytes per token per layer, which the paper leaves out).
+GPT_ATTENTION = {
+    "none": ActivationCoefficients(h=5, q=4, kv=4, s2=5, tok=4),
+    "selective": ActivationCoefficients(h=5, q=4, kv=4, tok=4),
+}
+GPT_MLP = {
+    "none": ActivationCoefficients(h=5, f=4, tok=4),
+    "selective": ActivationCoefficients(h=5, f=4, tok=4),
+}
+
+
+def _block_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: LayoutBatch,
+                           ffn: float) -> np.ndarray:
+    """Bytes per token of one block (attention or MLP): the profile's linear form."""
+    m = ctx.model
+    h_div = np.where(b.sp > 0, b.tp, 1.0)
+    heads = float(m.num_attention_heads)
+    return (c.h * m.hidden_size / h_div
+            + (c.q * m.q_size + c.kv * m.kv_size + c.f * ffn + c.lse * heads) / b.tp
+            + c.tok + c.s2 * heads * b.seq_len / (b.tp * b.cp))
+
+
+def _moe_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """Routed-expert terms of a MoE block per token (actmem README, Mixtral grouped_mm fit)."""
+    moe = ctx.model.moe
+    if moe is None:
+        return np.zeros_like(b.tp)
+    k, h_div = float(moe.num_experts_per_token), np.where(b.sp > 0, b.tp, 1.0)
+    # Tokens stay sharded over TP·SP into the dispatcher (Megatron-Core token dispatcher), so
+    # per-token terms divide by h_div; ETP shards the expert FFN width.
+    return (c.moe_kh * k * ctx.model.hidden_size + c.moe_kf * k * moe.expert_ffn_hidden_size / b.etp
+            + c.moe_e * moe.num_experts + c.moe_k * k) / h_div
+
+
+def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """(dense layer, MoE layer) activation bytes for one micro-batch with recompute ``mode``.
+
+    ``mode`` is 'none' or 'selective'; full recompute is handled by the caller.
+    """
+    m, p = ctx.model, ctx.profile
+    gpt = m.activation == "gelu"
+    att = (GPT_ATTENTION if gpt else p.attention)[mode]
+    mlp = (GPT_MLP if gpt else p.mlp)[mode]
+    tokens = b.mbs * b.seq_len / b.cp
+    attention = _block_bytes_per_token(att, ctx, b, 0.0)
+    dense = attention + _block_bytes_per_token(mlp, ctx, b, float(m.ffn_hidden_size))
+    moe = m.moe
+    shared_ffn = 0.0 if moe is None else float(moe.num_shared_experts * moe.shared_expert_ffn_hidden_size)
+    moe_layer = (attention + _block_bytes_per_token(mlp, ctx, b, shared_ffn)
+                 + _moe_bytes_per_token(mlp, ctx, b))
+    return tokens * dense, tokens * moe_layer
+
+
+def _params_on_stage(ctx: CostContext, b: LayoutBatch, dense_layers: np.ndarray,
+                     moe_layers: np.ndarray, first: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) parameters held by one GPU of a stage (element counts)."""
+    pc = ctx.params
+    per_dense = pc.attention_per_layer / b.tp + pc.norm_per_layer + pc.dense_mlp_per_layer / b.tp
+    per_moe_dense_part = (pc.attention_per_layer / b.tp + pc.norm_per_layer + pc.router_per_layer
+                          + pc.shared_expert_per_layer / b.tp)
+    dense = dense_layers * per_dense + moe_layers * per_moe_dense_part
+    expert = moe_layers * pc.expert_per_layer / (b.ep * b.etp)
+    if first:
+        dense = dense + pc.embedding / b.tp
+    else:
+        head = np.where((b.pp > 1) & (pc.lm_head == 0), pc.lm_head_matmul, pc.lm_head)
+        dense = dense + pc.final_norm + head / b.tp
+    return dense, expert
+
+
+def _shard(zero: np.ndarray, stage: int, group: np.ndarray) -> np.ndarray:
+    """Divisor for a model state that ZeRO shards from ``stage`` on."""
+    return np.where(zero >= stage, group, 1.0)
+
+
+def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,
+                      expert_params: np.ndarray) -> dict[str, np.ndarray]:
+    """Weights, gradients, master weights and optimizer states per GPU (ZeRO paper, Fig. 1)."""
+    p = ctx.profile
+    dp_group = b.dp * (b.cp if p.zero_shards_over_cp else 1.0)
+    expert_group = np.maximum(dp_group * b.tp / (b.ep * b.etp), 1.0)
+    weight_bytes = p.weight_bytes + np.where(b.precision == 1, p.fp8_weight_extra_bytes, 0.0)
+    out = {}
+    for name, per_param, stage in (("weights", weight_bytes, 3), ("gradients", p.grad_bytes, 2),
+                                   ("master_weights", p.master_bytes, 1),
+                                   ("optimizer_states", p.optimizer_bytes, 1)):
+        out[name] = per_param * (dense_params / _shard(b.zero, stage, dp_group)
+                                 + expert_params / _shard(b.zero, stage, expert_group))
+    return out
+
+
+def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: bool) -> dict[str, np.ndarray]:
+    """Every memory term (bytes per GPU) of the first or the last stage."""
+    p, e, m = ctx.profile, ctx.efficiency, ctx.model
+    n_layers = layers.first if first else layers.last
+    n_dense = layers.first_dense if first else layers.last_dense
+    dense_params, expert_params = _params_on_stage(ctx, b, n_dense, n_layers - n_dense, first)
+    terms = model_state_bytes(ctx, b, dense_params, expert_params)
+
+    act_none = layer_activation_bytes(ctx, b, "none")
+    act_sel = layer_activation_bytes(ctx, b, "selective")
+    moe_share = np.where(n_layers > 0, (n_layers - n_dense) / np.maximum(n_layers, 1.0), 0.0)
+    mean_none = act_none[0] * (1 - moe_share) + act_none[1] * moe_share
+    mean_sel = act_sel[0] * (1 - moe_share) + act_sel[1] * moe_share
+    h_div = np.where(b.sp > 0, b.tp, 1.0)
+    tokens = b.mbs * b.seq_len / b.cp
+    full_input = tokens * p.full_recompute_input_bytes_per_h * m.hidden_size / h_div
+    per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], full_input)
+    rank = np.zeros_like(b.pp) if first else b.pp - 1.0
+    flying = in_flight_layers(n_layers, b.pp, b.vpp, b.grad_acc, rank, p.pp_schedule)
+    # Full recompute re-materialises one layer's activations at a time during backward.
+    working = np.where(b.recompute == 2, mean_none, 0.0)
+    terms["activations"] = per_layer * flying + working
+
+    terms["embedding_output"] = np.where(first, tokens * m.hidden_size * BF16_BYTES / h_div, 0.0) * np.ones_like(b.tp)
+    logits = tokens * m.vocab_size / b.tp * p.logits_bytes_per_vocab
+    terms["logits_and_loss"] = logits if not first else np.where(b.pp == 1, logits, 0.0)
+    one_layer_params = (dense_params + expert_params) / np.maximum(n_layers, 1.0)
+    # ZeRO-3 / FSDP gathers whole layers (bf16 weights and, in backward, their bf16 gradients).
+    zero3 = np.where(b.zero >= 3, p.zero3_prefetch_layers * one_layer_params * 2 * BF16_BYTES, 0.0)
+    tp_buffer = np.where(b.tp > 1, tokens * m.hidden_size * BF16_BYTES, 0.0)
+    terms["communication_buffers"] = zero3 + tp_buffer
+    tracked = sum(terms.values())
+    terms["reserve"] = e.allocator_overhead * tracked + e.memory_reserve_bytes
+    return terms
+
+
+MEMORY_TERMS = ("weights", "gradients", "master_weights", "optimizer_states", "activations",
+                "embedding_output", "logits_and_loss", "communication_buffers", "reserve")
+
+
+def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+    """Per-stage terms, totals, the peak over stages and which stage holds it."""
+    layers = stage_layers(ctx.model, b.pp)
+    out: dict[str, np.ndarray] = {}
+    totals = {}
+    for stage_name, first in (("first", True), ("last", False)):
+        terms = stage_memory(ctx, b, layers, first)
+        for name in MEMORY_TERMS:
+            out[f"mem_{stage_name}_{name}_bytes"] = terms[name]
+        totals[stage_name] = sum(terms[name] for name in MEMORY_TERMS)
+        out[f"mem_{stage_name}_total_bytes"] = totals[stage_name]
+    out["peak_memory_bytes"] = np.maximum(totals["first"], totals["last"])
+    out["peak_stage"] = np.where(totals["first"] >= totals["last"], 0.0, b.pp - 1.0)
+    out["layers_first_stage"] = layers.first
+    out["layers_last_stage"] = layers.last
+    return out

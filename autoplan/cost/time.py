@@ -1,0 +1,168 @@
+"""Step time of a batch of layouts: compute, exposed communication, pipeline bubble, optimizer.
+
+Per micro-batch on a stage (one GPU): matmul time = FLOPs / (peak · η(F)), with the GEMM
+efficiency curve η(F) = η_max · F / (F + F_half) of the per-GPU GEMM size F (small TP shards run
+less efficiently); flash attention at its own efficiency; memory-bound element-wise work from
+HBM bytes. Backward costs 2× the forward (Narayanan et al. SC'21, Sec. 5.1: 3 passes of 2·N·T).
+Pipeline (Narayanan et al. SC'21, Sec. 2.2): step = (m + (p-1)/v) · t_stage for 1F1B and
+interleaved 1F1B. DP gradient reduction overlaps the backward of the last micro-batch except
+for what does not fit (``dp_overlap``); ZeRO-3 gathers every micro-batch, prefetched.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.cost import comm
+from autoplan.cost.context import CostContext
+from autoplan.cost.flops import attention_score_flops_per_token, layer_matmul_flops_per_token
+from autoplan.cost.stages import stage_layers
+from autoplan.layout import LayoutBatch
+
+BF16_BYTES = 2.0
+GRAD_REDUCE_BYTES = 4.0  # fp32 gradient reduction (Megatron, torchtitan, nanotron defaults)
+ADAM_BYTES_PER_PARAM = 32.0  # read grad, master, m, v (16) + write master, m, v (12) + bf16 weight (2) + slack
+ATTENTION_BACKWARD_FACTOR = 2.5  # flash attention backward ≈ 2.5× forward (Dao 2023, FlashAttention-2 Sec. 3)
+
+
+def gemm_efficiency(ctx: CostContext, gemm_flops: np.ndarray) -> np.ndarray:
+    """η(F) = η_max · F / (F + F_half)."""
+    e = ctx.efficiency
+    return e.gemm_efficiency_max * gemm_flops / (gemm_flops + e.gemm_half_flops)
+
+
+def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+    """Forward time of one dense and one MoE layer for one micro-batch on one GPU, by part."""
+    m, e, gpu = ctx.model, ctx.efficiency, ctx.cluster.gpu
+    tokens = b.mbs * b.seq_len / b.cp
+    peak = gpu.peak_bf16_flops_per_s
+    matmul_peak = peak * np.where(b.precision == 1, e.fp8_gemm_speedup, 1.0)
+    dense_per_token, moe_per_token = layer_matmul_flops_per_token(ctx)
+    typical = 2.0 * tokens * m.hidden_size * m.ffn_hidden_size / b.tp
+    dense_mm = tokens * dense_per_token / b.tp / (matmul_peak * gemm_efficiency(ctx, typical))
+    if m.moe is not None:
+        moe = m.moe
+        per_expert_tokens = tokens * moe.num_experts_per_token * b.ep / moe.num_experts
+        expert_gemm = 2.0 * per_expert_tokens * m.hidden_size * moe.expert_ffn_hidden_size / b.etp
+        moe_eff = gemm_efficiency(ctx, expert_gemm)
+        moe_mm = tokens * moe_per_token / b.tp / (matmul_peak * moe_eff)
+    else:
+        moe_mm = dense_mm
+    attention = (tokens * attention_score_flops_per_token(ctx, b.seq_len) / 2.0 / b.tp
+                 / (peak * e.attention_efficiency))
+    h_div = np.where(b.sp > 0, b.tp, 1.0)
+    elementwise = (e.elementwise_bytes_per_token_hidden * tokens * m.hidden_size / h_div
+                   / (gpu.hbm_bytes_per_s * e.hbm_efficiency))
+    return {"dense_matmul": dense_mm, "moe_matmul": moe_mm, "attention": attention,
+            "elementwise": elementwise}
+
+
+def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, np.ndarray]:
+    """Communication of one layer for one micro-batch, forward + backward (+ recompute)."""
+    m = ctx.model
+    tokens = b.mbs * b.seq_len / b.cp
+    passes = 2.0 + np.where(b.recompute == 2, 1.0, 0.0)  # fwd, bwd, recomputed fwd
+    activation_bytes = tokens * m.hidden_size * BF16_BYTES
+    tp_link = comm.group_link(ctx, b.tp, st["tp"])
+    # Sequence parallel: 2 all-gathers + 2 reduce-scatters per pass (= 2 all-reduces without SP).
+    tp = passes * 2.0 * (comm.all_gather_s(tp_link, activation_bytes)
+                         + comm.reduce_scatter_s(tp_link, activation_bytes))
+    cp_link = comm.group_link(ctx, b.cp, st["cp"])
+    kv_step_bytes = 2.0 * tokens * m.kv_size / b.tp * BF16_BYTES
+    # Ring attention: cp-1 K/V exchanges forward, K/V and their gradients backward (2×).
+    cp = (1.0 + 2.0 + np.where(b.recompute == 2, 1.0, 0.0)) * (b.cp - 1) * (
+        kv_step_bytes / cp_link.bus_bytes_per_s + cp_link.latency_s)
+    ep = np.zeros_like(b.tp)
+    if m.moe is not None:
+        ep_link = comm.group_link(ctx, b.ep, b.etp)
+        h_div = np.where(b.sp > 0, b.tp, 1.0)
+        routed = tokens / h_div * m.moe.num_experts_per_token * m.hidden_size * BF16_BYTES
+        ep = passes * 2.0 * comm.all_to_all_s(ctx, ep_link, routed)  # dispatch + combine
+    return {"tp": tp, "cp": cp, "ep": ep}
+
+
+def _dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarray,
+               expert_params: np.ndarray) -> dict[str, np.ndarray]:
+    """Data-parallel gradient reduction and parameter gathering per step (or per micro-batch)."""
+    group = b.dp * b.cp
+    link = comm.group_link(ctx, group, np.minimum(st["dp"], st["cp"]))
+    edp = np.maximum(group * b.tp / (b.ep * b.etp), 1.0)
+    elink = comm.group_link(ctx, edp, b.ep * b.etp)
+    grads = (comm.reduce_scatter_s(link, stage_params * GRAD_REDUCE_BYTES)
+             + comm.reduce_scatter_s(elink, expert_params * GRAD_REDUCE_BYTES))
+    gathers = (comm.all_gather_s(link, stage_params * BF16_BYTES)
+               + comm.all_gather_s(elink, expert_params * BF16_BYTES))
+    all_reduce = (comm.all_reduce_s(link, stage_params * GRAD_REDUCE_BYTES)
+                  + comm.all_reduce_s(elink, expert_params * GRAD_REDUCE_BYTES))
+    per_step = np.select([b.zero == 0, b.zero <= 2], [all_reduce, grads + gathers], 0.0)
+    per_micro = np.where(b.zero >= 3, 2.0 * gathers + grads, 0.0)
+    return {"per_step": per_step, "per_micro": per_micro}
+
+
+def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict) -> dict[str, np.ndarray]:
+    """Every time term (seconds per step) and the step time."""
+    e, p, m = ctx.efficiency, ctx.profile, ctx.model
+    layers = stage_layers(m, b.pp)
+    fwd = _layer_forward_s(ctx, b)
+    backward_mm = 2.0
+    sel_mm = np.where(b.recompute == 1, p.selective_recompute_matmul_fraction, 0.0)
+    sel_att = np.where((b.recompute == 1) & p.selective_recomputes_attention, 1.0, 0.0)
+    full = np.where(b.recompute == 2, 1.0, 0.0)
+
+    def layer_time(mm):
+        compute = (1 + backward_mm) * mm + (1 + ATTENTION_BACKWARD_FACTOR) * fwd["attention"] + 3 * fwd["elementwise"]
+        recompute = (full + sel_mm) * mm + (full + sel_att) * fwd["attention"] + full * fwd["elementwise"]
+        return compute, recompute
+
+    dense_c, dense_r = layer_time(fwd["dense_matmul"])
+    moe_c, moe_r = layer_time(fwd["moe_matmul"])
+    tokens = b.mbs * b.seq_len / b.cp
+    head = 3.0 * 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp / (
+        ctx.cluster.gpu.peak_bf16_flops_per_s * gemm_efficiency(ctx, 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp))
+    st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
+    lc = _per_layer_comm_s(ctx, b, st)
+    out: dict[str, np.ndarray] = {}
+    stage_time = {}
+    for name, n, n_dense, extra in (("first", layers.first, layers.first_dense, 0.0),
+                                    ("last", layers.last, layers.last_dense, head)):
+        n_moe = n - n_dense
+        compute = n_dense * dense_c + n_moe * moe_c + extra
+        recompute = n_dense * dense_r + n_moe * moe_r
+        attention_share = n * (1 + ATTENTION_BACKWARD_FACTOR) * fwd["attention"]
+        tp = n * lc["tp"] * (1.0 - e.tp_overlap)
+        cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
+        ep = n_moe * lc["ep"] * (1.0 - e.ep_overlap)
+        stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep)
+    slowest_first = sum(stage_time["first"].values()) >= sum(stage_time["last"].values())
+    parts = {k: np.where(slowest_first, stage_time["first"][k], stage_time["last"][k])
+             for k in stage_time["first"]}
+    h_div = np.where(b.sp > 0, b.tp, 1.0)
+    pp_bytes = tokens * m.hidden_size * BF16_BYTES / h_div
+    pp_send = np.where(b.pp > 1, 2.0 * b.vpp * comm.p2p_s(ctx, st["pp"], pp_bytes), 0.0) * (1 - e.pp_overlap)
+    dp = _dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"])
+    micro_compute = parts["compute"] + parts["recompute"]
+    zero3_exposed = np.maximum(0.0, dp["per_micro"] - e.fsdp_overlap * micro_compute)
+    t_micro = micro_compute + parts["tp"] + parts["cp"] + parts["ep"] + pp_send + zero3_exposed
+    m_count = b.grad_acc
+    bubble = (b.pp - 1.0) / b.vpp * t_micro
+    backward_last = micro_compute * (2.0 / 3.0)
+    dp_exposed = dp["per_step"] - e.dp_overlap * np.minimum(dp["per_step"], backward_last)
+    owned = stage_params["dense"] + stage_params["expert"]
+    shard = np.where(b.zero >= 1, b.dp * b.cp, 1.0)
+    optimizer = owned / shard * ADAM_BYTES_PER_PARAM / (ctx.cluster.gpu.hbm_bytes_per_s * e.hbm_efficiency)
+    step = m_count * t_micro + bubble + dp_exposed + optimizer + e.step_overhead_s
+    out.update({
+        "time_compute_s": m_count * parts["compute"],
+        "time_recompute_s": m_count * parts["recompute"],
+        "time_tp_exposed_s": m_count * parts["tp"],
+        "time_cp_exposed_s": m_count * parts["cp"],
+        "time_ep_exposed_s": m_count * parts["ep"],
+        "time_pp_exposed_s": m_count * pp_send,
+        "time_dp_exposed_s": dp_exposed + m_count * zero3_exposed,
+        "time_bubble_s": bubble,
+        "time_optimizer_s": optimizer,
+        "time_overhead_s": np.full_like(b.tp, e.step_overhead_s),
+        "step_time_s": step,
+        "bubble_fraction": bubble / step,
+    })
+    return out

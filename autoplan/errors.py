@@ -1,0 +1,54 @@
+"""User-facing error types.
+
+Every error caused by user input derives from :class:`AutoplanError` (a ``ValueError``), so the
+CLI can turn it into one clear line and exit code 2. ``assert`` is kept for internal invariants.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class AutoplanError(ValueError):
+    """Bad user input: the message says what was wrong, where, and what would be valid."""
+
+
+class UnknownNameError(AutoplanError):
+    """A name (model, hardware, trainer, sampler ...) that is not in the registry."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str]):
+        known = sorted(set(known))
+        close = difflib.get_close_matches(name.lower(), [k.lower() for k in known], n=1, cutoff=0.5)
+        hint = ""
+        if close:
+            match = next(k for k in known if k.lower() == close[0])
+            hint = f" (did you mean '{match}'?)"
+        shown = ", ".join(known[:30]) + (" ..." if len(known) > 30 else "")
+        super().__init__(f"unknown {kind} '{name}'{hint}; known: {shown}")
+        self.name = name
+        self.known = known
+
+
+class SpecError(AutoplanError):
+    """A model, hardware, search-space or profile file (or dict) that is malformed."""
+
+    def __init__(self, where: str, message: str):
+        super().__init__(f"{where}: {message}")
+        self.where = where
+
+
+class LayoutError(AutoplanError):
+    """A layout that breaks a rule (degrees, divisibility, batch size)."""
+
+
+class NoFeasiblePlanError(AutoplanError):
+    """The search found no layout that is legal, fits and reaches the batch size (exit code 1)."""
+
+    exit_code = 1
+
+
+def check_positive(where: str, name: str, value: float) -> None:
+    """Raise if ``value`` is not a positive number."""
+    if not value > 0:
+        raise SpecError(where, f"{name} must be > 0, got {value!r}")

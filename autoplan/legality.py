@@ -1,0 +1,104 @@
+"""Legality of layouts, checked vectorised before costing, with reason codes.
+
+Each rule is a boolean array over layouts (True = broken) and a message template; a layout's
+reason is the first rule it breaks. The rules are those of the trainers' own argument checks
+(Megatron-LM ``megatron/training/arguments.py``, torchtitan ``parallel_dims.py``, nanotron
+``config/parallelism_config.py``, DeepSpeed ``runtime/pipe/engine.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from autoplan.cost.context import CostContext
+from autoplan.layout import LayoutBatch
+
+Rule = tuple[str, Callable[[CostContext, LayoutBatch], np.ndarray], str]
+
+
+def _moe(ctx: CostContext) -> tuple[float, bool]:
+    moe = ctx.model.moe
+    return (float(moe.num_experts) if moe else 1.0), moe is not None
+
+
+RULES: list[Rule] = [
+    ("degrees", lambda c, b: b.dp * b.tp * b.pp * b.cp != b.gpus,
+     "dp·tp·pp·cp must equal gpus"),
+    ("tp_heads", lambda c, b: (c.model.num_attention_heads % b.tp != 0) | (c.model.num_kv_heads % b.tp != 0),
+     "attention heads and KV heads must be divisible by tp"),
+    ("pp_layers", lambda c, b: b.pp * b.vpp > c.model.num_layers,
+     "pp·vpp must not exceed the number of layers"),
+    ("pp_uneven", lambda c, b: c.model.num_layers % (b.pp * b.vpp) != 0,
+     "layers must be divisible by pp·vpp"),
+    ("vpp_needs_pp", lambda c, b: (b.vpp > 1) & (b.pp == 1),
+     "virtual stages (vpp > 1) need pp > 1"),
+    ("vpp_microbatches", lambda c, b: (b.vpp > 1) & (b.grad_acc % b.pp != 0),
+     "interleaved 1F1B needs micro-batches (grad_acc) divisible by pp"),
+    ("cp_seq", lambda c, b: (b.cp > 1) & (b.seq_len % (2 * b.cp) != 0),
+     "seq_len must be divisible by 2·cp"),
+    ("ep_dense", lambda c, b: ((b.ep > 1) | (b.etp > 1)) & (not _moe(c)[1]),
+     "ep/etp > 1 need a mixture-of-experts model"),
+    ("ep_experts", lambda c, b: _moe(c)[0] % b.ep != 0,
+     "routed experts must be divisible by ep"),
+    ("ep_grid", lambda c, b: (b.dp * b.cp * b.tp) % (b.ep * b.etp) != 0,
+     "ep·etp must divide dp·cp·tp (expert grid)"),
+    ("sp_needs_tp", lambda c, b: (b.sp > 0) & (b.tp == 1),
+     "sequence parallel needs tp > 1"),
+    ("batch", lambda c, b: b.dp * b.mbs * b.grad_acc != b.gbs_seqs,
+     "gbs_seqs must equal dp·mbs·grad_acc"),
+    ("seq_positions", lambda c, b: (c.model.position_embedding == "learned")
+     & (b.seq_len > c.model.max_position_embeddings),
+     "seq_len exceeds the model's learned position embeddings"),
+    ("fp8_hardware", lambda c, b: (b.precision == 1) & (c.cluster.gpu.peak_fp8_flops_per_s <= 0),
+     "fp8 needs a GPU with FP8 tensor cores"),
+    ("trainer_zero", lambda c, b: ~np.isin(b.zero, c.profile.allowed_zero),
+     "the trainer does not support this ZeRO stage"),
+    ("trainer_zero_pp", lambda c, b: (b.pp > 1) & (b.zero > c.profile.max_zero_with_pp),
+     "the trainer does not support this ZeRO stage with pipeline parallelism"),
+    ("trainer_vpp", lambda c, b: (b.vpp > 1) & (not c.profile.supports_vpp),
+     "the trainer has no virtual pipeline stages"),
+    ("trainer_cp", lambda c, b: (b.cp > 1) & (not c.profile.supports_cp),
+     "the trainer has no context parallelism"),
+    ("trainer_ep", lambda c, b: (b.ep > 1) & (not c.profile.supports_ep),
+     "the trainer has no expert parallelism"),
+]
+REASON_CODES = ["ok"] + [name for name, _, _ in RULES]
+REASON_MESSAGES = {name: message for name, _, message in RULES}
+
+
+def legality_codes(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = False) -> np.ndarray:
+    """Index into ``REASON_CODES`` of the first broken rule per layout (0 = legal)."""
+    codes = np.zeros(len(batch), dtype=np.int64)
+    for index, (name, rule, _) in enumerate(RULES, start=1):
+        if name == "pp_uneven" and allow_uneven:
+            continue
+        broken = np.broadcast_to(np.asarray(rule(ctx, batch), dtype=bool), codes.shape)
+        codes = np.where((codes == 0) & broken, index, codes)
+    return codes
+
+
+def explain_reason(ctx: CostContext, batch: LayoutBatch, i: int, code: int) -> str:
+    """A one-line message for layout ``i`` broken by rule ``code``, with its values."""
+    if code == 0:
+        return ""
+    name = REASON_CODES[code]
+    lay = batch.layout(i)
+    m = ctx.model
+    values = {
+        "degrees": f"dp({lay.dp})·tp({lay.tp})·pp({lay.pp})·cp({lay.cp}) != gpus({lay.gpus})",
+        "tp_heads": f"heads={m.num_attention_heads}, kv_heads={m.num_kv_heads}, tp={lay.tp}",
+        "pp_layers": f"layers={m.num_layers}, pp·vpp={lay.pp * lay.vpp}",
+        "pp_uneven": f"layers={m.num_layers}, pp·vpp={lay.pp * lay.vpp}",
+        "vpp_microbatches": f"grad_acc={lay.grad_acc}, pp={lay.pp}",
+        "cp_seq": f"seq_len={lay.seq_len}, 2·cp={2 * lay.cp}",
+        "ep_experts": f"experts={m.moe.num_experts if m.moe else 0}, ep={lay.ep}",
+        "ep_grid": f"ep·etp={lay.ep * lay.etp}, dp·cp·tp={lay.dp * lay.cp * lay.tp}",
+        "batch": f"gbs_seqs={lay.gbs_seqs}, dp·mbs·grad_acc={lay.dp * lay.mbs * lay.grad_acc}",
+        "seq_positions": f"seq_len={lay.seq_len} > {m.max_position_embeddings}",
+        "trainer_zero": f"zero={lay.zero}, {ctx.profile.name} supports {list(ctx.profile.allowed_zero)}",
+        "trainer_zero_pp": f"zero={lay.zero}, pp={lay.pp}, {ctx.profile.name} allows zero <= "
+                           f"{ctx.profile.max_zero_with_pp} with pp > 1",
+    }.get(name, lay.describe())
+    return f"{REASON_MESSAGES[name]} ({values})"

@@ -1,0 +1,274 @@
+"""GPUSpec and Cluster: what one accelerator can do, and how many of them are wired together.
+
+Presets live in ``hardware_db/gpus/*.yaml`` (one file per GPU, the file stem is its name); a
+user file with the same fields can be given by path. Values in YAML carry their units
+(``memory: 80 GiB``, ``nic_bandwidth: 400 Gb/s per direction``); inside, every quantity is a
+float in bytes, bytes/s, FLOP/s or seconds and its name says which.
+
+Link bandwidths are per GPU and **per direction**. Vendors often quote NVLink/XGMI with both
+directions added (H100: "900 GB/s" = 450 GB/s each way); a file must say ``per direction``,
+and a value marked ``both directions``/``bidirectional`` is refused with the halved value.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from autoplan.errors import AutoplanError, SpecError, UnknownNameError
+from autoplan.paths import data_dir
+from autoplan.specs.yaml_io import check_keys, get_int, read_mapping
+from autoplan.units import (GB, UnitError, bandwidth_qualifier, format_bytes, parse_bandwidth,
+                            parse_bytes, parse_flops_rate, parse_time)
+
+PER_DIRECTION = "per direction"
+_BOTH_DIRECTIONS_WORDS = ("both", "bidir", "duplex")
+_REQUIRED_KEYS = ("name", "memory", "usable_memory", "peak_bf16", "peak_fp8", "hbm_bandwidth",
+                  "scale_up_bandwidth", "scale_up_domain", "nic_bandwidth", "gpus_per_node",
+                  "scale_up_latency", "scale_out_latency", "sources")
+_OPTIONAL_KEYS = ("aliases", "description", "notes")
+_PRESET_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One accelerator and the node it usually sits in (per-GPU figures throughout).
+
+    ``usable_memory_bytes`` is what the driver lets one process allocate (nvidia-smi's total),
+    below the HBM capacity. Peaks are dense (no sparsity). ``peak_fp8_flops_per_s`` is 0.0 for
+    GPUs without FP8 (A100). Bandwidths are per direction; latencies are nominal per-message
+    costs for the collective model (NCCL-typical figures unless a preset's notes say more).
+    """
+
+    name: str
+    aliases: tuple[str, ...]
+    description: str
+    memory_bytes: float
+    usable_memory_bytes: float
+    peak_bf16_flops_per_s: float
+    peak_fp8_flops_per_s: float
+    hbm_bytes_per_s: float
+    scale_up_bytes_per_s: float
+    scale_up_domain_size: int
+    nic_bytes_per_s: float
+    gpus_per_node: int
+    scale_up_latency_s: float
+    scale_out_latency_s: float
+    sources: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        problem = _gpu_problem(self)
+        if problem:
+            raise SpecError(f"gpu '{self.name}'", problem)
+
+    @property
+    def has_fp8(self) -> bool:
+        return self.peak_fp8_flops_per_s > 0
+
+
+_YAML_KEYS = {"memory_bytes": "memory", "usable_memory_bytes": "usable_memory",
+              "peak_bf16_flops_per_s": "peak_bf16", "peak_fp8_flops_per_s": "peak_fp8",
+              "hbm_bytes_per_s": "hbm_bandwidth", "scale_up_bytes_per_s": "scale_up_bandwidth",
+              "scale_up_domain_size": "scale_up_domain", "nic_bytes_per_s": "nic_bandwidth",
+              "scale_up_latency_s": "scale_up_latency", "scale_out_latency_s": "scale_out_latency"}
+
+
+def _gpu_problem(gpu: Any, names: Mapping[str, str] | None = None) -> str | None:
+    """The first broken invariant of ``gpu`` (a GPUSpec or its fields as attributes) as a
+    message naming each field as ``names`` spells it (YAML keys when read from a file)."""
+    names = names or {}
+    if not isinstance(gpu.name, str) or not gpu.name.strip():
+        return f"name must be a non-empty string, got {gpu.name!r}"
+    for f in fields(GPUSpec):
+        value, label = getattr(gpu, f.name), names.get(f.name, f.name)
+        if f.name in ("scale_up_domain_size", "gpus_per_node"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                return f"{label} must be an integer >= 1, got {value!r}"
+        elif f.name.endswith(("_bytes", "_s")):
+            zero_ok = f.name == "peak_fp8_flops_per_s"
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+                bound = ">= 0 (0 means no FP8)" if zero_ok else "> 0"
+                return f"{label} must be a finite number {bound}, got {value!r}"
+    if gpu.usable_memory_bytes > gpu.memory_bytes:
+        return ("usable_memory <= memory must hold, got usable_memory="
+                f"{format_bytes(gpu.usable_memory_bytes)}, memory={format_bytes(gpu.memory_bytes)} "
+                "(note 'GB' is 10^9 bytes and 'GiB' 2^30: HBM sizes sold as '80 GB' are 80 GiB)")
+    if not gpu.sources or not all(isinstance(s, str) and s.strip() for s in gpu.sources):
+        return f"sources must be a non-empty list of non-empty strings, got {gpu.sources!r}"
+    return None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """``num_gpus`` GPUs of one kind: nodes of ``gpus_per_node``, each GPU with its own NIC
+    share ``nic_bytes_per_s`` (per direction), ``scale_up_domain_size`` GPUs per NVLink domain."""
+
+    gpu: GPUSpec
+    num_gpus: int
+    gpus_per_node: int
+    nic_bytes_per_s: float
+    scale_up_domain_size: int
+
+    def __post_init__(self) -> None:
+        _check_cluster(self)
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes in use; a job smaller than one node uses one (partly filled) node."""
+        return -(-self.num_gpus // self.gpus_per_node)
+
+
+def _check_cluster(c: Cluster) -> None:
+    for name in ("num_gpus", "gpus_per_node", "scale_up_domain_size"):
+        value = getattr(c, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError("cluster", f"{name} must be an integer >= 1, got {value!r}")
+    nic = c.nic_bytes_per_s
+    if isinstance(nic, bool) or not isinstance(nic, (int, float)) or not math.isfinite(nic) or nic <= 0:
+        raise SpecError("cluster", f"nic_bytes_per_s must be a finite number > 0, got {nic!r}")
+    if c.num_gpus > c.gpus_per_node and c.num_gpus % c.gpus_per_node:
+        below = c.num_gpus // c.gpus_per_node * c.gpus_per_node
+        raise SpecError("cluster", f"num_gpus ({c.num_gpus}) must be a multiple of gpus_per_node "
+                                   f"({c.gpus_per_node}) when it spans more than one node "
+                                   f"(did you mean {below} or {below + c.gpus_per_node}?)")
+
+
+def make_cluster(gpu: GPUSpec, num_gpus: int, *, gpus_per_node: int | None = None,
+                 nic_bytes_per_s: float | None = None,
+                 scale_up_domain_size: int | None = None) -> Cluster:
+    """A cluster of ``num_gpus`` ``gpu``s; each override (None = the GPU preset's value) is how
+    the CLI's ``--gpus-per-node``, ``--nic`` and ``--scale-up-domain`` reach the model."""
+    return Cluster(
+        gpu=gpu, num_gpus=num_gpus,
+        gpus_per_node=gpu.gpus_per_node if gpus_per_node is None else gpus_per_node,
+        nic_bytes_per_s=gpu.nic_bytes_per_s if nic_bytes_per_s is None else nic_bytes_per_s,
+        scale_up_domain_size=(gpu.scale_up_domain_size if scale_up_domain_size is None
+                              else scale_up_domain_size))
+
+
+# --- reading YAML ------------------------------------------------------------------------
+
+def _quantity(data: Mapping[str, Any], key: str, where: str, parse: Callable[[object], float],
+              kind: str, example: str) -> float:
+    value = data[key]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise SpecError(where, f"{key}: expected {kind} like '{example}', got {value!r} "
+                               "(a bare number: state the unit)")
+    try:
+        return parse(value)
+    except UnitError as exc:
+        raise SpecError(where, f"{key}: {exc}") from None
+
+
+def _bandwidth(data: Mapping[str, Any], key: str, where: str, example: str, *,
+               directional: bool) -> float:
+    """A bandwidth; a link's must end in 'per direction', HBM's must carry no qualifier."""
+    rate = _quantity(data, key, where, parse_bandwidth, "a bandwidth", example)
+    qualifier = " ".join(bandwidth_qualifier(data[key]).lower().replace("-", " ").split())
+    if not directional:
+        if qualifier:
+            raise SpecError(where, f"{key}: expected a bandwidth like '{example}' with nothing "
+                                   f"after the unit, got {data[key]!r}")
+        return rate
+    if any(word in qualifier.replace(" ", "") for word in _BOTH_DIRECTIONS_WORDS):
+        raise SpecError(where, f"{key}: {data[key]!r} adds both directions; autoplan wants the "
+                               f"bandwidth per direction: halve it, e.g. "
+                               f"'{rate / 2 / GB:g} GB/s {PER_DIRECTION}'")
+    if qualifier != PER_DIRECTION:
+        raise SpecError(where, f"{key}: say which direction, like '{example}' (vendor figures "
+                               f"often add both directions: halve those), got {data[key]!r}")
+    return rate
+
+
+def _strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if isinstance(value, str) or not isinstance(value, list) or not all(
+            isinstance(item, str) and item.strip() for item in value):
+        raise SpecError(where, f"{key}: expected a list of non-empty strings, got {value!r}")
+    return tuple(item.strip() for item in value)
+
+
+def gpu_from_mapping(data: dict, where: str) -> GPUSpec:
+    """A GPUSpec from a YAML/JSON mapping (see hardware_db/README.md for the schema)."""
+    check_keys(data, where, required=_REQUIRED_KEYS, optional=_OPTIONAL_KEYS)
+    for key in ("name", "description", "notes"):
+        if key in data and not isinstance(data[key], str):
+            raise SpecError(where, f"{key}: expected a string, got {data[key]!r}")
+    sizes = {key: _quantity(data, key, where, parse_bytes, "a size", example)
+             for key, example in (("memory", "80 GiB"), ("usable_memory", "81559 MiB"))}
+    flops = {key: _quantity(data, key, where, parse_flops_rate, "a compute rate", example)
+             for key, example in (("peak_bf16", "989 TFLOP/s"), ("peak_fp8", "1979 TFLOP/s"))}
+    times = {key: _quantity(data, key, where, parse_time, "a time", example)
+             for key, example in (("scale_up_latency", "3 us"), ("scale_out_latency", "10 us"))}
+    kwargs = dict(
+        name=data["name"].strip(), aliases=_strings(data, "aliases", where),
+        description=data.get("description", "").strip(),
+        memory_bytes=sizes["memory"], usable_memory_bytes=sizes["usable_memory"],
+        peak_bf16_flops_per_s=flops["peak_bf16"], peak_fp8_flops_per_s=flops["peak_fp8"],
+        hbm_bytes_per_s=_bandwidth(data, "hbm_bandwidth", where, "3.35 TB/s", directional=False),
+        scale_up_bytes_per_s=_bandwidth(data, "scale_up_bandwidth", where,
+                                        "450 GB/s per direction", directional=True),
+        scale_up_domain_size=get_int(data, "scale_up_domain", where),
+        nic_bytes_per_s=_bandwidth(data, "nic_bandwidth", where, "400 Gb/s per direction",
+                                   directional=True),
+        gpus_per_node=get_int(data, "gpus_per_node", where),
+        scale_up_latency_s=times["scale_up_latency"], scale_out_latency_s=times["scale_out_latency"],
+        sources=_strings(data, "sources", where))
+    problem = _gpu_problem(SimpleNamespace(**kwargs), _YAML_KEYS)
+    if problem:
+        raise SpecError(where, problem)
+    return GPUSpec(**kwargs)
+
+
+# --- presets ----------------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def _presets() -> tuple[dict[str, GPUSpec], tuple[GPUSpec, ...]]:
+    """(lower-cased name or alias -> spec, specs sorted by name) from hardware_db/gpus/."""
+    by_name: dict[str, GPUSpec] = {}
+    specs = []
+    folder = data_dir("hardware_db") / "gpus"
+    for path in sorted(folder.glob("*.yaml")):
+        gpu = gpu_from_mapping(read_mapping(path), str(path))
+        if gpu.name != path.stem:
+            raise SpecError(str(path), f"name '{gpu.name}' must equal the file name '{path.stem}'")
+        for key in (gpu.name, *gpu.aliases):
+            if key.lower() in by_name:
+                raise SpecError(str(path), f"name or alias '{key}' is already used by "
+                                           f"'{by_name[key.lower()].name}'")
+            by_name[key.lower()] = gpu
+        specs.append(gpu)
+    return by_name, tuple(specs)
+
+
+def list_gpus() -> list[GPUSpec]:
+    """Every preset in hardware_db/gpus/, sorted by name."""
+    return list(_presets()[1])
+
+
+def load_gpu(name_or_path: str | os.PathLike) -> GPUSpec:
+    """A preset by name or alias (any case), or a GPU file by path (.yaml/.yml/.json)."""
+    if isinstance(name_or_path, os.PathLike):
+        return gpu_from_mapping(read_mapping(name_or_path), os.fspath(name_or_path))
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise AutoplanError(f"expected a GPU name or a file path, got {name_or_path!r}")
+    text = name_or_path.strip()
+    if text.lower().endswith(_PRESET_SUFFIXES) or "/" in text or "\\" in text:
+        return gpu_from_mapping(read_mapping(text), text)
+    by_name, _ = _presets()
+    if text.lower() in by_name:
+        return by_name[text.lower()]
+    known = {spelling for gpu in _presets()[1] for spelling in (gpu.name, *gpu.aliases)}
+    raise UnknownNameError("hardware", text, known)
+
+
+def preset_path(name: str) -> Path:
+    """The YAML file of preset ``name`` (or alias)."""
+    return data_dir("hardware_db") / "gpus" / f"{load_gpu(name).name}.yaml"

@@ -1,0 +1,328 @@
+"""Convert a Hugging Face ``config.json`` mapping into a :class:`ModelSpec`.
+
+Field names and defaults follow the ``transformers`` configuration classes
+(``src/transformers/models/<type>/configuration_<type>.py``) and the modeling files that decide
+which weights exist (``modeling_<type>.py``):
+
+============  =================================================================================
+model_type    what differs from a Llama decoder
+============  =================================================================================
+llama         ``attention_bias`` (q/k/v/o biases), ``mlp_bias``
+mistral       same weights as Llama without biases (``sliding_window`` is ignored)
+mixtral       every MLP is ``num_local_experts`` experts of ``intermediate_size``, top
+              ``num_experts_per_tok``, router without bias (``MixtralSparseMoeBlock``)
+qwen2         q/k/v projections always have a bias (``Qwen2Attention``)
+qwen3         per-head RMSNorm on q and k (``q_norm``/``k_norm``); ``head_dim`` defaults to 128
+qwen3_moe     as qwen3, experts of ``moe_intermediate_size``; layers in ``mlp_only_layers`` or
+              with ``(i + 1) % decoder_sparse_step != 0`` are dense (``Qwen3MoeDecoderLayer``)
+deepseek_v3   MLA attention (``q_lora_rank``, ``kv_lora_rank``, ``qk_*_head_dim``,
+              ``v_head_dim``), ``first_k_dense_replace`` dense layers then MoE layers with
+              ``n_routed_experts`` + ``n_shared_experts`` experts of ``moe_intermediate_size``;
+              the router's ``e_score_correction_bias`` exists when ``topk_method`` is
+              ``noaux_tc`` (or absent, as in transformers' ``DeepseekV3TopkRouter``)
+gpt2          ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (default 4·n_embd),
+              ``n_positions``: GELU MLP, LayerNorm, learned positions, biases on every linear
+              layer, embeddings tied by default (``GPT2Block``)
+============  =================================================================================
+
+Required fields are the ones that size the model (layers, widths, heads, vocabulary, expert
+counts and widths, MLA ranks); a missing one is an error naming the field and the file.
+Optional fields take the transformers default, except ``num_key_value_heads``, which defaults
+to ``num_attention_heads`` for every type (transformers' class defaults are fixed numbers for
+mistral/mixtral (8), qwen2/qwen3 (32), qwen3_moe (4) and deepseek_v3 (128); configs saved by
+transformers always write the key). A ``null`` value counts as absent.
+
+Autoplan keys allowed next to the HF fields: ``name``, ``aliases``, ``sources``, ``seq_len``
+(default training sequence length; default ``min(4096, max_position_embeddings)``) and
+``description``. With ``strict=True`` (presets in ``model_db/``) any other key is an error; a
+user's ``config.json`` may hold any keys (``torch_dtype``, ``rope_scaling`` ... are ignored).
+
+Known approximation: ModelSpec has no flag for "q/k/v/o biases without MLP biases", so a Llama
+or Qwen3 config with ``attention_bias: true`` and no ``mlp_bias`` is read as ``qkv_bias``; the
+o_proj bias (``hidden_size`` per layer) is not counted.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from autoplan.errors import SpecError
+from autoplan.specs.model import MLASpec, ModelSpec, MoESpec
+from autoplan.specs.yaml_io import check_keys, get_int
+
+AUTOPLAN_KEYS = ("name", "aliases", "sources", "seq_len", "description")
+DEFAULT_SEQ_LEN = 4096
+
+_DECODER_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+                 "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings",
+                 "max_position_embeddings")
+_MOE_KEYS = ("num_experts_per_tok", "moe_intermediate_size")
+
+# The HF keys each model_type reads (and that a strict preset may contain).
+HF_KEYS: dict[str, tuple[str, ...]] = {
+    "llama": _DECODER_KEYS + ("attention_bias", "mlp_bias"),
+    "mistral": _DECODER_KEYS + ("sliding_window",),
+    "mixtral": _DECODER_KEYS + ("sliding_window", "num_local_experts", "num_experts_per_tok"),
+    "qwen2": _DECODER_KEYS,
+    "qwen3": _DECODER_KEYS + ("attention_bias",),
+    "qwen3_moe": _DECODER_KEYS + _MOE_KEYS + ("attention_bias", "num_experts",
+                                              "decoder_sparse_step", "mlp_only_layers"),
+    "deepseek_v3": _DECODER_KEYS + _MOE_KEYS + (
+        "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
+        "topk_method", "attention_bias", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+        "qk_nope_head_dim", "v_head_dim"),
+    "gpt2": ("n_layer", "n_embd", "n_head", "n_inner", "n_positions", "vocab_size",
+             "tie_word_embeddings"),
+}
+SUPPORTED_MODEL_TYPES = tuple(HF_KEYS)
+
+# transformers' defaults for optional fields (configuration_<type>.py).
+_MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 4096 * 32, "mixtral": 4096 * 32,
+                          "qwen2": 32768, "qwen3": 32768, "qwen3_moe": 32768,
+                          "deepseek_v3": 4096, "gpt2": 1024}
+_HEAD_DIM_DEFAULT = {"qwen3": 128}  # the others: hidden_size // num_attention_heads
+
+
+def model_from_hf_config(config: Mapping[str, Any], where: str, *, name: str | None = None,
+                         strict: bool = False) -> ModelSpec:
+    """Build a ModelSpec from an HF ``config.json`` mapping read from ``where``.
+
+    ``name`` overrides the config's own ``name`` (then ``_name_or_path``, then ``model_type``).
+    ``strict`` refuses keys that are neither read for this model_type nor autoplan keys.
+    """
+    model_type = _model_type(config, where)
+    if strict:
+        check_keys(config, where, required=("model_type",),
+                   optional=HF_KEYS[model_type] + AUTOPLAN_KEYS)
+    fields = _READERS[model_type](config, where)
+    fields.update(_autoplan_fields(config, where, name, model_type, fields))
+    try:
+        return ModelSpec(model_type=model_type, **fields)
+    except SpecError as exc:
+        raise SpecError(where, str(exc)) from None
+
+
+def _model_type(config: Mapping[str, Any], where: str) -> str:
+    model_type = config.get("model_type")
+    supported = ", ".join(SUPPORTED_MODEL_TYPES)
+    if model_type is None:
+        raise SpecError(where, f"missing required key 'model_type' (one of: {supported})")
+    if model_type not in HF_KEYS:
+        close = difflib.get_close_matches(str(model_type), SUPPORTED_MODEL_TYPES, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise SpecError(where, f"model_type {model_type!r} is not supported{hint}; "
+                               f"supported: {supported}")
+    return model_type
+
+
+# --- typed field access --------------------------------------------------------------------
+
+def _int(config: Mapping[str, Any], key: str, where: str, *, default: int | None = None,
+         minimum: int = 1) -> int:
+    """An integer field; ``null`` or absent takes ``default`` (``None``: the key is required)."""
+    value = config.get(key)
+    return get_int({key: default if value is None else value}, key, where, minimum=minimum)
+
+
+def _bool(config: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise SpecError(where, f"{key}: expected true or false, got {value!r}")
+    return value
+
+
+def _str_list(config: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = config.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise SpecError(where, f"{key}: expected a list of non-empty strings, got {value!r}")
+    return tuple(value)
+
+
+# --- readers, one per model_type -----------------------------------------------------------
+
+def _decoder_fields(config: Mapping[str, Any], where: str, model_type: str, *,
+                    head_dim: int | None = None) -> dict[str, Any]:
+    """The Llama-shaped fields shared by every decoder type except gpt2."""
+    hidden = _int(config, "hidden_size", where)
+    heads = _int(config, "num_attention_heads", where)
+    if head_dim is None:
+        head_dim = _head_dim(config, where, model_type, hidden, heads)
+    return dict(
+        num_layers=_int(config, "num_hidden_layers", where),
+        hidden_size=hidden,
+        ffn_hidden_size=_int(config, "intermediate_size", where),
+        num_attention_heads=heads,
+        num_kv_heads=_int(config, "num_key_value_heads", where, default=heads),
+        head_dim=head_dim,
+        vocab_size=_int(config, "vocab_size", where),
+        tied_embeddings=_bool(config, "tie_word_embeddings", where, False),
+        max_position_embeddings=_int(config, "max_position_embeddings", where,
+                                     default=_MAX_POSITIONS_DEFAULT[model_type]),
+    )
+
+
+def _head_dim(config: Mapping[str, Any], where: str, model_type: str, hidden: int,
+              heads: int) -> int:
+    if config.get("head_dim") is not None:
+        return _int(config, "head_dim", where)
+    if model_type in _HEAD_DIM_DEFAULT:
+        return _HEAD_DIM_DEFAULT[model_type]
+    if hidden % heads:
+        raise SpecError(where, "hidden_size must be a multiple of num_attention_heads when "
+                               f"head_dim is not given, got ({hidden}, {heads}); "
+                               "did you mean to set head_dim?")
+    return hidden // heads
+
+
+def _bias_fields(config: Mapping[str, Any], where: str) -> dict[str, bool]:
+    """Llama's ``attention_bias``/``mlp_bias`` (Qwen3 has only ``attention_bias``)."""
+    attention = _bool(config, "attention_bias", where, False)
+    mlp = _bool(config, "mlp_bias", where, False)
+    if mlp and not attention:
+        raise SpecError(where, "mlp_bias: true without attention_bias: true is not supported "
+                               "(ModelSpec has biases on every linear layer or on q/k/v only); "
+                               "did you mean to set both?")
+    return dict(linear_bias=attention and mlp, qkv_bias=attention and not mlp)
+
+
+def _llama(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    return _decoder_fields(config, where, "llama") | _bias_fields(config, where)
+
+
+def _mistral(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    return _decoder_fields(config, where, "mistral")
+
+
+def _mixtral(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    fields = _decoder_fields(config, where, "mixtral")
+    fields["moe"] = MoESpec(
+        num_experts=_int(config, "num_local_experts", where),
+        num_experts_per_token=_int(config, "num_experts_per_tok", where),
+        expert_ffn_hidden_size=fields["ffn_hidden_size"],
+    )
+    return fields
+
+
+def _qwen2(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    return _decoder_fields(config, where, "qwen2") | {"qkv_bias": True}
+
+
+def _qwen3(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    return (_decoder_fields(config, where, "qwen3") | _bias_fields(config, where)
+            | {"qk_norm": True})
+
+
+def _qwen3_moe(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    fields = (_decoder_fields(config, where, "qwen3_moe") | _bias_fields(config, where)
+              | {"qk_norm": True})
+    fields["moe"] = MoESpec(
+        num_experts=_int(config, "num_experts", where),
+        num_experts_per_token=_int(config, "num_experts_per_tok", where),
+        expert_ffn_hidden_size=_int(config, "moe_intermediate_size", where),
+        num_dense_layers=_qwen3_moe_dense_layers(config, where, fields["num_layers"]),
+    )
+    return fields
+
+
+def _qwen3_moe_dense_layers(config: Mapping[str, Any], where: str, num_layers: int) -> int:
+    """Layer i is dense if i is in ``mlp_only_layers`` or ``(i + 1) % decoder_sparse_step``."""
+    step = _int(config, "decoder_sparse_step", where, default=1)
+    mlp_only = config.get("mlp_only_layers") or []
+    if not isinstance(mlp_only, list) or not all(type(i) is int for i in mlp_only):
+        raise SpecError(where, "mlp_only_layers: expected a list of layer indices, "
+                               f"got {mlp_only!r}")
+    dense = [i for i in range(num_layers) if i in mlp_only or (i + 1) % step]
+    if dense != list(range(len(dense))):
+        raise SpecError(where, "only leading dense layers are supported (ModelSpec puts its "
+                               f"num_dense_layers first), but layers {dense} are dense "
+                               f"(decoder_sparse_step={step}, mlp_only_layers={mlp_only})")
+    return len(dense)
+
+
+def _deepseek_v3(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    mla = _mla(config, where)
+    # head_dim: the q·k width (nope + rope); transformers' own ``head_dim`` is the rope part.
+    fields = _decoder_fields(config, where, "deepseek_v3",
+                             head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+    if _bool(config, "attention_bias", where, False):
+        raise SpecError(where, "attention_bias: true is not supported for MLA attention")
+    if _int(config, "moe_layer_freq", where, default=1) != 1:
+        raise SpecError(where, f"moe_layer_freq must be 1 (every layer after "
+                               f"first_k_dense_replace is MoE), got {config['moe_layer_freq']}")
+    if "n_shared_experts" not in config:
+        raise SpecError(where, "missing required key 'n_shared_experts' (null means none)")
+    num_shared = _int(config, "n_shared_experts", where, default=0, minimum=0)
+    expert_ffn = _int(config, "moe_intermediate_size", where)
+    fields["mla"] = mla
+    fields["moe"] = MoESpec(
+        num_experts=_int(config, "n_routed_experts", where),
+        num_experts_per_token=_int(config, "num_experts_per_tok", where),
+        expert_ffn_hidden_size=expert_ffn,
+        num_shared_experts=num_shared,
+        shared_expert_ffn_hidden_size=expert_ffn if num_shared else 0,
+        num_dense_layers=_int(config, "first_k_dense_replace", where, minimum=0),
+        router_bias=config.get("topk_method") in (None, "noaux_tc"),
+    )
+    return fields
+
+
+def _mla(config: Mapping[str, Any], where: str) -> MLASpec:
+    if "q_lora_rank" not in config:
+        raise SpecError(where, "missing required key 'q_lora_rank' (null means a plain q_proj)")
+    return MLASpec(
+        q_lora_rank=_int(config, "q_lora_rank", where, default=0, minimum=0),
+        kv_lora_rank=_int(config, "kv_lora_rank", where),
+        qk_rope_head_dim=_int(config, "qk_rope_head_dim", where),
+        qk_nope_head_dim=_int(config, "qk_nope_head_dim", where),
+        v_head_dim=_int(config, "v_head_dim", where),
+    )
+
+
+def _gpt2(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    hidden = _int(config, "n_embd", where)
+    heads = _int(config, "n_head", where)
+    if hidden % heads:
+        raise SpecError(where, f"n_embd must be a multiple of n_head, got ({hidden}, {heads})")
+    return dict(
+        num_layers=_int(config, "n_layer", where),
+        hidden_size=hidden,
+        ffn_hidden_size=_int(config, "n_inner", where, default=4 * hidden),
+        num_attention_heads=heads,
+        num_kv_heads=heads,
+        head_dim=hidden // heads,
+        vocab_size=_int(config, "vocab_size", where),
+        tied_embeddings=_bool(config, "tie_word_embeddings", where, True),
+        max_position_embeddings=_int(config, "n_positions", where,
+                                     default=_MAX_POSITIONS_DEFAULT["gpt2"]),
+        activation="gelu", norm="layernorm", position_embedding="learned", linear_bias=True,
+    )
+
+
+_READERS: dict[str, Callable[[Mapping[str, Any], str], dict[str, Any]]] = {
+    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2,
+    "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "deepseek_v3": _deepseek_v3, "gpt2": _gpt2,
+}
+assert set(_READERS) == set(HF_KEYS)
+
+
+def _autoplan_fields(config: Mapping[str, Any], where: str, name: str | None, model_type: str,
+                     fields: Mapping[str, Any]) -> dict[str, Any]:
+    """name, aliases, sources, seq_len (``description`` is checked and not kept)."""
+    if name is None:
+        name = config["name"] if "name" in config else config.get("_name_or_path") or model_type
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError(where, f"name: expected a non-empty string, got {name!r}")
+    description = config.get("description", "")
+    if not isinstance(description, str):
+        raise SpecError(where, f"description: expected a string, got {description!r}")
+    max_positions = fields["max_position_embeddings"]
+    seq_len = _int(config, "seq_len", where, default=min(DEFAULT_SEQ_LEN, max_positions))
+    if fields.get("position_embedding") == "learned" and seq_len > max_positions:
+        raise SpecError(where, f"seq_len <= n_positions must hold with learned positions, "
+                               f"got ({seq_len}, {max_positions})")
+    return dict(name=name.strip(), aliases=_str_list(config, "aliases", where),
+                sources=_str_list(config, "sources", where), seq_len=seq_len)

@@ -1,0 +1,135 @@
+"""ModelSpec: the architecture of a decoder-only transformer, as plain frozen data.
+
+Field names follow the convention of this package (``num_`` for counts, ``_size`` for widths);
+presets in ``model_db/`` and user files use Hugging Face ``config.json`` field names and are
+converted by :mod:`autoplan.specs.hf_config`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from autoplan.errors import SpecError
+
+ACTIVATIONS = ("swiglu", "gelu")
+NORMS = ("rmsnorm", "layernorm")
+POSITION_EMBEDDINGS = ("rope", "learned")
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """Mixture-of-experts feed-forward (Mixtral, Qwen3-MoE, DeepSeek-V3).
+
+    ``num_dense_layers`` leading layers use a dense MLP of ``ModelSpec.ffn_hidden_size``
+    (DeepSeek-V3: ``first_k_dense_replace = 3``); the others route each token to
+    ``num_experts_per_token`` of ``num_experts`` experts of width ``expert_ffn_hidden_size`` and
+    also run ``num_shared_experts`` always-on experts of width ``shared_expert_ffn_hidden_size``.
+    """
+
+    num_experts: int
+    num_experts_per_token: int
+    expert_ffn_hidden_size: int
+    num_shared_experts: int = 0
+    shared_expert_ffn_hidden_size: int = 0
+    num_dense_layers: int = 0
+    router_bias: bool = False  # DeepSeek-V3's e_score_correction_bias (num_experts floats)
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2/V3). ``q_lora_rank = 0`` means a plain q_proj."""
+
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer's shape. All sizes are element counts (not bytes)."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    tied_embeddings: bool = False
+    activation: str = "swiglu"
+    norm: str = "rmsnorm"
+    position_embedding: str = "rope"
+    max_position_embeddings: int = 8192
+    qk_norm: bool = False
+    qkv_bias: bool = False
+    linear_bias: bool = False  # GPT-2 style: every linear layer has a bias
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    seq_len: int = 4096  # default training sequence length
+    model_type: str = "llama"
+    aliases: tuple[str, ...] = ()
+    sources: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"model '{self.name}'"
+        for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                     "num_kv_heads", "head_dim", "vocab_size", "seq_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise SpecError(where, f"{name} must be a positive integer, got {value!r}")
+        if self.num_attention_heads % self.num_kv_heads:
+            raise SpecError(where, "num_attention_heads must be a multiple of num_kv_heads, got "
+                                   f"({self.num_attention_heads}, {self.num_kv_heads})")
+        for name, allowed in (("activation", ACTIVATIONS), ("norm", NORMS),
+                              ("position_embedding", POSITION_EMBEDDINGS)):
+            if getattr(self, name) not in allowed:
+                raise SpecError(where, f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.moe is not None:
+            moe = self.moe
+            if not 0 < moe.num_experts_per_token <= moe.num_experts:
+                raise SpecError(where, "0 < num_experts_per_token <= num_experts must hold, got "
+                                       f"({moe.num_experts_per_token}, {moe.num_experts})")
+            if not 0 <= moe.num_dense_layers <= self.num_layers:
+                raise SpecError(where, f"num_dense_layers must be in [0, {self.num_layers}], "
+                                       f"got {moe.num_dense_layers}")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def num_moe_layers(self) -> int:
+        return 0 if self.moe is None else self.num_layers - self.moe.num_dense_layers
+
+    @property
+    def q_size(self) -> int:
+        """Width of the attention output before o_proj (heads × value head dim)."""
+        if self.mla is not None:
+            return self.num_attention_heads * self.mla.v_head_dim
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        """Width of K (= of V) for GQA; for MLA the per-token latent kept for attention."""
+        if self.mla is not None:
+            return self.num_attention_heads * (self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim)
+        return self.num_kv_heads * self.head_dim
+
+    @cached_property
+    def params(self):
+        """Parameter counts by component (see :mod:`autoplan.cost.params`)."""
+        from autoplan.cost.params import count_params
+
+        return count_params(self)
+
+    @property
+    def num_params(self) -> int:
+        return self.params.total
+
+    @property
+    def num_active_params(self) -> int:
+        return self.params.active
