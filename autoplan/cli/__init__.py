@@ -1,0 +1,86 @@
+"""The ``autoplan`` command line: parse options, call the library, format the output.
+
+Commands live in one module each under ``autoplan/cli/``; heavy imports (pandas, optuna,
+matplotlib) happen inside commands so ``autoplan --help`` stays fast. Every error on user input
+becomes one line on stderr and exit code 2 (1 when no plan is feasible), never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+
+import click
+
+from autoplan import __version__
+from autoplan.errors import AutoplanError
+
+# (module, command names) registered on the group; each module defines those click commands.
+_COMMAND_MODULES = [
+    ("autoplan.cli.info", ("models", "hardware", "trainers")),
+    ("autoplan.cli.estimate", ("estimate", "compare", "explain")),
+    ("autoplan.cli.search", ("search",)),
+    ("autoplan.cli.export", ("export",)),
+    ("autoplan.cli.calibrate", ("calibrate", "validate")),
+]
+
+
+class AutoplanGroup(click.Group):
+    """Loads commands lazily and turns user errors into one clear line."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = []
+        for module, commands in _COMMAND_MODULES:
+            if importlib.util.find_spec(module) is not None:
+                names += commands
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        for module, commands in _COMMAND_MODULES:
+            if name in commands and importlib.util.find_spec(module) is not None:
+                return getattr(importlib.import_module(module), f"{name}_command")
+        return None
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except AutoplanError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(getattr(exc, "exit_code", 2))
+        except FileNotFoundError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(2)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.echo("Interrupted.", err=True)
+            ctx.exit(130)
+        except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+            if os.environ.get("AUTOPLAN_DEBUG"):
+                raise
+            click.echo(f"Internal error: {type(exc).__name__}: {exc} "
+                       "(set AUTOPLAN_DEBUG=1 for the traceback, and please report it)", err=True)
+            ctx.exit(3)
+
+
+@click.group(cls=AutoplanGroup, context_settings={"help_option_names": ["-h", "--help"],
+                                                  "max_content_width": 100})
+@click.version_option(__version__, prog_name="autoplan")
+def main() -> None:
+    """Plan parallel layouts for training large language models on GPU clusters.
+
+    \b
+    Typical use:
+      autoplan search --model 70b --gpus 512 --gbs-tokens 4M
+      autoplan estimate --model 8b --gpus 64 --tp 2 --pp 1 --gbs-tokens 4M
+      autoplan models / autoplan hardware / autoplan trainers
+
+    Token counts take binary suffixes, the field's convention: 4M = 4·2^20 = 4,194,304 tokens
+    (plain integers and 4e6 are literal).
+    """
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""`autoplan estimate`, `autoplan explain` (one layout) and `autoplan compare` (a CSV of layouts)."""
+
+from __future__ import annotations
+
+import difflib
+
+import click
+
+from autoplan.cli.layout_options import batch_options, layout_options, layout_values, resolve_batch
+from autoplan.cli.options import context_options, output_format_option
+from autoplan.cli.render import emit_records
+from autoplan.errors import AutoplanError
+
+
+def _evaluate_one(kwargs):
+    from autoplan.api import build_context
+    from autoplan.cost.evaluate import evaluate
+    from autoplan.layout import LayoutBatch, resolve_layout
+
+    ctx = build_context(kwargs["model_name"], kwargs["gpus"], hardware=kwargs["hardware"],
+                        trainer=kwargs["trainer"], gpus_per_node=kwargs["gpus_per_node"],
+                        nic=kwargs["nic"], profile_path=kwargs["profile_path"],
+                        flops_convention=kwargs["flops_convention"])
+    seq, gbs = resolve_batch(kwargs["seq_len"], kwargs["gbs_seqs"], kwargs["gbs_tokens"], ctx.model.seq_len)
+    layout = resolve_layout(layout_values(kwargs, kwargs["gpus"], seq, gbs))
+    batch = LayoutBatch.from_layouts([layout])
+    return ctx, batch, evaluate(ctx, batch)
+
+
+def _why_not(ctx, batch, table) -> str:
+    from autoplan.legality import explain_reason
+
+    code = int(table["reason_code"][0])
+    if code:
+        return explain_reason(ctx, batch, 0, code)
+    if not table["fits"][0]:
+        stage = "first" if table["peak_stage"][0] == 0 else "last"
+        from autoplan.cost.memory import MEMORY_TERMS
+
+        biggest = max(MEMORY_TERMS, key=lambda t: table[f"mem_{stage}_{t}_bytes"][0])
+        over = -table["memory_headroom_gib"][0]
+        return (f"out of memory: peak {table['peak_memory_gib'][0]:.1f} GiB on the {stage} stage is "
+                f"{over:.1f} GiB over the usable {ctx.cluster.gpu.usable_memory_bytes / 2**30:.1f} GiB; "
+                f"largest term: {biggest} ({table[f'mem_{stage}_{biggest}_bytes'][0] / 2**30:.1f} GiB)")
+    return ""
+
+
+@click.command("estimate")
+@context_options
+@batch_options
+@layout_options
+@output_format_option()
+def estimate_command(output_format, **kwargs) -> None:
+    """Predict memory, step time, tokens/s and MFU of one layout."""
+    ctx, batch, table = _evaluate_one(kwargs)
+    record = table.record(0)
+    record["infeasible_reason"] = _why_not(ctx, batch, table)
+    record.update(model=ctx.model.name, hardware=ctx.cluster.gpu.name, trainer=ctx.profile.name)
+    if output_format != "table":
+        emit_records([record], output_format, columns=list(record))
+        return
+    lay = batch.layout(0)
+    click.echo(f"{ctx.model.name} on {lay.gpus} × {ctx.cluster.gpu.name} ({ctx.profile.name}): {lay.describe()}")
+    status = "fits" if record["fits"] else "DOES NOT FIT"
+    click.echo(f"  memory   peak {record['peak_memory_gib']:.1f} GiB of "
+               f"{ctx.cluster.gpu.usable_memory_bytes / 2**30:.1f} GiB usable ({status})")
+    click.echo(f"  time     step {record['step_time_s']:.3f} s, {record['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, "
+               f"MFU {record['mfu']:.1%}, HFU {record['hfu']:.1%}, bubble {record['bubble_fraction']:.1%}")
+    if record["infeasible_reason"]:
+        click.echo(f"  why not  {record['infeasible_reason']}")
+
+
+@click.command("explain")
+@context_options
+@batch_options
+@layout_options
+@output_format_option()
+def explain_command(output_format, **kwargs) -> None:
+    """Every memory and time term of one layout, with its formula and source."""
+    from autoplan.explain import bottleneck, explain_terms
+
+    ctx, batch, table = _evaluate_one(kwargs)
+    rows = explain_terms(table, 0)
+    emit_records(rows, output_format, columns=["kind", "stage", "term", "value", "unit", "formula", "source"],
+                 title=f"{ctx.model.name}: {batch.layout(0).describe()}",
+                 formatters={"value": "{:.4g}".format}, json_key="terms")
+    if output_format == "table":
+        click.echo(f"Bottleneck: {bottleneck(table, 0)}")
+        reason = _why_not(ctx, batch, table)
+        if reason:
+            click.echo(f"Why not: {reason}")
+
+
+MEASURED_COLUMNS = ("tokens_per_s_per_gpu", "peak_memory_gib")
+
+
+def _check_columns(columns, where: str) -> None:
+    from autoplan.layout import FIELDS
+
+    for column in columns:
+        if column in FIELDS or column in MEASURED_COLUMNS:
+            continue
+        close = difflib.get_close_matches(column, FIELDS + MEASURED_COLUMNS, n=1, cutoff=0.75)
+        if close:
+            raise AutoplanError(f"{where}: unknown column '{column}' (did you mean '{close[0]}'?)")
+
+
+@click.command("compare")
+@click.argument("layouts_csv", type=click.Path(exists=True, dir_okay=False))
+@click.option("--model", "-m", "model_name", required=True, help="Model preset, alias or config path.")
+@click.option("--hardware", default="h100-sxm", show_default=True, help="GPU preset or YAML path.")
+@click.option("--trainer", default="megatron", show_default=True, help="Trainer profile.")
+@click.option("--profile", "profile_path", default=None, help="Calibrated profile YAML.")
+@click.option("--gpus", type=click.IntRange(1, 10**7), default=None, help="GPUs, when not a column.")
+@click.option("--seq-len", type=click.IntRange(1, 10**8), default=None, help="Sequence length, when not a column.")
+@click.option("--gbs-seqs", type=click.IntRange(1, 10**9), default=None, help="Global batch, when not a column.")
+@click.option("--precision", type=click.Choice(["bf16", "fp8"]), default=None, help="When not a column.")
+@click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the CSV here instead of standard output.")
+def compare_command(layouts_csv, model_name, hardware, trainer, profile_path, gpus, seq_len, gbs_seqs,
+                    precision, output_path) -> None:
+    """Evaluate every row of a CSV of layouts; rows that break a rule get fits=false and a reason."""
+    from autoplan.compare import compare_layouts, read_layouts_csv
+
+    frame = read_layouts_csv(layouts_csv)
+    _check_columns(frame.columns, layouts_csv)
+    defaults = {"gpus": gpus, "seq_len": seq_len, "gbs_seqs": gbs_seqs, "precision": precision}
+    out = compare_layouts(frame, model_name, hardware=hardware, trainer=trainer,
+                          profile_path=profile_path, defaults=defaults)
+    text = out.to_csv(index=False, lineterminator="\n")
+    if output_path:
+        with open(output_path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        click.echo(f"wrote {len(out)} rows to {output_path}", err=True)
+    else:
+        click.echo(text, nl=False)

@@ -1,0 +1,79 @@
+"""Options that describe one layout (estimate, explain, export) and the training batch."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from autoplan.cli.options import TokenCount
+from autoplan.errors import AutoplanError
+from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE
+
+
+def batch_options(func: Callable) -> Callable:
+    """--gpus, --seq-len, --gbs-seqs / --gbs-tokens."""
+    options = [
+        click.option("--gpus", "-n", type=click.IntRange(1, 10**7), required=True, help="Number of GPUs."),
+        click.option("--seq-len", type=click.IntRange(1, 10**8), default=None,
+                     help="Training sequence length (default: the model's)."),
+        click.option("--gbs-seqs", type=click.IntRange(1, 10**9), default=None,
+                     help="Global batch size in sequences."),
+        click.option("--gbs-tokens", type=TokenCount(), default=None,
+                     help="Global batch size in tokens; 4M = 4·2^20 (binary suffixes)."),
+    ]
+    return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
+
+
+def layout_options(func: Callable) -> Callable:
+    """The knobs of one layout; unspecified ones take resolve_layout's defaults."""
+    pos = click.IntRange(1, 2**20)
+    options = [
+        click.option("--tp", type=pos, default=1, show_default=True, help="Tensor-parallel size."),
+        click.option("--pp", type=pos, default=1, show_default=True, help="Pipeline-parallel size."),
+        click.option("--vpp", type=pos, default=1, show_default=True, help="Virtual stages per pipeline rank."),
+        click.option("--cp", type=pos, default=1, show_default=True, help="Context-parallel size."),
+        click.option("--ep", type=pos, default=1, show_default=True, help="Expert-parallel size."),
+        click.option("--etp", type=pos, default=1, show_default=True, help="Expert tensor-parallel size."),
+        click.option("--dp", type=pos, default=None, help="Data-parallel size (default gpus/(tp·pp·cp))."),
+        click.option("--zero", type=click.IntRange(0, 3), default=1, show_default=True,
+                     help="ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +weights (FSDP)."),
+        click.option("--mbs", type=pos, default=1, show_default=True, help="Micro-batch size in sequences."),
+        click.option("--grad-acc", type=pos, default=None, help="Micro-batches per step (default from the batch)."),
+        click.option("--recompute", type=click.Choice(RECOMPUTE), default="none", show_default=True,
+                     help="Activation recomputation."),
+        click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True),
+        click.option("--sp/--no-sp", default=None, help="Sequence parallel (default: on when tp > 1)."),
+        click.option("--placement", type=click.Choice(PLACEMENTS), default=PLACEMENTS[0], show_default=True,
+                     help="Rank order, innermost first."),
+    ]
+    return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
+
+
+LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "zero", "mbs", "grad_acc", "recompute",
+               "precision", "sp", "placement")
+
+
+def resolve_batch(seq_len: int | None, gbs_seqs: int | None, gbs_tokens: float | None,
+                  model_seq_len: int, *, required: bool = True) -> tuple[int, int | None]:
+    """(seq_len, gbs_seqs) from the options; --gbs-tokens must be a whole number of sequences."""
+    seq = seq_len or model_seq_len
+    if gbs_seqs is not None and gbs_tokens is not None:
+        raise AutoplanError("give either --gbs-seqs or --gbs-tokens, not both "
+                            f"(got --gbs-seqs {gbs_seqs} and --gbs-tokens {gbs_tokens:.0f})")
+    if gbs_tokens is not None:
+        if gbs_tokens % seq:
+            raise AutoplanError(f"--gbs-tokens ({gbs_tokens:.0f}) must be a multiple of the sequence "
+                                f"length ({seq}); nearest: {max(1, round(gbs_tokens / seq)) * seq}")
+        gbs_seqs = int(gbs_tokens // seq)
+    if gbs_seqs is None and required:
+        raise AutoplanError("give the global batch size with --gbs-tokens (e.g. 4M) or --gbs-seqs")
+    return seq, gbs_seqs
+
+
+def layout_values(kwargs: dict[str, Any], gpus: int, seq_len: int, gbs_seqs: int) -> dict[str, Any]:
+    values = {k: kwargs[k] for k in LAYOUT_KEYS if kwargs.get(k) is not None}
+    values.update(gpus=gpus, seq_len=seq_len, gbs_seqs=gbs_seqs)
+    return values

@@ -1,0 +1,53 @@
+"""Output formatting shared by commands: rich tables, CSV and JSON of flat records."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return None
+        if value.is_integer() and abs(value) < 2**53:
+            return int(value)
+    return value
+
+
+def emit_records(records: Sequence[dict[str, Any]], output_format: str, *, columns: Sequence[str],
+                 title: str = "", headers: dict[str, str] | None = None,
+                 formatters: dict[str, Any] | None = None, json_key: str | None = None) -> None:
+    """Print ``records`` as a rich table (``columns``), CSV (every key) or JSON."""
+    if output_format == "json":
+        payload: Any = [{k: _plain(v) for k, v in r.items()} for r in records]
+        if json_key:
+            payload = {json_key: payload}
+        click.echo(json.dumps(payload, indent=2))
+        return
+    if output_format == "csv":
+        keys = list(records[0].keys()) if records else list(columns)
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=keys, lineterminator="\n", extrasaction="ignore")
+        writer.writeheader()
+        for record in records:
+            writer.writerow({k: _plain(v) for k, v in record.items()})
+        click.echo(buffer.getvalue(), nl=False)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title or None)
+    headers = headers or {}
+    formatters = formatters or {}
+    for column in columns:
+        table.add_column(headers.get(column, column), overflow="fold")
+    for record in records:
+        table.add_row(*[formatters.get(c, str)(record.get(c, "")) for c in columns])
+    Console(width=200).print(table)

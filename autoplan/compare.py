@@ -1,0 +1,72 @@
+"""Evaluate a table of layouts (``autoplan compare``), keeping the input columns and order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from autoplan.errors import AutoplanError, SpecError
+from autoplan.layout import FIELDS, LayoutBatch, resolve_layout
+
+OUTPUT_COLUMNS = ("fits", "infeasible_reason", "peak_memory_bytes", "peak_memory_gib", "peak_stage",
+                  "step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
+                  "hardware_tflops_per_gpu", "hfu", "bubble_fraction", "time_compute_s",
+                  "time_recompute_s", "time_tp_exposed_s", "time_cp_exposed_s", "time_ep_exposed_s",
+                  "time_pp_exposed_s", "time_dp_exposed_s", "time_bubble_s", "time_optimizer_s")
+
+
+def read_layouts_csv(path: str):
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path, encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(path, "not UTF-8 text") from None
+    except pd.errors.EmptyDataError:
+        raise SpecError(path, "file is empty") from None
+    except pd.errors.ParserError as exc:
+        raise SpecError(path, f"not a valid CSV ({exc})") from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    if frame.empty:
+        raise SpecError(path, "has a header but no rows")
+    return frame
+
+
+def compare_layouts(frame, model: str, *, hardware: str, trainer: str, profile_path: str | None,
+                    defaults: dict[str, Any]):
+    """Prediction columns appended to ``frame``; a bad row gets fits=False and a reason."""
+    from autoplan.api import build_context
+    from autoplan.cost.evaluate import evaluate
+
+    layouts, reasons, rows = [], [""] * len(frame), []
+    for i, raw in enumerate(frame.to_dict("records")):
+        values = {k: raw[k] for k in FIELDS if k in raw and raw[k] == raw[k]}
+        for key, value in defaults.items():
+            values.setdefault(key, value)
+        try:
+            layouts.append(resolve_layout(values))
+            rows.append(i)
+        except AutoplanError as exc:
+            reasons[i] = str(exc)
+    out = frame.copy()
+    for column in OUTPUT_COLUMNS:
+        out[column] = np.nan
+    out["fits"] = False
+    out["infeasible_reason"] = reasons
+    if layouts:
+        ctx = build_context(model, max(x.gpus for x in layouts), hardware=hardware, trainer=trainer,
+                            profile_path=profile_path)
+        table = evaluate(ctx, LayoutBatch.from_layouts(layouts))
+        frame_out = table.to_frame()
+        from autoplan.legality import explain_reason
+
+        for j, i in enumerate(rows):
+            for column in OUTPUT_COLUMNS:
+                if column != "infeasible_reason":
+                    out.at[i, column] = frame_out[column].iloc[j]
+            code = int(table["reason_code"][j])
+            out.at[i, "infeasible_reason"] = (explain_reason(ctx, table.batch, j, code) if code
+                                              else frame_out["infeasible_reason"].iloc[j])
+    out["fits"] = out["fits"].astype(bool)
+    return out
