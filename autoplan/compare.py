@@ -39,6 +39,11 @@ def compare_layouts(frame, model: str, *, hardware: str, trainer: str, profile_p
     from autoplan.api import build_context
     from autoplan.cost.evaluate import evaluate
 
+    from autoplan.specs.models import load_model
+
+    defaults = dict(defaults)
+    if defaults.get("seq_len") is None:
+        defaults["seq_len"] = load_model(model).seq_len
     layouts, reasons, rows = [], [""] * len(frame), []
     for i, raw in enumerate(frame.to_dict("records")):
         values = {k: raw[k] for k in FIELDS if k in raw and raw[k] == raw[k]}
