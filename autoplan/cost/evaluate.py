@@ -9,7 +9,7 @@ import numpy as np
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.flops import model_flops_per_token, recompute_flops_per_token
-from autoplan.cost.memory import _params_on_stage, memory_table
+from autoplan.cost.memory import memory_table, stage_param_counts
 from autoplan.cost.stages import stage_layers
 from autoplan.cost.time import time_table
 from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch
@@ -67,11 +67,9 @@ class CostTable:
         return pd.DataFrame(data)
 
 
-def stage_params(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+def heavier_stage_params(params: dict[str, tuple]) -> dict[str, np.ndarray]:
     """Parameters per GPU of the heavier of the first and last stage (dense, expert)."""
-    layers = stage_layers(ctx.model, b.pp)
-    first = _params_on_stage(ctx, b, layers.first_dense, layers.first_moe, True)
-    last = _params_on_stage(ctx, b, layers.last_dense, layers.last_moe, False)
+    first, last = params["first"], params["last"]
     use_first = first[0] + first[1] >= last[0] + last[1]
     return {"dense": np.where(use_first, first[0], last[0]),
             "expert": np.where(use_first, first[1], last[1])}
@@ -87,8 +85,10 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = False
     cols: dict[str, np.ndarray] = {}
     codes = legality_codes(ctx, b, allow_uneven=allow_uneven)
     with np.errstate(divide="ignore", invalid="ignore"):
-        cols.update(memory_table(ctx, b))
-        cols.update(time_table(ctx, b, stage_params(ctx, b)))
+        layers = stage_layers(ctx.model, b.pp)
+        params = stage_param_counts(ctx, b, layers)
+        cols.update(memory_table(ctx, b, layers, params))
+        cols.update(time_table(ctx, b, heavier_stage_params(params), layers))
         tokens_per_step = b.gbs_seqs * b.seq_len
         model_flops = model_flops_per_token(ctx, b.seq_len) * tokens_per_step
         hardware_flops = model_flops + recompute_flops_per_token(ctx, b) * tokens_per_step

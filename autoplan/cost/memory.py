@@ -118,16 +118,20 @@ def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray
     return out
 
 
-def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: bool) -> dict[str, np.ndarray]:
-    """Every memory term (bytes per GPU) of the first or the last stage."""
+def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: bool,
+                 acts: dict[str, tuple[np.ndarray, np.ndarray]],
+                 params: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every memory term (bytes per GPU) of the first or the last stage.
+
+    ``acts`` maps 'none'/'selective' to ``layer_activation_bytes``; ``params`` is the stage's
+    (non-expert, expert) parameters per GPU.
+    """
     p, e, m = ctx.profile, ctx.efficiency, ctx.model
     n_layers = layers.first if first else layers.last
     n_dense = layers.first_dense if first else layers.last_dense
-    dense_params, expert_params = _params_on_stage(ctx, b, n_dense, n_layers - n_dense, first)
+    dense_params, expert_params = params
     terms = model_state_bytes(ctx, b, dense_params, expert_params)
-
-    act_none = layer_activation_bytes(ctx, b, "none")
-    act_sel = layer_activation_bytes(ctx, b, "selective")
+    act_none, act_sel = acts["none"], acts["selective"]
     moe_share = np.where(n_layers > 0, (n_layers - n_dense) / np.maximum(n_layers, 1.0), 0.0)
     mean_none = act_none[0] * (1 - moe_share) + act_none[1] * moe_share
     mean_sel = act_sel[0] * (1 - moe_share) + act_sel[1] * moe_share
@@ -158,13 +162,22 @@ MEMORY_TERMS = ("weights", "gradients", "master_weights", "optimizer_states", "a
                 "embedding_output", "logits_and_loss", "communication_buffers", "reserve")
 
 
-def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+def stage_param_counts(ctx: CostContext, b: LayoutBatch, layers: StageLayers) -> dict[str, tuple]:
+    """(non-expert, expert) parameters per GPU of the first and the last stage."""
+    return {"first": _params_on_stage(ctx, b, layers.first_dense, layers.first_moe, True),
+            "last": _params_on_stage(ctx, b, layers.last_dense, layers.last_moe, False)}
+
+
+def memory_table(ctx: CostContext, b: LayoutBatch, layers: StageLayers | None = None,
+                 params: dict[str, tuple] | None = None) -> dict[str, np.ndarray]:
     """Per-stage terms, totals, the peak over stages and which stage holds it."""
-    layers = stage_layers(ctx.model, b.pp)
+    layers = layers if layers is not None else stage_layers(ctx.model, b.pp)
+    params = params if params is not None else stage_param_counts(ctx, b, layers)
+    acts = {mode: layer_activation_bytes(ctx, b, mode) for mode in ("none", "selective")}
     out: dict[str, np.ndarray] = {}
     totals = {}
     for stage_name, first in (("first", True), ("last", False)):
-        terms = stage_memory(ctx, b, layers, first)
+        terms = stage_memory(ctx, b, layers, first, acts, params[stage_name])
         for name in MEMORY_TERMS:
             out[f"mem_{stage_name}_{name}_bytes"] = terms[name]
         totals[stage_name] = sum(terms[name] for name in MEMORY_TERMS)

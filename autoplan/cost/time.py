@@ -16,7 +16,7 @@ import numpy as np
 from autoplan.cost import comm
 from autoplan.cost.context import CostContext
 from autoplan.cost.flops import attention_score_flops_per_token, layer_matmul_flops_per_token
-from autoplan.cost.stages import stage_layers
+from autoplan.cost.stages import StageLayers, stage_layers
 from autoplan.layout import LayoutBatch
 
 BF16_BYTES = 2.0
@@ -99,10 +99,11 @@ def _dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndar
     return {"per_step": per_step, "per_micro": per_micro}
 
 
-def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict) -> dict[str, np.ndarray]:
+def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
+               layers: StageLayers | None = None) -> dict[str, np.ndarray]:
     """Every time term (seconds per step) and the step time."""
     e, p, m = ctx.efficiency, ctx.profile, ctx.model
-    layers = stage_layers(m, b.pp)
+    layers = layers if layers is not None else stage_layers(m, b.pp)
     fwd = _layer_forward_s(ctx, b)
     backward_mm = 2.0
     sel_mm = np.where(b.recompute == 1, p.selective_recompute_matmul_fraction, 0.0)
