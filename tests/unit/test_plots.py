@@ -1,0 +1,132 @@
+"""The four report figures: each is written, is a valid PNG and shows something.
+
+Frames come from evaluating real layouts of llama3-8b on 64 H100s (no hand-made numbers).
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import cache
+
+import numpy as np
+import pytest
+
+from autoplan import plots
+from autoplan.api import build_context
+from autoplan.cost.evaluate import evaluate
+from autoplan.errors import LayoutError
+from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.units import GiB
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MIN_PNG_BYTES = 5_000
+
+
+@cache
+def frames():
+    """(ctx, frame of a grid of layouts, frame of the 5 fastest feasible ones)."""
+    ctx = build_context("llama3-8b", 64)
+    layouts = []
+    grid = itertools.product((1, 2, 4, 8), (1, 2, 4), (1, 2), ("none", "selective", "full"),
+                             (0, 1, 3), (1, 2))
+    for tp, pp, vpp, recompute, zero, mbs in grid:
+        try:
+            layouts.append(resolve_layout(dict(gpus=64, tp=tp, pp=pp, vpp=vpp, recompute=recompute,
+                                               zero=zero, mbs=mbs, seq_len=8192, gbs_seqs=512)))
+        except LayoutError:
+            pass
+    frame = evaluate(ctx, LayoutBatch.from_layouts(layouts)).to_frame()
+    top = frame[frame["fits"]].sort_values("tokens_per_s_per_gpu", ascending=False).head(5)
+    return ctx, frame, top
+
+
+def capacity_gib(ctx) -> float:
+    return ctx.cluster.gpu.usable_memory_bytes / GiB
+
+
+def assert_nontrivial_png(path):
+    import matplotlib.image
+
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, f"{path.name} is not a PNG"
+    assert len(data) > MIN_PNG_BYTES, f"{path.name} is only {len(data)} bytes"
+    pixels = matplotlib.image.imread(path)
+    assert pixels.ndim == 3 and pixels.shape[0] > 200 and pixels.shape[1] > 200
+    assert float(np.var(pixels[..., :3])) > 0, f"{path.name} is one flat colour"
+
+
+def test_frames_have_both_kinds_of_layout():
+    _, frame, top = frames()
+    assert frame["fits"].any() and not frame["fits"].all()
+    assert len(top) == 5
+
+
+def test_memory_per_stage(tmp_path):
+    ctx, _, top = frames()
+    path = plots.plot_memory_per_stage(top, capacity_gib(ctx), tmp_path / "memory.png")
+    assert path == tmp_path / "memory.png"
+    assert_nontrivial_png(path)
+
+
+def test_throughput_vs_memory(tmp_path):
+    ctx, frame, top = frames()
+    path = plots.plot_throughput_vs_memory(frame, capacity_gib(ctx), top.index[0], tmp_path / "p.png")
+    assert_nontrivial_png(path)
+
+
+def test_throughput_vs_memory_without_chosen_plan(tmp_path):
+    ctx, frame, _ = frames()
+    assert_nontrivial_png(plots.plot_throughput_vs_memory(frame, capacity_gib(ctx), None, tmp_path / "p.png"))
+
+
+def test_step_breakdown(tmp_path):
+    _, _, top = frames()
+    assert_nontrivial_png(plots.plot_step_breakdown(top, tmp_path / "sub" / "steps.png"))
+
+
+@pytest.mark.parametrize("values", [dict(tp=2, pp=4), dict(tp=2, pp=4, vpp=2), dict(tp=8)],
+                         ids=["1f1b", "interleaved", "no-pipeline"])
+def test_pipeline_schedule(tmp_path, values):
+    layout = resolve_layout(dict(gpus=64, seq_len=8192, gbs_seqs=512, **values))
+    assert_nontrivial_png(plots.plot_pipeline_schedule(layout, tmp_path / "schedule.png"))
+
+
+@pytest.mark.parametrize("pp,vpp,m", [(1, 1, 4), (4, 1, 8), (4, 1, 2), (4, 2, 8), (8, 4, 16), (4, 3, 12)])
+def test_timeline_matches_the_bubble_formula(pp, vpp, m):
+    # SC'21 Sec. 2.2.2: with t_f = 1 and t_b = 2 a step takes m·3 + (pp - 1)/vpp·3
+    # (e.g. pp=4, vpp=2, m=8: 24 + 4.5 = 28.5); m < pp (4, 1, 2): (2 + 3)·3 = 15.
+    ops = plots.pipeline_timeline(pp, vpp, m)
+    assert len(ops) == 2 * pp * vpp * m
+    assert max(op.end for op in ops) == pytest.approx((m + (pp - 1) / vpp) * 3.0)
+
+
+def test_rank_order_warmup_follows_megatron():
+    # 1F1B, pp=4: rank 0 runs 3 warm-up forwards, the last rank none.
+    assert [k for k, _, _ in plots.rank_op_order(4, 1, 8, 0)][:5] == ["F", "F", "F", "F", "B"]
+    assert [k for k, _, _ in plots.rank_op_order(4, 1, 8, 3)][:3] == ["F", "B", "F"]
+    # interleaved pp=4, vpp=2, rank 0: 2·3 + 1·4 = 10 warm-up chunk forwards, micro-batches
+    # 0-3 on chunk 0, then 0-3 on chunk 1, then 4-5 on chunk 0.
+    order = plots.rank_op_order(4, 2, 8, 0)
+    assert order[:11] == [("F", i, 0) for i in range(4)] + [("F", i, 1) for i in range(4)] + [
+        ("F", 4, 0), ("F", 5, 0), ("F", 6, 0)]
+    assert order[11] == ("B", 0, 1)
+
+
+def test_drawn_microbatches_capped():
+    layout = resolve_layout(dict(gpus=64, tp=1, pp=8, vpp=2, seq_len=8192, gbs_seqs=512))
+    assert layout.grad_acc == 64 and plots.drawn_microbatches(layout) == 16
+
+
+def test_pareto_front():
+    memory = np.array([10.0, 20.0, 15.0, 30.0, 20.0])
+    throughput = np.array([1.0, 3.0, 0.5, 2.0, 2.5])
+    # 10 GiB/1.0 and 20 GiB/3.0 are not beaten; 15/0.5, 30/2.0 and 20/2.5 are.
+    assert plots.pareto_front(memory, throughput).tolist() == [0, 1]
+
+
+def test_layout_from_row_round_trips():
+    _, frame, _ = frames()
+    row = frame.iloc[7]
+    layout = plots.layout_from_row(row)
+    assert layout == LayoutBatch.from_layouts([layout]).layout(0)
+    assert layout.tp == row["tp"] and layout.recompute == row["recompute"]
