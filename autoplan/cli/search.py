@@ -1,0 +1,211 @@
+"""``autoplan search``: the layouts that fit, reach the global batch and train fastest."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from autoplan.cli.options import ChoiceList, IntList, TokenCount, context_options, fail, output_format_option
+from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE
+
+SAMPLER_CHOICES = ("auto", "exhaustive", "tpe", "nsga2", "random")  # = autoplan.search.SAMPLERS
+INT_KNOB_HELP = {"tp": "tensor", "pp": "pipeline", "vpp": "virtual pipeline (interleaved)",
+                 "cp": "context", "ep": "expert", "etp": "expert tensor"}
+
+
+def knob_options(func):
+    """--tp/--pp/--vpp/--cp/--ep/--etp/--zero/--mbs and --recompute/--precision/--placement."""
+    options = [click.option(f"--{k}", type=IntList(), default=None,
+                            help=f"{v.capitalize()} parallel degree(s), e.g. 8 or 4,8 "
+                                 "(replaces the space's list).")
+               for k, v in INT_KNOB_HELP.items()]
+    options += [
+        click.option("--zero", type=IntList(minimum=0), default=None, help="ZeRO stage(s): 0, 1, 2, 3."),
+        click.option("--mbs", type=IntList(), default=None, help="Micro-batch size(s) in sequences."),
+        click.option("--recompute", type=ChoiceList(RECOMPUTE), default=None,
+                     help=f"Activation recompute mode(s): {', '.join(RECOMPUTE)}."),
+        click.option("--precision", type=ChoiceList(PRECISIONS), default=None,
+                     help=f"Precision(s): {', '.join(PRECISIONS)}."),
+        click.option("--placement", type=ChoiceList(PLACEMENTS), default=None,
+                     help="Rank order(s), innermost first."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.command("search")
+@context_options
+@click.option("--gpus", "-g", type=click.IntRange(min=1), required=True, help="Number of GPUs.")
+@click.option("--gbs-tokens", type=TokenCount(), default=None,
+              help="Global batch in tokens, e.g. 4M (= 4·2^20).")
+@click.option("--gbs-seqs", type=click.IntRange(min=1), default=None,
+              help="Global batch in sequences (instead of --gbs-tokens).")
+@click.option("--seq-len", type=click.IntRange(min=1), default=None,
+              help="Sequence length [default: the model's].")
+@click.option("--gbs-tolerance", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0,
+              show_default=True, help="Accept a global batch within this fraction of the target.")
+@knob_options
+@click.option("--space", "space_name", default=None,
+              help="Search space name (default, moe, long-context) or YAML path "
+                   "[default: moe for MoE models, else default].")
+@click.option("--allow-uneven-pp", is_flag=True, help="Allow layers not divisible by pp·vpp.")
+@click.option("--sampler", type=click.Choice(SAMPLER_CHOICES), default="auto", show_default=True,
+              help="auto = exhaustive when the space has at most ~1e6 layouts, else tpe.")
+@click.option("--trials", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Optuna samplers: finished trials in the study (resumed ones count).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="Stop searching after this many seconds.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Sampler seed.")
+@click.option("--storage", default=None,
+              help="Optuna storage URL, e.g. sqlite:///results/study.db (resumable).")
+@click.option("--study-name", default=None, help="Study name in --storage [default: from the inputs].")
+@click.option("--top", "top_k", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Plans to show.")
+@output_format_option()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Result folder [default: results/<timestamp>-<model>-<gpus>/].")
+def search_command(**kw) -> None:
+    """Search the layouts that fit in memory, reach the global batch and train fastest.
+
+    \b
+    The recipe: (1) fit in memory, (2) reach the global batch, (3) rank by tokens/s/GPU.
+      autoplan search --model 70b --gpus 512 --gbs-tokens 4M
+      autoplan search -m 8b -g 64 --gbs-seqs 512 --tp 1,2 --recompute selective,full
+      autoplan search -m deepseek-v3 -g 2048 --gbs-tokens 16M --allow-uneven-pp
+    """
+    from autoplan.api import build_context
+    from autoplan.search import SearchOptions, search
+    from autoplan.search.results import MAX_CSV_ROWS
+    from autoplan.space import KNOBS, BatchTarget, load_space
+
+    ctx = build_context(kw["model_name"], kw["gpus"], hardware=kw["hardware"], trainer=kw["trainer"],
+                        gpus_per_node=kw["gpus_per_node"], nic=kw["nic"],
+                        profile_path=kw["profile_path"], flops_convention=kw["flops_convention"])
+    seq_len = kw["seq_len"] or ctx.model.seq_len
+    target = BatchTarget(kw["gpus"], seq_len, _gbs_seqs(kw, seq_len), kw["gbs_tolerance"])
+    space = load_space(kw["space_name"] or ("moe" if ctx.model.is_moe else "default"))
+    space = space.with_overrides(**{k: kw[k] for k in KNOBS})
+    options = SearchOptions(sampler=kw["sampler"], trials=kw["trials"], timeout_s=kw["timeout_s"],
+                            seed=kw["seed"], storage=kw["storage"], study_name=kw["study_name"],
+                            allow_uneven_pp=kw["allow_uneven_pp"])
+    with _progress_bar() as progress:
+        result = search(ctx, space, target, options, progress=progress)
+    out = _write(result, kw, seq_len, target)
+    _emit(result, kw["output_format"], kw["top_k"])
+    click.echo(f"Wrote {out}/ (plans.csv, plans.json, manifest.json)", err=True)
+    if len(result.table) > MAX_CSV_ROWS:
+        click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {len(result.table)} ranked layouts", err=True)
+    result.check_feasible()
+
+
+def _gbs_seqs(kw: dict, seq_len: int) -> int:
+    tokens, seqs = kw["gbs_tokens"], kw["gbs_seqs"]
+    if tokens is not None and seqs is not None:
+        fail(f"--gbs-tokens and --gbs-seqs are mutually exclusive, got both "
+             f"(--gbs-tokens {tokens:.0f}, --gbs-seqs {seqs}): give one")
+    if seqs is not None:
+        return seqs
+    if tokens is None:
+        fail("the global batch is missing: give --gbs-tokens (e.g. 4M) or --gbs-seqs")
+    if tokens % seq_len:
+        fail(f"--gbs-tokens ({tokens:.0f}) must be a multiple of the sequence length ({seq_len}), "
+             f"got {tokens / seq_len:.2f} sequences: give --gbs-seqs or another token count")
+    return int(tokens // seq_len)
+
+
+class _progress_bar:
+    """A rich progress bar on stderr (only on a terminal); yields the callback for search()."""
+
+    def __enter__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(stderr=True)
+        self.bar = Progress(TextColumn("searching"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=console, transient=True,
+                            disable=not console.is_terminal)
+        self.bar.start()
+        self.task = self.bar.add_task("search", total=None)
+        return lambda done, total: self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc):
+        self.bar.stop()
+        return False
+
+
+def _write(result, kw: dict, seq_len: int, target) -> str:
+    from autoplan.search.results import default_out_dir, write_results
+
+    inputs = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()}
+    inputs.update(seq_len=seq_len, gbs_seqs=target.gbs_seqs, model=result.ctx.model.name)
+    out = kw["out_dir"] or default_out_dir(kw["model_name"], kw["gpus"])
+    return str(write_results(result, out, top=kw["top_k"], inputs=inputs, command_line=sys.argv))
+
+
+def _emit(result, output_format: str, top_k: int) -> None:
+    import json
+
+    from autoplan.search.results import CSV_FLOAT_FORMAT, clean_json, summary
+
+    if output_format == "json":
+        click.echo(json.dumps(clean_json(summary(result, top_k)), indent=2))
+    elif output_format == "csv":
+        rows = result.plan_rows(top_k)
+        frame = result.to_frame(int(rows.max()) + 1 if len(rows) else 0).iloc[rows]
+        click.echo(frame.to_csv(index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n"), nl=False)
+    else:
+        print_table(result, top_k)
+    if output_format != "table":
+        click.echo(recipe_line(result), err=True)
+
+
+def recipe_line(result) -> str:
+    """'Recipe: 3240 candidates -> 1392 legal -> 438 fit in 79.6 GiB -> 435 reach gbs 512 ...'."""
+    c, t = result.counts, result.target
+    capacity = result.ctx.cluster.gpu.usable_memory_bytes / 2**30
+    examined = f"{c.candidates} candidates" + (f" (of {c.space_size})" if c.candidates < c.space_size else "")
+    return (f"Recipe: {examined} -> {c.legal} legal -> {c.fit} fit in {capacity:.1f} GiB -> "
+            f"{c.reach_batch} reach gbs {t.gbs_seqs} x {t.seq_len} tokens "
+            f"({result.sampler}, {result.elapsed_s:.2f} s)")
+
+
+def describe(layout) -> str:
+    """``Layout.describe()`` plus the placement when it is not the default one."""
+    from autoplan.layout import DEFAULT_PLACEMENT
+
+    extra = f" {layout.placement}" if layout.placement != DEFAULT_PLACEMENT else ""
+    return layout.describe() + extra
+
+
+def print_table(result, top_k: int) -> None:
+    """The recipe line and a rich table of the best plans on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from autoplan.units import format_time
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=160)
+    console.print(recipe_line(result))
+    rows = result.plan_rows(top_k)
+    if len(rows) == 0:
+        return
+    title = "Pareto front: throughput vs memory headroom" if result.sampler == "nsga2" else "Best plans"
+    table = Table(title=f"{title} ({result.ctx.model.name}, {result.target.gpus} x "
+                        f"{result.ctx.cluster.gpu.name}, {result.ctx.profile.name})")
+    # Numbers never wrap; a narrow terminal wraps the layout column instead.
+    table.add_column("rank", justify="right", no_wrap=True)
+    table.add_column("layout", min_width=24)
+    for name in ("peak GiB\n(room)", "step", "tokens/s\n/GPU", "MFU", "bubble", "exposed\ncomm"):
+        table.add_column(name, justify="right", no_wrap=True)
+    col = result.table.columns
+    for row in rows:
+        table.add_row(str(row + 1), describe(result.table.batch.layout(int(row))),
+                      f"{col['peak_memory_gib'][row]:.1f} ({col['memory_headroom_gib'][row]:+.1f})",
+                      format_time(col["step_time_s"][row]), f"{col['tokens_per_s_per_gpu'][row]:,.0f}",
+                      f"{100 * col['mfu'][row]:.1f}%", f"{100 * col['bubble_fraction'][row]:.1f}%",
+                      f"{100 * col['exposed_comm_fraction'][row]:.1f}%")
+    console.print(table)

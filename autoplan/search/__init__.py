@@ -1,0 +1,201 @@
+"""Search: find the layouts that fit, reach the global batch and train fastest.
+
+``search(ctx, space, target, options)`` runs one sampler and returns a ``SearchResult``: every
+layout it evaluated, ranked by the recipe (:mod:`autoplan.search.recipe`), the stage counts, and
+the Optuna study that holds the trials (for ``--storage``, resume and optuna-dashboard).
+
+Samplers: ``exhaustive`` (every layout, the exact reference), ``tpe`` and ``random`` (Optuna,
+single objective tokens/s/GPU), ``nsga2`` (Optuna, tokens/s/GPU and memory headroom; its result
+is the Pareto front) and ``auto`` (exhaustive when the space holds at most
+``AUTO_EXHAUSTIVE_LIMIT`` layouts, about a second of evaluation, else tpe).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autoplan.cost.context import CostContext
+from autoplan.cost.evaluate import CostTable, evaluate
+from autoplan.errors import AutoplanError, NoFeasiblePlanError, UnknownNameError
+from autoplan.search import recipe
+from autoplan.search.recipe import RecipeCounts
+from autoplan.space import KNOBS, BatchTarget, SearchSpace, check_not_empty
+
+SAMPLERS = ("auto", "exhaustive", "tpe", "nsga2", "random")
+AUTO_EXHAUSTIVE_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How to search. ``trials`` counts the study's finished trials, resumed ones included."""
+
+    sampler: str = "auto"
+    trials: int = 1000
+    timeout_s: float | None = None
+    seed: int | None = 0
+    storage: str | None = None
+    study_name: str | None = None
+    allow_uneven_pp: bool = False
+
+    def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise UnknownNameError("sampler", self.sampler, SAMPLERS)
+        if self.trials < 1:
+            raise AutoplanError(f"trials must be >= 1, got {self.trials}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise AutoplanError(f"timeout must be > 0 seconds, got {self.timeout_s}")
+
+
+@dataclass
+class SearchResult:
+    """Every evaluated layout, ranked (row 0 is the best plan), with the recipe's counts."""
+
+    ctx: CostContext
+    space: SearchSpace
+    target: BatchTarget
+    options: SearchOptions
+    sampler: str  # the sampler that ran (auto resolved)
+    table: CostTable
+    reasons: np.ndarray  # per row: '' when feasible, else why not (see recipe.reasons)
+    counts: RecipeCounts
+    elapsed_s: float
+    store: Any = None  # StudyStore, or None until ``study`` is first asked for (exhaustive)
+
+    @property
+    def feasible(self) -> np.ndarray:
+        return self.table["feasible"]
+
+    def plan_rows(self, k: int | None = None) -> np.ndarray:
+        """Rows of the best plans: the feasible ones in rank order (nsga2: the Pareto front)."""
+        rows = np.flatnonzero(self.table["pareto"] if self.sampler == "nsga2" else self.feasible)
+        return rows if k is None else rows[:k]
+
+    def top_records(self, k: int) -> list[dict[str, Any]]:
+        """The best ``k`` plans as flat records: rank, layout fields, seq_len, gbs_seqs and
+        every prediction (with the full memory breakdown, re-evaluated for these few)."""
+        rows = self.plan_rows(k)
+        full = evaluate(self.ctx, self.table.batch.take(rows), allow_uneven=self.options.allow_uneven_pp)
+        records = []
+        for j, row in enumerate(rows):
+            rec: dict[str, Any] = {"rank": int(row) + 1, **self.table.batch.layout(int(row)).to_dict()}
+            for source in (full.columns, self.table.columns):
+                for name, values in source.items():
+                    index = j if source is full.columns else row
+                    rec[name] = _plain(values[index])
+            rec["infeasible_reason"] = self.reasons[row]
+            for internal in ("reason_code", "stage"):
+                rec.pop(internal, None)
+            records.append(rec)
+        return records
+
+    def to_frame(self, rows: int | None = None):
+        """Every evaluated layout (or the first ``rows``), ranked, as a DataFrame (plans.csv)."""
+        table = self.table
+        if rows is not None and rows < len(table):
+            table = recipe.take(table, np.arange(rows))
+        frame = table.to_frame()
+        frame["infeasible_reason"] = self.reasons[:len(frame)]
+        frame.insert(0, "rank", np.arange(1, len(frame) + 1))
+        return frame.drop(columns=["reason_code", "stage"])
+
+    def check_feasible(self) -> None:
+        """Raise ``NoFeasiblePlanError`` (exit code 1) saying why when no plan is feasible."""
+        if not self.feasible.any():
+            raise NoFeasiblePlanError(recipe.infeasible_message(
+                self.ctx, self.table, self.counts, self.target, self.space.values))
+
+    @property
+    def study(self):
+        """The Optuna study holding every trial (built on first use for the exhaustive sampler
+        without storage)."""
+        if self.store is None:
+            self.store = _store_exhaustive(self, _open(self.ctx, self.space, self.target, self.options,
+                                                       "exhaustive"))
+        return self.store.study
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
+def search(ctx: CostContext, space: SearchSpace, target: BatchTarget,
+           options: SearchOptions = SearchOptions(),
+           progress: Callable[[int, int], None] | None = None) -> SearchResult:
+    """Run the recipe with ``options.sampler``; see the module docstring."""
+    start = time.monotonic()
+    enumerable = check_not_empty(space, target)
+    sampler = options.sampler
+    if sampler == "auto":
+        sampler = "exhaustive" if enumerable <= AUTO_EXHAUSTIVE_LIMIT else "tpe"
+    deadline = start + options.timeout_s if options.timeout_s else None
+    store = None
+    if sampler == "exhaustive":
+        from autoplan.search.exhaustive import run_exhaustive
+
+        table, counts = run_exhaustive(ctx, space, target, allow_uneven=options.allow_uneven_pp,
+                                       progress=progress, deadline=deadline)
+    else:
+        from autoplan.search.optuna_search import run_optuna
+
+        store = _open(ctx, space, target, options, sampler)
+        table, counts = run_optuna(ctx, space, target, store, sampler=sampler, trials=options.trials,
+                                   allow_uneven=options.allow_uneven_pp, progress=progress,
+                                   deadline=deadline)
+    table.columns["pareto"] = recipe.pareto_front(table)
+    ranked = recipe.take(table, recipe.rank_order(table))
+    result = SearchResult(ctx=ctx, space=space, target=target, options=options, sampler=sampler,
+                          table=ranked, reasons=recipe.reasons(ranked), counts=counts,
+                          elapsed_s=0.0, store=store)
+    if sampler == "exhaustive" and options.storage:
+        result.study  # noqa: B018 - writes the trials to the storage now
+    result.elapsed_s = time.monotonic() - start
+    return result
+
+
+def study_meta(ctx: CostContext, space: SearchSpace, target: BatchTarget) -> dict:
+    """What a stored study was made for; a resumed study must match it."""
+    return {"model": ctx.model.name, "gpu": ctx.cluster.gpu.name, "gpus": target.gpus,
+            "trainer": ctx.profile.name, "seq_len": target.seq_len, "gbs_seqs": target.gbs_seqs,
+            "gbs_tolerance": target.gbs_tolerance, "space": space.to_dict()}
+
+
+def default_study_name(ctx: CostContext, space: SearchSpace, target: BatchTarget) -> str:
+    """Names every input, so a rerun of the same command resumes its own study: e.g.
+    ``autoplan-llama3-70b-512gpus-h100-sxm-megatron-seq8192-gbs512-default-1a2b3c4d``."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256(json.dumps(study_meta(ctx, space, target), sort_keys=True).encode()).hexdigest()
+    return (f"autoplan-{ctx.model.name}-{target.gpus}gpus-{ctx.cluster.gpu.name}-{ctx.profile.name}"
+            f"-seq{target.seq_len}-gbs{target.gbs_seqs}-{space.name}-{digest[:8]}")
+
+
+def _open(ctx, space, target, options: SearchOptions, sampler: str):
+    from autoplan.search.optuna_search import OBJECTIVES, make_sampler
+    from autoplan.search.storage import open_study
+
+    name = options.study_name or (default_study_name(ctx, space, target) if options.storage else None)
+    return open_study(options.storage, name, OBJECTIVES[sampler], make_sampler(sampler, options.seed),
+                      study_meta(ctx, space, target), load_trials=sampler != "exhaustive")
+
+
+def _store_exhaustive(result: SearchResult, store):
+    """Add the exhaustive result's layouts to the study, skipping those it already holds."""
+    from autoplan.search.exhaustive import missing_rows
+    from autoplan.search.optuna_search import frozen_trials
+    from autoplan.search.storage import bulk_add
+
+    existing = {tuple(t.params.get(k) for k in KNOBS) for t in store.study.get_trials(deepcopy=False)}
+    rows = missing_rows(result.table, existing)
+    trials = frozen_trials(result.space, recipe.take(result.table, rows), result.target, 1)
+    bulk_add(store.persistent if store.persistent is not None else store.working, trials)
+    return store
+

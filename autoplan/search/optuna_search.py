@@ -1,0 +1,210 @@
+"""Optuna samplers (tpe, random, nsga2) over a static search space, asked and told in batches.
+
+Every knob is a ``CategoricalDistribution`` of the space's values, so the search space is static
+(Optuna's ``ask(fixed_distributions)``). Trials are asked ``batch_size`` at a time, their layouts
+evaluated in ONE ``evaluate`` call, and told with ``trial.set_constraint`` for legality, memory
+and batch (Optuna >= 5; feasible when every constraint is <= 0). TPE runs multivariate with the
+constant liar so a batch spreads out; a few known-good layouts (TP inside a node, distributed
+optimizer, selective or full recompute, each pipeline depth) are enqueued first.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+from autoplan.cost.context import CostContext
+from autoplan.cost.evaluate import CostTable
+from autoplan.search import recipe
+from autoplan.search.exhaustive import compact
+from autoplan.search.recipe import RecipeCounts
+from autoplan.search.storage import StudyStore
+from autoplan.space import KNOBS, BatchTarget, SearchSpace, layouts_from_values, params_to_values
+
+OBJECTIVES = {"exhaustive": ("maximize",), "tpe": ("maximize",), "random": ("maximize",),
+              "nsga2": ("maximize", "maximize")}  # tokens/s/GPU (and memory headroom for nsga2)
+ILLEGAL_VIOLATION = 1000.0  # GiB-equivalents: worse than any memory excess
+BATCH_SIZE = 16
+ATTR_COLUMNS = ("dp", "grad_acc", "gbs_seqs")
+
+
+def distributions(space: SearchSpace) -> dict:
+    from optuna.distributions import CategoricalDistribution
+
+    return {k: CategoricalDistribution(list(space.values[k])) for k in KNOBS}
+
+
+def make_sampler(name: str, seed: int | None):
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if name == "tpe":
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
+                                              n_startup_trials=2 * BATCH_SIZE)
+        if name == "nsga2":
+            return optuna.samplers.NSGAIISampler(seed=seed, population_size=4 * BATCH_SIZE)
+        if name in ("random", "exhaustive"):
+            return optuna.samplers.RandomSampler(seed=seed)
+    raise AssertionError(f"no Optuna sampler for {name!r}")
+
+
+def outcomes(table: CostTable, target: BatchTarget, n_objectives: int) -> dict[str, np.ndarray]:
+    """Objective values and constraint values of every assessed layout, as arrays.
+
+    Constraints (feasible when <= 0): ``legal`` (0, or ILLEGAL_VIOLATION when a rule is
+    broken), ``memory_gib`` (peak - usable memory), ``batch_pct`` (|gbs reached - gbs| / gbs in
+    percent, minus the tolerance).
+    """
+    legal = table["reason_code"] == 0
+    tps = np.nan_to_num(table["tokens_per_s_per_gpu"], nan=0.0, posinf=0.0, neginf=0.0)
+    room = np.nan_to_num(table["memory_headroom_gib"], nan=0.0, posinf=0.0, neginf=0.0)
+    miss = np.abs(table.batch.gbs_seqs - target.gbs_seqs) / target.gbs_seqs * 100.0
+    out = {"value0": np.where(legal, tps, 0.0),
+           "legal": np.where(legal, 0.0, ILLEGAL_VIOLATION),
+           "memory_gib": np.where(legal, -room, 0.0),
+           "batch_pct": np.where(legal, miss - 100.0 * target.gbs_tolerance, 0.0)}
+    if n_objectives == 2:
+        out["value1"] = np.where(legal, room, 0.0)
+    return out
+
+
+def trial_data(table: CostTable, target: BatchTarget, n_objectives: int) -> list[tuple]:
+    """(values, constraints, user_attrs) per row, as plain Python values."""
+    out = outcomes(table, target, n_objectives)
+    reasons = recipe.reasons(table)
+    peak = np.round(np.nan_to_num(table["peak_memory_gib"], nan=-1.0), 3)
+    attrs = {k: getattr(table.batch, k).astype(int) for k in ATTR_COLUMNS}
+    rows = []
+    for i in range(len(table)):
+        values = [float(out[f"value{j}"][i]) for j in range(n_objectives)]
+        constraints = {k: float(out[k][i]) for k in ("legal", "memory_gib", "batch_pct")}
+        user = {k: int(attrs[k][i]) for k in ATTR_COLUMNS}
+        user.update(reason=reasons[i], peak_memory_gib=float(peak[i]))
+        rows.append((values, constraints, user))
+    return rows
+
+
+def degree_trial_data(n_objectives: int) -> tuple:
+    """What a trial whose dp = gpus/(tp·pp·cp) is not an integer is told."""
+    return ([0.0] * n_objectives, {"legal": ILLEGAL_VIOLATION, "memory_gib": 0.0, "batch_pct": 0.0},
+            {"reason": "degrees"})
+
+
+def frozen_trials(space: SearchSpace, table: CostTable, target: BatchTarget, n_objectives: int) -> list:
+    """Finished trials for the assessed layouts (the exhaustive sampler's bulk add)."""
+    import optuna
+
+    dists = distributions(space)
+    params = [{k: recipe.describe_knob(k, getattr(table.batch, k)[i]) for k in KNOBS}
+              for i in range(len(table))]
+    return [optuna.trial.create_trial(params=p, distributions=dists, values=values,
+                                      user_attrs=user, constraints=constraints)
+            for p, (values, constraints, user) in zip(params, trial_data(table, target, n_objectives))]
+
+
+def baselines(ctx: CostContext, space: SearchSpace) -> list[dict]:
+    """Known-good layouts to try first: the largest TP inside a node that divides the heads,
+    ZeRO-1 where available, selective or full recompute, each pipeline depth in the space."""
+    v, m = space.values, ctx.model
+    node = ctx.cluster.gpus_per_node
+    tps = [t for t in v["tp"] if m.num_attention_heads % t == 0 and m.num_kv_heads % t == 0 and t <= node]
+    experts = m.moe.num_experts if m.moe else 1
+    eps = [e for e in v["ep"] if experts % e == 0]
+    base = {k: v[k][0] for k in KNOBS}
+    base.update(tp=max(tps or v["tp"][:1]), ep=max(eps or v["ep"][:1]),
+                zero=1 if 1 in v["zero"] else v["zero"][0])
+    modes = [r for r in ("selective", "full") if r in v["recompute"]] or [v["recompute"][0]]
+    return [{**base, "pp": pp, "recompute": rc} for pp in v["pp"] for rc in modes]
+
+
+def run_optuna(ctx: CostContext, space: SearchSpace, target: BatchTarget, store: StudyStore, *,
+               sampler: str, trials: int, allow_uneven: bool = False,
+               progress: Callable[[int, int], None] | None = None,
+               deadline: float | None = None) -> tuple[CostTable, RecipeCounts]:
+    """Ask and tell until the study holds ``trials`` finished trials (resumed ones count) or the
+    deadline passes; returns every layout the study has tried, assessed, and the counts."""
+    import optuna
+
+    n_obj = len(OBJECTIVES[sampler])
+    work, dists = store.working, distributions(space)
+    if not work.get_trials(deepcopy=False):
+        for params in baselines(ctx, space)[:trials]:
+            work.enqueue_trial(params, skip_if_exists=True)
+    complete = (optuna.trial.TrialState.COMPLETE,)
+    done = len(work.get_trials(deepcopy=False, states=complete))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        while done < trials and not (deadline is not None and done and time.monotonic() > deadline):
+            asked = [work.ask(dists) for _ in range(min(BATCH_SIZE, trials - done))]
+            try:
+                _tell_batch(ctx, space, target, work, asked, n_obj, allow_uneven)
+            except BaseException:
+                _fail_unfinished(work, asked)
+                store.flush()
+                raise
+            store.flush()
+            done += len(asked)
+            if progress is not None:
+                progress(done, trials)
+    tried = [t.params for t in work.get_trials(deepcopy=False, states=complete)]
+    table, counts = assess_params(ctx, space, target, tried, allow_uneven=allow_uneven)
+    if sampler != "tpe":
+        return table, counts
+    from autoplan.search.polish import polish
+
+    found = polish(ctx, space, target, table, allow_uneven=allow_uneven)
+    _add_improvements(space, target, store, table, found)
+    final = recipe.concat([table, found])
+    final_counts = recipe.count(final, dropped_degrees=counts.reasons.get("degrees", 0))
+    final_counts.space_size = space.size
+    return final, final_counts
+
+
+def _add_improvements(space, target, store: StudyStore, table: CostTable, found: CostTable,
+                      limit: int = 64) -> None:
+    """Add the polished layouts that beat every trial (at most ``limit``) to the study."""
+    best = table["tokens_per_s_per_gpu"][table["feasible"]].max(initial=-np.inf)
+    tps = found["tokens_per_s_per_gpu"]
+    better = np.flatnonzero(found["feasible"] & (tps > best))
+    better = better[np.argsort(-tps[better], kind="stable")][:limit]
+    if len(better):
+        store.working.add_trials(frozen_trials(space, recipe.take(found, np.sort(better)), target, 1))
+        store.flush()
+
+
+def _tell_batch(ctx, space, target, work, asked, n_obj, allow_uneven) -> None:
+    batch, kept, reaches = layouts_from_values(params_to_values(space, [t.params for t in asked]), target)
+    data = trial_data(recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven), target, n_obj)
+    rows = iter(data)
+    for trial, ok in zip(asked, kept):
+        values, constraints, user = next(rows) if ok else degree_trial_data(n_obj)
+        for key, value in constraints.items():
+            trial.set_constraint(key, value)
+        for key, value in user.items():
+            trial.set_user_attr(key, value)
+        work.tell(trial, values if n_obj > 1 else values[0])
+
+
+def _fail_unfinished(work, asked) -> None:
+    import optuna
+
+    for trial in asked:
+        work.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+
+
+def assess_params(ctx: CostContext, space: SearchSpace, target: BatchTarget, params: list[dict], *,
+                  allow_uneven: bool = False) -> tuple[CostTable, RecipeCounts]:
+    """Assess the distinct layouts among ``params``, in a canonical order (so the numbers do
+    not depend on the order trials came in)."""
+    keys = sorted({tuple(p[k] for k in KNOBS) for p in params},
+                  key=lambda key: tuple(space.values[k].index(x) for k, x in zip(KNOBS, key)))
+    values = params_to_values(space, [dict(zip(KNOBS, key)) for key in keys])
+    batch, kept, reaches = layouts_from_values(values, target)
+    table = recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven)
+    counts = recipe.count(table, dropped_degrees=int((~kept).sum()))
+    counts.space_size = space.size
+    return compact(table), counts

@@ -1,0 +1,177 @@
+"""The recipe: (1) fit in memory, (2) reach the global batch, (3) rank by throughput.
+
+Every evaluated layout falls into the first stage it fails (``STAGES``): a broken legality rule,
+out of memory, or a global batch it cannot reach; the rest are feasible and ranked by predicted
+tokens/s/GPU, descending. Ties break on lower peak memory, then on the layout knobs in
+``space.KNOBS`` order (smaller first), so identical inputs always give the identical order.
+When nothing is feasible, :func:`infeasible_message` says why: the most common reasons with
+counts and the closest miss.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autoplan.cost.context import CostContext
+from autoplan.cost.evaluate import CostTable, evaluate
+from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch
+from autoplan.legality import REASON_CODES, REASON_MESSAGES, explain_reason
+from autoplan.space import KNOBS, BatchTarget
+from autoplan.units import GiB
+
+FEASIBLE, NO_BATCH, OUT_OF_MEMORY, ILLEGAL = 0, 1, 2, 3
+EXPOSED_COMM_COLUMNS = ("time_tp_exposed_s", "time_cp_exposed_s", "time_ep_exposed_s",
+                        "time_pp_exposed_s", "time_dp_exposed_s")
+REASON_TEXT = {**REASON_MESSAGES, "out_of_memory": "peak memory exceeds the GPU's usable memory",
+               "batch": "the global batch is not a multiple of dp·mbs (see --gbs-tolerance)"}
+
+
+@dataclass
+class RecipeCounts:
+    """Layouts left after each stage, and the reasons the others were dropped."""
+
+    space_size: int = 0  # the cartesian product of the space
+    candidates: int = 0  # layouts examined (all of them for the exhaustive sampler)
+    legal: int = 0
+    fit: int = 0
+    reach_batch: int = 0
+    reasons: Counter = field(default_factory=Counter)
+
+    def add(self, other: RecipeCounts) -> None:
+        self.candidates += other.candidates
+        self.legal += other.legal
+        self.fit += other.fit
+        self.reach_batch += other.reach_batch
+        self.reasons.update(other.reasons)
+
+    def to_dict(self) -> dict:
+        return {"space_size": self.space_size, "candidates": self.candidates, "legal": self.legal,
+                "fit": self.fit, "reach_batch": self.reach_batch,
+                "reasons": dict(self.reasons.most_common())}
+
+
+def assess(ctx: CostContext, batch: LayoutBatch, reaches: np.ndarray, *,
+           allow_uneven: bool = False) -> CostTable:
+    """Evaluate ``batch`` and add the recipe columns: ``stage`` (0 feasible, 1 batch not
+    reached, 2 out of memory, 3 illegal), ``feasible``, ``reaches_batch`` and
+    ``exposed_comm_fraction`` (exposed communication time / step time)."""
+    table = evaluate(ctx, batch, allow_uneven=allow_uneven)
+    legal = table["reason_code"] == 0
+    stage = np.select([~legal, ~table["fits"], ~reaches], [ILLEGAL, OUT_OF_MEMORY, NO_BATCH], FEASIBLE)
+    table.columns["reaches_batch"] = np.asarray(reaches, dtype=bool)
+    table.columns["stage"] = stage.astype(np.float64)
+    table.columns["feasible"] = stage == FEASIBLE
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exposed = sum(table[c] for c in EXPOSED_COMM_COLUMNS)
+        table.columns["exposed_comm_fraction"] = exposed / table["step_time_s"]
+    return table
+
+
+def reasons(table: CostTable) -> np.ndarray:
+    """Per layout: '' when feasible, else the first broken rule, 'out_of_memory' or 'batch'
+    (an object array of names)."""
+    names = np.array([*REASON_CODES, "", "batch", "out_of_memory"], dtype=object)
+    stage = table["stage"].astype(np.int64)
+    index = np.where(stage == ILLEGAL, table["reason_code"].astype(np.int64), len(REASON_CODES) + stage)
+    return names[index]
+
+
+def count(table: CostTable, dropped_degrees: int = 0) -> RecipeCounts:
+    """Stage counts of an assessed table; ``dropped_degrees`` layouts had a non-integer dp."""
+    stage = table["stage"]
+    counts = RecipeCounts(candidates=len(table) + dropped_degrees, legal=int((stage < ILLEGAL).sum()),
+                          fit=int((stage < OUT_OF_MEMORY).sum()), reach_batch=int((stage == FEASIBLE).sum()))
+    names, numbers = np.unique(reasons(table).astype(str), return_counts=True)
+    counts.reasons.update({str(n): int(c) for n, c in zip(names, numbers) if n})
+    if dropped_degrees:
+        counts.reasons["degrees"] += dropped_degrees
+    return counts
+
+
+def rank_order(table: CostTable) -> np.ndarray:
+    """Row order: feasible first by tokens/s/GPU descending, then the others by stage.
+
+    Ties: lower peak memory first, then the knobs in ``KNOBS`` order, smaller first.
+    """
+    b = table.batch
+    tps = np.nan_to_num(table["tokens_per_s_per_gpu"], nan=-np.inf, posinf=-np.inf)
+    peak = np.nan_to_num(table["peak_memory_bytes"], nan=np.inf)
+    keys = [getattr(b, k) for k in reversed(KNOBS)] + [peak, -tps, table["stage"]]
+    return np.lexsort(keys)
+
+
+def take(table: CostTable, index: np.ndarray) -> CostTable:
+    """The rows ``index`` of a table (layouts and columns)."""
+    return CostTable(batch=table.batch.take(index), columns={k: v[index] for k, v in table.columns.items()})
+
+
+def concat(tables: list[CostTable]) -> CostTable:
+    """Tables with the same columns, one after the other."""
+    if len(tables) == 1:
+        return tables[0]
+    batch = LayoutBatch({k: np.concatenate([getattr(t.batch, k) for t in tables]) for k in FIELDS})
+    columns = {k: np.concatenate([t.columns[k] for t in tables]) for k in tables[0].columns}
+    return CostTable(batch=batch, columns=columns)
+
+
+def pareto_front(table: CostTable) -> np.ndarray:
+    """Feasible rows not dominated in (tokens/s/GPU, memory headroom), both maximised."""
+    feasible = np.flatnonzero(table["feasible"])
+    tps, room = table["tokens_per_s_per_gpu"][feasible], table["memory_headroom_gib"][feasible]
+    order = np.lexsort((-room, -tps))
+    best_room = np.maximum.accumulate(room[order])
+    previous = np.concatenate([[-np.inf], best_room[:-1]])
+    keep = room[order] > previous
+    front = np.zeros(len(table), dtype=bool)
+    front[feasible[order[keep]]] = True
+    return front
+
+
+def infeasible_message(ctx: CostContext, table: CostTable, counts: RecipeCounts,
+                       target: BatchTarget, space_values: dict) -> str:
+    """One line: why nothing is feasible (reasons with counts) and the closest miss."""
+    top = ", ".join(f"{n} {name}" for name, n in counts.reasons.most_common(4))
+    head = f"no feasible plan among {counts.candidates} candidate layouts ({top})"
+    return f"{head}; {_closest_miss(ctx, table, target, space_values)}"
+
+
+def _closest_miss(ctx: CostContext, table: CostTable, target: BatchTarget, space_values: dict) -> str:
+    stage = table["stage"] if len(table) else np.array([])
+    capacity_gib = ctx.cluster.gpu.usable_memory_bytes / GiB
+    if len(table) == 0:
+        return "no tp·pp·cp in the space divides the GPU count: try other --tp/--pp/--cp or GPU counts"
+    if (stage == NO_BATCH).any():
+        i = _closest(table, stage == NO_BATCH, np.abs(table.batch.gbs_seqs - target.gbs_seqs))
+        lay = table.batch.layout(i)
+        return (f"layouts fit but none reaches gbs {target.gbs_seqs} seqs exactly (nearest "
+                f"{lay.gbs_seqs} at {lay.describe()}): try --gbs-tolerance "
+                f"{abs(lay.gbs_seqs - target.gbs_seqs) / target.gbs_seqs:.3g} or another --gbs-seqs")
+    if (stage == OUT_OF_MEMORY).any():
+        i = _closest(table, stage == OUT_OF_MEMORY, table["peak_memory_bytes"])
+        hints = [f"--recompute {m}" for m in ("full",) if m not in space_values["recompute"]]
+        hints += [f"--zero {z}" for z in (3,)
+                  if z not in space_values["zero"] and z in ctx.profile.allowed_zero]
+        hints.append("more GPUs or a GPU with more memory")
+        return (f"smallest peak {table['peak_memory_gib'][i]:.1f} GiB > {capacity_gib:.1f} GiB at "
+                f"{table.batch.layout(i).describe()}: try {_either(hints)}")
+    i = int(np.argmax(stage == ILLEGAL))
+    return f"e.g. {explain_reason(ctx, table.batch, i, int(table['reason_code'][i]))}"
+
+
+def _either(options: list[str]) -> str:
+    """['a', 'b', 'c'] -> 'a, b or c'."""
+    return options[0] if len(options) == 1 else f"{', '.join(options[:-1])} or {options[-1]}"
+
+
+def _closest(table: CostTable, mask: np.ndarray, distance: np.ndarray) -> int:
+    """The masked row with the smallest distance (first in rank order on ties)."""
+    score = np.where(mask, np.nan_to_num(distance, nan=np.inf), np.inf)
+    return int(np.argmin(score))
+
+
+def describe_knob(knob: str, code: float) -> object:
+    """A knob's code as the value the user writes (e.g. 2.0 -> 'full' for recompute)."""
+    return CODE_FIELDS[knob][int(code)] if knob in CODE_FIELDS else int(code)

@@ -1,0 +1,235 @@
+"""Search spaces: the candidate values of every layout knob, and their enumeration.
+
+A space lives in ``search_spaces/<name>.yaml`` (or any YAML path): one list per knob (tp, pp,
+vpp, cp, ep, etp, zero, mbs, recompute, precision, placement), read strictly (an unknown knob
+is an error with a "did you mean"). CLI options replace a knob's list. Enumeration is the
+cartesian product of the lists, built as index arrays (``np.unravel_index``, no Python loop
+over layouts); per layout ``dp = gpus/(tp·pp·cp)`` (non-integer dp is dropped),
+``grad_acc`` comes from the global batch (see :func:`grad_accumulation`) and ``sp = tp > 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoplan.errors import AutoplanError, SpecError, UnknownNameError
+from autoplan.layout import CODE_FIELDS, DEFAULT_PLACEMENT, FIELDS, LayoutBatch
+from autoplan.paths import data_dir
+from autoplan.specs.yaml_io import check_keys, read_mapping
+
+INT_KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs")
+CHOICE_KNOBS = ("recompute", "precision", "placement")
+KNOBS = INT_KNOBS + CHOICE_KNOBS
+# A knob a space file leaves out takes this single value.
+KNOB_DEFAULTS: dict[str, tuple] = {"tp": (1,), "pp": (1,), "vpp": (1,), "cp": (1,), "ep": (1,),
+                                   "etp": (1,), "zero": (1,), "mbs": (1,), "recompute": ("none",),
+                                   "precision": ("bf16",), "placement": (DEFAULT_PLACEMENT,)}
+MAX_DEGREE = 2**20
+
+
+class EmptySpaceError(AutoplanError):
+    """A search space with no layout left (after overrides and the degree checks)."""
+
+
+@dataclass(frozen=True)
+class BatchTarget:
+    """What every layout must reach: the GPU count, the sequence length and the global batch.
+
+    ``gbs_tolerance`` is a fraction: 0 demands ``gbs_seqs`` exactly; 0.05 accepts the nearest
+    batch ``dp·mbs·grad_acc`` within ±5 % of it.
+    """
+
+    gpus: int
+    seq_len: int
+    gbs_seqs: int
+    gbs_tolerance: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("gpus", "seq_len", "gbs_seqs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise AutoplanError(f"{name} must be a positive integer, got {value!r}")
+        if not 0.0 <= self.gbs_tolerance < 1.0:
+            raise AutoplanError(f"gbs tolerance must lie in [0, 1), got {self.gbs_tolerance!r}")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Candidate values per knob: ints for ``INT_KNOBS``, names for ``CHOICE_KNOBS``."""
+
+    name: str
+    values: Mapping[str, tuple]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", {k: _check_values(k, self.values.get(k, KNOB_DEFAULTS[k]),
+                                                              f"search space '{self.name}'")
+                                            for k in KNOBS})
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(self.values[k]) for k in KNOBS)
+
+    @property
+    def size(self) -> int:
+        """Layouts in the cartesian product (before the degree and batch checks)."""
+        return int(np.prod(self.shape, dtype=np.float64))
+
+    def with_overrides(self, **overrides: Sequence | None) -> SearchSpace:
+        """A copy with the given knobs replaced (``None`` keeps the space's list)."""
+        unknown = [k for k in overrides if k not in KNOBS]
+        if unknown:
+            raise AutoplanError(f"unknown knob(s) {unknown}; knobs: {', '.join(KNOBS)}")
+        values = dict(self.values)
+        values.update({k: tuple(v) for k, v in overrides.items() if v is not None})
+        return SearchSpace(self.name, values, self.description)
+
+    def code_values(self, knob: str) -> np.ndarray:
+        """The knob's candidates as float64 (categorical knobs as their ``layout`` codes)."""
+        if knob in CODE_FIELDS:
+            return np.array([CODE_FIELDS[knob].index(v) for v in self.values[knob]], dtype=np.float64)
+        return np.array(self.values[knob], dtype=np.float64)
+
+    def to_dict(self) -> dict[str, list]:
+        return {k: list(self.values[k]) for k in KNOBS}
+
+
+def _check_values(knob: str, raw: Any, where: str) -> tuple:
+    """A knob's list: a scalar or a list, deduplicated and sorted (ints) or in code order."""
+    items = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    if not items:
+        raise SpecError(where, f"{knob}: needs at least one value")
+    if knob in CHOICE_KNOBS:
+        choices = CODE_FIELDS[knob]
+        names = [str(v).strip().lower() for v in items]
+        bad = [v for v in names if v not in choices]
+        if bad:
+            raise SpecError(where, f"{knob}: {bad[0]!r} is not one of {', '.join(choices)}")
+        return tuple(c for c in choices if c in names)
+    low = 0 if knob == "zero" else 1
+    high = 3 if knob == "zero" else MAX_DEGREE
+    for v in items:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not low <= v <= high:
+            raise SpecError(where, f"{knob}: values must be integers in [{low}, {high}], got {v!r}")
+    return tuple(sorted({int(v) for v in items}))
+
+
+def list_spaces() -> list[str]:
+    """Names of the built-in spaces in ``search_spaces/``."""
+    return sorted(p.stem for p in data_dir("search_spaces").glob("*.yaml"))
+
+
+def load_space(name_or_path: str | Path) -> SearchSpace:
+    """A built-in space by name (``default``, ``moe``, ``long-context``) or a YAML file path."""
+    text = str(name_or_path).strip()
+    path = Path(text)
+    if "/" not in text and "\\" not in text and not text.lower().endswith((".yaml", ".yml")):
+        path = data_dir("search_spaces") / f"{text}.yaml"
+        if not path.is_file():
+            raise UnknownNameError("search space", text, list_spaces())
+    data = read_mapping(path)
+    check_keys(data, str(path), required=[], optional=["description", *KNOBS])
+    values = {k: _check_values(k, data[k], str(path)) for k in KNOBS if k in data}
+    return SearchSpace(name=path.stem, values=values, description=str(data.get("description", "")))
+
+
+def grad_accumulation(dp: np.ndarray, mbs: np.ndarray, target: BatchTarget) -> tuple[np.ndarray, np.ndarray]:
+    """(grad_acc, reaches) for the global batch ``target.gbs_seqs`` of each layout.
+
+    grad_acc is the integer (>= 1) whose batch ``dp·mbs·grad_acc`` lies nearest the target
+    (ties to the smaller batch); ``reaches`` is True where that batch is within the tolerance,
+    i.e. ``|dp·mbs·grad_acc - gbs| <= tolerance·gbs`` (with tolerance 0: gbs divisible by dp·mbs).
+    """
+    per_step = dp * mbs
+    exact = target.gbs_seqs / per_step
+    low = np.maximum(np.floor(exact), 1.0)
+    high = np.maximum(np.ceil(exact), 1.0)
+    use_high = np.abs(high * per_step - target.gbs_seqs) < np.abs(low * per_step - target.gbs_seqs)
+    grad_acc = np.where(use_high, high, low)
+    miss = np.abs(grad_acc * per_step - target.gbs_seqs)
+    return grad_acc, miss <= target.gbs_tolerance * target.gbs_seqs + 1e-9
+
+
+def layouts_from_values(values: Mapping[str, np.ndarray],
+                        target: BatchTarget) -> tuple[LayoutBatch, np.ndarray, np.ndarray]:
+    """Complete knob arrays (float64 codes) into layouts.
+
+    Returns ``(batch, kept, reaches)``: ``kept`` marks the inputs whose dp = gpus/(tp·pp·cp) is
+    a positive integer (only those are in ``batch``), ``reaches`` the batch's layouts whose
+    ``gbs_seqs`` (the nearest achievable batch, stored in the layout) is within the tolerance.
+    """
+    model_parallel = values["tp"] * values["pp"] * values["cp"]
+    dp = target.gpus / model_parallel
+    kept = (dp >= 1) & (dp == np.floor(dp))
+    arrays = {k: np.asarray(values[k], dtype=np.float64)[kept] for k in KNOBS}
+    arrays["dp"] = dp[kept]
+    arrays["grad_acc"], reaches = grad_accumulation(arrays["dp"], arrays["mbs"], target)
+    arrays["gbs_seqs"] = arrays["dp"] * arrays["mbs"] * arrays["grad_acc"]
+    arrays["gpus"] = np.full_like(arrays["dp"], float(target.gpus))
+    arrays["seq_len"] = np.full_like(arrays["dp"], float(target.seq_len))
+    arrays["sp"] = (arrays["tp"] > 1).astype(np.float64)
+    assert set(arrays) == set(FIELDS)
+    return LayoutBatch(arrays), kept, reaches
+
+
+def indices_to_values(space: SearchSpace, flat_index: np.ndarray) -> dict[str, np.ndarray]:
+    """Knob code arrays of the layouts at ``flat_index`` in the product (C order over KNOBS)."""
+    axes = np.unravel_index(flat_index, space.shape)
+    return {k: space.code_values(k)[axis] for k, axis in zip(KNOBS, axes)}
+
+
+def params_to_values(space: SearchSpace, params: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """Knob code arrays from Optuna-style parameter dicts (knob -> value as in the space)."""
+    out = {}
+    for k in KNOBS:
+        column = [p[k] for p in params]
+        if k in CODE_FIELDS:
+            out[k] = np.array([CODE_FIELDS[k].index(v) for v in column], dtype=np.float64)
+        else:
+            out[k] = np.array(column, dtype=np.float64)
+    return out
+
+
+def chunks(space: SearchSpace, chunk_size: int) -> Iterator[np.ndarray]:
+    """Flat indices of the product, ``chunk_size`` at a time, in C order."""
+    for start in range(0, space.size, chunk_size):
+        yield np.arange(start, min(start + chunk_size, space.size), dtype=np.int64)
+
+
+def count_enumerable(space: SearchSpace, target: BatchTarget) -> int:
+    """Layouts whose dp is an integer: the degree sub-grid (tp, pp, cp) times the other knobs."""
+    tp, pp, cp = (space.code_values(k) for k in ("tp", "pp", "cp"))
+    product = tp[:, None, None] * pp[None, :, None] * cp[None, None, :]
+    ok = (target.gpus % product == 0) & (product <= target.gpus)
+    rest = space.size // (len(tp) * len(pp) * len(cp))
+    return int(ok.sum()) * rest
+
+
+def enumerate_space(space: SearchSpace, target: BatchTarget) -> tuple[LayoutBatch, np.ndarray]:
+    """Every layout of the space with an integer dp, as one batch, and where each reaches gbs.
+
+    Raises ``EmptySpaceError`` when no combination of tp·pp·cp divides the GPU count.
+    """
+    batch, _, reaches = layouts_from_values(indices_to_values(space, np.arange(space.size)), target)
+    if len(batch) == 0:
+        raise EmptySpaceError(_empty_message(space, target))
+    return batch, reaches
+
+
+def _empty_message(space: SearchSpace, target: BatchTarget) -> str:
+    return (f"search space '{space.name}' has no layout for {target.gpus} GPUs: no tp·pp·cp of "
+            f"tp {list(space.values['tp'])}, pp {list(space.values['pp'])}, "
+            f"cp {list(space.values['cp'])} divides {target.gpus}")
+
+
+def check_not_empty(space: SearchSpace, target: BatchTarget) -> int:
+    """The number of enumerable layouts; raises ``EmptySpaceError`` when it is 0."""
+    count = count_enumerable(space, target)
+    if count == 0:
+        raise EmptySpaceError(_empty_message(space, target))
+    return count

@@ -1,0 +1,186 @@
+"""Speed and optimality of `autoplan search` (issue 5); prints figures, asserts nothing.
+
+    python benchmarks/speed.py                 # everything (about a minute on 2 cores)
+    python benchmarks/speed.py --tpe-trials 0  # skip the TPE column of the optimality suite
+
+1. Cost-model throughput: layouts evaluated per second on one core (target >= 1,000,000/s).
+2. The headline command end to end, process start to exit (target <= 3 s).
+3. DeepSeek-V3 on 2,048 GPUs with the MoE space, end to end (target <= 15 s).
+4. Optimality: >= 30 scenarios (dense 1B-405B and MoE, 8 to 16,384 GPUs, several batch sizes,
+   sequence lengths and trainers); the default sampler's best plan against the exhaustive
+   optimum (target: within 0.5 % in >= 95 % of scenarios). A TPE column (with its local polish)
+   shows what happens on spaces too large to enumerate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core: numpy's element-wise ops are serial anyway
+
+import numpy as np  # noqa: E402
+
+from autoplan.api import build_context  # noqa: E402
+from autoplan.cost.evaluate import evaluate  # noqa: E402
+from autoplan.search import SearchOptions, search  # noqa: E402
+from autoplan.space import BatchTarget, enumerate_space, load_space  # noqa: E402
+
+AUTOPLAN = [sys.executable, "-m", "autoplan.cli"] if not Path(sys.executable).with_name("autoplan").exists() \
+    else [str(Path(sys.executable).with_name("autoplan"))]
+M = 2**20  # token counts are binary: 4M = 4·2^20
+
+# (model, gpus, gbs tokens, seq_len or None for the model's, trainer, space or None for the default)
+SCENARIOS = [
+    ("llama3.2-1b", 8, 1 * M, None, "megatron", None),
+    ("llama3.2-1b", 64, 1 * M, 4096, "nanotron", None),
+    ("usp-1b", 8, 1 * M, 4096, "nanotron", None),
+    ("usp-1b", 32, 2 * M, None, "torchtitan", None),
+    ("llama3-8b", 8, 1 * M, None, "megatron", None),
+    ("llama3-8b", 64, 4 * M, None, "megatron", None),
+    ("llama3-8b", 256, 4 * M, None, "torchtitan", None),
+    ("llama3-8b", 128, 2 * M, 32768, "megatron", "long-context"),
+    ("usp-8b", 64, 1 * M, 4096, "nanotron", None),
+    ("qwen3-8b", 128, 4 * M, None, "deepspeed", None),
+    ("llama2-7b", 32, 4 * M, None, "hf", None),
+    ("llama2-70b", 256, 4 * M, None, "megatron", None),
+    ("llama3-70b", 64, 2 * M, None, "megatron", None),
+    ("llama3-70b", 512, 4 * M, None, "megatron", None),
+    ("llama3-70b", 1024, 8 * M, None, "torchtitan", None),
+    ("llama3-70b", 4096, 16 * M, None, "megatron", None),
+    ("llama3-70b", 512, 4 * M, 65536, "megatron", "long-context"),
+    ("gpt3-175b", 1024, 2 * M, None, "megatron", None),
+    ("gpt3-175b", 4096, 4 * M, None, "deepspeed", None),
+    ("llama3.1-405b", 1024, 8 * M, None, "megatron", None),
+    ("llama3.1-405b", 8192, 16 * M, None, "megatron", None),
+    ("llama3.1-405b", 16384, 16 * M, None, "torchtitan", None),
+    ("llama3.1-405b", 16384, 16 * M, 131072, "megatron", "long-context"),
+    ("mixtral-8x7b", 64, 4 * M, None, "megatron", None),
+    ("mixtral-8x7b", 256, 4 * M, None, "torchtitan", None),
+    ("mixtral-8x22b", 512, 8 * M, None, "megatron", None),
+    ("qwen3-30b-a3b", 128, 4 * M, None, "megatron", None),
+    ("qwen3-30b-a3b", 64, 2 * M, None, "nanotron", None),
+    ("qwen3-235b-a22b", 1024, 8 * M, None, "megatron", None),
+    ("deepseek-v3", 2048, 16 * M, None, "megatron", None),
+    ("deepseek-v3", 4096, 60 * M, None, "megatron", None),
+    ("llama3-8b", 16, 512 * 1024, 2048, "megatron", None),
+]
+
+
+def cost_model_throughput() -> None:
+    ctx = build_context("70b", 512)
+    space = load_space("default").with_overrides(
+        pp=(1, 2, 4, 8, 16, 32), vpp=(1, 2, 4, 8), cp=(1, 2, 4, 8), mbs=(1, 2, 4, 8), zero=(0, 1, 2, 3),
+        precision=("bf16", "fp8"))
+    batch, _ = enumerate_space(space, BatchTarget(512, 8192, 512))
+    evaluate(ctx, batch.take(np.arange(1000)))  # warm-up
+    best = np.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        for lo in range(0, len(batch), 1 << 16):
+            evaluate(ctx, batch.take(np.arange(lo, min(lo + (1 << 16), len(batch)))))
+        best = min(best, time.perf_counter() - start)
+    rate = len(batch) / best
+    print(f"1. cost model: {len(batch):,} layouts (70B, 512 GPUs) in {best:.3f} s = {rate:,.0f} layouts/s "
+          f"on one core ({1e6 * best / len(batch):.2f} us/layout; target >= 1,000,000/s)")
+    start = time.perf_counter()
+    result = search(ctx, space, BatchTarget(512, 8192, 512), SearchOptions(sampler="exhaustive"))
+    elapsed = time.perf_counter() - start
+    print(f"   exhaustive search over the same {space.size:,}-layout space (enumerate, assess, rank): "
+          f"{elapsed:.2f} s = {result.counts.candidates / elapsed:,.0f} layouts/s")
+
+
+def wall(args: list[str], repeats: int = 3) -> tuple[float, float]:
+    """(first, best) wall seconds of ``autoplan ARGS`` as a subprocess."""
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(repeats):
+            start = time.perf_counter()
+            subprocess.run([*AUTOPLAN, *args, "--out", f"{tmp}/{i}"], check=False,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            times.append(time.perf_counter() - start)
+    return times[0], min(times)
+
+
+def end_to_end() -> None:
+    first, best = wall(["search", "--model", "70b", "--gpus", "512", "--gbs-tokens", "4M"])
+    print(f"2. `autoplan search --model 70b --gpus 512 --gbs-tokens 4M`: {first:.2f} s first run, "
+          f"{best:.2f} s best of 3 (target <= 3 s)")
+    for extra in ([], ["--allow-uneven-pp"]):
+        args = ["search", "--model", "deepseek-v3", "--gpus", "2048", "--gbs-seqs", "15360", *extra]
+        first, best = wall(args, repeats=2)
+        print(f"3. `autoplan {' '.join(args)}` (MoE space): {first:.2f} s first, {best:.2f} s best "
+              "(target <= 15 s)")
+
+
+def scenario_inputs(model, gpus, gbs_tokens, seq_len, trainer, space_name):
+    ctx = build_context(model, gpus, trainer=trainer)
+    seq = seq_len or ctx.model.seq_len
+    space = load_space(space_name or ("moe" if ctx.model.is_moe else "default"))
+    return ctx, space, BatchTarget(gpus, seq, int(gbs_tokens // seq))
+
+
+def best_speed(result) -> float:
+    rows = result.plan_rows(1)
+    return float(result.table["tokens_per_s_per_gpu"][rows[0]]) if len(rows) else float("nan")
+
+
+def shortfall(got: float, optimum: float) -> float:
+    """Percent below the optimum (0 when neither finds a feasible plan)."""
+    if np.isnan(optimum) and np.isnan(got):
+        return 0.0
+    return 100 * (1 - got / optimum)
+
+
+def optimality(tpe_trials: int) -> None:
+    tpe = f" and tpe ({tpe_trials} trials + polish)" if tpe_trials else ""
+    print(f"4. optimality: default sampler (auto){tpe} vs exhaustive")
+    header = (f"   {'model':<16}{'gpus':>6}{'gbs':>6}{'seq':>7} {'trainer':<11}{'space':<13}{'layouts':>8}"
+              f"{'feasible':>9}{'optimum tok/s':>14}{'auto':>11}{'gap':>7}{'tpe gap':>9}{'time':>7}")
+    print(header)
+    hits, tpe_hits, total = 0, 0, 0
+    for scenario in SCENARIOS:
+        ctx, space, target = scenario_inputs(*scenario)
+        start = time.perf_counter()
+        auto = search(ctx, space, target, SearchOptions(sampler="auto", allow_uneven_pp=True))
+        elapsed = time.perf_counter() - start
+        exact = search(ctx, space, target, SearchOptions(sampler="exhaustive", allow_uneven_pp=True))
+        optimum, got = best_speed(exact), best_speed(auto)
+        gap = shortfall(got, optimum)
+        tpe_gap = float("nan")
+        if tpe_trials:
+            options = SearchOptions(sampler="tpe", trials=tpe_trials, allow_uneven_pp=True)
+            tpe_gap = shortfall(best_speed(search(ctx, space, target, options)), optimum)
+            tpe_hits += tpe_gap <= 0.5
+        total += 1
+        hits += gap <= 0.5
+        model, gpus, gbs, _, trainer, _ = scenario
+        print(f"   {model:<16}{gpus:>6}{gbs / M:>5g}M{target.seq_len:>7} {trainer:<11}{space.name:<13}"
+              f"{exact.counts.candidates:>8}{exact.counts.reach_batch:>9}{optimum:>14,.0f}{auto.sampler:>11}"
+              f"{gap:>6.2f}%{tpe_gap:>8.2f}%{elapsed:>6.2f}s")
+    print(f"   default sampler within 0.5 % of the exhaustive optimum in {hits}/{total} scenarios "
+          f"({100 * hits / total:.0f} %; target >= 95 %)")
+    if tpe_trials:
+        print(f"   tpe ({tpe_trials} trials + polish) within 0.5 % in {tpe_hits}/{total} scenarios "
+              f"({100 * tpe_hits / total:.0f} %)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tpe-trials", type=int, default=200, help="TPE trials per scenario (0: skip)")
+    parser.add_argument("--skip-end-to-end", action="store_true")
+    args = parser.parse_args()
+    cost_model_throughput()
+    if not args.skip_end_to_end:
+        end_to_end()
+    optimality(args.tpe_trials)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""`autoplan search` end to end through click's CliRunner."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from autoplan.api import build_context
+from autoplan.cli import main
+from autoplan.cli.search import SAMPLER_CHOICES
+from autoplan.cost.evaluate import evaluate
+from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.search import SAMPLERS
+
+HEADLINE = ["search", "--model", "70b", "--gpus", "512", "--gbs-tokens", "4M"]
+LAYOUT_KEYS = ("gpus", "dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_acc",
+               "seq_len", "gbs_seqs", "sp", "recompute", "precision", "placement")
+
+
+def run(args, tmp_path, out="out"):
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / out)])
+    return result
+
+
+@pytest.fixture(scope="module")
+def headline(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("headline")
+    result = run([*HEADLINE, "--format", "json"], tmp)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout), tmp / "out"
+
+
+def test_headline_table(tmp_path):
+    result = run(HEADLINE, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "Recipe: 3240 candidates" in result.stdout
+    for column in ("rank", "layout", "peak GiB", "(room)", "step", "tokens/s", "/GPU", "MFU", "bubble",
+                   "exposed"):
+        assert column in result.stdout
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert files == ["manifest.json", "plans.csv", "plans.json"]
+
+
+def test_each_top_plan_is_legal_fits_and_meets_the_batch(headline):
+    document, _ = headline
+    ctx = build_context("70b", 512)
+    plans = document["plans"]
+    assert 1 <= len(plans) <= 10
+    # 4M tokens = 4·2^20 = 4,194,304 tokens; llama3-70b trains at 8,192 tokens: 512 sequences.
+    assert document["gbs_seqs"] == 512 and document["seq_len"] == 8192
+    layouts = [resolve_layout({k: plan[k] for k in LAYOUT_KEYS}) for plan in plans]
+    table = evaluate(ctx, LayoutBatch.from_layouts(layouts))
+    assert (table["reason_code"] == 0).all() and table["fits"].all()
+    for plan in plans:
+        assert plan["peak_memory_bytes"] <= ctx.cluster.gpu.usable_memory_bytes
+        assert plan["dp"] * plan["mbs"] * plan["grad_acc"] == 512
+        assert plan["dp"] * plan["tp"] * plan["pp"] * plan["cp"] == 512
+    speeds = [plan["tokens_per_s_per_gpu"] for plan in plans]
+    assert speeds == sorted(speeds, reverse=True)
+
+
+def test_json_document_shape(headline):
+    document, out = headline
+    assert document["recipe"]["candidates"] >= document["recipe"]["legal"] >= document["recipe"]["fit"]
+    assert document["recipe"]["fit"] >= document["recipe"]["reach_batch"] > 0
+    plan = document["plans"][0]
+    for key in (*LAYOUT_KEYS, "step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib"):
+        assert key in plan
+    assert json.loads((out / "plans.json").read_text())["plans"] == document["plans"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["seed"] == 0 and manifest["sampler"]["used"] == "exhaustive"
+    assert {"autoplan", "optuna", "numpy", "python"} <= set(manifest["versions"])
+    assert isinstance(manifest["command_line"], list)
+
+
+def test_plans_csv_has_every_candidate_ranked_and_is_reproducible(headline, tmp_path):
+    document, out = headline
+    rows = list(csv.DictReader(io.StringIO((out / "plans.csv").read_text())))
+    assert len(rows) == document["recipe"]["candidates"]  # no tp·pp·cp > 512 in the default space
+    assert [int(r["rank"]) for r in rows] == list(range(1, len(rows) + 1))
+    assert {r["infeasible_reason"] for r in rows if r["feasible"] == "False"} >= {"out_of_memory"}
+    assert all(r["infeasible_reason"] == "" for r in rows if r["feasible"] == "True")
+    again = run([*HEADLINE, "--format", "csv"], tmp_path, out="again")
+    assert again.exit_code == 0
+    assert (tmp_path / "again" / "plans.csv").read_bytes() == (out / "plans.csv").read_bytes()
+
+
+def test_csv_format_prints_the_top_plans(tmp_path):
+    result = run([*HEADLINE, "--format", "csv", "--top", "3"], tmp_path)
+    assert result.exit_code == 0
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == 3 and rows[0]["rank"] == "1"
+
+
+def test_overrides_fix_knobs(tmp_path):
+    result = run([*HEADLINE, "--format", "json", "--tp", "8", "--recompute", "selective,full"], tmp_path)
+    assert result.exit_code == 0, result.output
+    plans = json.loads(result.stdout)["plans"]
+    assert {p["tp"] for p in plans} == {8}
+    assert {p["recompute"] for p in plans} <= {"selective", "full"}
+
+
+def test_tpe_with_sqlite_storage(tmp_path):
+    args = ["search", "-m", "8b", "-g", "64", "--gbs-seqs", "256", "--sampler", "tpe", "--trials", "32",
+            "--storage", f"sqlite:///{tmp_path / 'study.db'}", "--study-name", "cli", "--format", "json"]
+    result = run(args, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["sampler"] == "tpe"
+    import optuna
+
+    assert len(optuna.load_study(study_name="cli", storage=f"sqlite:///{tmp_path / 'study.db'}").trials) >= 32
+
+
+@pytest.mark.parametrize("args, message", [
+    ([*HEADLINE, "--gbs-seqs", "512"], "mutually exclusive"),
+    (["search", "-m", "70b", "-g", "512"], "global batch is missing"),
+    (["search", "-m", "70b", "-g", "512", "--gbs-tokens", "1000"], "multiple of the sequence length"),
+    ([*HEADLINE, "--space", "defualt"], "did you mean 'default'"),
+    (["search", "-m", "70b-llama", "-g", "512", "--gbs-tokens", "4M"], "unknown model"),
+    ([*HEADLINE, "--tp", "3", "--pp", "1", "--cp", "1"], "no layout for 512 GPUs"),
+])
+def test_input_errors_exit_2_with_one_line(tmp_path, args, message):
+    result = run(args, tmp_path)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [[*HEADLINE, "--tp", "x"], [*HEADLINE, "--recompute", "most"]])
+def test_bad_option_values_exit_2(tmp_path, args):
+    assert run(args, tmp_path).exit_code == 2
+
+
+def test_nothing_feasible_exits_1_and_says_why(tmp_path):
+    result = run(["search", "-m", "405b", "-g", "16", "--gbs-tokens", "4M"], tmp_path)
+    assert result.exit_code == 1, result.output
+    error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1
+    assert "out_of_memory" in error[0] and "smallest peak" in error[0]
+    assert (tmp_path / "out" / "plans.csv").exists()
+
+
+def test_sampler_choices_match_the_library():
+    assert SAMPLER_CHOICES == SAMPLERS
+
+
+def test_help():
+    result = CliRunner().invoke(main, ["search", "--help"])
+    assert result.exit_code == 0
+    for option in ("--gbs-tokens", "--sampler", "--storage", "--space", "--allow-uneven-pp"):
+        assert option in result.output
