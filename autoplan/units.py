@@ -31,7 +31,7 @@ TERA = 1e12
 _BYTES = {"b": 1.0, "kb": KB, "mb": MB, "gb": GB, "tb": TB,
           "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB}
 _BANDWIDTH = {"gb/s": GB, "tb/s": TB, "mb/s": MB, "gib/s": GiB,
-              "gbit/s": GB / BITS_PER_BYTE, "gbps": GB / BITS_PER_BYTE, "tbit/s": TB / BITS_PER_BYTE}
+              "gbit/s": GB / BITS_PER_BYTE, "mbit/s": MB / BITS_PER_BYTE, "gbps": GB / BITS_PER_BYTE, "tbit/s": TB / BITS_PER_BYTE}
 _FLOPS = {"flop/s": 1.0, "gflop/s": 1e9, "tflop/s": 1e12, "pflop/s": 1e15,
           "tflops": 1e12, "pflops": 1e15}
 _TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
@@ -67,6 +67,8 @@ def _parse(text: object, table: dict[str, float], kind: str, example: str) -> fl
         key = "gbit/s"
     if key == "tb/s" and unit.startswith("Tb"):
         key = "tbit/s"
+    if key == "mb/s" and unit.startswith("Mb"):
+        key = "mbit/s"
     if key not in table:
         units = ", ".join(sorted({u for u in table if u}))
         raise UnitError(f"expected {kind} like '{example}' (units: {units}), got {text!r}")

@@ -77,10 +77,14 @@ def all_to_all_s(ctx: CostContext, link: GroupLink, num_bytes: np.ndarray) -> np
     return np.where(n > 1, transfer + _hops(n) * link.latency_s, 0.0)
 
 
-def p2p_s(ctx: CostContext, stride: np.ndarray, num_bytes: np.ndarray) -> np.ndarray:
-    """Point-to-point send between ranks ``stride`` apart (pipeline neighbours)."""
+def p2p_s(ctx: CostContext, stride: np.ndarray, size: np.ndarray, num_bytes: np.ndarray) -> np.ndarray:
+    """Point-to-point send between pipeline neighbours ``stride`` ranks apart.
+
+    The chain of ``size`` stages is as slow as its slowest hop: if it spans more than one
+    scale-up domain, at least one hop crosses the NIC.
+    """
     cl, eff = ctx.cluster, ctx.efficiency
-    inside = stride < cl.scale_up_domain_size
+    inside = stride * size <= cl.scale_up_domain_size
     bw = np.where(inside, cl.gpu.scale_up_bytes_per_s * eff.scale_up_efficiency,
                   cl.nic_bytes_per_s * eff.scale_out_efficiency)
     latency = np.where(inside, cl.gpu.scale_up_latency_s, cl.gpu.scale_out_latency_s)

@@ -46,7 +46,7 @@ def _block_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: Layou
     heads = float(m.num_attention_heads)
     return (c.h * m.hidden_size / h_div
             + (c.q * m.q_size + c.kv * m.kv_size + c.f * ffn + c.lse * heads) / b.tp
-            + c.tok + c.s2 * heads * b.seq_len / (b.tp * b.cp))
+            + c.tok / h_div + c.s2 * heads * b.seq_len / (b.tp * b.cp))
 
 
 def _moe_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: LayoutBatch) -> np.ndarray:
@@ -58,7 +58,7 @@ def _moe_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: LayoutB
     # Tokens stay sharded over TP·SP into the dispatcher (Megatron-Core token dispatcher), so
     # per-token terms divide by h_div; ETP shards the expert FFN width.
     return (c.moe_kh * k * ctx.model.hidden_size + c.moe_kf * k * moe.expert_ffn_hidden_size / b.etp
-            + c.moe_e * moe.num_experts + c.moe_k * k) / h_div
+            + c.moe_e * moe.num_experts + c.moe_k * k + c.moe_tok) / h_div
 
 
 def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple[np.ndarray, np.ndarray]:
@@ -89,11 +89,14 @@ def _params_on_stage(ctx: CostContext, b: LayoutBatch, dense_layers: np.ndarray,
                           + pc.shared_expert_per_layer / b.tp)
     dense = dense_layers * per_dense + moe_layers * per_moe_dense_part
     expert = moe_layers * pc.expert_per_layer / (b.ep * b.etp)
+    # With pp = 1 the one stage holds both ends: embedding, final norm and LM head.
+    single = b.pp == 1
+    embedding = pc.embedding / b.tp
+    head = pc.final_norm + np.where((b.pp > 1) & (pc.lm_head == 0), pc.lm_head_matmul, pc.lm_head) / b.tp
     if first:
-        dense = dense + pc.embedding / b.tp
+        dense = dense + embedding + np.where(single, head, 0.0)
     else:
-        head = np.where((b.pp > 1) & (pc.lm_head == 0), pc.lm_head_matmul, pc.lm_head)
-        dense = dense + pc.final_norm + head / b.tp
+        dense = dense + head + np.where(single, embedding, 0.0)
     return dense, expert
 
 
@@ -141,8 +144,10 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], full_input)
     rank = np.zeros_like(b.pp) if first else b.pp - 1.0
     flying = in_flight_layers(n_layers, b.pp, b.vpp, b.grad_acc, rank, p.pp_schedule)
-    # Full recompute re-materialises one layer's activations at a time during backward.
-    working = np.where(b.recompute == 2, mean_none, 0.0)
+    # Recompute re-materialises one layer's dropped activations at a time during backward:
+    # full keeps the layer input and rebuilds the rest; selective rebuilds what it dropped.
+    working = np.select([b.recompute == 2, b.recompute == 1],
+                        [np.maximum(mean_none - full_input, 0.0), mean_none - mean_sel], 0.0)
     terms["activations"] = per_layer * flying + working
 
     terms["embedding_output"] = np.where(first, tokens * m.hidden_size * BF16_BYTES / h_div, 0.0) * np.ones_like(b.tp)

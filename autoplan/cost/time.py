@@ -88,12 +88,13 @@ def _dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndar
     link = comm.group_link(ctx, group, np.minimum(st["dp"], st["cp"]))
     edp = np.maximum(group * b.tp / (b.ep * b.etp), 1.0)
     elink = comm.group_link(ctx, edp, b.ep * b.etp)
+    has_experts = expert_params > 0  # a dense model pays no latency for empty expert collectives
     grads = (comm.reduce_scatter_s(link, stage_params * GRAD_REDUCE_BYTES)
-             + comm.reduce_scatter_s(elink, expert_params * GRAD_REDUCE_BYTES))
+             + np.where(has_experts, comm.reduce_scatter_s(elink, expert_params * GRAD_REDUCE_BYTES), 0.0))
     gathers = (comm.all_gather_s(link, stage_params * BF16_BYTES)
-               + comm.all_gather_s(elink, expert_params * BF16_BYTES))
+               + np.where(has_experts, comm.all_gather_s(elink, expert_params * BF16_BYTES), 0.0))
     all_reduce = (comm.all_reduce_s(link, stage_params * GRAD_REDUCE_BYTES)
-                  + comm.all_reduce_s(elink, expert_params * GRAD_REDUCE_BYTES))
+                  + np.where(has_experts, comm.all_reduce_s(elink, expert_params * GRAD_REDUCE_BYTES), 0.0))
     per_step = np.select([b.zero == 0, b.zero <= 2], [all_reduce, grads + gathers], 0.0)
     per_micro = np.where(b.zero >= 3, 2.0 * gathers + grads, 0.0)
     return {"per_step": per_step, "per_micro": per_micro}
@@ -134,12 +135,15 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
         cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
         ep = n_moe * lc["ep"] * (1.0 - e.ep_overlap)
         stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep)
-    slowest_first = sum(stage_time["first"].values()) >= sum(stage_time["last"].values())
+    # The slowest stage by work (compute + recompute) sets the pace; choosing by work keeps
+    # compute + recompute monotone in the recompute mode.
+    work = {k: stage_time[k]["compute"] + stage_time[k]["recompute"] for k in stage_time}
+    slowest_first = work["first"] >= work["last"]
     parts = {k: np.where(slowest_first, stage_time["first"][k], stage_time["last"][k])
              for k in stage_time["first"]}
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     pp_bytes = tokens * m.hidden_size * BF16_BYTES / h_div
-    pp_send = np.where(b.pp > 1, 2.0 * b.vpp * comm.p2p_s(ctx, st["pp"], pp_bytes), 0.0) * (1 - e.pp_overlap)
+    pp_send = np.where(b.pp > 1, 2.0 * b.vpp * comm.p2p_s(ctx, st["pp"], b.pp, pp_bytes), 0.0) * (1 - e.pp_overlap)
     dp = _dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"])
     micro_compute = parts["compute"] + parts["recompute"]
     zero3_exposed = np.maximum(0.0, dp["per_micro"] - e.fsdp_overlap * micro_compute)

@@ -36,6 +36,7 @@ class ActivationCoefficients:
     moe_kf: float = 0.0
     moe_e: float = 0.0
     moe_k: float = 0.0
+    moe_tok: float = 0.0  # per-token bytes a MoE block saves beyond the dense MLP's ``tok``
 
 
 @dataclass(frozen=True)

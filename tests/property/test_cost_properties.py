@@ -247,7 +247,6 @@ _RECOMPUTE_BUG = (
     "layer-activation in flight, and full > selective when the s^2 attention dominates")
 
 
-@pytest.mark.xfail(strict=True, reason=_RECOMPUTE_BUG)
 def test_full_recompute_one_layer_in_flight():
     """One layer, pp = 1, one micro-batch (megatron: selective == none for flash attention).
 
@@ -265,7 +264,6 @@ def test_full_recompute_one_layer_in_flight():
     assert acts[2] <= acts[1] <= acts[0]
 
 
-@pytest.mark.xfail(strict=True, reason=_RECOMPUTE_BUG)
 def test_full_recompute_not_above_selective_for_gpt():
     """GPT-style layers (s^2 attention stored): 2 layers, h=32, f=2h=64, a=2, s=128, b=1, tp=1.
 
@@ -287,11 +285,6 @@ def test_full_recompute_not_above_selective_for_gpt():
     assert acts[2] <= acts[1] <= acts[0]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug (cost/time.py time_table): time_compute_s/time_recompute_s are those of whichever of "
-    "the first/last stage is slowest *including communication*; full recompute adds a third TP "
-    "pass and EP all-to-all, the slowest stage flips to the last (MoE + head) stage, and the "
-    "reported compute + recompute falls although every stage does more work"))
 def test_more_recompute_never_lowers_reported_compute_with_pipeline():
     """torchtitan (selective recomputes 36 % of the matmuls), 2 layers (1 dense + 1 MoE) over
     pp=2, tp=16 across two 8-GPU NVLink domains, ep=4, s=128.

@@ -41,9 +41,6 @@ def test_parse_bandwidth(text, expected):
     assert parse_bandwidth(text) == pytest.approx(expected, rel=1e-15)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug (units.py _parse): only Gb/s and Tb/s are read as bits; '100 Mb/s' falls through to the "
-    "'mb/s' (megabytes) entry and gives 1e8 B/s, 8× too fast (expected 1.25e7 or an error)"))
 def test_megabits_per_second_are_bits():
     assert parse_bandwidth("100 Mb/s") == pytest.approx(1.25e7)
 

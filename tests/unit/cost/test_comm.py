@@ -122,7 +122,8 @@ def test_all_to_all_inside_and_across_domains():
     (64, 1e8 / NIC + ALPHA_OUT),
 ])
 def test_point_to_point(stride, expected):
-    t = comm.p2p_s(ctx_for(), np.array([float(stride)]), np.array([1e8]))
+    # a two-stage chain: inside the domain while stride · 2 <= 8
+    t = comm.p2p_s(ctx_for(), np.array([float(stride)]), np.array([2.0]), np.array([1e8]))
     assert t[0] == pytest.approx(expected, rel=1e-12)
 
 

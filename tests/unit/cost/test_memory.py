@@ -74,10 +74,6 @@ def test_gpt_layer_tensor_parallel_without_sp():
     assert gpt_layer_bytes(tp=t, sp=False) == expected == 234_913_792
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug (cost/memory.py _block_bytes_per_token): the per-token 'tok' term (LayerNorm/RMSNorm "
-    "fp32 mean/rstd) is never divided by tp, but with sequence parallelism the norms run on "
-    "s/t tokens, so it must be 8sb/t; observed 8sb (+24,576 B here)"))
 def test_gpt_layer_tensor_and_sequence_parallel():
     # t = 4 with SP: sbh(34/t + 5as/(ht)) + 8sb/t = sbh(8.5 + 40) + 8,192
     #      = 203,423,744 + 8,192 = 203,431,936 (observed 203,456,512 = + 8sb·(1 - 1/t))
@@ -103,7 +99,6 @@ def test_gpt_layer_selective_recompute_no_parallelism():
     assert gpt_layer_bytes("selective") == 34 * SBH + 8 * SB == 142_639_104
 
 
-@pytest.mark.xfail(strict=True, reason="bug: LayerNorm stats not divided by tp under SP (see above)")
 def test_gpt_layer_selective_recompute_tensor_and_sequence_parallel():
     # 34sbh/t + 8sb/t = 35,651,584 + 8,192 = 35,659,776
     assert gpt_layer_bytes("selective", tp=4, sp=True) == 34 * SBH / 4 + 8 * SB / 4 == 35_659_776
@@ -140,10 +135,6 @@ def test_hf_llama_sdpa_layer_matches_actmem_exactly():
     assert dense[0] == sb * (16 * h + 4 * q + 4 * kv + 8 * f) + 8 * sb + 4 * a * sb == 53_563_392
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug (profiles/hf.yaml): the Mixtral grouped_mm MoE block saves 8sb per-token bytes "
-    "(actmem README), but the profile gives MoE layers the dense MLP's tok = 4, so 4sb short; "
-    "ActivationCoefficients has no MoE-only per-token constant to express it"))
 def test_hf_mixtral_grouped_mm_layer_matches_actmem_exactly():
     # E = 8, k = 2, f_e = 1536, sb = 1536. Attention block: sb(8h + 4q + 4kv) + 4sb + 4a·sb
     #   per token 6,144 + 4,608 + 1,536 + 4 + 48 = 12,340
@@ -221,24 +212,18 @@ TINY = ModelSpec(name="tiny", num_layers=2, hidden_size=64, ffn_hidden_size=128,
                  num_kv_heads=2, head_dim=16, vocab_size=100)
 
 
-_PP1_HEAD_BUG = pytest.mark.xfail(strict=True, reason=(
-    "bug (cost/memory.py _params_on_stage): with pp = 1 the single stage is costed twice, as "
-    "'first' (layers + embedding, no final norm / LM head) and as 'last' (layers + norm + head, "
-    "no embedding), so an untied model's peak misses one V·h matrix (llama3-8b: 525,340,672 "
-    "params, 9.5 GB of model states at zero 0)"))
 
 # megatron: bf16 weights, 2 bytes per parameter; zero 1 leaves weights unsharded.
 @pytest.mark.parametrize("model, tp, pp, first, last", [
     # pp = 1, untied: the one stage holds everything: 2·36,992 + 6,400 + 64 + 6,400 = 86,848
-    pytest.param(TINY, 1, 1, 86_848, 86_848, marks=_PP1_HEAD_BUG),
+    pytest.param(TINY, 1, 1, 86_848, 86_848),
     (TINY, 1, 2, 36_992 + 6_400, 36_992 + 64 + 6_400),                        # 43,392 / 43,456
     # tp = 2: attention and MLP halve, norms stay: 6,144 + 128 + 12,288 = 18,560 per layer;
     # embedding and head halve (vocab-parallel): 3,200
     (TINY, 2, 2, 18_560 + 3_200, 18_560 + 64 + 3_200),
     # tied embeddings: pp = 1 holds the matrix once (80,448 = 2·36,992 + 6,400 + 64);
     # pp > 1 keeps a copy on the last stage (Megatron's shared embedding)
-    pytest.param(dataclasses.replace(TINY, tied_embeddings=True), 1, 1, 80_448, 80_448,
-                 marks=_PP1_HEAD_BUG),
+    pytest.param(dataclasses.replace(TINY, tied_embeddings=True), 1, 1, 80_448, 80_448,),
     (dataclasses.replace(TINY, tied_embeddings=True), 1, 2, 36_992 + 6_400, 36_992 + 64 + 6_400),
 ])
 def test_weights_per_stage(model, tp, pp, first, last):
@@ -247,7 +232,6 @@ def test_weights_per_stage(model, tp, pp, first, last):
     assert table["mem_last_weights_bytes"][0] == 2 * last
 
 
-@_PP1_HEAD_BUG
 def test_llama3_8b_pp1_holds_every_parameter():
     # tp = pp = 1, zero 0: bf16 weights of all 8,030,261,248 parameters = 16,060,522,496 bytes
     # (observed 15,009,841,152: the 525,336,576-param LM head and 4,096-param final norm missing)

@@ -121,10 +121,6 @@ def test_pipeline_sends():
     assert table["time_pp_exposed_s"][0] == pytest.approx(4 * send, rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug (cost/comm.py p2p_s): a pipeline send is priced on NVLink whenever the stage stride is "
-    "< the domain size, but with tp = 4, pp = 4 (stride 4, 16 GPUs) the stage 1 -> 2 send "
-    "crosses from node 0 to node 1 and runs over the NIC; the slowest send sets the pace"))
 def test_pipeline_send_crossing_a_node_boundary_uses_the_nic():
     # tp = 4 (SP), pp = 4, 4 layers, 1 micro-batch: each TP rank sends its 1/4 shard,
     # 1024·1024·2/4 = 524,288 B, over its own NIC: 2·(524,288/50e9 + 10 µs) = 4.097e-5 s
@@ -157,13 +153,8 @@ def test_tensor_parallel_across_nodes():
 P_LAST = 16_779_264 + 1_024 + 32_768_000
 
 
-_EMPTY_EXPERT_COLLECTIVE = pytest.mark.xfail(strict=True, reason=(
-    "bug (cost/time.py _dp_comm_s): a dense model still pays the latency of the expert-parameter "
-    "collectives (0 bytes over the expert-data-parallel group): + 2·log2(8)·3 µs = 18 µs here, "
-    "per step (and per micro-batch under ZeRO-3)"))
 
 
-@_EMPTY_EXPERT_COLLECTIVE
 def test_data_parallel_all_reduce_without_zero():
     # dp = 8 on NVLink (stride 1), fp32 gradients (4 B), no overlap:
     # ring all-reduce 2·7/8·4P/450e9 + 2·log2(8)·3 µs = 7.708e-4 + 1.8e-5 s
@@ -173,7 +164,6 @@ def test_data_parallel_all_reduce_without_zero():
     assert table["time_dp_exposed_s"][0] == pytest.approx(expected, rel=1e-12)
 
 
-@_EMPTY_EXPERT_COLLECTIVE
 def test_data_parallel_reduce_scatter_and_gather_with_zero_1():
     # reduce-scatter of fp32 grads (4P) + all-gather of bf16 weights (2P), each (n-1)/n·S/bw + 3α
     model = dataclasses.replace(MODEL, num_layers=2)
@@ -209,10 +199,6 @@ def test_optimizer_step_reads_and_writes_32_bytes_per_owned_parameter():
     assert table["time_optimizer_s"][0] == pytest.approx(P_LAST / 4 * 32 / HBM, rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug (cost/evaluate.py heavier_stage_params via memory._params_on_stage): with pp = 1 the "
-    "stage's parameters miss the embedding or the LM head, so the optimizer step and the DP "
-    "gradient traffic are costed on 49.5M of this model's 82.3M parameters"))
 def test_optimizer_step_with_pp1_counts_every_parameter():
     # 1 layer + embedding + final norm + head = 16,779,264 + 32,768,000 + 1,024 + 32,768,000
     #   = 82,316,288 params × 32 B / 3.35e12 B/s = 7.863e-4 s (observed 4.733e-4 s)
