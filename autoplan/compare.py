@@ -20,7 +20,8 @@ def read_layouts_csv(path: str):
     import pandas as pd
 
     try:
-        frame = pd.read_csv(path, encoding="utf-8")
+        # Read every cell as text so the input columns come back exactly as given.
+        frame = pd.read_csv(path, encoding="utf-8", dtype=str, keep_default_na=False)
     except UnicodeDecodeError:
         raise SpecError(path, "not UTF-8 text") from None
     except pd.errors.EmptyDataError:
@@ -46,7 +47,7 @@ def compare_layouts(frame, model: str, *, hardware: str, trainer: str, profile_p
         defaults["seq_len"] = load_model(model).seq_len
     layouts, reasons, rows = [], [""] * len(frame), []
     for i, raw in enumerate(frame.to_dict("records")):
-        values = {k: raw[k] for k in FIELDS if k in raw and raw[k] == raw[k]}
+        values = {k: raw[k].strip() for k in FIELDS if k in raw and str(raw[k]).strip() != ""}
         for key, value in defaults.items():
             values.setdefault(key, value)
         try:
@@ -55,13 +56,16 @@ def compare_layouts(frame, model: str, *, hardware: str, trainer: str, profile_p
         except AutoplanError as exc:
             reasons[i] = str(exc)
     out = frame.copy()
+    # A prediction never overwrites an input column (e.g. a measured tokens_per_s_per_gpu).
+    names = {c: (f"predicted_{c}" if c in frame.columns else c) for c in OUTPUT_COLUMNS}
     for column in OUTPUT_COLUMNS:
-        out[column] = np.nan
-    out["fits"] = False
-    out["infeasible_reason"] = reasons
+        out[names[column]] = np.nan
+    out[names["fits"]] = False
+    out[names["infeasible_reason"]] = reasons
     if layouts:
-        ctx = build_context(model, max(x.gpus for x in layouts), hardware=hardware, trainer=trainer,
-                            profile_path=profile_path)
+        # The cluster size does not enter the per-layout arithmetic (each row has its gpus);
+        # one GPU keeps a row with an odd GPU count from failing the whole file.
+        ctx = build_context(model, 1, hardware=hardware, trainer=trainer, profile_path=profile_path)
         table = evaluate(ctx, LayoutBatch.from_layouts(layouts))
         frame_out = table.to_frame()
         from autoplan.legality import explain_reason
@@ -69,9 +73,9 @@ def compare_layouts(frame, model: str, *, hardware: str, trainer: str, profile_p
         for j, i in enumerate(rows):
             for column in OUTPUT_COLUMNS:
                 if column != "infeasible_reason":
-                    out.at[i, column] = frame_out[column].iloc[j]
+                    out.at[i, names[column]] = frame_out[column].iloc[j]
             code = int(table["reason_code"][j])
-            out.at[i, "infeasible_reason"] = (explain_reason(ctx, table.batch, j, code) if code
-                                              else frame_out["infeasible_reason"].iloc[j])
-    out["fits"] = out["fits"].astype(bool)
+            out.at[i, names["infeasible_reason"]] = (explain_reason(ctx, table.batch, j, code) if code
+                                                     else frame_out["infeasible_reason"].iloc[j])
+    out[names["fits"]] = out[names["fits"]].astype(bool)
     return out

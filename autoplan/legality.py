@@ -26,6 +26,8 @@ def _moe(ctx: CostContext) -> tuple[float, bool]:
 RULES: list[Rule] = [
     ("degrees", lambda c, b: b.dp * b.tp * b.pp * b.cp != b.gpus,
      "dp·tp·pp·cp must equal gpus"),
+    ("node_multiple", lambda c, b: (b.gpus > c.cluster.gpus_per_node) & (b.gpus % c.cluster.gpus_per_node != 0),
+     "gpus must be a multiple of the GPUs per node when larger than one node"),
     ("tp_heads", lambda c, b: (c.model.num_attention_heads % b.tp != 0) | (c.model.num_kv_heads % b.tp != 0),
      "attention heads and KV heads must be divisible by tp"),
     ("pp_layers", lambda c, b: b.pp * b.vpp > c.model.num_layers,
@@ -88,6 +90,7 @@ def explain_reason(ctx: CostContext, batch: LayoutBatch, i: int, code: int) -> s
     m = ctx.model
     values = {
         "degrees": f"dp({lay.dp})·tp({lay.tp})·pp({lay.pp})·cp({lay.cp}) != gpus({lay.gpus})",
+        "node_multiple": f"gpus={lay.gpus}, gpus per node={ctx.cluster.gpus_per_node}",
         "tp_heads": f"heads={m.num_attention_heads}, kv_heads={m.num_kv_heads}, tp={lay.tp}",
         "pp_layers": f"layers={m.num_layers}, pp·vpp={lay.pp * lay.vpp}",
         "pp_uneven": f"layers={m.num_layers}, pp·vpp={lay.pp * lay.vpp}",
@@ -102,3 +105,36 @@ def explain_reason(ctx: CostContext, batch: LayoutBatch, i: int, code: int) -> s
                            f"{ctx.profile.max_zero_with_pp} with pp > 1",
     }.get(name, lay.describe())
     return f"{REASON_MESSAGES[name]} ({values})"
+
+
+def suggest_fix(ctx: CostContext, batch: LayoutBatch, i: int, code: int) -> str:
+    """The nearest change that repairs rule ``code`` for layout ``i`` ('' when none is obvious)."""
+    name = REASON_CODES[code]
+    lay, m = batch.layout(i), ctx.model
+
+    def nearest(value: int, ok) -> int | None:
+        for delta in range(0, 4096):
+            for candidate in (value - delta, value + delta):
+                if candidate >= 1 and ok(candidate):
+                    return candidate
+        return None
+
+    if name == "tp_heads":
+        tp = nearest(lay.tp, lambda t: m.num_attention_heads % t == 0 and m.num_kv_heads % t == 0
+                     and lay.gpus % (t * lay.pp * lay.cp) == 0)
+        return f"try --tp {tp}" if tp else ""
+    if name in ("pp_uneven", "pp_layers"):
+        pp = nearest(lay.pp, lambda p: m.num_layers % (p * lay.vpp) == 0 and lay.gpus % (lay.tp * p * lay.cp) == 0)
+        return f"try --pp {pp}" if pp else ""
+    if name == "cp_seq":
+        return f"try --seq-len {(lay.seq_len // (2 * lay.cp) + 1) * 2 * lay.cp} or a smaller --cp"
+    if name == "sp_needs_tp":
+        return "drop --sp or use --tp > 1"
+    if name in ("trainer_zero", "trainer_zero_pp"):
+        allowed = [z for z in ctx.profile.allowed_zero if lay.pp == 1 or z <= ctx.profile.max_zero_with_pp]
+        return f"try --zero {max(allowed)}" if allowed else ""
+    if name == "vpp_microbatches":
+        return f"try a global batch whose micro-batch count is a multiple of pp={lay.pp}, or --vpp 1"
+    if name == "fp8_hardware":
+        return "use --precision bf16"
+    return ""

@@ -43,6 +43,26 @@ class AutoplanGroup(click.Group):
                 return getattr(importlib.import_module(module), f"{name}_command")
         return None
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Click's usage errors as one line ('Error: ...' + exit 2), not the usage block."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            # Without standalone mode click returns the code of ctx.exit(); commands return None.
+            sys.exit(code if isinstance(code, int) else 0)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            hint = ""
+            if isinstance(exc, click.UsageError) and exc.ctx is not None:
+                hint = f" (see '{exc.ctx.command_path} --help')"
+            click.echo(f"Error: {' '.join(exc.format_message().split())}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(130)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)

@@ -9,7 +9,7 @@ import click
 from autoplan.cli.layout_options import batch_options, layout_options, layout_values, resolve_batch
 from autoplan.cli.options import context_options, output_format_option
 from autoplan.cli.render import emit_records
-from autoplan.errors import AutoplanError
+from autoplan.errors import AutoplanError, LayoutError
 
 
 def _evaluate_one(kwargs):
@@ -28,11 +28,12 @@ def _evaluate_one(kwargs):
 
 
 def _why_not(ctx, batch, table) -> str:
-    from autoplan.legality import explain_reason
+    from autoplan.legality import explain_reason, suggest_fix
 
     code = int(table["reason_code"][0])
     if code:
-        return explain_reason(ctx, batch, 0, code)
+        fix = suggest_fix(ctx, batch, 0, code)
+        return explain_reason(ctx, batch, 0, code) + (f": {fix}" if fix else "")
     if not table["fits"][0]:
         stage = "first" if table["peak_stage"][0] == 0 else "last"
         from autoplan.cost.memory import MEMORY_TERMS
@@ -53,6 +54,8 @@ def _why_not(ctx, batch, table) -> str:
 def estimate_command(output_format, **kwargs) -> None:
     """Predict memory, step time, tokens/s and MFU of one layout."""
     ctx, batch, table = _evaluate_one(kwargs)
+    if int(table["reason_code"][0]):  # a rule is broken: the layout cannot run at all
+        raise LayoutError(f"layout breaks a rule: {_why_not(ctx, batch, table)}")
     record = table.record(0)
     record["infeasible_reason"] = _why_not(ctx, batch, table)
     record.update(model=ctx.model.name, hardware=ctx.cluster.gpu.name, trainer=ctx.profile.name)
@@ -122,6 +125,10 @@ def compare_command(layouts_csv, model_name, hardware, trainer, profile_path, gp
     """Evaluate every row of a CSV of layouts; rows that break a rule get fits=false and a reason."""
     from autoplan.compare import compare_layouts, read_layouts_csv
 
+    if gpus is not None:  # one count for every row: refuse it up front if no cluster has it
+        from autoplan.specs.hardware import load_gpu, make_cluster
+
+        make_cluster(load_gpu(hardware), gpus)
     frame = read_layouts_csv(layouts_csv)
     _check_columns(frame.columns, layouts_csv)
     defaults = {"gpus": gpus, "seq_len": seq_len, "gbs_seqs": gbs_seqs, "precision": precision}

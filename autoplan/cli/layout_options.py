@@ -44,7 +44,8 @@ def layout_options(func: Callable) -> Callable:
         click.option("--grad-acc", type=pos, default=None, help="Micro-batches per step (default from the batch)."),
         click.option("--recompute", type=click.Choice(RECOMPUTE), default="none", show_default=True,
                      help="Activation recomputation."),
-        click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True),
+        click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True,
+                     help="Matmul precision: bf16, or fp8 (needs FP8 tensor cores)."),
         click.option("--sp/--no-sp", default=None, help="Sequence parallel (default: on when tp > 1)."),
         click.option("--placement", type=click.Choice(PLACEMENTS), default=PLACEMENTS[0], show_default=True,
                      help="Rank order, innermost first."),
@@ -64,6 +65,8 @@ def resolve_batch(seq_len: int | None, gbs_seqs: int | None, gbs_tokens: float |
         raise AutoplanError("give either --gbs-seqs or --gbs-tokens, not both "
                             f"(got --gbs-seqs {gbs_seqs} and --gbs-tokens {gbs_tokens:.0f})")
     if gbs_tokens is not None:
+        if gbs_tokens != int(gbs_tokens):
+            raise AutoplanError(f"--gbs-tokens must be a whole number of tokens, got {gbs_tokens:g}")
         if gbs_tokens % seq:
             raise AutoplanError(f"--gbs-tokens ({gbs_tokens:.0f}) must be a multiple of the sequence "
                                 f"length ({seq}); nearest: {max(1, round(gbs_tokens / seq)) * seq}")

@@ -7,6 +7,7 @@ import sys
 import click
 
 from autoplan.cli.options import ChoiceList, IntList, TokenCount, context_options, fail, output_format_option
+from autoplan.errors import NoFeasiblePlanError
 from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE
 
 SAMPLER_CHOICES = ("auto", "exhaustive", "tpe", "nsga2", "random")  # = autoplan.search.SAMPLERS
@@ -93,11 +94,15 @@ def search_command(**kw) -> None:
     with _progress_bar() as progress:
         result = search(ctx, space, target, options, progress=progress)
     out = _write(result, kw, seq_len, target)
+    if not result.feasible.any():
+        try:
+            result.check_feasible()
+        except NoFeasiblePlanError as exc:  # one line: the reasons, then where the candidates are
+            raise NoFeasiblePlanError(f"{exc} (every candidate with its reason: {out}/plans.csv)") from None
     _emit(result, kw["output_format"], kw["top_k"])
     click.echo(f"Wrote {out}/ (plans.csv, plans.json, manifest.json)", err=True)
     if len(result.table) > MAX_CSV_ROWS:
         click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {len(result.table)} ranked layouts", err=True)
-    result.check_feasible()
 
 
 def _gbs_seqs(kw: dict, seq_len: int) -> int:

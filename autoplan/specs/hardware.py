@@ -162,9 +162,18 @@ def _quantity(data: Mapping[str, Any], key: str, where: str, parse: Callable[[ob
         raise SpecError(where, f"{key}: expected {kind} like '{example}', got {value!r} "
                                "(a bare number: state the unit)")
     try:
-        return parse(value)
+        parsed = parse(value)
     except UnitError as exc:
         raise SpecError(where, f"{key}: {exc}") from None
+    limit = _PLAUSIBLE_MAX.get(kind)
+    if limit is not None and parsed > limit[0]:
+        raise SpecError(where, f"{key}: {value!r} is implausibly large (more than {limit[1]})")
+    return parsed
+
+
+# Upper bounds far above any real accelerator; larger values are typos (e.g. '1e30 GiB').
+_PLAUSIBLE_MAX = {"a size": (2.0**50, "1 PiB"), "a compute rate": (1e18, "1 EFLOP/s"),
+                  "a time": (1.0, "1 s"), "a bandwidth": (1e15, "1 PB/s")}
 
 
 def _bandwidth(data: Mapping[str, Any], key: str, where: str, example: str, *,

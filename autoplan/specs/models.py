@@ -28,6 +28,8 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     """
     text = str(name_or_path).strip()
     presets, index = _registry()
+    if not text:
+        raise UnknownNameError("model", "(empty)", known_names(presets))
     if not _looks_like_path(text) and text.lower() in index:
         return presets[index[text.lower()]]
     if _looks_like_path(text) or Path(text).exists():

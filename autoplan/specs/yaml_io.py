@@ -72,16 +72,23 @@ def check_keys(data: Mapping[str, Any], where: str, *, required: Iterable[str],
         raise SpecError(where, f"missing required key(s): {', '.join(missing)}")
 
 
+MAX_INT = 2**31  # no model or cluster dimension is larger; bigger values are typos or absurd
+
+
 def get_int(data: Mapping[str, Any], key: str, where: str, *, default: int | None = None,
-            minimum: int = 1) -> int:
-    """An integer field >= ``minimum``; bools and floats with a fraction are refused."""
+            minimum: int = 1, maximum: int = MAX_INT) -> int:
+    """An integer field in [minimum, maximum]; bools and floats with a fraction are refused."""
     value = data.get(key, default)
     if value is None:
         raise SpecError(where, f"missing required key '{key}'")
     if isinstance(value, float) and value.is_integer():
+        if abs(value) > MAX_INT:
+            raise SpecError(where, f"{key}: must be <= {MAX_INT}, got {value:.3g}")
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(where, f"{key}: expected an integer, got {value!r}")
     if value < minimum:
         raise SpecError(where, f"{key}: must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise SpecError(where, f"{key}: must be <= {maximum}, got {value:.3g}")
     return value

@@ -116,4 +116,4 @@ def test_estimate_fuzz(seed, tmp_path, monkeypatch):
         elif "json" in args[-1:]:
             _check_json(args, result.stdout)
     # the generator must reach both outcomes, or the fuzz tests nothing
-    assert codes.get(0, 0) >= 20 and codes.get(2, 0) >= 5, codes
+    assert codes.get(0, 0) >= 5 and codes.get(2, 0) >= 5, codes
