@@ -45,7 +45,8 @@ def group_link(ctx: CostContext, size: np.ndarray, stride: np.ndarray) -> GroupL
 
 
 def _hops(size: np.ndarray) -> np.ndarray:
-    return np.where(size > 1, np.log2(np.maximum(size, 2.0)), 0.0)
+    """log2(n) latency hops; 0 for a group of one."""
+    return np.log2(np.maximum(size, 1.0))
 
 
 def all_reduce_s(link: GroupLink, num_bytes: np.ndarray) -> np.ndarray:
@@ -98,9 +99,11 @@ def strides(placement: np.ndarray, tp: np.ndarray, cp: np.ndarray, dp: np.ndarra
 
     sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
     out = {name: np.ones_like(tp) for name in sizes}
-    for code, order in enumerate(PLACEMENTS):
+    codes = np.unique(placement)
+    for code in codes.astype(int):
         running = np.ones_like(tp)
-        for name in order.split("-"):
-            out[name] = np.where(placement == code, running, out[name])
+        chosen = placement == code if len(codes) > 1 else None
+        for name in PLACEMENTS[code].split("-"):
+            out[name] = running if chosen is None else np.where(chosen, running, out[name])
             running = running * sizes[name]
     return out

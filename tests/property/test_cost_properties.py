@@ -131,6 +131,8 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
                                    and (dp * cp * tp) % e == 0]))
         etp = draw(st.sampled_from([e for e in (1, 2) if (dp * cp * tp) % (ep * e) == 0]))
     zeros = [z for z in p.allowed_zero if pp == 1 or z <= p.max_zero_with_pp]
+    gpus = dp * tp * pp * cp
+    assume(gpus <= 8 or gpus % 8 == 0)  # whole 8-GPU nodes beyond one node (legality rule)
     return resolve_layout(dict(
         gpus=dp * tp * pp * cp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs,
         grad_acc=grad_acc, seq_len=seq, gbs_seqs=dp * mbs * grad_acc,
