@@ -1,0 +1,142 @@
+"""Export a plan as the files a real trainer launches from.
+
+``render(trainer, model, layout, training)`` checks the trainer's consistency rules
+(:mod:`autoplan.export.rules`) and returns an :class:`ExportResult`: the files (relative name ->
+text) and the knobs the trainer cannot express (also written in each file's header comment).
+Each renderer is a pure function pinned to a stated trainer version (``VERSIONS``):
+
+* ``megatron``: a bash launch script for Megatron-LM's ``pretrain_gpt.py``;
+* ``torchtitan``: the Python config module of torchtitan 0.3.0 and the TOML job of 0.2.2;
+* ``nanotron``: the YAML config of ``run_train.py``;
+* ``deepspeed``: the DeepSpeed JSON and a launch script (Megatron-DeepSpeed when tp or pp > 1).
+
+``export_plan`` writes the files of one plan record (a row of ``plans.json``) into a folder;
+file names never leave that folder.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from autoplan.errors import AutoplanError
+from autoplan.export.common import ExportError, ExportResult, TrainingSetup
+from autoplan.export.rules import TRAINERS, TrainerRuleError, check
+from autoplan.layout import FIELDS, Layout, resolve_layout
+from autoplan.specs.model import ModelSpec
+
+__all__ = ["TRAINERS", "VERSIONS", "ExportError", "ExportResult", "TrainerRuleError", "TrainingSetup",
+           "export_plan", "layout_from_record", "parse_trainers", "read_plans", "render", "select_plan",
+           "write_files"]
+
+VERSIONS = {
+    "megatron": "Megatron-LM core_v0.15.3",
+    "torchtitan": "torchtitan 0.3.0 (Python config) and 0.2.2 (TOML)",
+    "nanotron": "nanotron main @ 2411b022",
+    "deepspeed": "DeepSpeed 0.19.8 (+ Megatron-DeepSpeed @ 4efb479 when tp or pp > 1)",
+}
+
+
+def render(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSetup | None = None) -> ExportResult:
+    """The files of ``layout`` for ``trainer``; refuses a plan that breaks the trainer's rules."""
+    names = parse_trainers(trainer)
+    if len(names) != 1:
+        raise AutoplanError(f"render takes one trainer, got {names}; use export_plan for several")
+    trainer = names[0]
+    check(trainer, model, layout)
+    module = importlib.import_module(f"autoplan.export.{trainer}")
+    return module.render(model, layout, training or TrainingSetup())
+
+
+def parse_trainers(text: str | Iterable[str]) -> list[str]:
+    """'megatron,torchtitan' or a list -> known trainer names (UnknownNameError otherwise)."""
+    from autoplan.errors import UnknownNameError
+
+    items = text.split(",") if isinstance(text, str) else list(text)
+    names = [item.strip().lower() for item in items if item.strip()]
+    if not names:
+        raise AutoplanError(f"name at least one trainer to export to: {', '.join(TRAINERS)}")
+    for name in names:
+        if name not in TRAINERS:
+            raise UnknownNameError("export trainer", name, TRAINERS)
+    return list(dict.fromkeys(names))
+
+
+def layout_from_record(record: Mapping[str, Any]) -> Layout:
+    """The layout in a flat plan record (its other keys, the predictions, are ignored)."""
+    return resolve_layout({key: record[key] for key in FIELDS if key in record})
+
+
+def export_plan(plan_record: Mapping[str, Any], model: ModelSpec | str, trainers: str | Iterable[str],
+                out_dir: str | Path, training: TrainingSetup | None = None) -> list[Path]:
+    """Write the files of one plan for each trainer into ``out_dir``; returns the paths written.
+
+    Every trainer is rendered (and its rules checked) before anything is written, so a refused
+    plan leaves no partial output.
+    """
+    if isinstance(model, str):
+        from autoplan.specs.models import load_model
+
+        model = load_model(model)
+    layout = layout_from_record(plan_record)
+    results = [render(trainer, model, layout, training) for trainer in parse_trainers(trainers)]
+    files: dict[str, str] = {}
+    for result in results:
+        files.update(result.files)
+    return write_files(files, out_dir)
+
+
+def write_files(files: Mapping[str, str], out_dir: str | Path) -> list[Path]:
+    """Write ``files`` under ``out_dir``; a name that is absolute or climbs out with '..' is refused."""
+    root = Path(out_dir)
+    targets = [(safe_join(root, name), text) for name, text in files.items()]
+    written = []
+    for path, text in targets:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        if text.startswith("#!"):
+            path.chmod(0o755)
+        written.append(path)
+    return written
+
+
+def safe_join(root: Path, name: str) -> Path:
+    """``root/name``, refusing names that would land outside ``root``."""
+    pure = PurePosixPath(str(name).replace("\\", "/"))
+    if not name or pure.is_absolute() or ".." in pure.parts or ":" in pure.parts[0]:
+        raise ExportError(f"refusing to write {name!r}: output names must stay inside {str(root)!r}")
+    path = root / Path(*pure.parts)
+    resolved_root = root.resolve()
+    if resolved_root != path.resolve() and resolved_root not in path.resolve().parents:
+        raise ExportError(f"refusing to write {name!r}: it resolves outside {str(root)!r}")
+    return path
+
+
+def read_plans(path: str | Path) -> dict[str, Any]:
+    """A ``plans.json``: an object with ``plans`` (a list of flat records) and optional ``model``,
+    ``hardware``, ``trainer``."""
+    where = str(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise AutoplanError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("plans"), list):
+        raise AutoplanError(f"{where}: expected an object with a 'plans' list (as written by "
+                            "`autoplan search --format json` or its plans.json)")
+    if not data["plans"] or not all(isinstance(plan, dict) for plan in data["plans"]):
+        raise AutoplanError(f"{where}: 'plans' must be a non-empty list of objects")
+    return data
+
+
+def select_plan(plans: list[dict[str, Any]], rank: int, where: str = "plans.json") -> dict[str, Any]:
+    """The plan of rank ``rank`` (1 = best): by its ``rank`` field if the records have one."""
+    if all("rank" in plan for plan in plans):
+        for plan in plans:
+            if plan["rank"] == rank:
+                return plan
+    elif 1 <= rank <= len(plans):
+        return plans[rank - 1]
+    raise AutoplanError(f"{where}: no plan of rank {rank}; it holds {len(plans)} plan(s)")

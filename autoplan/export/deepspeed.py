@@ -1,0 +1,216 @@
+"""DeepSpeed: the JSON config (DeepSpeed 0.19.8) and a launch script.
+
+With tp = pp = 1 the plan is plain DeepSpeed ZeRO around the user's training script (a Hugging
+Face model, say); with tp or pp > 1 it is Megatron-DeepSpeed (deepspeedai/Megatron-DeepSpeed
+master @ 4efb479, 2025-07-16): ``pretrain_gpt.py`` with ``--deepspeed``, the DeepSpeed pipeline
+engine when pp > 1 and ``--no-pipeline-parallel`` otherwise. JSON keys are those of
+``deepspeed/runtime/config.py`` (``train_batch_size == train_micro_batch_size_per_gpu ×
+gradient_accumulation_steps × dp``), ``zero/config.py`` and ``activation_checkpointing/config.py``;
+the flags are those of Megatron-DeepSpeed's ``megatron/arguments.py``. JSON has no comments, so the
+header (shape, warnings) is in the launch script.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from autoplan.export.common import (
+    ExportResult,
+    TrainingSetup,
+    bash_array,
+    commented,
+    header_lines,
+    launch_shape,
+    padded_vocab,
+    shell_args,
+)
+from autoplan.export.rules import placement_warning
+from autoplan.layout import Layout
+from autoplan.specs.model import ModelSpec
+
+VERSION = "DeepSpeed 0.19.8"
+MDS_VERSION = "DeepSpeed 0.19.8 + Megatron-DeepSpeed @ 4efb479"
+CONFIG_FILE = "deepspeed_config.json"
+SCRIPT_FILE = "deepspeed_launch.sh"
+ORDERS = {"topology": "tp-dp-cp-pp"}  # PipeModelDataParallelTopology axes: pipe, data, model
+
+Args = list[tuple[str, object]]
+
+
+def uses_megatron(layout: Layout) -> bool:
+    return layout.tp > 1 or layout.pp > 1
+
+
+def render(model: ModelSpec, layout: Layout, training: TrainingSetup) -> ExportResult:
+    per_node, nodes = launch_shape(layout, training)
+    warnings = _warnings(model, layout)
+    config = ds_config(layout, training, with_optimizer=not uses_megatron(layout), moe=model.moe is not None)
+    files = {CONFIG_FILE: json.dumps(config, indent=2) + "\n"}
+    files[SCRIPT_FILE] = _script(model, layout, training, per_node, nodes, warnings)
+    return ExportResult(files, warnings)
+
+
+def ds_config(lay: Layout, training: TrainingSetup, *, with_optimizer: bool, moe: bool = False) -> dict[str, object]:
+    """The JSON config; MoE with pp and tp > 1 turns off pipe/grad partitioning, which
+    Megatron-DeepSpeed's GPTModelPipe asserts (megatron/model/gpt_model.py)."""
+    zero: dict[str, object] = {"stage": lay.zero}
+    if lay.zero >= 2:
+        zero.update(overlap_comm=True, contiguous_gradients=True)
+    config: dict[str, object] = {
+        "train_batch_size": lay.gbs_seqs,
+        "train_micro_batch_size_per_gpu": lay.mbs,
+        "gradient_accumulation_steps": lay.grad_acc,
+        "gradient_clipping": training.grad_clip,
+        "zero_optimization": zero,
+        "bf16": {"enabled": True},
+        "steps_per_print": 1,
+        "wall_clock_breakdown": False,
+    }
+    if moe and lay.pp > 1 and lay.tp > 1:
+        config["pipeline"] = {"pipe_partitioned": False, "grad_partitioned": False}
+    if lay.recompute == "full":
+        config["activation_checkpointing"] = {
+            "partition_activations": False, "contiguous_memory_optimization": False,
+            "cpu_checkpointing": False, "number_checkpoints": None,
+            "synchronize_checkpoint_boundary": False, "profile": False}
+    if with_optimizer:
+        config["optimizer"] = {"type": "AdamW", "params": {
+            "lr": training.lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": training.weight_decay}}
+        config["scheduler"] = {"type": "WarmupCosineLR", "params": {
+            "total_num_steps": training.train_steps, "warmup_num_steps": training.warmup_steps,
+            "cos_min_ratio": training.min_lr / training.lr}}
+    return config
+
+
+def megatron_deepspeed_args(m: ModelSpec, lay: Layout, training: TrainingSetup) -> Args:
+    """Megatron-DeepSpeed ``pretrain_gpt.py`` flags (without --data-path, added by the script)."""
+    args: Args = [("--tensor-model-parallel-size", lay.tp), ("--pipeline-model-parallel-size", lay.pp)]
+    if lay.pp == 1:
+        args.append(("--no-pipeline-parallel", None))
+    if lay.sp:
+        args.append(("--sequence-parallel", None))
+    args += [("--deepspeed", None), ("--deepspeed_config", CONFIG_FILE), ("--zero-stage", lay.zero),
+             ("--micro-batch-size", lay.mbs), ("--global-batch-size", lay.gbs_seqs),
+             ("--seq-length", lay.seq_len), ("--bf16", None)]
+    if lay.recompute == "full":
+        args += [("--checkpoint-activations", None), ("--deepspeed-activation-checkpointing", None)]
+    elif lay.recompute == "selective":
+        args.append(("--recompute-granularity", "selective"))
+    return args + _mds_model_args(m, lay) + _mds_moe_args(m, lay) + _mds_schedule_args(m, training)
+
+
+def _mds_model_args(m: ModelSpec, lay: Layout) -> Args:
+    args: Args = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
+                  ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_attention_heads),
+                  ("--num-key-value-heads", m.num_kv_heads),
+                  ("--max-position-embeddings", max(m.max_position_embeddings, lay.seq_len))]
+    if m.head_dim * m.num_attention_heads != m.hidden_size:
+        args.append(("--kv-channels", m.head_dim))
+    if m.activation == "swiglu":
+        args.append(("--swiglu", None))
+    args.append(("--normalization", m.norm))
+    if m.position_embedding == "rope":
+        args.append(("--use-rotary-position-embeddings", None))
+    if not m.linear_bias:
+        args.append(("--disable-bias-linear", None))
+    if not m.tied_embeddings:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    return args + [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
+
+
+def _mds_moe_args(m: ModelSpec, lay: Layout) -> Args:
+    if m.moe is None:
+        return []
+    args: Args = [("--num-experts", m.moe.num_experts), ("--moe-expert-parallel-size", lay.ep),
+                  ("--topk", m.moe.num_experts_per_token), ("--expert-interval", 1)]
+    if lay.etp > 1:
+        args.append(("--enable-expert-tensor-parallelism", None))
+    return args
+
+
+def _mds_schedule_args(m: ModelSpec, training: TrainingSetup) -> Args:
+    tokenizer: Args = ([("--tokenizer-type", "HFTokenizer"), ("--tokenizer-model", training.tokenizer)]
+                       if training.tokenizer else
+                       [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size - 1)])
+    return tokenizer + [
+        ("--make-vocab-size-divisible-by", 1), ("--split", "99,1,0"),
+        ("--train-iters", training.train_steps), ("--lr", training.lr), ("--min-lr", training.min_lr),
+        ("--lr-warmup-iters", training.warmup_steps), ("--lr-decay-style", "cosine"),
+        ("--weight-decay", training.weight_decay), ("--clip-grad", training.grad_clip),
+        ("--seed", training.seed), ("--log-interval", 1), ("--distributed-backend", "nccl")]
+
+
+def _script(m: ModelSpec, lay: Layout, training: TrainingSetup, per_node: int, nodes: int,
+            warnings: list[str]) -> str:
+    torchrun = ('exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" '
+                '--node-rank "${NODE_RANK:-0}" \\\n'
+                '    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \\\n')
+    shape = f"NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"
+    if uses_megatron(lay):
+        data = (f"DATA_PATH={shlex.quote(training.data_path)}\n" if training.data_path else
+                'DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix}"\n')
+        words = shell_args(megatron_deepspeed_args(m, lay, training)) + ['--data-path "$DATA_PATH"']
+        launch = [f"MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..{nodes - 1}> "
+                  f"MASTER_ADDR=<node 0> bash {SCRIPT_FILE}   (on each node, next to {CONFIG_FILE})"]
+        body = ('MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"\n' + shape + data + bash_array("ARGS", words)
+                + torchrun + '    "$MEGATRON_DEEPSPEED/pretrain_gpt.py" "${ARGS[@]}" "$@"\n')
+        version = MDS_VERSION
+    else:
+        launch = [f"TRAIN_SCRIPT=your_train.py NODE_RANK=<0..{nodes - 1}> MASTER_ADDR=<node 0> bash {SCRIPT_FILE}",
+                  "the script must call deepspeed.initialize(config=...) with its model, or be a Hugging "
+                  f"Face Trainer script given --deepspeed {CONFIG_FILE}"]
+        body = ('TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}"\n'
+                + shape + bash_array("ARGS", shell_args([("--deepspeed", None),
+                                                         ("--deepspeed_config", CONFIG_FILE)]))
+                + torchrun + '    "$TRAIN_SCRIPT" "${ARGS[@]}" "$@"\n')
+        version = VERSION
+    head = header_lines(version, m, lay, launch=launch, warnings=warnings, notes=_notes(lay))
+    return "#!/usr/bin/env bash\n" + commented(head) + "set -euo pipefail\n" + body
+
+
+def _notes(lay: Layout) -> list[str]:
+    if uses_megatron(lay):
+        return ["the optimizer comes from Megatron-DeepSpeed's flags, so the JSON has none"]
+    notes = [f"build the model with the shape above; the JSON holds batch, ZeRO-{lay.zero} and precision"]
+    if lay.recompute == "full":
+        notes.append("full recompute: call model.gradient_checkpointing_enable() (Hugging Face) or wrap "
+                     "layers with deepspeed.checkpointing.checkpoint")
+    return notes
+
+
+def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
+    warnings = []
+    order = placement_warning("DeepSpeed", ORDERS, lay)
+    if order:
+        warnings.append(order)
+    if lay.precision == "fp8":
+        warnings.append("precision=fp8: DeepSpeed's config has no FP8 switch; exported as bf16 "
+                        "(use Transformer Engine layers in the model for FP8)")
+    if lay.recompute == "selective" and not uses_megatron(lay):
+        warnings.append("recompute=selective: plain DeepSpeed has no selective recompute; exported "
+                        "without recompute")
+    if m.moe is not None and not uses_megatron(lay):
+        warnings.append(f"expert parallelism lives in the model code, not the JSON: build the MoE "
+                        f"layers with deepspeed.moe.layer.MoE(num_experts={m.moe.num_experts}, "
+                        f"ep_size={lay.ep}, k={m.moe.num_experts_per_token})")
+    warnings += _mds_warnings(m, lay) if uses_megatron(lay) else []
+    return warnings
+
+
+def _mds_warnings(m: ModelSpec, lay: Layout) -> list[str]:
+    warnings = []
+    if m.mla is not None or m.qk_norm or (m.qkv_bias and not m.linear_bias):
+        warnings.append("Megatron-DeepSpeed's GPT model has no latent attention, q/k norms or "
+                        "q/k/v-only biases; those parts of the model are not expressed")
+    moe = m.moe
+    if moe is not None and (moe.num_shared_experts or moe.num_dense_layers
+                            or moe.expert_ffn_hidden_size != m.ffn_hidden_size):
+        warnings.append("Megatron-DeepSpeed MoE layers use --ffn-hidden-size for every expert in every "
+                        "layer; shared experts, dense leading layers and a separate expert width are "
+                        "not expressed")
+    padded = padded_vocab(m.vocab_size, lay.tp)
+    if padded != m.vocab_size:
+        warnings.append(f"the vocabulary is padded from {m.vocab_size} to {padded} so that tp={lay.tp} "
+                        "divides it")
+    return warnings

@@ -1,0 +1,156 @@
+"""nanotron: the YAML config of ``run_train.py``, pinned to nanotron main @ 2411b022 (2026-04-07).
+
+Field names are those of ``src/nanotron/config/{config,parallelism_config,models_config}.py`` and
+follow ``examples/config_tiny_llama.yaml``. Mapping: dp/tp/pp as they are, ``pp_engine: 1f1b``,
+``tp_mode: REDUCE_SCATTER`` (sequence parallel) or ``ALL_REDUCE``,
+``tp_linear_async_communication`` with sequence parallel, ``recompute_layer`` for full recompute,
+``tokens.micro_batch_size = mbs``, ``tokens.batch_accumulation_per_replica = grad_acc``,
+``optimizer.zero_stage = zero``. Llama-shaped models use ``LlamaConfig``; Qwen and MoE models use
+``Qwen2Config`` (with ``moe_config``).
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from autoplan.export.common import (
+    ExportError,
+    ExportResult,
+    TrainingSetup,
+    commented,
+    header_lines,
+    launch_shape,
+    padded_vocab,
+)
+from autoplan.export.rules import placement_warning
+from autoplan.layout import Layout
+from autoplan.specs.model import ModelSpec
+
+VERSION = "nanotron main @ 2411b022 (2026-04-07; package version 0.4)"
+FILE_NAME = "nanotron_config.yaml"
+ORDERS = {"context": "tp-cp-dp-pp"}  # ParallelContext: ranks reshaped as (ep, pp, dp, cp, tp)
+
+
+def render(model: ModelSpec, layout: Layout, training: TrainingSetup) -> ExportResult:
+    per_node, nodes = launch_shape(layout, training)
+    warnings = _warnings(model, layout)
+    config = {
+        "general": {"project": "autoplan", "run": "autoplan_%date_%jobid", "seed": training.seed,
+                    "step": None, "consumed_train_samples": None, "benchmark_csv_path": None,
+                    "ignore_sanity_checks": True},
+        "parallelism": parallelism(layout),
+        "model": {"ddp_bucket_cap_mb": 25, "dtype": "bfloat16", "init_method": {"std": 0.02},
+                  "make_vocab_size_divisible_by": 1, "model_config": model_config(model, layout)},
+        "tokenizer": {"tokenizer_name_or_path": training.tokenizer, "tokenizer_revision": None,
+                      "tokenizer_max_length": None},
+        "checkpoints": {"checkpoints_path": "checkpoints", "checkpoint_interval": training.train_steps,
+                        "checkpoints_path_is_shared_file_system": False, "resume_checkpoint_path": None,
+                        "save_initial_state": False},
+        "logging": {"iteration_step_info_interval": 1, "log_level": "info", "log_level_replica": "info"},
+        "tokens": tokens(layout, training),
+        "optimizer": optimizer(layout, training),
+        "data_stages": [{"name": "Stable Training Stage", "start_training_step": 1,
+                         "data": _data(training)}],
+        "profiler": None,
+        "lighteval": None,
+    }
+    launch = [f"CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nproc-per-node {per_node} --nnodes {nodes} "
+              f"--node-rank <0..{nodes - 1}> --master-addr <node 0> run_train.py --config-file {FILE_NAME}"]
+    notes = ["nanotron assigns layers to pipeline stages itself, balancing the embedding and LM head too",
+             "dataset null = nanotron's dummy data generator" if not training.data_path else
+             "the data set is read with Hugging Face datasets (text column 'text')"]
+    head = header_lines(VERSION, model, layout, launch=launch, notes=notes, warnings=warnings)
+    text = commented(head) + yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+    return ExportResult({FILE_NAME: text}, warnings)
+
+
+def parallelism(lay: Layout) -> dict[str, object]:
+    return {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "pp_engine": "1f1b",
+            "tp_mode": "REDUCE_SCATTER" if lay.sp else "ALL_REDUCE",
+            "tp_linear_async_communication": lay.sp, "recompute_layer": lay.recompute == "full",
+            "expert_parallel_size": lay.ep, "context_parallel_size": lay.cp}
+
+
+def tokens(lay: Layout, training: TrainingSetup) -> dict[str, object]:
+    return {"sequence_length": lay.seq_len, "train_steps": training.train_steps,
+            "micro_batch_size": lay.mbs, "batch_accumulation_per_replica": lay.grad_acc,
+            "val_check_interval": -1, "limit_val_batches": 0, "limit_test_batches": 0}
+
+
+def optimizer(lay: Layout, training: TrainingSetup) -> dict[str, object]:
+    return {"zero_stage": lay.zero, "weight_decay": training.weight_decay, "clip_grad": training.grad_clip,
+            "accumulate_grad_in_fp32": True,
+            "learning_rate_scheduler": {"learning_rate": training.lr, "lr_warmup_steps": training.warmup_steps,
+                                        "lr_warmup_style": "linear", "lr_decay_style": "cosine",
+                                        "min_decay_lr": training.min_lr},
+            "optimizer_factory": {"name": "adamW", "adam_beta1": 0.9, "adam_beta2": 0.95,
+                                  "adam_eps": 1.0e-8, "torch_adam_is_fused": True}}
+
+
+def model_config(m: ModelSpec, lay: Layout) -> dict[str, object]:
+    """``LlamaConfig`` for Llama-shaped dense models, ``Qwen2Config`` for Qwen and MoE models."""
+    _check_architecture(m)
+    config: dict[str, object] = {
+        "hidden_act": "silu", "hidden_size": m.hidden_size, "intermediate_size": m.ffn_hidden_size,
+        "num_hidden_layers": m.num_layers, "num_attention_heads": m.num_attention_heads,
+        "num_key_value_heads": m.num_kv_heads,
+        "max_position_embeddings": max(m.max_position_embeddings, lay.seq_len),
+        "vocab_size": m.vocab_size, "tie_word_embeddings": m.tied_embeddings,
+        "rms_norm_eps": 1.0e-5, "rope_theta": 500000.0, "rope_scaling": None, "rope_interleaved": False,
+        "attention_bias": m.qkv_bias, "initializer_range": 0.02, "pretraining_tp": 1, "use_cache": True,
+        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None}
+    if m.moe is None and m.model_type not in ("qwen2", "qwen3"):
+        return {**config, "is_llama_config": True}
+    config["is_qwen2_config"] = True
+    if m.moe is not None:
+        moe = m.moe
+        config["moe_config"] = {
+            "num_experts": moe.num_experts, "top_k": moe.num_experts_per_token,
+            "moe_intermediate_size": moe.expert_ffn_hidden_size,
+            "shared_expert_intermediate_size": moe.num_shared_experts * moe.shared_expert_ffn_hidden_size,
+            "enable_shared_expert": moe.num_shared_experts > 0,
+            "layers": list(range(moe.num_dense_layers, m.num_layers)) if moe.num_dense_layers else [-1],
+            "token_dispatcher_type": "alltoall"}
+    return config
+
+
+def _check_architecture(m: ModelSpec) -> None:
+    problems = [reason for bad, reason in [
+        (m.mla is not None, "latent attention (MLA)"), (m.activation != "swiglu", f"{m.activation} MLP"),
+        (m.norm != "rmsnorm", m.norm), (m.position_embedding != "rope", f"{m.position_embedding} positions"),
+        (m.linear_bias, "biases on every linear layer"),
+        (m.head_dim * m.num_attention_heads != m.hidden_size,
+         f"head_dim {m.head_dim} != hidden/heads = {m.hidden_size}/{m.num_attention_heads}")] if bad]
+    if problems:
+        raise ExportError(f"nanotron's LlamaConfig/Qwen2Config cannot express {m.name!r}: "
+                          + ", ".join(problems))
+
+
+def _data(training: TrainingSetup) -> dict[str, object]:
+    dataset = None
+    if training.data_path:
+        dataset = {"hf_dataset_or_datasets": training.data_path, "hf_dataset_splits": "train",
+                   "hf_dataset_config_name": None, "text_column_name": "text",
+                   "dataset_processing_num_proc_per_process": 1, "dataset_overwrite_cache": False}
+    return {"dataset": dataset, "seed": training.seed, "num_loading_workers": 1}
+
+
+def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
+    warnings = []
+    order = placement_warning("nanotron", ORDERS, lay)
+    if order:
+        warnings.append(order)
+    if lay.recompute == "selective":
+        warnings.append("recompute=selective: nanotron has no selective recompute (only "
+                        "recompute_layer for full); exported without recompute")
+    if lay.precision == "fp8":
+        warnings.append("precision=fp8: nanotron's config has no FP8 training; exported as bf16, "
+                        "so the FP8 speed-up in the prediction will not be realised")
+    if m.qk_norm:
+        warnings.append("the model's q/k RMSNorms cannot be expressed in nanotron's Qwen2Config; "
+                        "they are left out (a few thousand parameters, same layout)")
+    padded = padded_vocab(m.vocab_size, lay.tp)
+    if padded != m.vocab_size:
+        warnings.append(f"nanotron pads the vocabulary from {m.vocab_size} to {padded} so that "
+                        f"tp={lay.tp} divides it")
+    return warnings

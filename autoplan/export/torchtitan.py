@@ -1,0 +1,281 @@
+"""torchtitan: the Python config module of torchtitan 0.3.0 and the TOML job file of 0.2.2.
+
+torchtitan 0.3 describes a run as a function returning ``Trainer.Config``, selected with
+``--module`` and ``--config`` (``torchtitan/config/README.md``); 0.2.x read a TOML job file
+(``torchtitan/config/job_config.py`` at tag v0.2.2). Both name the model by a registered
+*flavor*; a model autoplan knows by shape maps to torchtitan's own flavor, any other Llama-shaped
+model gets a flavor registered by the exported file (0.3: inside the module; 0.2.2: a small
+module loaded with ``[experimental] custom_import``). Other architectures are refused.
+
+Mapping: zero 3 -> ``data_parallel_shard_degree = dp`` (FSDP2), zero 0 ->
+``data_parallel_replicate_degree = dp``; with pp > 1 one pipeline round holds all grad_acc
+micro-batches (``local_batch_size = mbs·grad_acc``, ``pipeline_parallel_microbatch_size =
+mbs``), without PP ``local_batch_size = mbs`` and torchtitan accumulates
+``global_batch_size/(mbs·dp)`` steps. Layers are split evenly: ``pipeline_parallel_layers_per_stage
+= layers/(pp·vpp)`` with the embedding and output not counted as layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from autoplan.export.common import (
+    ExportError,
+    ExportResult,
+    TrainingSetup,
+    commented,
+    header_lines,
+    launch_shape,
+    toml_tables,
+)
+from autoplan.export.rules import placement_warning
+from autoplan.layout import Layout
+from autoplan.specs.model import ModelSpec
+
+VERSION = "torchtitan 0.3.0 (Python config module)"
+TOML_VERSION = "torchtitan 0.2.2 (TOML job file)"
+MODULE_FILE = "torchtitan_autoplan.py"
+TOML_FILE = "torchtitan_job.toml"
+FLAVOR_MODULE = "autoplan_torchtitan_flavor"
+CUSTOM_FLAVOR = "autoplan"
+ORDERS = {"mesh": "tp-cp-dp-pp"}  # ParallelDims mesh ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
+# autoplan preset -> (torchtitan model module, flavor, flavor exists in 0.2.2)
+KNOWN_FLAVORS = {
+    "llama3-8b": ("llama3", "8B", True), "llama3-70b": ("llama3", "70B", True),
+    "llama3.1-405b": ("llama3", "405B", True), "llama3.2-1b": ("llama3", "1B", False),
+    "qwen3-8b": ("qwen3", "8B", True), "qwen3-30b-a3b": ("qwen3", "30B-A3B", True),
+    "qwen3-235b-a22b": ("qwen3", "235B-A22B", True), "deepseek-v3": ("deepseek_v3", "671B", True),
+}
+_NOT_SHAPE = ("name", "aliases", "sources", "seq_len", "max_position_embeddings")
+
+
+def render(model: ModelSpec, layout: Layout, training: TrainingSetup) -> ExportResult:
+    per_node, nodes = launch_shape(layout, training)
+    family, flavor, in_v02 = model_flavor(model)
+    warnings = _warnings(model, layout)
+    toml_flavor = flavor if in_v02 else CUSTOM_FLAVOR
+    toml_warnings = list(warnings)
+    if toml_flavor == CUSTOM_FLAVOR and model.tied_embeddings:
+        toml_warnings.append("torchtitan 0.2.2's llama3 has no weight tying: the exported flavor "
+                             f"has a separate output layer (+{model.vocab_size * model.hidden_size} "
+                             "parameters)")
+    launch = [f"torchrun --nproc-per-node {per_node} --nnodes {nodes} --node-rank <0..{nodes - 1}> "
+              f"--master-addr <node 0> -m torchtitan.train --module torchtitan_autoplan "
+              f"--config autoplan_config   (with this folder on PYTHONPATH)",
+              f"dry run without GPUs: NGPU={layout.gpus} COMM_MODE=fake_backend MODULE=torchtitan_autoplan "
+              "CONFIG=autoplan_config ./run_train.sh"]
+    files = {MODULE_FILE: _module(model, layout, training, family, flavor, launch, warnings)}
+    toml_launch = [f"torchrun --nproc-per-node {per_node} --nnodes {nodes} -m torchtitan.train "
+                   f"--job.config_file {TOML_FILE}"]
+    files[TOML_FILE] = _toml(model, layout, training, family, toml_flavor, toml_launch, toml_warnings)
+    if toml_flavor == CUSTOM_FLAVOR:
+        files[f"{FLAVOR_MODULE}.py"] = _v02_flavor_module(model, layout)
+    return ExportResult(files, toml_warnings)
+
+
+def model_flavor(model: ModelSpec) -> tuple[str, str, bool]:
+    """(torchtitan model, flavor, flavor exists in 0.2.2) or ExportError for other architectures."""
+    key = _shape_key(model)
+    for preset, (family, flavor, in_v02) in KNOWN_FLAVORS.items():
+        if _preset_keys().get(preset) == key:
+            return family, flavor, in_v02
+    why = _not_llama_shaped(model)
+    if why:
+        raise ExportError(f"torchtitan has no model builder for {model.name!r} ({why}); it has "
+                          f"flavors for {', '.join(KNOWN_FLAVORS)} and any Llama-shaped dense model")
+    return "llama3", CUSTOM_FLAVOR, False
+
+
+def _shape_key(model: ModelSpec) -> tuple:
+    return tuple((f.name, getattr(model, f.name)) for f in dataclasses.fields(model)
+                 if f.name not in _NOT_SHAPE)
+
+
+@functools.cache
+def _preset_keys() -> dict[str, tuple]:
+    from autoplan.specs.models import load_model
+
+    return {name: _shape_key(load_model(name)) for name in KNOWN_FLAVORS}
+
+
+def _not_llama_shaped(m: ModelSpec) -> str:
+    checks = [(m.moe is not None, "mixture of experts"), (m.mla is not None, "latent attention"),
+              (m.activation != "swiglu", f"{m.activation} MLP"), (m.norm != "rmsnorm", m.norm),
+              (m.position_embedding != "rope", f"{m.position_embedding} positions"),
+              (m.qk_norm, "q/k norms"), (m.qkv_bias or m.linear_bias, "linear biases"),
+              (m.head_dim * m.num_attention_heads != m.hidden_size, "head_dim·heads != hidden")]
+    return ", ".join(reason for bad, reason in checks if bad)
+
+
+def parallelism(lay: Layout) -> dict[str, object]:
+    """The ``parallelism`` section (field names shared by 0.2.2 and 0.3.0)."""
+    values: dict[str, object] = {
+        "data_parallel_replicate_degree": 1 if lay.zero == 3 else lay.dp,
+        "data_parallel_shard_degree": lay.dp if lay.zero == 3 else 1,
+        "tensor_parallel_degree": lay.tp, "enable_sequence_parallel": lay.sp,
+        "pipeline_parallel_degree": lay.pp, "context_parallel_degree": lay.cp,
+        "expert_parallel_degree": lay.ep}
+    if lay.pp > 1:
+        values.update(pipeline_parallel_schedule="Interleaved1F1B" if lay.vpp > 1 else "1F1B",
+                      pipeline_parallel_layers_per_stage=None,  # filled by the caller (needs layers)
+                      pipeline_parallel_first_stage_less_layers=0,
+                      pipeline_parallel_last_stage_less_layers=0,
+                      pipeline_parallel_microbatch_size=lay.mbs)
+    return values
+
+
+def _parallelism(model: ModelSpec, lay: Layout) -> dict[str, object]:
+    values = parallelism(lay)
+    if lay.pp > 1:
+        values["pipeline_parallel_layers_per_stage"] = model.num_layers // (lay.pp * lay.vpp)
+    return values
+
+
+def batch(lay: Layout) -> dict[str, int]:
+    local = lay.mbs * lay.grad_acc if lay.pp > 1 else lay.mbs
+    return {"local_batch_size": local, "global_batch_size": lay.gbs_seqs, "seq_len": lay.seq_len}
+
+
+def _module(model, lay, training, family, flavor, launch, warnings) -> str:
+    head = header_lines(VERSION, model, lay, launch=launch, warnings=warnings, notes=[
+        "the model is torchtitan's own flavor" if flavor != CUSTOM_FLAVOR else
+        "the model is a Llama-3 flavor registered below (RoPE theta 500000, Llama-3 scaling: "
+        "autoplan's model spec does not record RoPE settings)"])
+    ac = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}[lay.recompute]
+    fp8 = lay.precision == "fp8"
+    converters = "[Float8LinearConverter.Config(model_compile_enabled=True)]" if fp8 else "None"
+    parallel = ",\n".join(f"            {k}={v!r}" for k, v in _parallelism(model, lay).items())
+    train = ",\n".join(f"            {k}={v!r}" for k, v in batch(lay).items())
+    registry = f"_{family}.model_registry"
+    return (commented(head) + '"""torchtitan Trainer.Config for this plan: --config autoplan_config."""\n\n'
+            + _imports(family, flavor, fp8)
+            + (_v03_flavor(model, lay) if flavor == CUSTOM_FLAVOR else "")
+            + f"\nPLAN = {lay.to_dict()!r}\n\n\n"
+            + "def autoplan_config() -> Trainer.Config:\n"
+            + f"    model_spec = {registry}({flavor!r}, converters={converters})\n"
+            + "    return Trainer.Config(\n"
+            + "        model_spec=model_spec,\n"
+            + "        loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(\n"
+            + "            global_vocab_size=decoder_vocab_size(model_spec))),\n"
+            + f"        hf_assets_path={training.tokenizer or './tests/assets/tokenizer'!r},\n"
+            + f"        optimizer=default_adamw(lr={training.lr!r}, weight_decay={training.weight_decay!r}),\n"
+            + f"        lr_scheduler=LRSchedulersContainer.Config(warmup_steps={training.warmup_steps!r}, "
+            + f"decay_type='cosine', min_lr_factor={training.min_lr / training.lr!r}),\n"
+            + f"        training=TrainingConfig(\n{train},\n"
+            + f"            steps={training.train_steps!r}, max_norm={training.grad_clip!r},\n"
+            + f"            disable_cuda_graphs={lay.pp > 1 or lay.ep > 1!r}),\n"
+            + f"        dataloader=HuggingFaceTextDataLoader.Config(dataset={training.data_path or 'c4'!r}),\n"
+            + f"        parallelism=ParallelismConfig(\n{parallel}),\n"
+            + f"        activation_checkpoint={ac},\n"
+            + f"        compile=CompileConfig(enable={fp8!r}, components=['model', 'loss']),\n"
+            + f"        debug=DebugConfig(seed={training.seed!r}),\n"
+            + "    )\n")
+
+
+def _imports(family: str, flavor: str, fp8: bool) -> str:
+    lines = ["from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss",
+             "from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw",
+             "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig",
+             "from torchtitan.config.configs import DebugConfig",
+             "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC",
+             "from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader",
+             f"from torchtitan.models import {family} as _{family}",
+             "from torchtitan.models.common.config_utils import decoder_vocab_size",
+             "from torchtitan.trainer import Trainer"]
+    if fp8:
+        lines.insert(2, "from torchtitan.components.quantization import Float8LinearConverter")
+    if flavor == CUSTOM_FLAVOR:
+        lines.append("from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm")
+    return "".join(line + "\n" for line in lines)
+
+
+def _v03_flavor(m: ModelSpec, lay: Layout) -> str:
+    """Register a Llama-3 flavor of this shape, written like torchtitan 0.3.0's own ``_8b``."""
+    embed_init = "_llama3._EMBEDDING_SKIP_INIT" if m.tied_embeddings else "_llama3._EMBEDDING_INIT"
+    tying = "        enable_weight_tying=True,\n" if m.tied_embeddings else ""
+    max_seq = max(lay.seq_len, m.max_position_embeddings)
+    return (f"\n\ndef _autoplan_flavor(attn_backend: str, tp_gemm_backend: str = 'default'):\n"
+            f"    dim, n_heads, n_kv_heads = {m.hidden_size}, {m.num_attention_heads}, {m.num_kv_heads}\n"
+            f"    n_layers, hidden_dim, vocab_size = {m.num_layers}, {m.ffn_hidden_size}, {m.vocab_size}\n"
+            "    return _llama3.Llama3Model.Config(\n"
+            "        dim=dim,\n        vocab_size=vocab_size,\n" + tying
+            + f"        tok_embeddings=Embedding.Config(num_embeddings=vocab_size, embedding_dim=dim, "
+            f"param_init={embed_init}),\n"
+            "        norm=RMSNorm.Config(normalized_shape=dim, param_init=_llama3._NORM_INIT),\n"
+            "        lm_head=Linear.Config(in_features=dim, out_features=vocab_size,\n"
+            "                              param_init=_llama3._output_linear_init(dim)),\n"
+            "        layers=_llama3._build_llama3_layers(\n"
+            "            fuse_qkv=True, n_layers=n_layers, dim=dim, n_heads=n_heads, n_kv_heads=n_kv_heads,\n"
+            "            hidden_dim=hidden_dim,\n"
+            f"            rope=ComplexRoPE.Config(dim=dim // n_heads, max_seq_len={max_seq}, theta=500000,\n"
+            "                                    scaling='llama'),\n"
+            "            attn_backend=attn_backend, tp_gemm_backend=tp_gemm_backend),\n"
+            "    )\n\n\n"
+            f"_llama3.llama3_configs[{CUSTOM_FLAVOR!r}] = _autoplan_flavor\n")
+
+
+def _toml(model, lay, training, family, flavor, launch, warnings) -> str:
+    head = header_lines(TOML_VERSION, model, lay, launch=launch, warnings=warnings)
+    model_items: list[tuple[str, object]] = [
+        ("name", family), ("flavor", flavor),
+        ("hf_assets_path", training.tokenizer or "./tests/assets/tokenizer")]
+    if lay.precision == "fp8":
+        model_items.append(("converters", ["quantize.linear.float8"]))
+    par = [(k, v) for k, v in _parallelism(model, lay).items() if k != "enable_sequence_parallel"]
+    par.append(("disable_loss_parallel", False))
+    ac: list[tuple[str, object]] = [("mode", lay.recompute)]
+    if lay.recompute == "selective":
+        ac.append(("selective_ac_option", "op"))
+    tables = [("job", [("dump_folder", "./outputs"), ("description", f"autoplan plan for {model.name}")]),
+              ("model", model_items),
+              ("optimizer", [("name", "AdamW"), ("lr", training.lr), ("weight_decay", training.weight_decay)]),
+              ("lr_scheduler", [("warmup_steps", training.warmup_steps), ("decay_type", "cosine"),
+                                ("min_lr_factor", training.min_lr / training.lr)]),
+              ("training", list(batch(lay).items()) + [
+                  ("steps", training.train_steps), ("max_norm", training.grad_clip),
+                  ("dataset", training.data_path or "c4")]),
+              ("parallelism", par + [("expert_tensor_parallel_degree", lay.etp)]),
+              ("activation_checkpoint", ac),
+              ("compile", [("enable", lay.precision == "fp8"), ("components", ["model", "loss"])]),
+              ("debug", [("seed", training.seed)])]
+    if lay.precision == "fp8":
+        tables.append(("quantize.linear.float8", [("recipe_name", "rowwise"), ("filter_fqns", ["output"])]))
+    if flavor == CUSTOM_FLAVOR:
+        tables.append(("experimental", [("custom_import", FLAVOR_MODULE)]))
+    return commented(head) + toml_tables(tables)
+
+
+def _v02_flavor_module(m: ModelSpec, lay: Layout) -> str:
+    """Registers the 'autoplan' llama3 flavor for torchtitan 0.2.2 (loaded by custom_import).
+
+    0.2.2's FeedForward computes ``int(2·4·dim/3)``, scales it by ``ffn_dim_multiplier`` and
+    rounds up to ``multiple_of``; with ``multiple_of = ffn`` and a multiplier <= ffn/int(8·dim/3)
+    the result is exactly ``ffn``.
+    """
+    base = int(2 * 4 * m.hidden_size / 3)
+    multiplier = None if base <= m.ffn_hidden_size else m.ffn_hidden_size / base
+    head = header_lines(TOML_VERSION, m, lay, notes=["imported by [experimental] custom_import; keep "
+                                                     "this file on PYTHONPATH"])
+    return (commented(head) + '"""Registers the autoplan llama3 flavor for torchtitan 0.2.2."""\n\n'
+            "from torchtitan.models.llama3 import TransformerModelArgs, llama3_args\n\n"
+            f"llama3_args[{CUSTOM_FLAVOR!r}] = TransformerModelArgs(\n"
+            f"    dim={m.hidden_size}, n_layers={m.num_layers}, n_heads={m.num_attention_heads}, "
+            f"n_kv_heads={m.num_kv_heads},\n"
+            f"    vocab_size={m.vocab_size}, multiple_of={m.ffn_hidden_size}, "
+            f"ffn_dim_multiplier={multiplier!r},\n"
+            f"    rope_theta=500000, max_seq_len={max(lay.seq_len, m.max_position_embeddings)},\n)\n")
+
+
+def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
+    warnings = []
+    order = placement_warning("torchtitan", ORDERS, lay)
+    if order:
+        warnings.append(order)
+    if lay.zero == 0 and lay.cp > 1:
+        warnings.append(f"torchtitan shards parameters over the cp group (FSDP over dp_shard·cp = "
+                        f"{lay.cp}) even with zero=0; memory is lower than predicted")
+    if lay.tp > 1 and not lay.sp:
+        warnings.append("sp=false: the 0.3 module sets enable_sequence_parallel=False, but the 0.2.2 "
+                        "TOML cannot (0.2.2 always uses sequence parallel with TP)")
+    return warnings

@@ -1,0 +1,213 @@
+"""Round trip: parse every emitted file back with the format's own parser and recover the layout.
+
+shlex for the launch scripts, tomllib for torchtitan's TOML, ``ast`` for its Python module,
+yaml.safe_load for nanotron, json for DeepSpeed. Placement is the one knob no file states.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autoplan.export import TrainingSetup, render
+from autoplan.layout import resolve_layout
+from autoplan.specs.models import load_model
+
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "export"
+CASES = yaml.safe_load((GOLDEN / "cases.yaml").read_text())["cases"]
+# Extra layouts beyond the golden cases, to cover more flag combinations.
+EXTRA = [
+    ("llama3-8b", {"gpus": 8, "tp": 8, "sp": False, "zero": 0, "seq_len": 8192, "gbs_seqs": 64,
+                   "precision": "fp8"}, ["megatron", "nanotron", "deepspeed"]),
+    ("llama2-70b", {"gpus": 64, "tp": 8, "pp": 8, "zero": 1, "mbs": 1, "seq_len": 4096, "gbs_seqs": 256,
+                    "recompute": "selective"}, ["megatron", "deepspeed", "nanotron"]),
+    ("llama3-8b", {"gpus": 16, "zero": 2, "mbs": 2, "seq_len": 8192, "gbs_seqs": 64}, ["deepspeed"]),
+    ("deepseek-v3", {"gpus": 256, "tp": 2, "pp": 1, "ep": 32, "etp": 1, "zero": 1, "seq_len": 4096,
+                     "gbs_seqs": 1024}, ["megatron"]),
+    ("llama3-8b", {"gpus": 32, "tp": 2, "pp": 2, "vpp": 4, "zero": 3, "seq_len": 8192,
+                   "gbs_seqs": 64}, ["torchtitan"]),
+]
+RUNS = ([(c["model"], c["layout"], t) for c in CASES for t in c["trainers"]]
+        + [(m, lay, t) for m, lay, ts in EXTRA for t in ts])
+IDS = [f"{m}-{t}-{i}" for i, (m, _, t) in enumerate(RUNS)]
+COMPARED = ("gpus", "dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_acc", "seq_len",
+            "gbs_seqs", "sp", "recompute", "precision")
+
+
+def bash_words(script: str, name: str = "ARGS") -> list[str]:
+    """The words of the bash array ``name=( ... )`` as bash would split them."""
+    body = script.split(f"{name}=(\n", 1)[1].split("\n)\n", 1)[0]
+    return shlex.split(body, comments=False)
+
+
+def bash_var(script: str, name: str) -> str:
+    line = next(line for line in script.splitlines() if line.startswith(f"{name}="))
+    return shlex.split(line.split("=", 1)[1])[0]
+
+
+def flags(words: list[str]) -> dict[str, str | None]:
+    """'--tp 2 --bf16' -> {'--tp': '2', '--bf16': None} (the last of a repeated flag wins)."""
+    out: dict[str, str | None] = {}
+    for i, word in enumerate(words):
+        if word.startswith("--"):
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            out[word] = None if nxt is None or nxt.startswith("--") else nxt
+    return out
+
+
+def _gpus(script: str) -> int:
+    return int(bash_var(script, "NPROC_PER_NODE")) * int(bash_var(script, "NNODES"))
+
+
+def _finish(values: dict, model) -> dict:
+    """Derive dp and grad_acc the way each trainer does: from the world size and the batch."""
+    values["dp"] = values["gpus"] // (values["tp"] * values["pp"] * values["cp"])
+    values["grad_acc"] = values["gbs_seqs"] // (values["mbs"] * values["dp"])
+    return values
+
+
+def from_megatron(files, model) -> dict:
+    script = files["megatron_pretrain_gpt.sh"]
+    f = flags(bash_words(script))
+    pp = int(f["--pipeline-model-parallel-size"])
+    per_virtual = f.get("--num-layers-per-virtual-pipeline-stage")
+    zero = 3 if "--use-megatron-fsdp" in f else 1 if "--use-distributed-optimizer" in f else 0
+    recompute = f.get("--recompute-granularity") or "none"
+    values = {"gpus": _gpus(script), "tp": int(f["--tensor-model-parallel-size"]), "pp": pp,
+              "vpp": model.num_layers // (pp * int(per_virtual)) if per_virtual else 1,
+              "cp": int(f["--context-parallel-size"]), "ep": int(f.get("--expert-model-parallel-size", 1)),
+              "etp": int(f.get("--expert-tensor-parallel-size", 1)), "zero": zero,
+              "mbs": int(f["--micro-batch-size"]), "gbs_seqs": int(f["--global-batch-size"]),
+              "seq_len": int(f["--seq-length"]), "sp": "--sequence-parallel" in f, "recompute": recompute,
+              "precision": "fp8" if "--fp8-format" in f else "bf16"}
+    assert int(f["--num-layers"]) == model.num_layers and int(f["--hidden-size"]) == model.hidden_size
+    assert int(f["--padded-vocab-size"]) >= model.vocab_size
+    return _finish(values, model)
+
+
+def _torchtitan_common(par: dict, train: dict, model, gpus: int) -> dict:
+    pp = par["pipeline_parallel_degree"]
+    dp = par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
+    mbs = par["pipeline_parallel_microbatch_size"] if pp > 1 else train["local_batch_size"]
+    vpp = model.num_layers // (pp * par["pipeline_parallel_layers_per_stage"]) if pp > 1 else 1
+    if pp > 1:
+        assert par["pipeline_parallel_schedule"] == ("Interleaved1F1B" if vpp > 1 else "1F1B")
+    return {"gpus": gpus, "tp": par["tensor_parallel_degree"], "pp": pp, "vpp": vpp,
+            "cp": par["context_parallel_degree"], "ep": par["expert_parallel_degree"], "etp": 1,
+            "zero": 3 if par["data_parallel_shard_degree"] > 1 or dp == 1 else 0, "mbs": mbs,
+            "gbs_seqs": train["global_batch_size"], "seq_len": train["seq_len"]}
+
+
+def from_torchtitan_toml(files, model, gpus: int) -> dict:
+    job = tomllib.loads(files["torchtitan_job.toml"])
+    values = _torchtitan_common(job["parallelism"], job["training"], model, gpus)
+    values["sp"] = values["tp"] > 1  # 0.2.2 always uses sequence parallel with TP
+    values["recompute"] = job["activation_checkpoint"]["mode"]
+    values["precision"] = "fp8" if "quantize.linear.float8" in job["model"].get("converters", []) else "bf16"
+    return _finish(values, model)
+
+
+def _call_kwargs(tree: ast.AST, name: str) -> dict:
+    call = next(node for node in ast.walk(tree) if isinstance(node, ast.Call)
+                and getattr(node.func, "id", getattr(node.func, "attr", None)) == name)
+    return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+
+
+def from_torchtitan_module(files, model, gpus: int) -> dict:
+    source = files["torchtitan_autoplan.py"]
+    tree = ast.parse(source)
+    compile(tree, "torchtitan_autoplan.py", "exec")  # valid Python
+    par, train = _call_kwargs(tree, "ParallelismConfig"), _call_kwargs(tree, "TrainingConfig")
+    values = _torchtitan_common(par, train, model, gpus)
+    values["sp"] = par["enable_sequence_parallel"]
+    trainer_call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                        and getattr(n.func, "attr", None) == "Config"
+                        and any(kw.arg == "activation_checkpoint" for kw in n.keywords))
+    ac = ast.unparse(next(kw.value for kw in trainer_call.keywords if kw.arg == "activation_checkpoint"))
+    values["recompute"] = {"None": "none", "SelectiveAC.Config()": "selective", "FullAC.Config()": "full"}[ac]
+    values["precision"] = "fp8" if "Float8LinearConverter.Config(" in source.split("def autoplan_config")[1] else "bf16"
+    plan = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "PLAN")
+    values["plan"] = ast.literal_eval(plan.value)
+    return _finish(values, model)
+
+
+def from_nanotron(files, model) -> dict:
+    config = yaml.safe_load(files["nanotron_config.yaml"])
+    par, tokens = config["parallelism"], config["tokens"]
+    mc = config["model"]["model_config"]
+    assert (mc["num_hidden_layers"], mc["hidden_size"]) == (model.num_layers, model.hidden_size)
+    values = {"gpus": par["dp"] * par["tp"] * par["pp"] * par["context_parallel_size"], "tp": par["tp"],
+              "pp": par["pp"], "vpp": 1, "cp": par["context_parallel_size"], "ep": par["expert_parallel_size"],
+              "etp": 1, "zero": config["optimizer"]["zero_stage"], "mbs": tokens["micro_batch_size"],
+              "seq_len": tokens["sequence_length"], "sp": par["tp_mode"] == "REDUCE_SCATTER",
+              "recompute": "full" if par["recompute_layer"] else "none", "precision": "bf16"}
+    values["gbs_seqs"] = par["dp"] * tokens["micro_batch_size"] * tokens["batch_accumulation_per_replica"]
+    return _finish(values, model)
+
+
+def from_deepspeed(files, model) -> dict:
+    config = json.loads(files["deepspeed_config.json"])
+    script = files["deepspeed_launch.sh"]
+    f = flags(bash_words(script))
+    tp = int(f.get("--tensor-model-parallel-size", 1))
+    pp = int(f.get("--pipeline-model-parallel-size", 1))
+    gpus = _gpus(script)
+    dp = gpus // (tp * pp)
+    mbs, acc = config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]
+    assert config["train_batch_size"] == mbs * acc * dp  # DeepSpeed's _batch_assertion
+    if "--zero-stage" in f:
+        assert int(f["--zero-stage"]) == config["zero_optimization"]["stage"]
+    recompute = "full" if "activation_checkpointing" in config else f.get("--recompute-granularity") or "none"
+    values = {"gpus": gpus, "tp": tp, "pp": pp, "vpp": 1, "cp": 1,
+              "ep": int(f.get("--moe-expert-parallel-size", 1)),
+              "etp": tp if "--enable-expert-tensor-parallelism" in f else 1,
+              "zero": config["zero_optimization"]["stage"], "mbs": mbs, "gbs_seqs": config["train_batch_size"],
+              "seq_len": int(f["--seq-length"]) if "--seq-length" in f else None,
+              "sp": "--sequence-parallel" in f, "recompute": recompute, "precision": "bf16"}
+    return _finish(values, model)
+
+
+@pytest.mark.parametrize(("model_name", "values", "trainer"), RUNS, ids=IDS)
+def test_files_parse_back_to_the_layout(model_name, values, trainer):
+    model, layout = load_model(model_name), resolve_layout(values)
+    files = render(trainer, model, layout, TrainingSetup()).files
+    expected = layout.to_dict()
+    if trainer == "megatron":
+        recovered = [(from_megatron(files, model), expected)]
+    elif trainer == "torchtitan":
+        module = from_torchtitan_module(files, model, layout.gpus)
+        assert module.pop("plan") == expected
+        # 0.2.2 always applies sequence parallel with TP (a warning when the plan says sp=false)
+        recovered = [(module, expected),
+                     (from_torchtitan_toml(files, model, layout.gpus), {**expected, "sp": layout.tp > 1})]
+        if layout.dp == 1:  # one DP rank: replicate and shard are the same thing
+            for got, _ in recovered:
+                got["zero"] = layout.zero
+    elif trainer == "nanotron":
+        # no selective recompute and no FP8 in nanotron (both reported as warnings)
+        recovered = [(from_nanotron(files, model), {
+            **expected, "recompute": "full" if layout.recompute == "full" else "none", "precision": "bf16"})]
+    else:
+        got = from_deepspeed(files, model)
+        if got["seq_len"] is None:  # plain DeepSpeed: the training script owns seq_len
+            got["seq_len"] = layout.seq_len
+        plain_selective = layout.recompute == "selective" and layout.tp == layout.pp == 1
+        recovered = [(got, {**expected, "precision": "bf16",
+                            "recompute": "none" if plain_selective else layout.recompute})]
+    for got, want in recovered:
+        assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
+
+
+def test_shell_words_survive_bash_quoting():
+    """A value with spaces and quotes comes back as one word."""
+    training = TrainingSetup(data_path="/data/my set/it's \"here\"", tokenizer="a b")
+    layout = resolve_layout({"gpus": 8, "tp": 2, "seq_len": 4096, "gbs_seqs": 16})
+    script = render("megatron", load_model("llama3-8b"), layout, training).files["megatron_pretrain_gpt.sh"]
+    f = flags(bash_words(script))
+    assert f["--data-path"] == training.data_path and f["--tokenizer-model"] == "a b"

@@ -1,0 +1,110 @@
+"""Each trainer rule refuses a plan that breaks it, naming the invariant and the values."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from autoplan.errors import AutoplanError, LayoutError
+from autoplan.export import render, rules
+from autoplan.export.rules import RULES, TrainerRuleError, broken_rules, check
+from autoplan.layout import resolve_layout
+from autoplan.profiles import load_profile
+from autoplan.specs.models import load_model
+
+
+def lay(**values):
+    base = {"gpus": 8, "seq_len": 4096, "gbs_seqs": 64}
+    return resolve_layout({**base, **values})
+
+
+def broken(layout, **changes):
+    """A layout with fields changed after resolution (to break invariants resolve_layout checks)."""
+    return dataclasses.replace(layout, **changes)
+
+
+# (rule, trainer, model, layout, text that must appear in the message)
+CASES = [
+    ("world_size", "megatron", "llama3-8b", broken(lay(), dp=3), "dp(3)·tp(1)·pp(1)·cp(1) = 3 != gpus(8)"),
+    ("global_batch", "nanotron", "llama3-8b", broken(lay(), grad_acc=3),
+     "gbs_seqs(64) != dp(8)·mbs(1)·grad_acc(3) = 24"),
+    ("heads_tp", "megatron", "llama3-8b", lay(gpus=16, tp=16), "heads=32, kv_heads=8, tp=16"),
+    ("sp_needs_tp", "deepspeed", "llama3-8b", lay(sp=True), "sp=true, tp=1"),
+    ("layers_per_stage", "megatron", "llama3-8b", lay(gpus=24, pp=3, gbs_seqs=48),
+     "layers=32, pp(3)·vpp(1) = 3"),
+    ("vpp_needs_pp", "torchtitan", "llama3-8b", lay(vpp=2, zero=3), "vpp=2, pp=1"),
+    ("interleave_microbatches", "megatron", "llama3-8b", lay(gpus=32, pp=4, vpp=2, gbs_seqs=48),
+     "grad_acc=6, pp=4, vpp=2"),
+    ("cp_sequence", "megatron", "llama3-8b", lay(cp=4, seq_len=4100, gbs_seqs=16), "seq_len=4100, 2·cp=8"),
+    ("sp_sequence", "megatron", "llama3-8b", lay(tp=8, seq_len=4092, gbs_seqs=16), "seq_len=4092, cp·tp=8"),
+    ("sequence_shards", "torchtitan", "llama3-8b", lay(tp=4, zero=3, seq_len=4094, gbs_seqs=16),
+     "seq_len=4094, divisor=4 (tp=4, sp=True, cp=1)"),
+    ("tied_pp", "torchtitan", "llama3.2-1b", lay(pp=2, zero=3), "ties its embeddings, pp=2"),
+    ("ep_needs_moe", "megatron", "llama3-8b", lay(ep=2), "ep=2, etp=1, model 'llama3-8b' is dense"),
+    ("experts_ep", "megatron", "mixtral-8x7b", lay(gpus=16, ep=16), "experts=8, ep=16"),
+    ("expert_grid", "megatron", "mixtral-8x7b", lay(ep=8, etp=2), "ep(8)·etp(2) = 16, dp·cp·tp = 8"),
+    ("moe_tp_needs_sp", "megatron", "mixtral-8x7b", lay(tp=2, sp=False), "tp=2, sp=false"),
+    ("ep_mesh", "torchtitan", "qwen3-30b-a3b", lay(ep=8, zero=0), "ep=8, dp_shard(1)·cp(1)·tp(1) = 1"),
+    ("expert_tp", "nanotron", "mixtral-8x7b", lay(tp=2, etp=2), "etp=2"),
+    ("local_batch", "torchtitan", "llama3-8b", broken(lay(gpus=16, pp=2, zero=3), grad_acc=3),
+     "global_batch_size=64, local_batch_size=3, dp=8"),
+    ("nanotron_ep", "nanotron", "mixtral-8x7b", lay(ep=2), "ep=2"),
+    ("ep_divides_dp", "deepspeed", "mixtral-8x7b", lay(tp=2, ep=8), "ep=8, dp=4"),
+    ("deepspeed_etp", "deepspeed", "mixtral-8x7b", lay(tp=2, ep=2, etp=4), "etp=4, tp=2"),
+    ("zero_stage", "torchtitan", "llama3-8b", lay(zero=1), "zero=1, torchtitan supports [0, 3]"),
+    ("zero_with_pp", "deepspeed", "llama3-8b", lay(pp=2, zero=2),
+     "zero=2 with pp=2; deepspeed allows zero <= 1 with pp > 1"),
+    ("virtual_stages", "nanotron", "llama3-8b", lay(pp=2, vpp=2), "vpp=2; nanotron has no interleaved schedule"),
+    ("context_parallel", "deepspeed", "llama3-8b", lay(cp=2), "cp=2; deepspeed has no context parallelism"),
+]
+
+
+@pytest.mark.parametrize(("rule", "trainer", "model", "layout", "values"), CASES, ids=[c[0] for c in CASES])
+def test_rule_refuses_with_the_values(rule, trainer, model, layout, values):
+    with pytest.raises(TrainerRuleError) as info:
+        check(trainer, load_model(model), layout)
+    assert rule in [name for name, _ in info.value.broken]
+    message = str(info.value)
+    assert message.startswith(f"{trainer} refuses this plan: ")
+    assert values in message
+    invariant = next(r.invariant for r in RULES if r.name == rule)
+    assert invariant in message
+
+
+@pytest.mark.parametrize(("rule", "trainer", "model", "layout", "values"), CASES, ids=[c[0] for c in CASES])
+def test_render_refuses_too(rule, trainer, model, layout, values):
+    with pytest.raises(AutoplanError, match="refuses this plan"):
+        render(trainer, load_model(model), layout)
+
+
+def test_every_rule_has_a_case():
+    tested = {case[0] for case in CASES} | {"expert_parallel"}
+    assert tested == {rule.name for rule in RULES}
+
+
+def test_expert_parallel_rule_follows_the_profile(monkeypatch):
+    no_ep = dataclasses.replace(load_profile("megatron"), supports_ep=False)
+    monkeypatch.setattr(rules, "load_profile", lambda name: no_ep)
+    with pytest.raises(TrainerRuleError, match=r"ep=2; megatron has no expert parallelism"):
+        check("megatron", load_model("mixtral-8x7b"), lay(ep=2))
+
+
+def test_error_is_a_layout_error_and_lists_every_broken_rule():
+    layout = lay(gpus=16, tp=16, sp=False, vpp=2, zero=2)
+    found = [name for name, _ in broken_rules("nanotron", load_model("llama3-8b"), layout)]
+    assert found == ["heads_tp", "zero_stage", "virtual_stages"]
+    with pytest.raises(LayoutError):
+        check("nanotron", load_model("llama3-8b"), layout)
+    assert issubclass(TrainerRuleError, ValueError)
+
+
+def test_a_legal_plan_passes_every_trainer():
+    layout = lay(tp=2, zero=0)
+    for trainer in rules.TRAINERS:
+        check(trainer, load_model("llama3-8b"), layout)
+
+
+def test_unknown_trainer_suggests_the_near_miss():
+    with pytest.raises(AutoplanError, match="did you mean 'megatron'"):
+        check("megatorn", load_model("llama3-8b"), lay())
