@@ -48,6 +48,18 @@ RULES: list[Rule] = [
      "ep·etp must divide dp·cp·tp (expert grid)"),
     ("sp_needs_tp", lambda c, b: (b.sp > 0) & (b.tp == 1),
      "sequence parallel needs tp > 1"),
+    ("sp_seq", lambda c, b: (b.sp > 0) & ((b.seq_len / b.cp) % b.tp != 0),
+     "with sequence parallel, seq_len/cp must be divisible by tp"),
+    ("trainer_moe_sp", lambda c, b: (c.profile.name == "megatron") & (c.model.moe is not None)
+     & (b.tp > 1) & (b.sp == 0),
+     "Megatron-Core MoE with tp > 1 needs sequence parallel"),
+    ("trainer_tied_pp", lambda c, b: (c.profile.name == "torchtitan") & c.model.tied_embeddings & (b.pp > 1),
+     "torchtitan cannot tie embeddings across pipeline stages"),
+    ("trainer_etp", lambda c, b: ((c.profile.name == "torchtitan") & (b.etp > 1))
+     | ((c.profile.name == "deepspeed") & (b.etp > 1) & (b.etp != b.tp)),
+     "the trainer does not support this expert tensor-parallel size"),
+    ("trainer_ep_dp", lambda c, b: (c.profile.name == "deepspeed") & (b.dp % b.ep != 0),
+     "DeepSpeed needs ep to divide dp"),
     ("batch", lambda c, b: b.dp * b.mbs * b.grad_acc != b.gbs_seqs,
      "gbs_seqs must equal dp·mbs·grad_acc"),
     ("seq_positions", lambda c, b: (c.model.position_embedding == "learned")

@@ -112,7 +112,10 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
     p = load_profile(trainer)
     tp = draw(st.sampled_from([t for t in tp_choices if model.num_attention_heads % t == 0
                                and model.num_kv_heads % t == 0]))
-    pp = draw(st.sampled_from([d for d in (1, 2, 3, 4) if model.num_layers % d == 0]))
+    pp_choices = [d for d in (1, 2, 3, 4) if model.num_layers % d == 0]
+    if trainer == "torchtitan" and model.tied_embeddings:
+        pp_choices = [1]  # torchtitan cannot tie embeddings across stages
+    pp = draw(st.sampled_from(pp_choices))
     cp = draw(st.sampled_from([1, 2, 4] if p.supports_cp else [1]))
     seq = seq_len or draw(st.sampled_from([128, 256, 512, 1024, 2048]))
     dp = draw(st.sampled_from([1, 2, 4, 8]))
@@ -128,15 +131,22 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
     ep = etp = 1
     if model.moe is not None and p.supports_ep:
         ep = draw(st.sampled_from([e for e in (1, 2, 4, 8) if model.moe.num_experts % e == 0
-                                   and (dp * cp * tp) % e == 0]))
-        etp = draw(st.sampled_from([e for e in (1, 2) if (dp * cp * tp) % (ep * e) == 0]))
+                                   and (dp * cp * tp) % e == 0
+                                   and (trainer != "deepspeed" or dp % e == 0)]))
+        etps = [e for e in (1, 2) if (dp * cp * tp) % (ep * e) == 0]
+        if trainer == "torchtitan":
+            etps = [1]
+        if trainer == "deepspeed":
+            etps = [e for e in etps if e in (1, tp)]
+        etp = draw(st.sampled_from(etps))
     zeros = [z for z in p.allowed_zero if pp == 1 or z <= p.max_zero_with_pp]
     gpus = dp * tp * pp * cp
     assume(gpus <= 8 or gpus % 8 == 0)  # whole 8-GPU nodes beyond one node (legality rule)
     return resolve_layout(dict(
         gpus=dp * tp * pp * cp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs,
         grad_acc=grad_acc, seq_len=seq, gbs_seqs=dp * mbs * grad_acc,
-        zero=draw(st.sampled_from(zeros)), sp=tp > 1 and draw(st.booleans()),
+        zero=draw(st.sampled_from(zeros)),
+        sp=tp > 1 and (draw(st.booleans()) or (trainer == "megatron" and model.moe is not None)),
         recompute=draw(st.sampled_from(["none", "selective", "full"])),
         precision=draw(st.sampled_from(["bf16", "fp8"])),
         placement=draw(st.sampled_from(PLACEMENTS))))
