@@ -64,6 +64,14 @@ def knob_options(func):
 @click.option("--study-name", default=None, help="Study name in --storage [default: from the inputs].")
 @click.option("--top", "top_k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Plans to show.")
+@click.option("--export", "export_to", default=None, metavar="TRAINER[,TRAINER...]",
+              help="Also write the best plan's configs into <out>/configs/: megatron, torchtitan, "
+                   "nanotron, deepspeed.")
+@click.option("--report", is_flag=True, help="Write plots and report.html into the result folder.")
+@click.option("--gpu-hour-price", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              metavar="USD", help="Price of one GPU-hour; adds the dollars to train (needs --train-tokens).")
+@click.option("--train-tokens", type=TokenCount(binary=False), default=None,
+              help="Tokens of the whole training run (decimal: 15T = 15e12); adds days and GPU-hours.")
 @output_format_option()
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Result folder [default: results/<timestamp>-<model>-<gpus>/].")
@@ -76,6 +84,12 @@ def search_command(**kw) -> None:
       autoplan search -m 8b -g 64 --gbs-seqs 512 --tp 1,2 --recompute selective,full
       autoplan search -m deepseek-v3 -g 2048 --gbs-tokens 16M --allow-uneven-pp
     """
+    if kw["gpu_hour_price"] is not None and kw["train_tokens"] is None:
+        fail("--gpu-hour-price needs --train-tokens (e.g. --train-tokens 15T) to price a training run")
+    if kw["export_to"]:
+        from autoplan.export import parse_trainers
+
+        parse_trainers(kw["export_to"])  # refuse an unknown trainer before searching
     from autoplan.api import build_context
     from autoplan.search import SearchOptions, search
     from autoplan.search.results import MAX_CSV_ROWS
@@ -99,10 +113,68 @@ def search_command(**kw) -> None:
             result.check_feasible()
         except NoFeasiblePlanError as exc:  # one line: the reasons, then where the candidates are
             raise NoFeasiblePlanError(f"{exc} (every candidate with its reason: {out}/plans.csv)") from None
-    _emit(result, kw["output_format"], kw["top_k"])
-    click.echo(f"Wrote {out}/ (plans.csv, plans.json, manifest.json)", err=True)
+    costs = _costs(result, kw)
+    _emit(result, kw["output_format"], kw["top_k"], costs)
+    written = ["plans.csv", "plans.json", "manifest.json"]
+    if kw["export_to"]:
+        written += _export(result, kw["export_to"], out)
+    if kw["report"]:
+        written.append(_report(result, kw, out))
+    click.echo(f"Wrote {out}/ ({', '.join(written)})", err=True)
     if len(result.table) > MAX_CSV_ROWS:
         click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {len(result.table)} ranked layouts", err=True)
+
+
+def _costs(result, kw: dict):
+    """Days, GPU-hours and dollars to train for the top plans (None without --train-tokens)."""
+    if kw["train_tokens"] is None:
+        return None
+    from autoplan.report import add_cost_columns
+
+    frame = result.to_frame(int(result.plan_rows(kw["top_k"]).max(initial=-1)) + 1)
+    frame = frame.iloc[result.plan_rows(kw["top_k"])] if len(frame) else frame
+    return add_cost_columns(frame, gpu_hour_price_usd=kw["gpu_hour_price"],
+                            train_tokens=kw["train_tokens"])
+
+
+def _export(result, trainers: str, out: str) -> list[str]:
+    """The best plan's trainer configs under <out>/configs/."""
+    from pathlib import Path
+
+    from autoplan.export import export_plan
+
+    rows = result.plan_rows(1)
+    if len(rows) == 0:
+        return []
+    record = result.top_records(1)[0]
+    paths = export_plan(record, result.ctx.model, trainers, Path(out) / "configs")
+    return [str(Path(p).relative_to(out)) for p in paths]
+
+
+def _report(result, kw: dict, out: str) -> str:
+    """Plots and report.html for the run."""
+    from autoplan.report import write_report
+    from autoplan.search.results import MAX_CSV_ROWS
+
+    from autoplan.cost.evaluate import evaluate
+    from autoplan.report import add_cost_columns
+
+    frame_all = result.to_frame(min(len(result.table), MAX_CSV_ROWS))
+    rows = result.plan_rows(kw["top_k"])
+    # The search keeps lean columns; the plots want every memory term of the top plans.
+    frame_top = evaluate(result.ctx, result.table.batch.take(rows),
+                         allow_uneven=result.options.allow_uneven_pp).to_frame()
+    frame_top.insert(0, "rank", rows + 1)
+    if kw["train_tokens"] is not None:
+        frame_top = add_cost_columns(frame_top, gpu_hour_price_usd=kw["gpu_hour_price"],
+                                     train_tokens=kw["train_tokens"])
+    summary = {"model": result.ctx.model.name, "GPUs": f"{result.target.gpus} x {result.ctx.cluster.gpu.name}",
+               "trainer": result.ctx.profile.name, "global batch": f"{result.target.gbs_seqs} x "
+               f"{result.target.seq_len} tokens", "recipe": recipe_line(result).removeprefix("Recipe: ")}
+    capacity = result.ctx.cluster.gpu.usable_memory_bytes / 2**30
+    path = write_report(out, frame_all, frame_top, summary, capacity,
+                        result.table.batch.layout(int(rows[0])), chosen_index=int(rows[0]))
+    return path.name
 
 
 def _gbs_seqs(kw: dict, seq_len: int) -> int:
@@ -149,19 +221,26 @@ def _write(result, kw: dict, seq_len: int, target) -> str:
     return str(write_results(result, out, top=kw["top_k"], inputs=inputs, command_line=sys.argv))
 
 
-def _emit(result, output_format: str, top_k: int) -> None:
+COST_COLUMNS = ("train_days", "gpu_hours", "cost_usd")
+
+
+def _emit(result, output_format: str, top_k: int, costs=None) -> None:
     import json
 
     from autoplan.search.results import CSV_FLOAT_FORMAT, clean_json, summary
 
     if output_format == "json":
-        click.echo(json.dumps(clean_json(summary(result, top_k)), indent=2))
+        doc = summary(result, top_k)
+        if costs is not None:
+            for plan, (_, row) in zip(doc["plans"], costs.iterrows()):
+                plan.update({c: float(row[c]) for c in COST_COLUMNS if c in costs})
+        click.echo(json.dumps(clean_json(doc), indent=2))
     elif output_format == "csv":
         rows = result.plan_rows(top_k)
-        frame = result.to_frame(int(rows.max()) + 1 if len(rows) else 0).iloc[rows]
+        frame = costs if costs is not None else result.to_frame(int(rows.max()) + 1 if len(rows) else 0).iloc[rows]
         click.echo(frame.to_csv(index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n"), nl=False)
     else:
-        print_table(result, top_k)
+        print_table(result, top_k, costs)
     if output_format != "table":
         click.echo(recipe_line(result), err=True)
 
@@ -184,7 +263,7 @@ def describe(layout) -> str:
     return layout.describe() + extra
 
 
-def print_table(result, top_k: int) -> None:
+def print_table(result, top_k: int, costs=None) -> None:
     """The recipe line and a rich table of the best plans on stdout."""
     from rich.console import Console
     from rich.table import Table
@@ -204,13 +283,18 @@ def print_table(result, top_k: int) -> None:
     # Numbers never wrap; a narrow terminal wraps the layout column instead.
     table.add_column("rank", justify="right", no_wrap=True)
     table.add_column("layout", min_width=24)
-    for name in ("peak GiB\n(room)", "step", "tokens/s\n/GPU", "MFU", "bubble", "exposed\ncomm"):
+    cost_names = [c for c in COST_COLUMNS if costs is not None and c in costs]
+    headers = {"train_days": "days", "gpu_hours": "GPU-hours", "cost_usd": "USD"}
+    for name in ("peak GiB\n(room)", "step", "tokens/s\n/GPU", "MFU", "bubble", "exposed\ncomm",
+                 *[headers[c] for c in cost_names]):
         table.add_column(name, justify="right", no_wrap=True)
     col = result.table.columns
-    for row in rows:
+    for j, row in enumerate(rows):
+        extra = [f"{costs[c].iloc[j]:,.1f}" if c == "train_days" else f"{costs[c].iloc[j]:,.0f}"
+                 for c in cost_names]
         table.add_row(str(row + 1), describe(result.table.batch.layout(int(row))),
                       f"{col['peak_memory_gib'][row]:.1f} ({col['memory_headroom_gib'][row]:+.1f})",
                       format_time(col["step_time_s"][row]), f"{col['tokens_per_s_per_gpu'][row]:,.0f}",
                       f"{100 * col['mfu'][row]:.1f}%", f"{100 * col['bubble_fraction'][row]:.1f}%",
-                      f"{100 * col['exposed_comm_fraction'][row]:.1f}%")
+                      f"{100 * col['exposed_comm_fraction'][row]:.1f}%", *extra)
     console.print(table)

@@ -153,3 +153,38 @@ def test_help():
     assert result.exit_code == 0
     for option in ("--gbs-tokens", "--sampler", "--storage", "--space", "--allow-uneven-pp"):
         assert option in result.output
+
+
+def test_search_writes_report_configs_and_costs(tmp_path):
+    """--report, --export and the cost options land in the run folder and the JSON."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from autoplan.cli import main
+
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["search", "--model", "8b", "--gpus", "64", "--gbs-tokens", "4M",
+                                       "--top", "3", "--report", "--export", "megatron,deepspeed",
+                                       "--train-tokens", "15T", "--gpu-hour-price", "2.5",
+                                       "--format", "json", "--out", str(out)])
+    assert result.exit_code == 0, result.output + result.stderr
+    plans = _json.loads(result.stdout)["plans"]
+    # days = 15e12 tokens / (tokens/s/GPU · 64 GPUs) / 86400 s; dollars = days · 24 · 64 · 2.5
+    best = plans[0]
+    days = 15e12 / (best["tokens_per_s_per_gpu"] * 64) / 86400
+    assert best["train_days"] == pytest.approx(days, rel=1e-9)
+    assert best["cost_usd"] == pytest.approx(days * 24 * 64 * 2.5, rel=1e-9)
+    assert (out / "report.html").is_file() and (out / "memory_per_stage.png").is_file()
+    assert (out / "configs" / "megatron_pretrain_gpt.sh").is_file()
+    assert any(p.name.startswith("deepspeed") for p in (out / "configs").iterdir())
+
+
+def test_search_price_without_tokens_is_an_error():
+    from click.testing import CliRunner
+
+    from autoplan.cli import main
+
+    result = CliRunner().invoke(main, ["search", "--model", "8b", "--gpus", "64", "--gbs-tokens", "4M",
+                                       "--gpu-hour-price", "2.5"])
+    assert result.exit_code == 2 and "--train-tokens" in result.stderr
