@@ -1,0 +1,179 @@
+"""Accuracy of autoplan's predictions against the published measurements in ``validation/``.
+
+The figures of issues 3, 4 and 8, computed here once so that ``benchmarks/accuracy.py`` (and
+``autoplan validate``) only format them:
+
+* memory: median / p90 absolute % error of peak memory over the playbook sweep's ``ok`` runs,
+  agreement of ``fits`` with ``ok`` / ``crashed_or_oom``, ``ok`` runs predicted over capacity by
+  more than 5%, torchtitan's median error;
+* time: mean absolute % error (MAPE) of tokens/s per GPU per source and overall;
+* ranking: Spearman correlation of predicted and measured tokens/s within each (model, nodes)
+  cell of the playbook sweep, averaged over cells, and top-1 regret (1 − measured MFU of the
+  layout ranked first / the cell's best measured MFU).
+
+Calibration uses a seeded ``fraction`` of each source (:func:`autoplan.calibrate.split_rows`);
+every figure is reported for the fitted rows and the held-out rows separately.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from autoplan.calibrate import FitReport, fit_efficiency, predict_rows, split_rows
+from autoplan.cost.context import CostContext
+from autoplan.profiles import Efficiency
+from autoplan.validation import Row, Source, row_context
+
+Pair = tuple[str, str]  # (trainer, hardware)
+
+# The few parameters fitted per (trainer, GPU), and why these. The GEMM curve sets compute
+# speed everywhere. nanotron: scale-out efficiency and DP overlap set the data-parallel cost over
+# the sweep's 1-64 nodes. Megatron on A100: its 2021 attention (no flash attention) runs far
+# below GEMM speed, and Table 1 spans 1-384 nodes. Megatron-Core on H100: --tp-comm-overlap
+# and DP over up to 768 nodes. torchtitan: Float8 speed-up and long-context attention. Memory:
+# the reserve and the fragmentation, wherever a source measures memory.
+FIT_PLAN: dict[Pair, tuple[str, ...]] = {
+    ("nanotron", "h100-sxm"): ("gemm_efficiency_max", "gemm_half_flops", "scale_out_efficiency",
+                               "dp_overlap", "memory_reserve_bytes", "allocator_overhead"),
+    ("megatron", "a100-80gb"): ("gemm_efficiency_max", "attention_efficiency", "scale_out_efficiency"),
+    ("megatron", "h100-sxm"): ("gemm_efficiency_max", "tp_overlap", "scale_out_efficiency"),
+    ("torchtitan", "h100-96gb-500w"): ("gemm_efficiency_max", "gemm_half_flops", "fp8_gemm_speedup",
+                                       "attention_efficiency", "memory_reserve_bytes",
+                                       "allocator_overhead"),
+}
+# The playbook sweep holds runs 3-100x slower than their neighbours (failed or straggling jobs,
+# e.g. 8B tp2 pp8 on 8 nodes: 1.3% MFU with ZeRO-0, 31.9% with ZeRO-1): the Cauchy loss bounds
+# their pull on the fit. The other sources are clean tables: soft-L1.
+FIT_LOSS: dict[Pair, str] = {("nanotron", "h100-sxm"): "cauchy"}
+# Sources whose tokens/s MAPE is a target (issue 4); the sweep is judged by ranking instead.
+TIME_SOURCES = ("sc21", "korthikanti", "megatron_core_h100", "llama3_405b", "torchtitan", "playbook_best")
+# playbook_best repeats sweep runs: it is never fitted on directly, a best row counts as fitted
+# when its twin in the sweep is.
+NOT_FITTED = ("playbook_best",)
+
+
+def _twin_key(row: Row) -> tuple:
+    return (row.model.name, tuple(sorted(row.layout.items())), row.tokens_per_s_per_gpu)
+
+
+def fit_split(sources: Mapping[str, Source], fraction: float = 0.3, seed: int = 0) -> set[str]:
+    """Row ids to fit on: a seeded ``fraction`` of each source's measured rows (crashed sweep
+    runs carry no figure and are never fitted; playbook_best rows follow their sweep twin)."""
+    candidates = [r for name, s in sources.items() if name not in NOT_FITTED for r in s.rows
+                  if r.has_time or r.has_memory]
+    fit, _ = split_rows(candidates, fraction, seed)
+    chosen = {r.row_id for r in fit}
+    twins = {_twin_key(r) for r in fit}
+    for name in NOT_FITTED:
+        if name in sources:
+            chosen.update(r.row_id for r in sources[name].rows if _twin_key(r) in twins)
+    return chosen
+
+
+def calibrate_all(sources: Mapping[str, Source], fit_ids: set[str], seed: int = 0,
+                  plan: Mapping[Pair, Sequence[str]] = FIT_PLAN) -> dict[Pair, tuple[Efficiency, FitReport]]:
+    """Fit each (trainer, hardware) pair of ``plan`` on its rows in ``fit_ids``."""
+    out = {}
+    for pair, params in plan.items():
+        rows = [r for name, s in sources.items() if name not in NOT_FITTED for r in s.rows
+                if r.row_id in fit_ids and (r.trainer, r.hardware) == pair]
+        out[pair] = fit_efficiency(rows, row_context, params, seed, loss=FIT_LOSS.get(pair, "soft_l1"))
+    return out
+
+
+def context_factory(efficiencies: Mapping[Pair, Efficiency] | None = None):
+    """A row -> CostContext factory that uses ``efficiencies`` where given, else the shipped."""
+    def factory(row: Row) -> CostContext:
+        ctx = row_context(row)
+        eff = (efficiencies or {}).get((row.trainer, row.hardware))
+        return ctx if eff is None else replace(ctx, efficiency=eff)
+    return factory
+
+
+# --- statistics ---------------------------------------------------------------------------
+
+def abs_pct_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """|predicted / measured − 1| in percent, over rows with a measured value."""
+    ok = np.isfinite(measured) & (measured > 0)
+    return 100.0 * np.abs(predicted[ok] / measured[ok] - 1.0)
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 0..n-1 with ties given their mean rank."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x), dtype=float)
+    values, inverse = np.unique(x, return_inverse=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return (sums / np.bincount(inverse))[inverse]
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman rank correlation (Pearson correlation of tie-averaged ranks); NaN if constant."""
+    ra, rb = _ranks(np.asarray(a, float)), _ranks(np.asarray(b, float))
+    if np.std(ra) == 0 or np.std(rb) == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+@dataclass(frozen=True)
+class CellRanking:
+    """How well predicted tokens/s orders one cell's measured layouts."""
+
+    cell: str
+    num_layouts: int
+    spearman: float
+    regret: float
+    picked: str
+    best: str
+
+
+def cell_rankings(rows: Sequence[Row], predicted_tokens: np.ndarray, min_layouts: int = 3) -> list[CellRanking]:
+    """Per (model, nodes) cell: Spearman of predicted vs measured tokens/s over the ``ok`` runs
+    and the top-1 regret 1 − MFU(layout predicted fastest) / max measured MFU."""
+    cells: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        if row.status == "ok" and row.has_time:
+            cells.setdefault(row.cell, []).append(i)
+    out = []
+    for cell, index in sorted(cells.items()):
+        if len(index) < min_layouts:
+            continue
+        idx = np.asarray(index)
+        measured = np.array([rows[i].tokens_per_s_per_gpu for i in idx])
+        mfu = np.array([rows[i].mfu for i in idx])
+        picked, best = idx[int(np.argmax(predicted_tokens[idx]))], idx[int(np.argmax(mfu))]
+        out.append(CellRanking(cell, len(idx), spearman(predicted_tokens[idx], measured),
+                               1.0 - rows[picked].mfu / rows[best].mfu,
+                               _describe(rows[picked]), _describe(rows[best])))
+    return out
+
+
+def _describe(row: Row) -> str:
+    lay = row.layout
+    return f"tp{lay['tp']} pp{lay['pp']} dp{lay.get('dp', '?')} mbs{lay['mbs']} z{lay['zero']}"
+
+
+# --- the golden model-state check ----------------------------------------------------------
+
+def zero_figure1_gb(num_params: float = 7.5e9, dp: int = 64) -> list[float]:
+    """Model-state GB per GPU for ZeRO stages 0-3 through autoplan's ``model_state_bytes`` with
+    the deepspeed profile (2 + 2 + K=12 bytes per parameter): ZeRO paper Fig. 1 (Rajbhandari et
+    al. 2020) gives 120 / 31.4 / 16.6 / 1.9 GB for 7.5B parameters on 64 GPUs."""
+    from autoplan.api import build_context
+    from autoplan.cost.memory import model_state_bytes
+    from autoplan.layout import LayoutBatch, resolve_layout
+
+    ctx = build_context("llama3-8b", dp, hardware="a100-80gb", trainer="deepspeed")
+    layouts = [resolve_layout({"gpus": dp, "zero": z, "seq_len": 2048, "gbs_seqs": dp}) for z in range(4)]
+    batch = LayoutBatch.from_layouts(layouts)
+    terms = model_state_bytes(ctx, batch, np.full(4, float(num_params)), np.zeros(4))
+    return [float(v) / 1e9 for v in sum(terms.values())]
+
+
+def predictions(rows: Sequence[Row], efficiencies: Mapping[Pair, Efficiency] | None = None) -> dict[str, np.ndarray]:
+    """Predicted figures of ``rows`` with the shipped profiles or ``efficiencies``."""
+    return predict_rows(rows, context_factory(efficiencies))

@@ -1,0 +1,376 @@
+"""Fit a few named ``Efficiency`` parameters to measured runs, and say how well they predict.
+
+The model is the cost model itself; only the named parameters move. The objective is robust
+least squares on log error: the mean of the soft-L1 loss ``2δ²(√(1 + (r/δ)²) − 1)`` of
+``r = log(predicted / measured)`` over the tokens/s rows plus the same over the memory rows
+(δ = 0.1, so a row off by more than ~10% counts linearly, not quadratically: one broken run
+cannot drag the fit), or the Cauchy loss ``δ²·log(1 + (r/δ)²)`` for data with gross outliers.
+Parameters are searched inside ``Efficiency.bounds()`` through a sigmoid map (log-scaled for
+FLOP counts), so no fitted value can leave its physical range; the search is a Nelder–Mead simplex (Gao & Han 2012 adaptive coefficients) from the current values plus
+seeded random starts, so a fit is deterministic for a seed. No scipy needed.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from autoplan.cost.context import CostContext
+from autoplan.cost.evaluate import evaluate
+from autoplan.errors import AutoplanError
+from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.profiles import Efficiency
+from autoplan.validation import Row, row_context
+
+MEMORY_PARAMS = ("memory_reserve_bytes", "allocator_overhead")
+DEFAULT_PARAMS = ("gemm_efficiency_max", "gemm_half_flops", "scale_out_efficiency", "dp_overlap",
+                  "memory_reserve_bytes", "allocator_overhead")
+_LOG_SCALED = ("gemm_half_flops",)
+LOSS_SCALE = 0.1
+ContextFactory = Callable[[Row], CostContext]
+
+
+class CalibrationError(AutoplanError):
+    """Calibration input that cannot support a fit (too few rows, unknown parameter ...)."""
+
+
+# --- batched prediction --------------------------------------------------------------------
+
+@dataclass
+class Prepared:
+    """Rows grouped by cost context, with their layouts as batches (built once, costed often)."""
+
+    rows: list[Row]
+    groups: list[tuple[CostContext, LayoutBatch, np.ndarray, bool]]
+    measured_tokens: np.ndarray
+    measured_memory: np.ndarray
+
+
+def _measured(rows: Sequence[Row]) -> Prepared:
+    """The rows and their measured figures (NaN where not measured), not yet grouped."""
+    return Prepared(rows=list(rows), groups=[],
+                    measured_tokens=np.array([r.tokens_per_s_per_gpu for r in rows], dtype=float),
+                    measured_memory=np.array([r.peak_memory_bytes for r in rows], dtype=float))
+
+
+def prepare(rows: Sequence[Row], ctx_factory: ContextFactory = row_context) -> Prepared:
+    """Group ``rows`` by (model, hardware, trainer, gpus) and resolve their layouts."""
+    rows = list(rows)
+    by_key: dict[tuple, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_key.setdefault(row.context_key + (row.allow_uneven,), []).append(i)
+    groups = []
+    for key, index in by_key.items():
+        layouts = [resolve_layout(rows[i].layout) for i in index]
+        groups.append((ctx_factory(rows[index[0]]), LayoutBatch.from_layouts(layouts),
+                       np.asarray(index), bool(key[-1])))
+    measured = _measured(rows)
+    return replace(measured, groups=groups)
+
+
+PREDICTED = ("tokens_per_s_per_gpu", "peak_memory_bytes", "fits", "mfu")
+
+
+def predict(prepared: Prepared, efficiency: Efficiency | None = None) -> dict[str, np.ndarray]:
+    """Predicted tokens/s per GPU, peak memory, fits and MFU of every row (row order).
+
+    ``efficiency`` replaces each context's own (the shipped profile's) when given.
+    """
+    n = len(prepared.rows)
+    out = {name: np.full(n, np.nan) for name in PREDICTED}
+    for ctx, batch, index, uneven in prepared.groups:
+        if efficiency is not None:
+            ctx = replace(ctx, efficiency=efficiency)
+        table = evaluate(ctx, batch, allow_uneven=uneven)
+        for name in PREDICTED:
+            out[name][index] = table[name]
+    out["fits"] = out["fits"] > 0.5
+    return out
+
+
+def predict_rows(rows: Sequence[Row], ctx_factory: ContextFactory = row_context,
+                 efficiency: Efficiency | None = None) -> dict[str, np.ndarray]:
+    """``predict`` for a list of rows in one call."""
+    return predict(prepare(rows, ctx_factory), efficiency)
+
+
+def log_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """log(predicted / measured) where both are finite and positive, NaN elsewhere."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = np.isfinite(measured) & (measured > 0)
+        return np.where(ok, np.log(np.where(predicted > 0, predicted, np.nan) / measured), np.nan)
+
+
+def soft_l1(r: np.ndarray, scale: float = LOSS_SCALE) -> float:
+    """Mean robust loss 2δ²(√(1 + (r/δ)²) − 1); a non-finite prediction costs as r = 10."""
+    r = np.where(np.isfinite(r), r, 10.0)
+    return float(np.mean(2.0 * scale**2 * (np.sqrt(1.0 + (r / scale) ** 2) - 1.0)))
+
+
+def cauchy(r: np.ndarray, scale: float = LOSS_SCALE) -> float:
+    """Mean Cauchy loss δ²·log(1 + (r/δ)²): a gross outlier adds only log-many units."""
+    r = np.where(np.isfinite(r), r, 10.0)
+    return float(np.mean(scale**2 * np.log1p((r / scale) ** 2)))
+
+
+LOSSES = {"soft_l1": soft_l1, "cauchy": cauchy}
+
+
+# --- bounded parameter map -------------------------------------------------------------------
+
+def _to_unit(name: str, value: float, low: float, high: float) -> float:
+    if name in _LOG_SCALED:
+        return (math.log(value) - math.log(low)) / (math.log(high) - math.log(low))
+    return (value - low) / (high - low)
+
+
+def _from_unit(name: str, u: float, low: float, high: float) -> float:
+    if name in _LOG_SCALED:
+        return math.exp(math.log(low) + u * (math.log(high) - math.log(low)))
+    return low + u * (high - low)
+
+
+@dataclass(frozen=True)
+class _Space:
+    """z in R^n <-> parameter values inside their bounds (sigmoid map)."""
+
+    names: tuple[str, ...]
+    bounds: tuple[tuple[float, float], ...]
+
+    def values(self, z: np.ndarray) -> dict[str, float]:
+        u = 1.0 / (1.0 + np.exp(-np.clip(z, -30.0, 30.0)))
+        return {n: _from_unit(n, float(ui), lo, hi) for n, ui, (lo, hi) in zip(self.names, u, self.bounds)}
+
+    def point(self, eff: Efficiency) -> np.ndarray:
+        u = [_to_unit(n, getattr(eff, n), lo, hi) for n, (lo, hi) in zip(self.names, self.bounds)]
+        u = np.clip(np.asarray(u, dtype=float), 0.02, 0.98)
+        return np.log(u / (1.0 - u))
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, *, step: float = 1.0,
+                max_evals: int = 400, ftol: float = 1e-9, xtol: float = 1e-4) -> tuple[np.ndarray, float, int]:
+    """Minimise ``f`` from ``x0``: Nelder–Mead with Gao & Han (2012) adaptive coefficients
+    (reflection 1, expansion 1 + 2/n, contraction 0.75 − 1/2n, shrink 1 − 1/n). Deterministic.
+    Returns (best x, best f, evaluations)."""
+    n = len(x0)
+    alpha, gamma, rho, sigma = 1.0, 1.0 + 2.0 / n, 0.75 - 0.5 / n, 1.0 - 1.0 / n
+    simplex = np.vstack([x0] + [x0 + step * np.eye(n)[i] for i in range(n)])
+    values = np.array([f(x) for x in simplex])
+    evals = n + 1
+    while evals < max_evals:
+        order = np.argsort(values, kind="stable")
+        simplex, values = simplex[order], values[order]
+        if values[-1] - values[0] <= ftol and np.max(np.abs(simplex[1:] - simplex[0])) <= xtol:
+            break
+        centroid = simplex[:-1].mean(axis=0)
+        xr = centroid + alpha * (centroid - simplex[-1])
+        fr = f(xr)
+        evals += 1
+        if fr < values[0]:
+            xe = centroid + gamma * (xr - centroid)
+            fe = f(xe)
+            evals += 1
+            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = xr, fr
+        else:
+            outside = fr < values[-1]
+            xc = centroid + rho * ((xr if outside else simplex[-1]) - centroid)
+            fc = f(xc)
+            evals += 1
+            if fc < (fr if outside else values[-1]):
+                simplex[-1], values[-1] = xc, fc
+            else:
+                simplex[1:] = simplex[0] + sigma * (simplex[1:] - simplex[0])
+                values[1:] = [f(x) for x in simplex[1:]]
+                evals += n
+    best = int(np.argmin(values))
+    return simplex[best], float(values[best]), evals
+
+
+# --- the fit ----------------------------------------------------------------------------------
+
+@dataclass
+class FitReport:
+    """What a fit did: fitted values, the rows used, loss and errors before and after."""
+
+    trainer: str
+    hardware: str
+    params: dict[str, float]
+    row_ids: list[str]
+    num_time_rows: int
+    num_memory_rows: int
+    loss_before: float
+    loss_after: float
+    errors_before: dict[str, float]
+    errors_after: dict[str, float]
+    evaluations: int
+    seed: int
+    loss: str
+
+
+def error_summary(predicted: dict[str, np.ndarray], prepared: Prepared) -> dict[str, float]:
+    """Mean absolute % error of tokens/s and median absolute % error of memory (NaN if none)."""
+    t = np.abs(predicted["tokens_per_s_per_gpu"] / prepared.measured_tokens - 1.0)
+    m = np.abs(predicted["peak_memory_bytes"] / prepared.measured_memory - 1.0)
+    t, m = t[np.isfinite(prepared.measured_tokens)], m[np.isfinite(prepared.measured_memory)]
+    return {"tokens_mape_pct": 100 * float(np.mean(t)) if len(t) else math.nan,
+            "memory_median_ape_pct": 100 * float(np.median(m)) if len(m) else math.nan}
+
+
+def _check_fit_input(rows: Sequence[Row], params: Sequence[str]) -> tuple[int, int]:
+    """Raise CalibrationError unless ``rows`` can support fitting ``params``; (#time, #memory)."""
+    bounds = Efficiency().bounds()
+    unknown = [p for p in params if p not in bounds]
+    if unknown or not params:
+        raise CalibrationError(f"unknown or no efficiency parameter(s) {unknown or list(params)}; "
+                               f"fittable: {', '.join(bounds)}")
+    pairs = sorted({(r.trainer, r.hardware) for r in rows})
+    if len(pairs) > 1:
+        raise CalibrationError(f"rows must share one (trainer, hardware) pair, got {pairs}")
+    n_mem_params = sum(p in MEMORY_PARAMS for p in params)
+    n_time_params = len(params) - n_mem_params
+    n_time = sum(r.has_time for r in rows)
+    n_mem = sum(r.has_memory for r in rows)
+    for kind, n_rows, n_params in (("tokens/s", n_time, n_time_params), ("memory", n_mem, n_mem_params)):
+        need = max(3, n_params + 1) if n_params else 0
+        if n_rows < need:
+            raise CalibrationError(
+                f"too few usable rows to fit {n_params} {kind} parameter(s): need >= {need} rows "
+                f"with a measured {kind} figure, got {n_rows} (of {len(rows)} rows)")
+    return n_time, n_mem
+
+
+def _objective(prepared: Prepared, base: Efficiency, space: _Space, fit_time: bool,
+               fit_memory: bool, loss: Callable[[np.ndarray], float]) -> Callable[[np.ndarray], float]:
+    def f(z: np.ndarray) -> float:
+        pred = predict(prepared, replace(base, **space.values(z)))
+        total = 0.0
+        if fit_time:
+            r = log_errors(pred["tokens_per_s_per_gpu"], prepared.measured_tokens)
+            total += loss(r[np.isfinite(prepared.measured_tokens)])
+        if fit_memory:
+            r = log_errors(pred["peak_memory_bytes"], prepared.measured_memory)
+            total += loss(r[np.isfinite(prepared.measured_memory)])
+        return total
+    return f
+
+
+def _multistart(f: Callable[[np.ndarray], float], z0: np.ndarray, starts: int, seed: int,
+                max_evals: int) -> tuple[np.ndarray, float, int]:
+    """Nelder–Mead from ``z0`` and ``starts - 1`` seeded random points (N(0, 1.5) in the
+    sigmoid space, i.e. spread over the whole box), then once more from the best."""
+    rng = np.random.default_rng(seed)
+    candidates = [z0] + [rng.normal(0.0, 1.5, size=len(z0)) for _ in range(max(0, starts - 1))]
+    best_z, best_f, evals = z0, math.inf, 0
+    for z in candidates:
+        z, value, used = nelder_mead(f, z, max_evals=max_evals)
+        evals += used
+        if value < best_f:
+            best_z, best_f = z, value
+    best_z, best_f, used = nelder_mead(f, best_z, step=0.3, max_evals=max_evals)
+    return best_z, best_f, evals + used
+
+
+def fit_efficiency(rows: Sequence[Row], base_ctx_factory: ContextFactory = row_context,
+                   params: Sequence[str] = DEFAULT_PARAMS, seed: int = 0, *, starts: int = 3,
+                   max_evals: int = 300, loss: str = "soft_l1") -> tuple[Efficiency, FitReport]:
+    """Fit ``params`` of the rows' (trainer, hardware) ``Efficiency`` to their measurements.
+
+    Starts from the efficiency ``base_ctx_factory`` gives the first row, plus ``starts - 1``
+    seeded random starts, then polishes the best once. Raises ``CalibrationError`` when the rows
+    mix (trainer, hardware) pairs or are too few: each kind (tokens/s, memory) with a fitted
+    parameter needs max(3, parameters of that kind + 1) rows with that figure.
+    """
+    rows = list(rows)
+    if not rows:
+        raise CalibrationError("too few usable rows: got none")
+    if loss not in LOSSES:
+        raise CalibrationError(f"unknown loss '{loss}'; known: {', '.join(LOSSES)}")
+    params = tuple(dict.fromkeys(params))
+    n_time, n_mem = _check_fit_input(rows, params)
+    prepared = prepare(rows, base_ctx_factory)
+    base = prepared.groups[0][0].efficiency
+    bounds = base.bounds()
+    space = _Space(params, tuple(bounds[p] for p in params))
+    f = _objective(prepared, base, space, any(p not in MEMORY_PARAMS for p in params),
+                   any(p in MEMORY_PARAMS for p in params), LOSSES[loss])
+    z0 = space.point(base)
+    loss_before = f(z0)
+    best_z, best_f, evals = _multistart(f, z0, starts, seed, max_evals)
+    values = space.values(best_z)
+    fitted = replace(base, **values)
+    report = FitReport(
+        trainer=rows[0].trainer, hardware=rows[0].hardware, params=values,
+        row_ids=[r.row_id for r in rows], num_time_rows=n_time, num_memory_rows=n_mem,
+        loss_before=loss_before, loss_after=best_f,
+        errors_before=error_summary(predict(prepared, base), prepared),
+        errors_after=error_summary(predict(prepared, fitted), prepared), evaluations=evals, seed=seed,
+        loss=loss)
+    return fitted, report
+
+
+# --- splits and cross-validation ---------------------------------------------------------------
+
+def split_rows(rows: Sequence[Row], fraction: float = 0.3, seed: int = 0) -> tuple[list[Row], list[Row]]:
+    """(fit, held-out): a seeded ``fraction`` of each source's rows (at least one) to fit on.
+
+    Each source is shuffled with its own generator (seed and a CRC of its name), so adding a
+    source never changes another's split.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise CalibrationError(f"0 < fraction < 1 must hold, got fraction={fraction}")
+    by_source: dict[str, list[Row]] = {}
+    for row in rows:
+        by_source.setdefault(row.source, []).append(row)
+    chosen: set[str] = set()
+    for name, members in by_source.items():
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+        take = max(1, int(round(fraction * len(members))))
+        chosen.update(members[i].row_id for i in rng.permutation(len(members))[:take])
+    return ([r for r in rows if r.row_id in chosen], [r for r in rows if r.row_id not in chosen])
+
+
+@dataclass
+class CrossValidation:
+    """Held-out predictions of every row (each predicted by the fold that did not see it)."""
+
+    rows: list[Row]
+    folds: np.ndarray
+    predicted: dict[str, np.ndarray]
+    fitted: list[Efficiency]
+
+    def errors(self) -> dict[str, float]:
+        """Held-out tokens/s MAPE and memory median absolute % error over all rows."""
+        return error_summary(self.predicted, _measured(self.rows))
+
+
+def cross_validate(rows: Sequence[Row], base_ctx_factory: ContextFactory = row_context,
+                   params: Sequence[str] = DEFAULT_PARAMS, seed: int = 0, k: int = 5,
+                   **fit_options) -> CrossValidation:
+    """k-fold cross-validation: fit on k-1 folds, predict the held-out fold, for every fold.
+
+    Folds are a seeded permutation of the rows (k is capped at the number of rows: k = n is
+    leave-one-out). Raises ``CalibrationError`` when a training fold has too few rows.
+    """
+    rows = list(rows)
+    k = min(k, len(rows))
+    if k < 2:
+        raise CalibrationError(f"cross-validation needs at least 2 rows, got {len(rows)}")
+    folds = np.empty(len(rows), dtype=int)
+    folds[np.random.default_rng(seed).permutation(len(rows))] = np.arange(len(rows)) % k
+    predicted = {name: np.full(len(rows), np.nan) for name in PREDICTED}
+    fitted = []
+    for fold in range(k):
+        train = [r for r, f in zip(rows, folds) if f != fold]
+        test_index = np.flatnonzero(folds == fold)
+        eff, _ = fit_efficiency(train, base_ctx_factory, params, seed, **fit_options)
+        fitted.append(eff)
+        pred = predict_rows([rows[i] for i in test_index], base_ctx_factory, eff)
+        for name in PREDICTED:
+            predicted[name][test_index] = pred[name]
+    return CrossValidation(rows=rows, folds=folds, predicted=predicted, fitted=fitted)

@@ -1,0 +1,124 @@
+"""Calibration: recovers parameters from rows the model generated itself, deterministic for a
+seed, never leaves the bounds, refuses too few rows; splits and cross-validation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from autoplan.calibrate import (CalibrationError, cross_validate, fit_efficiency, nelder_mead,
+                                predict_rows, split_rows)
+from autoplan.cost.context import CostContext
+from autoplan.errors import AutoplanError
+from autoplan.profiles import Efficiency, load_profile
+from autoplan.specs.hardware import load_gpu, make_cluster
+from autoplan.specs.models import load_model
+from autoplan.units import GiB
+from autoplan.validation import Row
+
+MODEL = load_model("usp-1b")
+START = Efficiency()  # where every fit starts (the uncalibrated defaults)
+TRUE = replace(START, gemm_efficiency_max=0.55, attention_efficiency=0.3,
+               memory_reserve_bytes=3.0 * GiB, allocator_overhead=0.08)
+LAYOUTS = [dict(tp=tp, pp=pp, mbs=mbs, zero=zero)
+           for tp, pp, mbs, zero in [(1, 1, 1, 0), (1, 1, 2, 1), (2, 1, 1, 1), (2, 2, 2, 1), (4, 1, 4, 0),
+                                     (1, 2, 1, 1), (8, 1, 8, 1), (1, 4, 1, 0), (2, 1, 4, 0), (4, 2, 1, 1)]]
+
+
+def _context(row: Row, eff: Efficiency = START) -> CostContext:
+    profile = load_profile("nanotron")
+    return CostContext(model=MODEL, cluster=make_cluster(load_gpu("h100-sxm"), row.num_gpus),
+                       profile=profile, efficiency=eff)
+
+
+def _rows(eff: Efficiency, n: int = len(LAYOUTS), gpus: int = 16, scale: float = 1.0) -> list[Row]:
+    """Rows 'measured' by the cost model itself with efficiency ``eff`` (times ``scale``)."""
+    rows = [Row(source="synthetic", row_id=f"synthetic:{i}", model=MODEL, hardware="h100-sxm",
+                trainer="nanotron", layout={"gpus": gpus, "seq_len": 4096, "gbs_seqs": 64, **lay})
+            for i, lay in enumerate(LAYOUTS[:n])]
+    truth = predict_rows(rows, lambda r: _context(r, eff))
+    return [replace(r, tokens_per_s_per_gpu=float(t) * scale, peak_memory_bytes=float(m))
+            for r, t, m in zip(rows, truth["tokens_per_s_per_gpu"], truth["peak_memory_bytes"])]
+
+
+PARAMS = ("gemm_efficiency_max", "attention_efficiency", "memory_reserve_bytes", "allocator_overhead")
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    return fit_efficiency(_rows(TRUE), _context, PARAMS, seed=0, starts=1, max_evals=250)
+
+
+def test_fit_recovers_known_parameters(fitted):
+    eff, report = fitted
+    for name in PARAMS:
+        assert getattr(eff, name) == pytest.approx(getattr(TRUE, name), rel=0.02), name
+    assert report.loss_after < 1e-6 < report.loss_before
+    assert report.errors_after["tokens_mape_pct"] < 0.5
+    assert report.num_time_rows == report.num_memory_rows == len(LAYOUTS)
+
+
+def test_fit_is_deterministic_for_a_seed():
+    rows = _rows(TRUE, n=6)
+    runs = [fit_efficiency(rows, _context, ("gemm_efficiency_max", "attention_efficiency"), seed=3,
+                           starts=2, max_evals=60)[0] for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_fitted_values_stay_inside_bounds():
+    # Measured 1.5x faster than gemm_efficiency_max = 1 allows: the fit must stop at the bound.
+    rows = _rows(replace(TRUE, gemm_efficiency_max=1.0), n=6, scale=1.5)
+    eff, _ = fit_efficiency(rows, _context, ("gemm_efficiency_max", "scale_out_efficiency"), seed=0,
+                            starts=1, max_evals=80)
+    for name, (low, high) in eff.bounds().items():
+        assert low <= getattr(eff, name) <= high, name
+    assert eff.gemm_efficiency_max == pytest.approx(1.0, abs=1e-3)
+
+
+def test_too_few_rows_is_refused_with_the_counts():
+    rows = _rows(TRUE, n=2)
+    with pytest.raises(CalibrationError, match=r"too few usable rows.*need >= 3.*got 2") as info:
+        fit_efficiency(rows, _context, ("gemm_efficiency_max", "scale_out_efficiency"))
+    assert isinstance(info.value, AutoplanError)
+    no_memory = [replace(r, peak_memory_bytes=float("nan")) for r in _rows(TRUE, n=5)]
+    with pytest.raises(CalibrationError, match="memory"):
+        fit_efficiency(no_memory, _context, ("memory_reserve_bytes",))
+    with pytest.raises(CalibrationError, match="too few usable rows"):
+        fit_efficiency([], _context, ("gemm_efficiency_max",))
+
+
+def test_bad_parameter_and_mixed_pairs_are_refused():
+    rows = _rows(TRUE, n=4)
+    with pytest.raises(CalibrationError, match="unknown"):
+        fit_efficiency(rows, _context, ("gemm_speed",))
+    mixed = rows[:3] + [replace(rows[3], trainer="megatron")]
+    with pytest.raises(CalibrationError, match="one \\(trainer, hardware\\) pair"):
+        fit_efficiency(mixed, _context, ("gemm_efficiency_max",))
+
+
+def test_cross_validation_predicts_every_row_held_out():
+    rows = _rows(replace(START, gemm_efficiency_max=0.6), n=8)
+    cv = cross_validate(rows, _context, ("gemm_efficiency_max",), seed=1, k=4, starts=1, max_evals=40)
+    assert sorted(np.bincount(cv.folds)) == [2, 2, 2, 2]
+    assert np.all(np.isfinite(cv.predicted["tokens_per_s_per_gpu"]))
+    assert cv.errors()["tokens_mape_pct"] < 1.0  # exact synthetic data: held-out error ~ 0
+
+
+def test_split_is_seeded_and_per_source():
+    rows = [replace(r, source=src, row_id=f"{src}:{i}") for src in ("a", "b")
+            for i, r in enumerate(_rows(TRUE, n=10))]
+    fit, held = split_rows(rows, 0.3, seed=7)
+    assert [r.row_id for r in fit] == [r.row_id for r in split_rows(rows, 0.3, seed=7)[0]]
+    assert sum(r.source == "a" for r in fit) == sum(r.source == "b" for r in fit) == 3
+    assert len(fit) + len(held) == len(rows)
+    with pytest.raises(CalibrationError, match="fraction"):
+        split_rows(rows, 1.5)
+
+
+def test_nelder_mead_minimises_rosenbrock():
+    def rosen(x):
+        return (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2
+    x, value, evals = nelder_mead(rosen, np.array([-1.2, 1.0]), max_evals=2000, ftol=1e-14, xtol=1e-8)
+    assert value < 1e-8 and np.allclose(x, [1.0, 1.0], atol=1e-3) and evals <= 2000
