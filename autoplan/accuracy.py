@@ -37,9 +37,10 @@ Pair = tuple[str, str]  # (trainer, hardware)
 # the reserve and the fragmentation, wherever a source measures memory.
 FIT_PLAN: dict[Pair, tuple[str, ...]] = {
     ("nanotron", "h100-sxm"): ("gemm_efficiency_max", "gemm_half_flops", "scale_out_efficiency",
-                               "dp_overlap", "memory_reserve_bytes", "allocator_overhead"),
+                               "dp_overlap", "collective_overhead_s", "pp_collective_overhead_factor",
+                               "memory_pressure_slowdown", "memory_reserve_bytes", "allocator_overhead"),
     ("megatron", "a100-80gb"): ("gemm_efficiency_max", "attention_efficiency", "scale_out_efficiency"),
-    ("megatron", "h100-sxm"): ("gemm_efficiency_max", "tp_overlap", "scale_out_efficiency"),
+    ("megatron", "h100-sxm"): ("gemm_efficiency_max", "gemm_half_flops"),
     ("torchtitan", "h100-96gb-500w"): ("gemm_efficiency_max", "gemm_half_flops", "fp8_gemm_speedup",
                                        "attention_efficiency", "memory_reserve_bytes",
                                        "allocator_overhead"),

@@ -30,6 +30,7 @@ TIME_SOURCES = {
     "bubble": ("(pp − 1)/vpp × t_microbatch", "SC'21 Sec. 2.2.2"),
     "optimizer": ("sharded params × 32 B / HBM bandwidth", "Adam step memory traffic"),
     "overhead": ("fixed per-step overhead", "calibrated"),
+    "memory_pressure": ("step × slowdown × excess over the pressure threshold", "calibrated (allocator retries)"),
 }
 
 
@@ -57,5 +58,6 @@ def bottleneck(table: CostTable, i: int) -> str:
     words = {"tp_exposed": "exposed tensor-parallel communication", "cp_exposed": "exposed context-parallel ring",
              "ep_exposed": "exposed expert all-to-all", "pp_exposed": "exposed pipeline sends",
              "dp_exposed": "exposed data-parallel gradient reduction", "bubble": "pipeline bubble",
-             "recompute": "activation recomputation", "optimizer": "optimizer step", "overhead": "step overhead"}
+             "recompute": "activation recomputation", "optimizer": "optimizer step", "overhead": "step overhead",
+             "memory_pressure": "allocator pressure near the memory limit"}
     return f"{words[name]}: {share:.0%} of the step"

@@ -89,6 +89,16 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = False
         params = stage_param_counts(ctx, b, layers)
         cols.update(memory_table(ctx, b, layers, params))
         cols.update(time_table(ctx, b, heavier_stage_params(params), layers))
+        capacity = ctx.cluster.gpu.usable_memory_bytes
+        # Near capacity the caching allocator frees and retries (cudaMalloc retries), which
+        # slows the step: a named, calibrated penalty (Efficiency.memory_pressure_*).
+        e = ctx.efficiency
+        excess = np.maximum(0.0, cols["peak_memory_bytes"] / capacity - e.memory_pressure_threshold)
+        pressure = cols["step_time_s"] * e.memory_pressure_slowdown * excess / max(
+            1.0 - e.memory_pressure_threshold, 1e-9)
+        cols["time_memory_pressure_s"] = pressure
+        cols["step_time_s"] = cols["step_time_s"] + pressure
+        cols["bubble_fraction"] = cols["time_bubble_s"] / cols["step_time_s"]
         tokens_per_step = b.gbs_seqs * b.seq_len
         model_flops = model_flops_per_token(ctx, b.seq_len) * tokens_per_step
         hardware_flops = model_flops + recompute_flops_per_token(ctx, b) * tokens_per_step
@@ -100,7 +110,6 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = False
         cols["hardware_tflops_per_gpu"] = hardware_flops / (step * b.gpus) / 1e12
         cols["mfu"] = cols["model_tflops_per_gpu"] * 1e12 / peak
         cols["hfu"] = cols["hardware_tflops_per_gpu"] * 1e12 / peak
-        capacity = ctx.cluster.gpu.usable_memory_bytes
         cols["peak_memory_gib"] = cols["peak_memory_bytes"] / GiB
         cols["memory_headroom_gib"] = (capacity - cols["peak_memory_bytes"]) / GiB
         cols["fits"] = (codes == 0) & (cols["peak_memory_bytes"] <= capacity)

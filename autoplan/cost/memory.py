@@ -113,6 +113,11 @@ def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray
     expert_group = np.maximum(dp_group * b.tp / (b.ep * b.etp), 1.0)
     weight_bytes = p.weight_bytes + np.where(b.precision == 1, p.fp8_weight_extra_bytes, 0.0)
     out = {}
+    # ZeRO-3 with a pipeline: some trainers keep the compute copy and its gradient unsharded
+    # (torchtitan: reshard_after_forward=False when PP is on); written as bytes that the
+    # ZeRO-3 divisor below cancels. With nothing to shard over, FSDP is not applied at all.
+    keeps = (b.zero >= 3) & (b.pp > 1) & (dp_group > 1)
+    weight_bytes = weight_bytes + np.where(keeps, p.zero3_pp_unsharded_bytes * dp_group, 0.0)
     for name, per_param, stage in (("weights", weight_bytes, 3), ("gradients", p.grad_bytes, 2),
                                    ("master_weights", p.master_bytes, 1),
                                    ("optimizer_states", p.optimizer_bytes, 1)):

@@ -23,6 +23,11 @@ BF16_BYTES = 2.0
 GRAD_REDUCE_BYTES = 4.0  # fp32 gradient reduction (Megatron, torchtitan, nanotron defaults)
 ADAM_BYTES_PER_PARAM = 32.0  # read grad, master, m, v (16) + write master, m, v (12) + bf16 weight (2) + slack
 ATTENTION_BACKWARD_FACTOR = 2.5  # flash attention backward ≈ 2.5× forward (Dao 2023, FlashAttention-2 Sec. 3)
+# Without sequence parallelism 10 of a layer's 34 sbh activation bytes (norms, dropout, residual)
+# are replicated across TP ranks, the other 24 are sharded (Korthikanti et al. 2022, Table 2);
+# memory-bound element-wise work follows the same split.
+REPLICATED_ELEMENTWISE_SHARE = 10.0 / 34.0
+TP_COLLECTIVES_PER_PASS = 4.0  # 2 all-gathers + 2 reduce-scatters (or 2 all-reduces) per layer
 
 
 def gemm_efficiency(ctx: CostContext, gemm_flops: np.ndarray) -> np.ndarray:
@@ -51,8 +56,9 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     attention = (tokens * attention_score_flops_per_token(ctx, b.seq_len) / 2.0 / b.tp
                  / (peak * e.attention_efficiency))
     h_div = np.where(b.sp > 0, b.tp, 1.0)
-    elementwise = (e.elementwise_bytes_per_token_hidden * tokens * m.hidden_size / h_div
-                   / (gpu.hbm_bytes_per_s * e.hbm_efficiency))
+    share = REPLICATED_ELEMENTWISE_SHARE
+    elementwise = (e.elementwise_bytes_per_token_hidden * tokens * m.hidden_size
+                   * (share / h_div + (1.0 - share) / b.tp) / (gpu.hbm_bytes_per_s * e.hbm_efficiency))
     return {"dense_matmul": dense_mm, "moe_matmul": moe_mm, "attention": attention,
             "elementwise": elementwise}
 
@@ -67,6 +73,11 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
     # Sequence parallel: 2 all-gathers + 2 reduce-scatters per pass (= 2 all-reduces without SP).
     tp = passes * 2.0 * (comm.all_gather_s(tp_link, activation_bytes)
                          + comm.reduce_scatter_s(tp_link, activation_bytes))
+    # A fixed, never-hidden cost per TP collective (launch and synchronisation of the blocking
+    # collective; ``collective_overhead_s``, larger with a pipeline: ``pp_collective_overhead_factor``).
+    e = ctx.efficiency
+    overhead = np.where(b.tp > 1, passes * TP_COLLECTIVES_PER_PASS * e.collective_overhead_s
+                        * np.where(b.pp > 1, e.pp_collective_overhead_factor, 1.0), 0.0)
     cp_link = comm.group_link(ctx, b.cp, st["cp"])
     kv_step_bytes = 2.0 * tokens * m.kv_size / b.tp * BF16_BYTES
     # Ring attention: cp-1 K/V exchanges forward, K/V and their gradients backward (2×).
@@ -78,7 +89,7 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
         h_div = np.where(b.sp > 0, b.tp, 1.0)
         routed = tokens / h_div * m.moe.num_experts_per_token * m.hidden_size * BF16_BYTES
         ep = passes * 2.0 * comm.all_to_all_s(ctx, ep_link, routed)  # dispatch + combine
-    return {"tp": tp, "cp": cp, "ep": ep}
+    return {"tp": tp, "tp_fixed": overhead, "cp": cp, "ep": ep}
 
 
 def _dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarray,
@@ -95,9 +106,10 @@ def _dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndar
                + np.where(has_experts, comm.all_gather_s(elink, expert_params * BF16_BYTES), 0.0))
     all_reduce = (comm.all_reduce_s(link, stage_params * GRAD_REDUCE_BYTES)
                   + np.where(has_experts, comm.all_reduce_s(elink, expert_params * GRAD_REDUCE_BYTES), 0.0))
-    per_step = np.select([b.zero == 0, b.zero <= 2], [all_reduce, grads + gathers], 0.0)
+    step_grads = np.select([b.zero == 0, b.zero <= 2], [all_reduce, grads], 0.0)
+    step_gathers = np.where((b.zero >= 1) & (b.zero <= 2), gathers, 0.0)
     per_micro = np.where(b.zero >= 3, 2.0 * gathers + grads, 0.0)
-    return {"per_step": per_step, "per_micro": per_micro}
+    return {"grads": step_grads, "gathers": step_gathers, "per_micro": per_micro}
 
 
 def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
@@ -131,7 +143,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
         compute = n_dense * dense_c + n_moe * moe_c + extra
         recompute = n_dense * dense_r + n_moe * moe_r
         attention_share = n * (1 + ATTENTION_BACKWARD_FACTOR) * fwd["attention"]
-        tp = n * lc["tp"] * (1.0 - e.tp_overlap)
+        tp = n * (lc["tp"] * (1.0 - e.tp_overlap) + lc["tp_fixed"])
         cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
         ep = n_moe * lc["ep"] * (1.0 - e.ep_overlap)
         stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep)
@@ -150,8 +162,11 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     t_micro = micro_compute + parts["tp"] + parts["cp"] + parts["ep"] + pp_send + zero3_exposed
     m_count = b.grad_acc
     bubble = (b.pp - 1.0) / b.vpp * t_micro
-    backward_last = micro_compute * (2.0 / 3.0)
-    dp_exposed = dp["per_step"] - e.dp_overlap * np.minimum(dp["per_step"], backward_last)
+    # Gradient reduction hides behind the last micro-batch's backward; the parameter all-gather
+    # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step.
+    backward_last, forward_first = micro_compute * (2.0 / 3.0), micro_compute / 3.0
+    dp_exposed = (dp["grads"] - e.dp_overlap * np.minimum(dp["grads"], backward_last)
+                  + dp["gathers"] - e.dp_overlap * np.minimum(dp["gathers"], forward_first))
     owned = stage_params["dense"] + stage_params["expert"]
     shard = np.where(b.zero >= 1, b.dp * b.cp, 1.0)
     optimizer = owned / shard * ADAM_BYTES_PER_PARAM / (ctx.cluster.gpu.hbm_bytes_per_s * e.hbm_efficiency)

@@ -54,6 +54,12 @@ class Efficiency:
       of HBM, NVLink and NIC bandwidth (NCCL bus bandwidth / link bandwidth).
     * ``*_overlap``: fraction of that communication hidden behind compute.
     * ``step_overhead_s``: fixed per-step time (data loading, logging, launch latency).
+    * ``collective_overhead_s``: fixed, never-hidden time per TP collective (launch, sync);
+      ``pp_collective_overhead_factor`` multiplies it when pp > 1 (pipelined ranks wait on
+      each other's collectives).
+    * ``memory_pressure_threshold`` / ``memory_pressure_slowdown``: above the threshold
+      (fraction of usable memory) the caching allocator frees and retries; the step slows by
+      ``slowdown × (peak/usable − threshold)/(1 − threshold)``.
     * ``memory_reserve_bytes``: CUDA context, NCCL and library workspaces.
     * ``allocator_overhead``: fractional fragmentation over tracked tensor bytes.
     """
@@ -73,6 +79,10 @@ class Efficiency:
     dp_overlap: float = 0.9
     fsdp_overlap: float = 0.8
     step_overhead_s: float = 0.0
+    collective_overhead_s: float = 0.0
+    pp_collective_overhead_factor: float = 1.0
+    memory_pressure_threshold: float = 1.0
+    memory_pressure_slowdown: float = 0.0
     memory_reserve_bytes: float = 2.0 * 2**30
     allocator_overhead: float = 0.05
     fitted_on: str = ""
@@ -87,7 +97,9 @@ class Efficiency:
             "scale_up_efficiency": unit, "scale_out_efficiency": unit,
             "tp_overlap": (0.0, 1.0), "cp_overlap": (0.0, 1.0), "ep_overlap": (0.0, 1.0),
             "pp_overlap": (0.0, 1.0), "dp_overlap": (0.0, 1.0), "fsdp_overlap": (0.0, 1.0),
-            "step_overhead_s": (0.0, 10.0), "memory_reserve_bytes": (0.0, 16 * 2**30),
+            "step_overhead_s": (0.0, 10.0), "collective_overhead_s": (0.0, 0.01),
+            "pp_collective_overhead_factor": (1.0, 100.0), "memory_pressure_threshold": (0.5, 1.0),
+            "memory_pressure_slowdown": (0.0, 10.0), "memory_reserve_bytes": (0.0, 16 * 2**30),
             "allocator_overhead": (0.0, 0.5),
         }
 
@@ -115,6 +127,7 @@ class TrainerProfile:
     full_recompute_input_bytes_per_h: float  # layer input kept per token per h under full
     logits_bytes_per_vocab: float  # peak bytes per token per vocab entry of logits + loss
     zero3_prefetch_layers: float  # unsharded layers held by ZeRO-3 (current + prefetch)
+    zero3_pp_unsharded_bytes: float  # per param kept unsharded by ZeRO-3 when pp > 1
     selective_recompute_matmul_fraction: float  # share of layer matmul FLOPs recomputed
     selective_recomputes_attention: bool  # Megatron 'core_attn': attention scores recomputed
     sources: tuple[str, ...] = ()

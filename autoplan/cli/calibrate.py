@@ -1,0 +1,304 @@
+"""`autoplan calibrate` (measured runs -> a calibrated profile; training logs -> measured rows)
+and `autoplan validate` (accuracy of the shipped profiles against published measurements)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import click
+
+from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, resolve_batch
+from autoplan.cli.options import TokenCount, output_format_option
+from autoplan.cli.render import emit_records
+from autoplan.errors import AutoplanError
+
+LOG_FORMATS = ("megatron", "torchtitan", "nanotron")
+LOSSES = ("soft_l1", "cauchy")
+SECTIONS = ("rows", "memory", "memory-unit", "time", "ranking", "issue8", "golden")  # accuracy_report.SECTIONS
+
+
+class LayoutText(click.ParamType):
+    """'tp=8,pp=2,mbs=1,gbs_seqs=512' -> {'tp': '8', ...} (fields of a layout, checked later)."""
+
+    name = "KEY=VALUE[,...]"
+
+    def convert(self, value, param, ctx):
+        import difflib
+
+        from autoplan.layout import FIELDS
+
+        if isinstance(value, dict):
+            return value
+        out = {}
+        for part in str(value).split(","):
+            if not part.strip():
+                continue
+            key, eq, text = part.partition("=")
+            key = key.strip().lower().replace("-", "_")
+            if not eq or not text.strip():
+                self.fail(f"expected key=value pairs like 'tp=8,pp=2', got {part.strip()!r}", param, ctx)
+            if key not in FIELDS:
+                close = difflib.get_close_matches(key, FIELDS, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                self.fail(f"unknown layout field '{key}'{hint}; valid: {', '.join(FIELDS)}", param, ctx)
+            out[key] = text.strip()
+        return out
+
+
+class ParamList(click.ParamType):
+    """'gemm_efficiency_max,dp_overlap' -> a tuple of names (checked by the library)."""
+
+    name = "NAME[,NAME...]"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        names = tuple(p.strip() for p in str(value).split(",") if p.strip())
+        if not names:
+            self.fail("expected at least one parameter name", param, ctx)
+        return names
+
+
+def _layout_defaults(ctx: click.Context, kw: dict, model_seq_len: int | None) -> dict:
+    """Layout fields from --layout, overridden by layout options given on the command line;
+    option defaults (tp 1, zero 1, ...) fill what neither gives."""
+    from click.core import ParameterSource
+
+    values = dict(kw["layout_text"] or {})
+    for key in LAYOUT_KEYS + ("gpus", "seq_len", "gbs_seqs"):
+        given = ctx.get_parameter_source(key) == ParameterSource.COMMANDLINE
+        if kw.get(key) is not None and (given or key not in values):
+            values[key] = kw[key]
+    if kw["gbs_tokens"] is not None:
+        seq = int(values.get("seq_len") or model_seq_len or 0)
+        if not seq:
+            raise AutoplanError("--gbs-tokens needs the sequence length: give --seq-len or --model")
+        values["gbs_seqs"] = resolve_batch(seq, None, kw["gbs_tokens"], seq)[1]
+    return values
+
+
+def _context(kw: dict):
+    from autoplan.measured import MeasuredContext
+    from autoplan.profiles import load_profile
+    from autoplan.specs.hardware import load_gpu
+    from autoplan.units import parse_bandwidth
+
+    return MeasuredContext(load_gpu(kw["hardware"]), load_profile(kw["trainer"]),
+                           gpus_per_node=kw["gpus_per_node"],
+                           nic_bytes_per_s=parse_bandwidth(kw["nic"]) if kw["nic"] else None)
+
+
+def _pct(value: float) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.1f}%"
+
+
+def _print_calibration(cal, measured, out_path, kw) -> None:
+    r = cal.report
+    click.echo(f"calibrated {r.trainer} on {r.hardware} from {len(measured.rows)} of {measured.num_lines} rows "
+               f"({r.num_time_rows} with tokens/s, {r.num_memory_rows} with memory); seed {r.seed}, "
+               f"{kw['loss']} loss, {cal.folds}-fold cross-validation")
+    if measured.skipped:
+        click.echo(f"  left out: {measured.skipped_summary()}")
+    emit_records([{"errors of": "shipped profile (never fitted on these rows)", **cal.errors_base},
+                  {"errors of": f"calibrated, held out ({cal.folds}-fold CV)", **cal.errors_held_out},
+                  {"errors of": "calibrated, on the rows it was fitted on", **cal.errors_fit_rows}],
+                 "table", columns=["errors of", "tokens_mape_pct", "memory_median_ape_pct"],
+                 headers={"tokens_mape_pct": "tokens/s MAPE", "memory_median_ape_pct": "memory median |error|"},
+                 formatters={"tokens_mape_pct": _pct, "memory_median_ape_pct": _pct})
+    if cal.cv_note:
+        click.echo(f"  note: {cal.cv_note}", err=True)
+    bounds = cal.efficiency.bounds()
+    emit_records([{"parameter": p, "before": f"{getattr(cal.base, p):.4g}", "after": f"{v:.4g}",
+                   "bounds": f"[{bounds[p][0]:g}, {bounds[p][1]:g}]"} for p, v in r.params.items()],
+                 "table", columns=["parameter", "before", "after", "bounds"])
+    click.echo(f"wrote {out_path}; use it with: --trainer {r.trainer} --hardware {r.hardware} --profile {out_path}")
+
+
+def _calibrate_csv(ctx: click.Context, kw: dict) -> None:
+    from autoplan.calibrate import CalibrationError
+    from autoplan.measured import (calibrate_measured, check_params, default_params, profile_mapping, read_measured,
+                                   write_profile)
+
+    context = _context(kw)
+    model_seq = None
+    if kw["model_name"]:
+        from autoplan.specs.models import load_model
+
+        model_seq = load_model(kw["model_name"]).seq_len
+    defaults = _layout_defaults(ctx, kw, model_seq)
+    measured = read_measured(kw["measured_csv"], context, model=kw["model_name"], defaults=defaults)
+    params = check_params(list(kw["params"])) if kw["params"] else default_params(measured.rows)
+    if not measured.rows or not params:
+        raise AutoplanError(f"{kw['measured_csv']}: too few usable rows: 0 of {measured.num_lines} "
+                            f"({measured.skipped_summary()})")
+    click.echo(f"[calibrate] fitting {len(params)} parameter(s) on {len(measured.rows)} rows, then "
+               f"{min(kw['folds'], len(measured.rows))}-fold cross-validation ...", err=True)
+    try:
+        cal = calibrate_measured(measured.rows, context, params, seed=kw["seed"], folds=kw["folds"],
+                                 loss=kw["loss"], starts=kw["starts"], max_evals=kw["max_evals"])
+    except CalibrationError as exc:
+        left = f" (left out: {measured.skipped_summary()})" if measured.skipped else ""
+        raise CalibrationError(f"{kw['measured_csv']}: {exc}; {len(measured.rows)} of {measured.num_lines} "
+                               f"CSV rows usable{left}") from None
+    out = kw["output_path"] or f"results/calibrated-{context.profile.name}-{context.gpu.name}.yaml"
+    mapping = profile_mapping(cal, measured, loss=kw["loss"])
+    path = write_profile(out, mapping)
+    if kw["output_format"] == "json":
+        click.echo(json.dumps({"profile_path": str(path), "skipped": measured.skipped, **mapping}, indent=2))
+    else:
+        _print_calibration(cal, measured, path, kw)
+
+
+def _import_log(ctx: click.Context, kw: dict) -> None:
+    from autoplan.errors import LayoutError
+    from autoplan.layout import resolve_layout
+    from autoplan.log_import import parse_log
+    from autoplan.measured import append_records, measured_record
+
+    spec = None
+    if kw["model_name"]:
+        from autoplan.specs.models import load_model
+
+        spec = load_model(kw["model_name"])
+    values = _layout_defaults(ctx, kw, spec.seq_len if spec else None)
+    if "seq_len" not in values and spec is not None:
+        values["seq_len"] = spec.seq_len
+    try:
+        layout = resolve_layout(values).to_dict()
+    except LayoutError as exc:
+        raise LayoutError(f"layout of {kw['from_log']}: {exc} (give it with --layout 'gpus=64,tp=2,...' "
+                          "or --gpus, --tp, ...)") from None
+    summary = parse_log(kw["from_log"], kw["log_format"], gpus=layout["gpus"], seq_len=layout["seq_len"],
+                        gbs_seqs=layout["gbs_seqs"], skip_steps=kw["skip_steps"])
+    record = measured_record(layout, summary.tokens_per_s_per_gpu, summary.peak_memory_bytes,
+                             model=spec.name if spec else None,
+                             source=f"{kw['log_format']} log {kw['from_log']}")
+    memory = "no memory report" if math.isnan(summary.peak_memory_bytes) else f"peak {summary.peak_memory_gib:.2f} GiB"
+    click.echo(f"{kw['from_log']}: {len(summary.used)} step line(s) used, warm-up steps skipped: "
+               f"{', '.join(map(str, summary.skipped_steps)) or 'none'}; median "
+               f"{summary.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {memory}", err=True)
+    for note in summary.notes:
+        click.echo(f"  note: {note}", err=True)
+    if kw["append_to"]:
+        total = append_records(kw["append_to"], [record])
+        click.echo(f"appended 1 row to {kw['append_to']} ({total} rows)", err=True)
+    else:
+        emit_records([record], "csv", columns=list(record))
+
+
+@click.command("calibrate")
+@click.argument("measured_csv", required=False, type=click.Path(dir_okay=False))
+@click.option("--model", "-m", "model_name", default=None,
+              help="Model preset or config path (a 'model' column overrides it per row).")
+@click.option("--hardware", default="h100-sxm", show_default=True, help="GPU preset or YAML path.")
+@click.option("--trainer", default="megatron", show_default=True, help="Trainer profile.")
+@click.option("--gpus-per-node", type=int, default=None, help="Override the GPUs per node.")
+@click.option("--nic", default=None, help="Override the NIC bandwidth per GPU per direction, e.g. '400 Gb/s'.")
+@click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
+              help="Profile YAML to write [default: results/calibrated-<trainer>-<hardware>.yaml].")
+@click.option("--params", type=ParamList(), default=None,
+              help="Efficiency parameters to fit [default: the time parameters gemm_efficiency_max, "
+                   "gemm_half_flops, scale_out_efficiency, dp_overlap if any row has tokens/s; "
+                   "memory_reserve_bytes, allocator_overhead if any row has memory].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random starts and the folds.")
+@click.option("--folds", type=click.IntRange(2, 100), default=5, show_default=True,
+              help="Cross-validation folds (held-out error).")
+@click.option("--loss", type=click.Choice(LOSSES), default="soft_l1", show_default=True,
+              help="Robust loss on log error; cauchy for data with gross outliers.")
+@click.option("--starts", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="Nelder-Mead starts (the current values plus seeded random points).")
+@click.option("--max-evals", type=click.IntRange(20, 100000), default=300, show_default=True,
+              help="Simplex evaluations per start (each costs one prediction of every row).")
+@click.option("--from-log", type=click.Path(dir_okay=False), default=None,
+              help="Read a training log instead: print (or --append-to) its MEASURED.csv row.")
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), default=None, help="Trainer that wrote --from-log.")
+@click.option("--skip-steps", type=click.IntRange(0, 10**6), default=2, show_default=True,
+              help="Warm-up: logged steps dropped before the median (the first N step numbers).")
+@click.option("--append-to", type=click.Path(dir_okay=False), default=None,
+              help="Append the row read from --from-log to this MEASURED.csv (created if missing).")
+@click.option("--layout", "layout_text", type=LayoutText(), default=None,
+              help="Layout of --from-log (or defaults for missing CSV columns): 'gpus=64,tp=8,pp=2,gbs_seqs=512'.")
+@click.option("--gpus", "-n", type=click.IntRange(1, 10**7), default=None, help="GPUs, when not in the layout.")
+@click.option("--seq-len", type=click.IntRange(1, 10**8), default=None,
+              help="Sequence length, when not in the layout (default: the model's).")
+@click.option("--gbs-seqs", type=click.IntRange(1, 10**9), default=None, help="Global batch in sequences.")
+@click.option("--gbs-tokens", type=TokenCount(), default=None, help="Global batch in tokens; 4M = 4·2^20.")
+@layout_options
+@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, help="Output format of the calibration summary.")
+@click.pass_context
+def calibrate_command(ctx: click.Context, **kw) -> None:
+    """Fit efficiency parameters to measured runs and write a calibrated profile.
+
+    \b
+    autoplan calibrate MEASURED.csv --model 8b --hardware h100-sxm --trainer nanotron
+    autoplan calibrate --from-log train.log --log-format megatron --model 8b \\
+        --layout "gpus=64,tp=2,pp=2,mbs=1,gbs_seqs=512" --append-to MEASURED.csv
+
+    MEASURED.csv has the layout columns of `autoplan compare` plus tokens_per_s_per_gpu and/or
+    peak_memory_gib (either may be empty). The errors printed for the calibrated profile are
+    held-out errors from k-fold cross-validation.
+    """
+    if kw["from_log"]:
+        if kw["measured_csv"]:
+            raise click.UsageError("give either MEASURED.csv or --from-log, not both")
+        if not kw["log_format"]:
+            raise click.UsageError("--from-log needs --log-format megatron|torchtitan|nanotron")
+        _import_log(ctx, kw)
+        return
+    if kw["append_to"] or kw["log_format"]:
+        raise click.UsageError("--append-to and --log-format go with --from-log")
+    if not kw["measured_csv"]:
+        raise click.UsageError("give MEASURED.csv (or --from-log FILE --log-format ...)")
+    _calibrate_csv(ctx, kw)
+
+
+@click.command("validate")
+@output_format_option()
+@click.option("--quick", is_flag=True,
+              help="Skip the two sections that refit parameters (memory-unit and issue8, ~95% of the run "
+                   "time); every source is still evaluated with the shipped profiles.")
+@click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS),
+              help="Only these sections (repeatable), e.g. --section issue8.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Split seed (the shipped profiles were fitted on seed 0).")
+def validate_command(output_format, quick, sections, seed) -> None:
+    """Accuracy of the shipped profiles against the published measurements in validation/.
+
+    The figures of benchmarks/accuracy.py: memory and tokens/s errors on the rows the shipped
+    profiles were fitted on and on the held-out rest, ranking of the playbook sweep, the
+    issue-8 calibration check and a golden ZeRO case.
+    """
+    from autoplan.accuracy_report import REFIT_SECTIONS, accuracy_report
+
+    start = time.time()
+    chosen = [s for s in (sections or SECTIONS) if not (quick and s in REFIT_SECTIONS)]
+    if not chosen:
+        raise click.UsageError(f"--quick leaves no section of {', '.join(sections)} to run")
+    figures = accuracy_report(chosen, seed=seed, progress=lambda m: click.echo(f"[validate] {m} ...", err=True))
+    records = [f.record() for f in figures]
+    click.echo(f"[validate] done in {time.time() - start:.0f} s", err=True)
+    if output_format != "table":
+        emit_records(records, output_format, columns=list(records[0]), json_key="figures")
+        return
+    for section in dict.fromkeys(r["section"] for r in records):
+        rows = [{**r, "value": _value_text(r["value"], r["unit"]), "met": _MET.get(r["met"], "")}
+                for r in records if r["section"] == section]
+        emit_records(rows, "table", title=section, columns=["figure", "subset", "n", "value", "target", "met"])
+    missed = sum(r["met"] is False for r in records)
+    click.echo(f"{sum(r['met'] is True for r in records)} targets met, {missed} missed")
+
+
+_MET = {True: "ok", False: "MISS"}
+
+
+def _value_text(value: float, unit: str) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    if unit in ("rows", "runs"):
+        return f"{value:.0f}"
+    if unit == "pt":
+        return f"{value:+.1f} pt"
+    return f"{value:.2f}" if unit in ("", "GB") else f"{value:.1f}%"

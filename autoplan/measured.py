@@ -1,0 +1,308 @@
+"""Measured runs of a user's cluster: MEASURED.csv in, a calibrated profile out.
+
+MEASURED.csv has the layout columns of ``autoplan compare`` (``gpus, tp, pp, ..., seq_len,
+gbs_seqs, mbs, recompute, zero, precision``), an optional ``model`` column (else the model
+given) and the measured ``tokens_per_s_per_gpu`` and/or ``peak_memory_gib`` (GiB = 2^30 bytes,
+e.g. ``torch.cuda.max_memory_reserved()``), either left empty where not measured. Other columns
+are ignored unless they look like a misspelling of one of these.
+
+:func:`calibrate_measured` fits the named ``Efficiency`` parameters on every usable row
+(:func:`autoplan.calibrate.fit_efficiency`), and k-fold cross-validates the same fit so that
+the error it reports is held-out error; :func:`profile_mapping` is the YAML that
+``--profile`` reads (:mod:`autoplan.profiles.calibrated`).
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import hashlib
+import math
+from collections import Counter
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from autoplan.calibrate import (DEFAULT_PARAMS, MEMORY_PARAMS, CalibrationError, CrossValidation, FitReport,
+                                cross_validate, error_summary, fit_efficiency, predict, prepare)
+from autoplan.cost.context import CostContext
+from autoplan.errors import AutoplanError, LayoutError, SpecError
+from autoplan.layout import FIELDS, LayoutBatch, resolve_layout
+from autoplan.profiles import Efficiency
+from autoplan.profiles.profile import TrainerProfile
+from autoplan.specs.hardware import GPUSpec, make_cluster
+from autoplan.specs.model import ModelSpec
+from autoplan.specs.models import load_model
+from autoplan.units import GiB
+from autoplan.validation import Row
+
+MEASURED_COLUMNS = ("tokens_per_s_per_gpu", "peak_memory_gib")
+KNOWN_COLUMNS = FIELDS + MEASURED_COLUMNS + ("model",)
+MAX_CSV_BYTES = 64 * 2**20
+
+
+@dataclass
+class Measured:
+    """The usable rows of a MEASURED.csv and why the others were left out (line, reason)."""
+
+    path: str
+    rows: list[Row]
+    skipped: list[tuple[int, str]]
+    num_lines: int
+
+    def skipped_summary(self) -> str:
+        counts = Counter(reason for _, reason in self.skipped)
+        return "; ".join(f"{n} x {reason}" for reason, n in counts.most_common(5))
+
+
+class MeasuredContext:
+    """Row -> CostContext for one GPU and trainer profile, cached per (model, GPU count)."""
+
+    def __init__(self, gpu: GPUSpec, profile: TrainerProfile, *, gpus_per_node: int | None = None,
+                 nic_bytes_per_s: float | None = None, flops_convention: str = "playbook"):
+        self.gpu, self.profile = gpu, profile
+        self.efficiency = profile.efficiency_for(gpu.name)
+
+        @lru_cache(maxsize=None)
+        def build(model: ModelSpec, num_gpus: int) -> CostContext:
+            cluster = make_cluster(gpu, num_gpus, gpus_per_node=gpus_per_node, nic_bytes_per_s=nic_bytes_per_s)
+            return CostContext(model=model, cluster=cluster, profile=profile, efficiency=self.efficiency,
+                               flops_convention=flops_convention)
+        self._build = build
+
+    def __call__(self, row: Row) -> CostContext:
+        return self._build(row.model, row.num_gpus)
+
+
+def check_columns(columns: list[str], where: str) -> None:
+    """Refuse a near-miss of a known column and a file without any measured column."""
+    for column in columns:
+        if column in KNOWN_COLUMNS:
+            continue
+        close = difflib.get_close_matches(column, KNOWN_COLUMNS, n=1, cutoff=0.75)
+        if close:
+            unit = " (memory is read in GiB = 2^30 bytes)" if "mem" in column else ""
+            raise SpecError(where, f"unknown column '{column}' (did you mean '{close[0]}'?){unit}")
+    if not set(MEASURED_COLUMNS) & set(columns):
+        raise SpecError(where, f"no measured column: expected {' and/or '.join(MEASURED_COLUMNS)}, "
+                               f"got columns {', '.join(columns) or '(none)'}")
+
+
+def _measurement(raw: dict[str, str], column: str, line: int, where: str) -> float:
+    text = (raw.get(column) or "").strip()
+    if not text:
+        return math.nan
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(where, f"line {line}: {column}: expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise SpecError(where, f"line {line}: {column}: must be > 0 (leave it empty when not measured), got {text}")
+    return value
+
+
+def read_csv_records(path: str | Path) -> list[dict[str, str]]:
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(str(path), "no such file")
+    if path.stat().st_size > MAX_CSV_BYTES:
+        raise SpecError(str(path), f"larger than {MAX_CSV_BYTES // 2**20} MiB")
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            records = [{(k or "").strip(): (v or "") for k, v in r.items() if k is not None} for r in reader]
+            columns = [c.strip() for c in reader.fieldnames or []]
+    except UnicodeDecodeError:
+        raise SpecError(str(path), "not UTF-8 text") from None
+    except csv.Error as exc:
+        raise SpecError(str(path), f"not a valid CSV ({exc})") from None
+    if not columns:
+        raise SpecError(str(path), "file is empty")
+    if not records:
+        raise SpecError(str(path), "has a header but no rows")
+    check_columns(columns, str(path))
+    return records
+
+
+def read_measured(path: str | Path, context: MeasuredContext, *, model: str | None = None,
+                  defaults: dict[str, Any] | None = None) -> Measured:
+    """Usable rows of MEASURED.csv: a known model, a layout that resolves and breaks no rule of
+    the trainer, and at least one measured figure. ``defaults`` fill missing layout fields."""
+    where = str(path)
+    records = read_csv_records(path)
+    models: dict[str, ModelSpec] = {}
+    rows, skipped = [], []
+    for i, raw in enumerate(records):
+        line = i + 2
+        name = (raw.get("model") or "").strip() or model
+        if not name:
+            raise SpecError(where, f"line {line}: no model: give --model or a 'model' column")
+        if name not in models:
+            try:
+                models[name] = load_model(name)
+            except AutoplanError as exc:
+                raise SpecError(where, f"line {line}: {exc}") from None
+        spec = models[name]
+        tokens = _measurement(raw, "tokens_per_s_per_gpu", line, where)
+        memory = _measurement(raw, "peak_memory_gib", line, where) * GiB
+        if math.isnan(tokens) and math.isnan(memory):
+            skipped.append((line, "no measured figure"))
+            continue
+        values = {k: raw[k].strip() for k in FIELDS if (raw.get(k) or "").strip()}
+        for key, value in {"seq_len": spec.seq_len, **(defaults or {})}.items():
+            if value is not None:
+                values.setdefault(key, value)
+        try:
+            layout = resolve_layout(values).to_dict()
+        except LayoutError as exc:
+            skipped.append((line, f"layout: {exc}"))
+            continue
+        rows.append(Row(source="measured", row_id=f"{Path(path).name}:{line}", model=spec,
+                        hardware=context.gpu.name, trainer=context.profile.name, layout=layout,
+                        tokens_per_s_per_gpu=tokens, peak_memory_bytes=memory))
+    rows, broken = _drop_illegal(rows, context)
+    return Measured(where, rows, sorted(skipped + broken), len(records))
+
+
+def _drop_illegal(rows: list[Row], context: MeasuredContext) -> tuple[list[Row], list[tuple[int, str]]]:
+    """Rows whose layout breaks a rule of the trainer or model cannot be predicted: left out."""
+    from autoplan.cost.evaluate import evaluate
+    from autoplan.legality import explain_reason
+
+    keep, broken = [], []
+    for row in rows:
+        ctx = context(row)
+        batch = LayoutBatch.from_layouts([resolve_layout(row.layout)])
+        code = int(evaluate(ctx, batch)["reason_code"][0])
+        if code:
+            broken.append((int(row.row_id.rsplit(":", 1)[1]), f"breaks a rule: {explain_reason(ctx, batch, 0, code)}"))
+        else:
+            keep.append(row)
+    return keep, broken
+
+
+def default_params(rows: list[Row]) -> tuple[str, ...]:
+    """DEFAULT_PARAMS of the kinds the rows measure: time parameters when any row has tokens/s,
+    the memory reserve and fragmentation when any row has memory."""
+    has_time, has_memory = any(r.has_time for r in rows), any(r.has_memory for r in rows)
+    return tuple(p for p in DEFAULT_PARAMS if (p in MEMORY_PARAMS and has_memory)
+                 or (p not in MEMORY_PARAMS and has_time))
+
+
+def check_params(params: list[str]) -> tuple[str, ...]:
+    bounds = Efficiency().bounds()
+    for name in params:
+        if name not in bounds:
+            close = difflib.get_close_matches(name, list(bounds), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise CalibrationError(f"unknown efficiency parameter '{name}'{hint}; fittable: {', '.join(bounds)}")
+    return tuple(dict.fromkeys(params))
+
+
+@dataclass
+class Calibration:
+    """The fit on every row, its k-fold held-out errors and the starting profile's errors."""
+
+    efficiency: Efficiency
+    base: Efficiency
+    report: FitReport
+    errors_base: dict[str, float]
+    errors_fit_rows: dict[str, float]
+    errors_held_out: dict[str, float]
+    folds: int
+    cv_note: str = ""
+
+
+def calibrate_measured(rows: list[Row], context: MeasuredContext, params: tuple[str, ...], *, seed: int = 0,
+                       folds: int = 5, **fit_options) -> Calibration:
+    """Fit ``params`` on all ``rows``; cross-validate the same fit over ``folds`` folds."""
+    fitted, report = fit_efficiency(rows, context, params, seed, **fit_options)
+    prepared = prepare(rows, context)
+    held, note = {k: math.nan for k in report.errors_after}, ""
+    try:
+        cv: CrossValidation = cross_validate(rows, context, params, seed, folds, **fit_options)
+        held = cv.errors()
+    except CalibrationError as exc:
+        note = f"cross-validation skipped: a training fold has too few rows ({exc})"
+    return Calibration(efficiency=fitted, base=context.efficiency, report=report,
+                       errors_base=error_summary(predict(prepared), prepared),
+                       errors_fit_rows=report.errors_after, errors_held_out=held, folds=min(folds, len(rows)),
+                       cv_note=note)
+
+
+def _clean(value: float) -> float | None:
+    return None if not math.isfinite(value) else round(float(value), 4)
+
+
+def profile_mapping(cal: Calibration, measured: Measured, *, loss: str) -> dict[str, Any]:
+    """The calibrated profile YAML: every bounded ``Efficiency`` parameter (fitted ones at their
+    fitted value, the rest at the starting profile's), so the file reproduces the fit even if the
+    shipped profile changes; ``fit:`` says what was fitted, on what, and how well."""
+    bounds = Efficiency().bounds()
+    eff = {}
+    for f in fields(Efficiency):
+        if f.name in bounds:
+            low, high = bounds[f.name]
+            eff[f.name] = min(high, max(low, float(getattr(cal.efficiency, f.name))))
+    r = cal.report
+    digest = hashlib.sha256(Path(measured.path).read_bytes()).hexdigest()[:16]
+    eff["fitted_on"] = (f"autoplan calibrate {Path(measured.path).name}: {r.num_time_rows} tokens/s rows, "
+                        f"{r.num_memory_rows} memory rows, seed {r.seed}, {loss} loss")
+    return {
+        "trainer": r.trainer, "hardware": r.hardware, "efficiency": eff,
+        "fit": {"params": list(r.params), "seed": r.seed, "loss": loss, "folds": cal.folds,
+                "rows": len(r.row_ids), "tokens_rows": r.num_time_rows, "memory_rows": r.num_memory_rows,
+                "before": {p: float(getattr(cal.base, p)) for p in r.params},
+                "errors_pct": {name: {k: _clean(v) for k, v in errs.items()} for name, errs in
+                               (("starting_profile", cal.errors_base), ("fit_rows", cal.errors_fit_rows),
+                                ("held_out_cv", cal.errors_held_out))}},
+        "sources": [f"{measured.path} (sha256 {digest}..., {measured.num_lines} lines, "
+                    f"{len(measured.rows)} usable)"],
+    }
+
+
+def write_profile(path: str | Path, mapping: dict[str, Any]) -> Path:
+    import yaml
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = ("# Calibrated efficiency written by `autoplan calibrate`; use it with\n"
+              f"#   --trainer {mapping['trainer']} --hardware {mapping['hardware']} --profile {path}\n")
+    path.write_text(header + yaml.safe_dump(mapping, sort_keys=False, width=100), encoding="utf-8")
+    return path
+
+
+# --- rows from a training log ---------------------------------------------------------------
+
+def measured_record(layout: dict[str, Any], tokens_per_s_per_gpu: float, peak_memory_bytes: float, *,
+                    model: str | None, source: str) -> dict[str, Any]:
+    """One MEASURED.csv row: model, every layout field, the figures (memory in GiB), source."""
+    record: dict[str, Any] = {"model": model or ""}
+    record.update({k: (str(layout[k]).lower() if isinstance(layout[k], bool) else layout[k]) for k in FIELDS})
+    record["tokens_per_s_per_gpu"] = float(f"{tokens_per_s_per_gpu:.6g}")
+    record["peak_memory_gib"] = "" if math.isnan(peak_memory_bytes) else round(peak_memory_bytes / GiB, 3)
+    record["source"] = source
+    return record
+
+
+def append_records(path: str | Path, records: list[dict[str, Any]]) -> int:
+    """Append ``records`` to the CSV at ``path`` (created if missing), keeping its columns and
+    adding new ones at the end. Returns the number of data rows now in the file."""
+    path = Path(path)
+    old: list[dict[str, str]] = []
+    columns: list[str] = []
+    if path.exists() and path.stat().st_size:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            old = list(reader)
+            columns = list(reader.fieldnames or [])
+    for record in records:
+        columns += [k for k in record if k not in columns]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n", restval="")
+        writer.writeheader()
+        writer.writerows(old + records)
+    return len(old) + len(records)
+
