@@ -38,7 +38,8 @@ Pair = tuple[str, str]  # (trainer, hardware)
 FIT_PLAN: dict[Pair, tuple[str, ...]] = {
     ("nanotron", "h100-sxm"): ("gemm_efficiency_max", "gemm_half_flops", "scale_out_efficiency",
                                "dp_overlap", "collective_overhead_s", "pp_collective_overhead_factor",
-                               "memory_pressure_slowdown", "memory_reserve_bytes", "allocator_overhead"),
+                               "memory_pressure_slowdown", "pp_extra_layers_per_microbatch",
+                               "memory_reserve_bytes", "allocator_overhead"),
     ("megatron", "a100-80gb"): ("gemm_efficiency_max", "attention_efficiency", "scale_out_efficiency"),
     ("megatron", "h100-sxm"): ("gemm_efficiency_max", "gemm_half_flops"),
     ("torchtitan", "h100-96gb-500w"): ("gemm_efficiency_max", "gemm_half_flops", "fp8_gemm_speedup",

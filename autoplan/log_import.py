@@ -29,6 +29,11 @@ write (formats checked against their source):
   suffixes K M B T P E = 10^3 ... 10^18). Memory: ``log_memory`` lines ``Peak reserved: 61234.5MiB``
   or a ``cuda_max_memory_reserved`` entry (bytes).
 
+All three memory figures are the caching allocator's peak reservation: they leave out the CUDA
+context and NCCL buffers allocated outside it (~0.5-2 GiB), which autoplan's peak memory counts
+in ``memory_reserve_bytes``; a memory calibration on log rows fits the reserve to what the log
+measures.
+
 Steps are measured in a trainer's own step numbers; the first ``skip_steps`` distinct logged
 steps (compilation, allocator and NCCL warm-up) are dropped, and the figure is the median of
 the rest (robust to a straggling step). Memory is the maximum over all reports (a peak).

@@ -76,9 +76,14 @@ class MeasuredContext:
 
 
 def check_columns(columns: list[str], where: str) -> None:
-    """Refuse a near-miss of a known column and a file without any measured column."""
+    """Refuse a near-miss of a known column and a file without any measured column. The
+    prediction columns of an ``autoplan compare`` output (``predicted_*``, and its other output
+    columns when a ``fits`` column says the file is one) are ignored."""
+    from autoplan.compare import OUTPUT_COLUMNS
+
+    ignored = set(OUTPUT_COLUMNS) if "fits" in columns else set()
     for column in columns:
-        if column in KNOWN_COLUMNS:
+        if column in KNOWN_COLUMNS or column in ignored or column.startswith("predicted_"):
             continue
         close = difflib.get_close_matches(column, KNOWN_COLUMNS, n=1, cutoff=0.75)
         if close:

@@ -60,6 +60,9 @@ class Efficiency:
     * ``memory_pressure_threshold`` / ``memory_pressure_slowdown``: above the threshold
       (fraction of usable memory) the caching allocator frees and retries; the step slows by
       ``slowdown × (peak/usable − threshold)/(1 − threshold)``.
+    * ``pp_extra_layers_per_microbatch``: layer-activations a pipeline stage holds per in-flight
+      micro-batch beyond its own layers (empirical: the playbook's nanotron runs hold about one
+      more layer per micro-batch in flight; the cause is not identified in nanotron's source).
     * ``memory_reserve_bytes``: CUDA context, NCCL and library workspaces.
     * ``allocator_overhead``: fractional fragmentation over tracked tensor bytes.
     """
@@ -83,6 +86,7 @@ class Efficiency:
     pp_collective_overhead_factor: float = 1.0
     memory_pressure_threshold: float = 1.0
     memory_pressure_slowdown: float = 0.0
+    pp_extra_layers_per_microbatch: float = 0.0
     memory_reserve_bytes: float = 2.0 * 2**30
     allocator_overhead: float = 0.05
     fitted_on: str = ""
@@ -99,7 +103,8 @@ class Efficiency:
             "pp_overlap": (0.0, 1.0), "dp_overlap": (0.0, 1.0), "fsdp_overlap": (0.0, 1.0),
             "step_overhead_s": (0.0, 10.0), "collective_overhead_s": (0.0, 0.01),
             "pp_collective_overhead_factor": (1.0, 100.0), "memory_pressure_threshold": (0.5, 1.0),
-            "memory_pressure_slowdown": (0.0, 10.0), "memory_reserve_bytes": (0.0, 16 * 2**30),
+            "memory_pressure_slowdown": (0.0, 10.0), "pp_extra_layers_per_microbatch": (0.0, 4.0),
+            "memory_reserve_bytes": (0.0, 16 * 2**30),
             "allocator_overhead": (0.0, 0.5),
         }
 

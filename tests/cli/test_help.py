@@ -12,7 +12,8 @@ from click.testing import CliRunner
 import autoplan
 from autoplan.cli import main
 
-REQUIRED_COMMANDS = {"models", "hardware", "trainers", "estimate", "explain", "compare"}
+REQUIRED_COMMANDS = {"models", "hardware", "trainers", "estimate", "explain", "compare", "search", "export",
+                     "calibrate", "validate"}
 
 
 def _commands() -> dict[str, click.Command]:
