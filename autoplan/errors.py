@@ -19,15 +19,28 @@ class UnknownNameError(AutoplanError):
 
     def __init__(self, kind: str, name: str, known: Iterable[str]):
         known = sorted(set(known))
-        close = difflib.get_close_matches(name.lower(), [k.lower() for k in known], n=1, cutoff=0.5)
-        hint = ""
-        if close:
-            match = next(k for k in known if k.lower() == close[0])
-            hint = f" (did you mean '{match}'?)"
+        match = suggest(name, known)
+        hint = f" (did you mean '{match}'?)" if match else ""
         shown = ", ".join(known[:30]) + (" ..." if len(known) > 30 else "")
         super().__init__(f"unknown {kind} '{name}'{hint}; known: {shown}")
         self.name = name
         self.known = known
+
+
+def suggest(name: str, known: Iterable[str]) -> str | None:
+    """The known name nearest to ``name``: first one containing every word and number of it
+    ('70B-llama' -> 'llama3-70b'), else the closest spelling (difflib)."""
+    import re
+
+    known = list(known)
+    words = re.findall(r"[a-z]+|\d+(?:\.\d+)?[a-z]?", name.lower())
+    if words:
+        holders = [k for k in known if all(w in k.lower() for w in words)]
+        if holders:
+            # shortest first; among equals the later version (llama3-70b before llama2-70b)
+            return min(holders, key=lambda k: (len(k), tuple(-ord(c) for c in k)))
+    close = difflib.get_close_matches(name.lower(), [k.lower() for k in known], n=1, cutoff=0.5)
+    return next((k for k in known if k.lower() == close[0]), None) if close else None
 
 
 class SpecError(AutoplanError):

@@ -294,3 +294,12 @@ def test_bad_input_gives_one_line_and_exit_code(bad_files, monkeypatch, args, co
 @pytest.mark.parametrize("args, code, text", _params(SEARCH_CASES))
 def test_bad_search_input_gives_one_line_and_exit_code(bad_files, monkeypatch, args, code, text):
     _check(bad_files, monkeypatch, args, code, text)
+
+
+def test_did_you_mean_matches_words_and_numbers():
+    """'70B-llama' holds the words of 'llama3-70b' (STYLE.md §6's example), not its spelling."""
+    from autoplan.errors import suggest
+
+    assert suggest("70B-llama", ["llama2-70b", "llama3-70b", "llama3-8b", "mixtral"]) == "llama3-70b"
+    assert suggest("llama3-8bb", ["llama3-8b", "llama3-70b"]) == "llama3-8b"
+    assert suggest("zzz", ["llama3-8b"]) is None
