@@ -39,10 +39,14 @@ def _why_not(ctx, batch, table) -> str:
         from autoplan.cost.memory import MEMORY_TERMS
 
         biggest = max(MEMORY_TERMS, key=lambda t: table[f"mem_{stage}_{t}_bytes"][0])
+        from autoplan.whynot import nearest_fitting_change
+
         over = -table["memory_headroom_gib"][0]
+        fix = nearest_fitting_change(ctx, batch.layout(0))
         return (f"out of memory: peak {table['peak_memory_gib'][0]:.1f} GiB on the {stage} stage is "
                 f"{over:.1f} GiB over the usable {ctx.cluster.gpu.usable_memory_bytes / 2**30:.1f} GiB; "
-                f"largest term: {biggest} ({table[f'mem_{stage}_{biggest}_bytes'][0] / 2**30:.1f} GiB)")
+                f"largest term: {biggest} ({table[f'mem_{stage}_{biggest}_bytes'][0] / 2**30:.1f} GiB)"
+                + (f"; {fix}" if fix else ""))
     return ""
 
 

@@ -1,0 +1,62 @@
+"""Why a layout does not fit, and the nearest single-knob change that makes it fit."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from autoplan.cost.context import CostContext
+from autoplan.cost.evaluate import evaluate
+from autoplan.layout import Layout, LayoutBatch
+from autoplan.legality import legality_codes
+
+
+def _neighbours(ctx: CostContext, lay: Layout) -> list[tuple[str, Layout]]:
+    """One-knob changes that lower memory, each with the option that makes it."""
+    out = []
+
+    def add(option: str, **changes) -> None:
+        values = {**dataclasses.asdict(lay), **changes}
+        model_parallel = values["tp"] * values["pp"] * values["cp"]
+        if lay.gpus % model_parallel:
+            return
+        values["dp"] = lay.gpus // model_parallel
+        per_step = values["dp"] * values["mbs"]
+        if lay.gbs_seqs % per_step:
+            return
+        values["grad_acc"] = lay.gbs_seqs // per_step
+        values["sp"] = values["tp"] > 1
+        out.append((option, Layout(**values)))
+
+    if lay.recompute != "full":
+        add("--recompute full", recompute="full")
+    if lay.recompute == "none":
+        add("--recompute selective", recompute="selective")
+    for zero in sorted(z for z in ctx.profile.allowed_zero if z > lay.zero):
+        add(f"--zero {zero}", zero=zero)
+    if lay.mbs > 1:
+        add(f"--mbs {lay.mbs // 2}", mbs=lay.mbs // 2)
+    add(f"--tp {lay.tp * 2}", tp=lay.tp * 2)
+    add(f"--pp {lay.pp * 2}", pp=lay.pp * 2)
+    add(f"--cp {lay.cp * 2}", cp=lay.cp * 2)
+    return out
+
+
+def nearest_fitting_change(ctx: CostContext, lay: Layout) -> str:
+    """'try --recompute full (71.2 GiB, 812 tokens/s/GPU)' or '' when no single change fits.
+
+    Candidates are evaluated as one batch; the legal one that fits with the highest predicted
+    throughput wins.
+    """
+    options = _neighbours(ctx, lay)
+    if not options:
+        return ""
+    batch = LayoutBatch.from_layouts([layout for _, layout in options])
+    table = evaluate(ctx, batch)
+    ok = table["fits"] & (legality_codes(ctx, batch) == 0)
+    if not ok.any():
+        return ""
+    best = int(np.argmax(np.where(ok, table["tokens_per_s_per_gpu"], -np.inf)))
+    return (f"try {options[best][0]} ({table['peak_memory_gib'][best]:.1f} GiB, "
+            f"{table['tokens_per_s_per_gpu'][best]:,.0f} tokens/s/GPU)")
