@@ -10,7 +10,7 @@ over layouts); per layout ``dp = gpus/(tp·pp·cp)`` (non-integer dp is dropped)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -193,12 +193,6 @@ def params_to_values(space: SearchSpace, params: Sequence[Mapping[str, Any]]) ->
         else:
             out[k] = np.array(column, dtype=np.float64)
     return out
-
-
-def chunks(space: SearchSpace, chunk_size: int) -> Iterator[np.ndarray]:
-    """Flat indices of the product, ``chunk_size`` at a time, in C order."""
-    for start in range(0, space.size, chunk_size):
-        yield np.arange(start, min(start + chunk_size, space.size), dtype=np.int64)
 
 
 def count_enumerable(space: SearchSpace, target: BatchTarget) -> int:

@@ -60,8 +60,12 @@ def knob_options(func):
               help="Stop searching after this many seconds.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampler seed.")
 @click.option("--storage", default=None,
-              help="Optuna storage URL, e.g. sqlite:///results/study.db (resumable).")
+              help="Optuna storage (resumable, shared by --workers): an RDB URL such as "
+                   "sqlite:///results/study.db or postgresql://user@host/db, or a journal file path.")
 @click.option("--study-name", default=None, help="Study name in --storage [default: from the inputs].")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes sharing the study through --storage (exhaustive: they split the "
+                   "layouts; plans.csv is the same).")
 @click.option("--top", "top_k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Plans to show.")
 @click.option("--export", "export_to", default=None, metavar="TRAINER[,TRAINER...]",
@@ -104,7 +108,7 @@ def search_command(**kw) -> None:
     space = space.with_overrides(**{k: kw[k] for k in KNOBS})
     options = SearchOptions(sampler=kw["sampler"], trials=kw["trials"], timeout_s=kw["timeout_s"],
                             seed=kw["seed"], storage=kw["storage"], study_name=kw["study_name"],
-                            allow_uneven_pp=kw["allow_uneven_pp"])
+                            allow_uneven_pp=kw["allow_uneven_pp"], workers=kw["workers"])
     with _progress_bar() as progress:
         result = search(ctx, space, target, options, progress=progress)
     out = _write(result, kw, seq_len, target)

@@ -8,6 +8,9 @@ Samplers: ``exhaustive`` (every layout, the exact reference), ``tpe`` and ``rand
 single objective tokens/s/GPU), ``nsga2`` (Optuna, tokens/s/GPU and memory headroom; its result
 is the Pareto front) and ``auto`` (exhaustive when the space holds at most
 ``AUTO_EXHAUSTIVE_LIMIT`` layouts, about a second of evaluation, else tpe).
+
+``workers > 1`` runs that many processes on one study through the storage
+(:mod:`autoplan.search.parallel`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class SearchOptions:
     storage: str | None = None
     study_name: str | None = None
     allow_uneven_pp: bool = False
+    workers: int = 1  # processes sharing the study (needs a storage when > 1)
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -49,6 +53,12 @@ class SearchOptions:
             raise AutoplanError(f"trials must be >= 1, got {self.trials}")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise AutoplanError(f"timeout must be > 0 seconds, got {self.timeout_s}")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            raise AutoplanError(f"workers must be an integer >= 1, got {self.workers!r}")
+        if self.workers > 1 and not self.storage:
+            raise AutoplanError(f"--workers {self.workers} needs --storage, the study the workers share: "
+                                "e.g. --storage sqlite:///results/study.db (or a journal file "
+                                "results/study.log; postgresql://user@host/db across machines)")
 
 
 @dataclass
@@ -136,19 +146,7 @@ def search(ctx: CostContext, space: SearchSpace, target: BatchTarget,
     if sampler == "auto":
         sampler = "exhaustive" if enumerable <= AUTO_EXHAUSTIVE_LIMIT else "tpe"
     deadline = start + options.timeout_s if options.timeout_s else None
-    store = None
-    if sampler == "exhaustive":
-        from autoplan.search.exhaustive import run_exhaustive
-
-        table, counts = run_exhaustive(ctx, space, target, allow_uneven=options.allow_uneven_pp,
-                                       progress=progress, deadline=deadline)
-    else:
-        from autoplan.search.optuna_search import run_optuna
-
-        store = _open(ctx, space, target, options, sampler)
-        table, counts = run_optuna(ctx, space, target, store, sampler=sampler, trials=options.trials,
-                                   allow_uneven=options.allow_uneven_pp, progress=progress,
-                                   deadline=deadline)
+    table, counts, store = _run(ctx, space, target, options, sampler, progress, deadline)
     table.columns["pareto"] = recipe.pareto_front(table)
     ranked = recipe.take(table, recipe.rank_order(table))
     result = SearchResult(ctx=ctx, space=space, target=target, options=options, sampler=sampler,
@@ -158,6 +156,34 @@ def search(ctx: CostContext, space: SearchSpace, target: BatchTarget,
         result.study  # noqa: B018 - writes the trials to the storage now
     result.elapsed_s = time.monotonic() - start
     return result
+
+
+def _run(ctx, space, target, options: SearchOptions, sampler: str, progress, deadline):
+    """(table, counts, store) of ``sampler``: in this process, or in ``options.workers``."""
+    from autoplan.search import parallel
+
+    store = None
+    if sampler == "exhaustive" and options.workers == 1:
+        from autoplan.search.exhaustive import run_exhaustive
+
+        table, counts = run_exhaustive(ctx, space, target, allow_uneven=options.allow_uneven_pp,
+                                       progress=progress, deadline=deadline)
+    elif sampler == "exhaustive":
+        store = _open(ctx, space, target, options, sampler)
+        table, counts = parallel.run_exhaustive_parallel(ctx, space, target, options, store,
+                                                         progress=progress, deadline=deadline)
+    else:
+        from autoplan.search.optuna_search import run_optuna
+
+        store = _open(ctx, space, target, options, sampler)
+        if options.workers > 1:
+            table, counts = parallel.run_optuna_parallel(ctx, space, target, options, store, sampler=sampler,
+                                                         progress=progress, deadline=deadline)
+        else:
+            table, counts = run_optuna(ctx, space, target, store, sampler=sampler, trials=options.trials,
+                                       allow_uneven=options.allow_uneven_pp, progress=progress,
+                                       deadline=deadline)
+    return table, counts, store
 
 
 def study_meta(ctx: CostContext, space: SearchSpace, target: BatchTarget) -> dict:
@@ -189,13 +215,7 @@ def _open(ctx, space, target, options: SearchOptions, sampler: str):
 
 def _store_exhaustive(result: SearchResult, store):
     """Add the exhaustive result's layouts to the study, skipping those it already holds."""
-    from autoplan.search.exhaustive import missing_rows
-    from autoplan.search.optuna_search import frozen_trials
-    from autoplan.search.storage import bulk_add
+    from autoplan.search.exhaustive import store_layouts
 
-    existing = {tuple(t.params.get(k) for k in KNOBS) for t in store.study.get_trials(deepcopy=False)}
-    rows = missing_rows(result.table, existing)
-    trials = frozen_trials(result.space, recipe.take(result.table, rows), result.target, 1)
-    bulk_add(store.persistent if store.persistent is not None else store.working, trials)
+    store_layouts(store, result.space, result.target, [result.table])
     return store
-

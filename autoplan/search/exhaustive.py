@@ -1,15 +1,16 @@
 """The exhaustive sampler: every layout of the space, evaluated in vectorised chunks.
 
 It is the exact reference the other samplers are measured against (benchmarks/speed.py). The
-product of the space is walked in flat-index chunks (``space.chunks``), each chunk becomes one
+product of the space is walked in flat-index chunks of ``CHUNK_SIZE``, each chunk becomes one
 ``LayoutBatch`` and one ``evaluate`` call; chunk boundaries are fixed, so the result does not
-depend on timing. With a storage URL every evaluated layout is added to the study in bulk.
+depend on timing, nor on how ``--workers`` deal the chunks out (:mod:`autoplan.search.parallel`).
+With a storage every evaluated layout is added to the study in bulk.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable
 from autoplan.search import recipe
 from autoplan.search.recipe import RecipeCounts
-from autoplan.space import BatchTarget, SearchSpace, chunks, indices_to_values, layouts_from_values
+from autoplan.space import BatchTarget, SearchSpace, indices_to_values, layouts_from_values
 
 CHUNK_SIZE = 1 << 16
 
@@ -41,20 +42,63 @@ def run_exhaustive(ctx: CostContext, space: SearchSpace, target: BatchTarget, *,
     Returns the assessed table (layouts with a non-integer dp are counted, not kept) and the
     recipe counts.
     """
-    counts = RecipeCounts(space_size=space.size)
-    tables: list[CostTable] = []
+    parts = assess_chunks(ctx, space, target, range(num_chunks(space, chunk_size)),
+                          chunk_size=chunk_size, allow_uneven=allow_uneven, progress=progress,
+                          deadline=deadline)
+    return combine(space, parts)
+
+
+def num_chunks(space: SearchSpace, chunk_size: int = CHUNK_SIZE) -> int:
+    return -(-space.size // chunk_size)
+
+
+def assess_chunks(ctx: CostContext, space: SearchSpace, target: BatchTarget, numbers: Iterable[int], *,
+                  chunk_size: int = CHUNK_SIZE, allow_uneven: bool = False,
+                  progress: Progress | None = None,
+                  deadline: float | None = None) -> list[tuple[int, CostTable, RecipeCounts]]:
+    """(chunk number, assessed table, counts) of chunks ``numbers`` of the product (chunk k
+    holds the flat indices [k·chunk_size, (k+1)·chunk_size)), the first one even past the
+    deadline."""
+    numbers = list(numbers)
+    total = sum(min(chunk_size, space.size - k * chunk_size) for k in numbers)
+    parts: list[tuple[int, CostTable, RecipeCounts]] = []
     done = 0
-    for index in chunks(space, chunk_size):
-        if deadline is not None and tables and time.monotonic() > deadline:
+    for k in numbers:
+        if deadline is not None and parts and time.monotonic() > deadline:
             break
+        index = np.arange(k * chunk_size, min((k + 1) * chunk_size, space.size), dtype=np.int64)
         batch, kept, reaches = layouts_from_values(indices_to_values(space, index), target)
         table = recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven)
-        counts.add(recipe.count(table, dropped_degrees=int((~kept).sum())))
-        tables.append(compact(table))
+        parts.append((k, compact(table), recipe.count(table, dropped_degrees=int((~kept).sum()))))
         done += len(index)
         if progress is not None:
-            progress(done, space.size)
+            progress(done, total)
+    return parts
+
+
+def combine(space: SearchSpace, parts: Iterable[tuple[int, CostTable, RecipeCounts]]
+            ) -> tuple[CostTable, RecipeCounts]:
+    """The chunks' tables concatenated in chunk order and their counts added, so the result
+    does not depend on which process assessed which chunk."""
+    counts = RecipeCounts(space_size=space.size)
+    tables = []
+    for _, table, part_counts in sorted(parts, key=lambda part: part[0]):
+        counts.add(part_counts)
+        tables.append(table)
     return recipe.concat(tables), counts
+
+
+def store_layouts(store, space: SearchSpace, target: BatchTarget, tables: Iterable[CostTable]) -> None:
+    """Add the assessed layouts of ``tables`` that the study does not hold yet, in bulk."""
+    from autoplan.search.optuna_search import frozen_trials
+    from autoplan.search.storage import bulk_add
+    from autoplan.space import KNOBS
+
+    study = store.persistent if store.persistent is not None else store.working
+    existing = {tuple(t.params.get(k) for k in KNOBS) for t in study.get_trials(deepcopy=False)}
+    for table in tables:
+        rows = missing_rows(table, existing)
+        bulk_add(study, frozen_trials(space, recipe.take(table, rows), target, 1))
 
 
 def missing_rows(table: CostTable, existing: set[tuple]) -> np.ndarray:

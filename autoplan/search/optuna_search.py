@@ -127,19 +127,34 @@ def run_optuna(ctx: CostContext, space: SearchSpace, target: BatchTarget, store:
                deadline: float | None = None) -> tuple[CostTable, RecipeCounts]:
     """Ask and tell until the study holds ``trials`` finished trials (resumed ones count) or the
     deadline passes; returns every layout the study has tried, assessed, and the counts."""
+    ask_and_tell(ctx, space, target, store, sampler=sampler, trials=trials, allow_uneven=allow_uneven,
+                 progress=progress, deadline=deadline)
+    return finish(ctx, space, target, store, sampler=sampler, allow_uneven=allow_uneven)
+
+
+def ask_and_tell(ctx: CostContext, space: SearchSpace, target: BatchTarget, store: StudyStore, *,
+                 sampler: str, trials: int, quota: int | None = None, baselines_first: bool = True,
+                 allow_uneven: bool = False, progress: Callable[[int, int], None] | None = None,
+                 deadline: float | None = None) -> int:
+    """Ask, evaluate and tell trials in batches until the study holds ``trials`` finished
+    trials, this process has asked ``quota`` of them, or the deadline passes. With a storage,
+    each batch is written and the trials other processes wrote are copied in before the next
+    one. Returns how many trials this process told."""
     import optuna
 
     n_obj = len(OBJECTIVES[sampler])
     work, dists = store.working, distributions(space)
-    if not work.get_trials(deepcopy=False):
-        for params in baselines(ctx, space)[:trials]:
+    quota = trials if quota is None else quota
+    if baselines_first and not work.get_trials(deepcopy=False):
+        for params in baselines(ctx, space)[:min(trials, quota)]:
             work.enqueue_trial(params, skip_if_exists=True)
     complete = (optuna.trial.TrialState.COMPLETE,)
-    done = len(work.get_trials(deepcopy=False, states=complete))
+    done, told = len(work.get_trials(deepcopy=False, states=complete)), 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        while done < trials and not (deadline is not None and done and time.monotonic() > deadline):
-            asked = [work.ask(dists) for _ in range(min(BATCH_SIZE, trials - done))]
+        while done < trials and told < quota and not (deadline is not None and done
+                                                      and time.monotonic() > deadline):
+            asked = [work.ask(dists) for _ in range(min(BATCH_SIZE, trials - done, quota - told))]
             try:
                 _tell_batch(ctx, space, target, work, asked, n_obj, allow_uneven)
             except BaseException:
@@ -147,10 +162,22 @@ def run_optuna(ctx: CostContext, space: SearchSpace, target: BatchTarget, store:
                 store.flush()
                 raise
             store.flush()
-            done += len(asked)
+            told += len(asked)
+            done += len(asked) + store.sync()
             if progress is not None:
                 progress(done, trials)
-    tried = [t.params for t in work.get_trials(deepcopy=False, states=complete)]
+    return told
+
+
+def finish(ctx: CostContext, space: SearchSpace, target: BatchTarget, store: StudyStore, *,
+           sampler: str, allow_uneven: bool = False) -> tuple[CostTable, RecipeCounts]:
+    """Assess every layout the study has tried; tpe adds its local polish (the improvements go
+    into the study too)."""
+    import optuna
+
+    store.sync()
+    complete = (optuna.trial.TrialState.COMPLETE,)
+    tried = [t.params for t in store.working.get_trials(deepcopy=False, states=complete)]
     table, counts = assess_params(ctx, space, target, tried, allow_uneven=allow_uneven)
     if sampler != "tpe":
         return table, counts

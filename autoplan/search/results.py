@@ -68,7 +68,7 @@ def manifest(result: SearchResult, inputs: dict[str, Any], command_line: list[st
         "space": {"name": result.space.name, "description": result.space.description,
                   "values": result.space.to_dict()},
         "sampler": {"requested": opts.sampler, "used": result.sampler, "trials": opts.trials,
-                    "timeout_s": opts.timeout_s, "seed": opts.seed},
+                    "timeout_s": opts.timeout_s, "seed": opts.seed, "workers": opts.workers},
         "storage": {"url": opts.storage, "study_name": _study_name(result)},
         "recipe": result.counts.to_dict(),
         "elapsed_s": round(result.elapsed_s, 3),

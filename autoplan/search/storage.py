@@ -5,6 +5,13 @@ are copied to the persistent study after every batch in one transaction (:func:`
 a resumed run starts by loading the persistent study's finished trials. A batch is written
 whole or not at all, so an interrupted run loses no finished trial.
 
+Several processes can share one study (``--workers N``, or the same command on several
+machines): each keeps its own working study, writes its finished trials tagged with its
+``writer`` id, and before every batch copies the trials the others wrote (:meth:`StudyStore.sync`)
+so the samplers learn from all of them. Storages: an RDB URL (``sqlite:///study.db``, with a
+long lock timeout so concurrent writers wait instead of failing; ``postgresql://...`` for several
+machines) or a journal file path (``study.log``, Optuna's ``JournalFileBackend``).
+
 Optuna's ``RDBStorage`` writes one trial per transaction with several queries (~10-25 ms per
 trial on SQLite, measured), which would make storing an exhaustive search of 10^4 layouts take
 minutes; :func:`bulk_add` inserts the rows of many trials with one ``executemany`` per table of
@@ -14,8 +21,11 @@ Optuna's own schema (``optuna/storages/_rdb/models.py``), and falls back to
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
+import re
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,19 +33,29 @@ from typing import Any
 from autoplan.errors import AutoplanError
 
 
+SQLITE_LOCK_TIMEOUT_S = 600.0  # a writer waits this long for another's transaction to end
+WRITER_ATTR = "autoplan:writer"  # system attribute: which process wrote a trial
+
+
 class StudyMismatchError(AutoplanError):
     """A stored study that was made for other inputs (model, GPUs, batch, space, objectives)."""
 
 
+class StorageError(AutoplanError):
+    """A --storage that cannot be opened (bad URL, missing driver, unreachable server)."""
+
+
 @dataclass
 class StudyStore:
-    """The working (in-memory) study and, with a storage URL, the persistent one."""
+    """The working (in-memory) study and, with a storage, the persistent one."""
 
     working: Any
     persistent: Any = None
     num_loaded: int = 0  # finished trials copied from the persistent study at the start
-    num_flushed: int = 0  # trials of the working study written to the persistent one
     meta: dict = field(default_factory=dict)
+    writer: str = field(default_factory=lambda: uuid.uuid4().hex)
+    stored: set = field(default_factory=set)  # working trial numbers in the persistent study
+    seen: set = field(default_factory=set)  # ids of the persistent trials copied in
 
     @property
     def study(self):
@@ -43,13 +63,35 @@ class StudyStore:
         return self.persistent if self.persistent is not None else self.working
 
     def flush(self) -> None:
-        """Write the working study's newly finished trials to the persistent study."""
+        """Write the working study's newly finished trials to the persistent study (one
+        transaction: all of them or none)."""
         if self.persistent is None:
             return
-        pending = self.working.get_trials(deepcopy=False)[self.num_loaded + self.num_flushed:]
-        done = next((i for i, t in enumerate(pending) if not t.state.is_finished()), len(pending))
-        bulk_add(self.persistent, pending[:done])
-        self.num_flushed += done
+        new = [t for t in self.working.get_trials(deepcopy=False)
+               if t.state.is_finished() and t.number not in self.stored]
+        bulk_add(self.persistent, [self._tagged(t) for t in new])
+        self.stored.update(t.number for t in new)
+
+    def sync(self) -> int:
+        """Copy the finished trials other processes wrote to the persistent study into the
+        working one; returns how many."""
+        if self.persistent is None:
+            return 0
+        import optuna
+
+        complete = (optuna.trial.TrialState.COMPLETE,)
+        new = [t for t in self.persistent.get_trials(deepcopy=False, states=complete)
+               if t._trial_id not in self.seen and t.system_attrs.get(WRITER_ATTR) != self.writer]
+        self.seen.update(t._trial_id for t in new)
+        first = len(self.working.get_trials(deepcopy=False))
+        self.working.add_trials(new)
+        self.stored.update(range(first, first + len(new)))  # in-memory studies number in order
+        return len(new)
+
+    def _tagged(self, trial):
+        tagged = copy.copy(trial)
+        tagged.system_attrs = {**trial.system_attrs, WRITER_ATTR: self.writer}
+        return tagged
 
 
 def open_study(storage: str | None, study_name: str | None, directions: Sequence[str],
@@ -65,17 +107,45 @@ def open_study(storage: str | None, study_name: str | None, directions: Sequence
     if storage is None:
         working.set_user_attr("autoplan", meta)
         return StudyStore(working=working, meta=meta)
-    try:
-        persistent = optuna.create_study(storage=storage, study_name=study_name,
-                                         directions=list(directions), load_if_exists=True)
-    except (ValueError, ImportError) as exc:  # bad URL, missing driver
-        raise AutoplanError(f"--storage {storage}: {exc}") from None
+    persistent = _create_or_load(storage, study_name, directions)
     _check_resumable(persistent, directions, meta, storage)
     finished = []
     if load_trials:
         finished = persistent.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         working.add_trials(finished)
-    return StudyStore(working=working, persistent=persistent, num_loaded=len(finished), meta=meta)
+    return StudyStore(working=working, persistent=persistent, num_loaded=len(finished), meta=meta,
+                      stored=set(range(len(finished))), seen={t._trial_id for t in finished})
+
+
+def make_storage(storage: str):
+    """An Optuna storage for ``--storage``: an RDB URL (``sqlite:///results/study.db``,
+    ``postgresql://user@host/db``) or the path of a journal file (``results/study.log``)."""
+    if "://" in storage:
+        from optuna.storages import RDBStorage
+
+        sqlite = storage.startswith("sqlite")
+        return RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT_S}}
+                          if sqlite else None)
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", storage):
+        raise StorageError(f"--storage {storage}: expected an RDB URL like sqlite:///results/study.db "
+                           "or postgresql://user@host/db, or a journal file path like results/study.log")
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    return JournalStorage(JournalFileBackend(storage))
+
+
+def _create_or_load(storage: str, study_name: str | None, directions: Sequence[str]):
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return optuna.create_study(storage=make_storage(storage), study_name=study_name,
+                                   directions=list(directions), load_if_exists=True)
+    except (ValueError, ImportError, OSError, SQLAlchemyError) as exc:  # bad URL, driver, server
+        if isinstance(exc, AutoplanError):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StorageError(f"--storage {storage}: {first}") from None
 
 
 def _check_resumable(study, directions: Sequence[str], meta: dict, storage: str) -> None:
@@ -127,8 +197,15 @@ def _rdb_bulk_insert(storage, study_id: int, trials: Sequence) -> None:
     from optuna.storages._rdb.storage import _create_scoped_session
 
     table = models.TrialModel.__table__
+    studies = models.StudyModel.__table__
     with _create_scoped_session(storage.scoped_session) as session:
-        models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
+        # Take the write lock before counting, so concurrent writers number their trials in
+        # turn: a no-op UPDATE locks the study's row (PostgreSQL, MySQL) and opens SQLite's write
+        # transaction (a SELECT alone would not, and two writers could read the same count).
+        locked = session.execute(studies.update().where(studies.c.study_id == study_id)
+                                 .values(study_name=studies.c.study_name)).rowcount
+        if not locked:
+            raise KeyError(f"no study with id {study_id}")
         start = session.execute(sa.select(sa.func.count()).select_from(table)
                                 .where(table.c.study_id == study_id)).scalar_one()
         now = datetime.datetime.now(datetime.timezone.utc)

@@ -24,8 +24,8 @@ from typing import Any
 from autoplan.errors import AutoplanError, SpecError, UnknownNameError
 from autoplan.paths import data_dir
 from autoplan.specs.yaml_io import check_keys, get_int, read_mapping
-from autoplan.units import (GB, UnitError, bandwidth_qualifier, format_bytes, parse_bandwidth,
-                            parse_bytes, parse_flops_rate, parse_time)
+from autoplan.units import (BITS_PER_BYTE, GB, TB, GiB, MiB, UnitError, bandwidth_qualifier, format_bytes,
+                            parse_bandwidth, parse_bytes, parse_flops_rate, parse_time)
 
 PER_DIRECTION = "per direction"
 _BOTH_DIRECTIONS_WORDS = ("both", "bidir", "duplex")
@@ -234,6 +234,47 @@ def gpu_from_mapping(data: dict, where: str) -> GPUSpec:
     if problem:
         raise SpecError(where, problem)
     return GPUSpec(**kwargs)
+
+
+# --- writing YAML: the inverse of gpu_from_mapping ---------------------------------------
+
+# Per YAML key: the units to write a quantity in, the first that reads back exactly wins (the
+# last always does: a factor of 1 or a power of two), and what follows the unit.
+_WRITE_UNITS: dict[str, tuple[tuple[tuple[str, float], ...], str]] = {
+    "memory": ((("GiB", GiB), ("MiB", MiB), ("GB", GB), ("B", 1.0)), ""),
+    "usable_memory": ((("GiB", GiB), ("MiB", MiB), ("GB", GB), ("B", 1.0)), ""),
+    "peak_bf16": ((("TFLOP/s", 1e12), ("FLOP/s", 1.0)), ""),
+    "peak_fp8": ((("TFLOP/s", 1e12), ("FLOP/s", 1.0)), ""),
+    "hbm_bandwidth": ((("TB/s", TB), ("GB/s", GB), ("GiB/s", GiB)), ""),
+    "scale_up_bandwidth": ((("GB/s", GB), ("GiB/s", GiB)), " " + PER_DIRECTION),
+    "nic_bandwidth": ((("Gb/s", GB / BITS_PER_BYTE), ("GB/s", GB), ("GiB/s", GiB)), " " + PER_DIRECTION),
+    "scale_up_latency": ((("us", 1e-6), ("s", 1.0)), ""),
+    "scale_out_latency": ((("us", 1e-6), ("s", 1.0)), ""),
+}
+
+
+def gpu_to_mapping(gpu: GPUSpec) -> dict[str, Any]:
+    """The YAML mapping (plain values) that :func:`gpu_from_mapping` reads back as ``gpu``:
+    each quantity with its unit ('80 GiB', '450 GB/s per direction'), exact to the last bit."""
+    data: dict[str, Any] = {"name": gpu.name, "aliases": list(gpu.aliases), "description": gpu.description}
+    for attr, key in _YAML_KEYS.items():
+        value = getattr(gpu, attr)
+        if key in _WRITE_UNITS:
+            units, suffix = _WRITE_UNITS[key]
+            value = _exact_quantity(value, units) + suffix
+        data[key] = value
+    data.update(gpus_per_node=gpu.gpus_per_node, sources=list(gpu.sources))
+    return data
+
+
+def _exact_quantity(value: float, units: tuple[tuple[str, float], ...]) -> str:
+    """``value`` as '<number> <unit>' in the first unit whose number reads back exactly."""
+    for unit, factor in units:
+        number = value / factor
+        if number * factor == value:
+            break
+    text = repr(float(number))
+    return f"{text.removesuffix('.0')} {unit}"
 
 
 # --- presets ----------------------------------------------------------------------------
