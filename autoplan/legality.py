@@ -85,11 +85,16 @@ REASON_MESSAGES = {name: message for name, _, message in RULES}
 def legality_codes(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = False) -> np.ndarray:
     """Index into ``REASON_CODES`` of the first broken rule per layout (0 = legal)."""
     codes = np.zeros(len(batch), dtype=np.int64)
-    for index, (name, rule, _) in enumerate(RULES, start=1):
+    # Last rule first, so an earlier rule overwrites a later one: the first broken rule wins.
+    for index, (name, rule, _) in reversed(list(enumerate(RULES, start=1))):
         if name == "pp_uneven" and allow_uneven:
             continue
-        broken = np.broadcast_to(np.asarray(rule(ctx, batch), dtype=bool), codes.shape)
-        codes = np.where((codes == 0) & broken, index, codes)
+        broken = rule(ctx, batch)
+        if np.ndim(broken) == 0:
+            if broken:
+                codes[:] = index
+            continue
+        codes[broken] = index
     return codes
 
 

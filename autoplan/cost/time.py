@@ -97,15 +97,17 @@ def _dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndar
     """Data-parallel gradient reduction and parameter gathering per step (or per micro-batch)."""
     group = b.dp * b.cp
     link = comm.group_link(ctx, group, np.minimum(st["dp"], st["cp"]))
-    edp = np.maximum(group * b.tp / (b.ep * b.etp), 1.0)
-    elink = comm.group_link(ctx, edp, b.ep * b.etp)
-    has_experts = expert_params > 0  # a dense model pays no latency for empty expert collectives
-    grads = (comm.reduce_scatter_s(link, stage_params * GRAD_REDUCE_BYTES)
-             + np.where(has_experts, comm.reduce_scatter_s(elink, expert_params * GRAD_REDUCE_BYTES), 0.0))
-    gathers = (comm.all_gather_s(link, stage_params * BF16_BYTES)
-               + np.where(has_experts, comm.all_gather_s(elink, expert_params * BF16_BYTES), 0.0))
-    all_reduce = (comm.all_reduce_s(link, stage_params * GRAD_REDUCE_BYTES)
-                  + np.where(has_experts, comm.all_reduce_s(elink, expert_params * GRAD_REDUCE_BYTES), 0.0))
+    grads = comm.reduce_scatter_s(link, stage_params * GRAD_REDUCE_BYTES)
+    gathers = comm.all_gather_s(link, stage_params * BF16_BYTES)
+    all_reduce = comm.all_reduce_s(link, stage_params * GRAD_REDUCE_BYTES)
+    if ctx.model.moe is not None:  # expert parameters reduce over the expert-data-parallel group
+        edp = np.maximum(group * b.tp / (b.ep * b.etp), 1.0)
+        elink = comm.group_link(ctx, edp, b.ep * b.etp)
+        has_experts = expert_params > 0  # no latency for an empty collective
+        grads = grads + np.where(has_experts, comm.reduce_scatter_s(elink, expert_params * GRAD_REDUCE_BYTES), 0.0)
+        gathers = gathers + np.where(has_experts, comm.all_gather_s(elink, expert_params * BF16_BYTES), 0.0)
+        all_reduce = all_reduce + np.where(
+            has_experts, comm.all_reduce_s(elink, expert_params * GRAD_REDUCE_BYTES), 0.0)
     step_grads = np.select([b.zero == 0, b.zero <= 2], [all_reduce, grads], 0.0)
     step_gathers = np.where((b.zero >= 1) & (b.zero <= 2), gathers, 0.0)
     per_micro = np.where(b.zero >= 3, 2.0 * gathers + grads, 0.0)
