@@ -125,6 +125,10 @@ def search_command(**kw) -> None:
     if kw["report"]:
         written.append(_report(result, kw, out))
     click.echo(f"Wrote {out}/ ({', '.join(written)})", err=True)
+    uneven = result.counts.reasons.get("pp_uneven", 0)
+    if uneven and not kw["allow_uneven_pp"]:
+        click.echo(f"Note: {uneven} layouts were dropped because {result.ctx.model.num_layers} layers do not "
+                   "divide into pp·vpp stages; --allow-uneven-pp considers them", err=True)
     if len(result.table) > MAX_CSV_ROWS:
         click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {len(result.table)} ranked layouts", err=True)
 
