@@ -17,14 +17,14 @@ import numpy as np
 
 from autoplan.cost.memory import MEMORY_TERMS
 from autoplan.layout import CODE_FIELDS, Layout
+from autoplan.explain import TIME_SOURCES
 from autoplan.units import GiB
 
-TIME_TERMS = ("compute", "recompute", "tp_exposed", "cp_exposed", "ep_exposed", "pp_exposed",
-              "dp_exposed", "bubble", "optimizer", "overhead")
+TIME_TERMS = tuple(TIME_SOURCES)  # the step-time terms, in explain's order
 TIME_COLOURS = {"compute": "#1f4e8c", "recompute": "#7fa7d9", "tp_exposed": "#d95f02",
                 "cp_exposed": "#e7298a", "ep_exposed": "#7570b3", "pp_exposed": "#a6761d",
                 "dp_exposed": "#e6ab02", "bubble": "#bdbdbd", "optimizer": "#1b9e77",
-                "overhead": "#666666"}
+                "overhead": "#666666", "memory_pressure": "#8c2d04"}
 MEMORY_COLOURS = dict(zip(MEMORY_TERMS, ("#1f4e8c", "#4a7fc1", "#9ecae1", "#1b9e77", "#d95f02",
                                          "#fdae6b", "#e7298a", "#7570b3", "#bdbdbd")))
 MAX_PLANS = 8
