@@ -70,12 +70,13 @@ def compare_layouts(frame, model: str, *, hardware: str, trainer: str, profile_p
         frame_out = table.to_frame()
         from autoplan.legality import explain_reason
 
-        for j, i in enumerate(rows):
-            for column in OUTPUT_COLUMNS:
-                if column != "infeasible_reason":
-                    out.at[i, names[column]] = frame_out[column].iloc[j]
-            code = int(table["reason_code"][j])
-            out.at[i, names["infeasible_reason"]] = (explain_reason(ctx, table.batch, j, code) if code
-                                                     else frame_out["infeasible_reason"].iloc[j])
+        rows_index = out.index[rows]
+        for column in OUTPUT_COLUMNS:
+            if column != "infeasible_reason":
+                out.loc[rows_index, names[column]] = frame_out[column].to_numpy()
+        codes = table["reason_code"].astype(int)
+        out.loc[rows_index, names["infeasible_reason"]] = [
+            explain_reason(ctx, table.batch, j, code) if code else frame_out["infeasible_reason"].iloc[j]
+            for j, code in enumerate(codes)]
     out[names["fits"]] = out[names["fits"]].astype(bool)
     return out

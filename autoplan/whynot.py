@@ -8,7 +8,8 @@ import numpy as np
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
-from autoplan.layout import Layout, LayoutBatch
+from autoplan.errors import LayoutError
+from autoplan.layout import Layout, LayoutBatch, resolve_layout
 from autoplan.legality import legality_codes
 
 
@@ -17,17 +18,12 @@ def _neighbours(ctx: CostContext, lay: Layout) -> list[tuple[str, Layout]]:
     out = []
 
     def add(option: str, **changes) -> None:
-        values = {**dataclasses.asdict(lay), **changes}
-        model_parallel = values["tp"] * values["pp"] * values["cp"]
-        if lay.gpus % model_parallel:
-            return
-        values["dp"] = lay.gpus // model_parallel
-        per_step = values["dp"] * values["mbs"]
-        if lay.gbs_seqs % per_step:
-            return
-        values["grad_acc"] = lay.gbs_seqs // per_step
-        values["sp"] = values["tp"] > 1
-        out.append((option, Layout(**values)))
+        # dp, grad_acc and sp are derived again by resolve_layout for the changed knob
+        values = {k: v for k, v in dataclasses.asdict(lay).items() if k not in ("dp", "grad_acc", "sp")}
+        try:
+            out.append((option, resolve_layout({**values, **changes})))
+        except LayoutError:  # the change does not divide the GPUs or the batch
+            pass
 
     if lay.recompute != "full":
         add("--recompute full", recompute="full")

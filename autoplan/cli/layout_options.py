@@ -62,7 +62,7 @@ def resolve_batch(seq_len: int | None, gbs_seqs: int | None, gbs_tokens: float |
     """(seq_len, gbs_seqs) from the options; --gbs-tokens must be a whole number of sequences."""
     seq = seq_len or model_seq_len
     if gbs_seqs is not None and gbs_tokens is not None:
-        raise AutoplanError("give either --gbs-seqs or --gbs-tokens, not both "
+        raise AutoplanError("--gbs-tokens and --gbs-seqs are mutually exclusive: give one, not both "
                             f"(got --gbs-seqs {gbs_seqs} and --gbs-tokens {gbs_tokens:.0f})")
     if gbs_tokens is not None:
         if gbs_tokens != int(gbs_tokens):
@@ -72,7 +72,7 @@ def resolve_batch(seq_len: int | None, gbs_seqs: int | None, gbs_tokens: float |
                                 f"length ({seq}); nearest: {max(1, round(gbs_tokens / seq)) * seq}")
         gbs_seqs = int(gbs_tokens // seq)
     if gbs_seqs is None and required:
-        raise AutoplanError("give the global batch size with --gbs-tokens (e.g. 4M) or --gbs-seqs")
+        raise AutoplanError("the global batch is missing: give --gbs-tokens (e.g. 4M) or --gbs-seqs")
     return seq, gbs_seqs
 
 

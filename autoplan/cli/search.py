@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from autoplan.cli.layout_options import resolve_batch
 from autoplan.cli.options import ChoiceList, IntList, TokenCount, context_options, fail, output_format_option
 from autoplan.errors import NoFeasiblePlanError
 from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE
@@ -103,7 +104,8 @@ def search_command(**kw) -> None:
                         gpus_per_node=kw["gpus_per_node"], nic=kw["nic"],
                         profile_path=kw["profile_path"], flops_convention=kw["flops_convention"])
     seq_len = kw["seq_len"] or ctx.model.seq_len
-    target = BatchTarget(kw["gpus"], seq_len, _gbs_seqs(kw, seq_len), kw["gbs_tolerance"])
+    gbs_seqs = resolve_batch(seq_len, kw["gbs_seqs"], kw["gbs_tokens"], seq_len)[1]
+    target = BatchTarget(kw["gpus"], seq_len, gbs_seqs, kw["gbs_tolerance"])
     space = load_space(kw["space_name"] or ("moe" if ctx.model.is_moe else "default"))
     space = space.with_overrides(**{k: kw[k] for k in KNOBS})
     options = SearchOptions(sampler=kw["sampler"], trials=kw["trials"], timeout_s=kw["timeout_s"],
@@ -183,21 +185,6 @@ def _report(result, kw: dict, out: str) -> str:
     path = write_report(out, frame_all, frame_top, summary, capacity,
                         result.table.batch.layout(int(rows[0])), chosen_index=int(rows[0]))
     return path.name
-
-
-def _gbs_seqs(kw: dict, seq_len: int) -> int:
-    tokens, seqs = kw["gbs_tokens"], kw["gbs_seqs"]
-    if tokens is not None and seqs is not None:
-        fail(f"--gbs-tokens and --gbs-seqs are mutually exclusive, got both "
-             f"(--gbs-tokens {tokens:.0f}, --gbs-seqs {seqs}): give one")
-    if seqs is not None:
-        return seqs
-    if tokens is None:
-        fail("the global batch is missing: give --gbs-tokens (e.g. 4M) or --gbs-seqs")
-    if tokens % seq_len:
-        fail(f"--gbs-tokens ({tokens:.0f}) must be a multiple of the sequence length ({seq_len}), "
-             f"got {tokens / seq_len:.2f} sequences: give --gbs-seqs or another token count")
-    return int(tokens // seq_len)
 
 
 class _progress_bar:

@@ -159,7 +159,8 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
                         [np.maximum(mean_none - full_input, 0.0), mean_none - mean_sel], 0.0)
     terms["activations"] = per_layer * flying + working
 
-    terms["embedding_output"] = np.where(first, tokens * m.hidden_size * BF16_BYTES / h_div, 0.0) * np.ones_like(b.tp)
+    embedding_output = tokens * m.hidden_size * BF16_BYTES / h_div
+    terms["embedding_output"] = embedding_output if first else np.zeros_like(embedding_output)
     logits = tokens * m.vocab_size / b.tp * p.logits_bytes_per_vocab
     terms["logits_and_loss"] = logits if not first else np.where(b.pp == 1, logits, 0.0)
     one_layer_params = (dense_params + expert_params) / np.maximum(n_layers, 1.0)
