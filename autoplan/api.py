@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autoplan.cost.context import CostContext
 from autoplan.profiles import load_profile
-from autoplan.profiles.calibrated import apply_profile_file
+from autoplan.calibration.profile_file import apply_profile_file
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.models import load_model
 from autoplan.units import parse_bandwidth

@@ -17,10 +17,10 @@ import sys
 import time
 from collections import Counter
 
-from autoplan.accuracy import FIT_LOSS, FIT_PLAN, NOT_FITTED, TIME_SOURCES, calibrate_all, fit_split, predictions
-from autoplan.accuracy_report import SECTIONS, accuracy_report
-from autoplan.calibrate import CalibrationError, cross_validate
-from autoplan.validation import load_sources, row_context
+from autoplan.calibration.accuracy import FIT_LOSS, FIT_PLAN, NOT_FITTED, TIME_SOURCES, calibrate_all, fit_split, predictions
+from autoplan.calibration.accuracy_report import SECTIONS, accuracy_report
+from autoplan.calibration.fit import CalibrationError, cross_validate
+from autoplan.calibration.validation import load_sources, row_context
 
 
 def mark(ok: bool) -> str:
@@ -42,7 +42,7 @@ def print_rows_used(sources, fit_ids, list_ids: bool) -> None:
 
 
 def print_figures(figures) -> None:
-    """The figures of autoplan.accuracy_report (the same as `autoplan validate`) as text."""
+    """The figures of autoplan.calibration.accuracy_report (the same as `autoplan validate`) as text."""
     for section in dict.fromkeys(f.section for f in figures):
         if section == "rows":
             continue  # print_rows_used says more (the reasons rows were left out)

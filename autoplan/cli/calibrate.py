@@ -80,7 +80,7 @@ def _layout_defaults(ctx: click.Context, kw: dict, model_seq_len: int | None) ->
 
 
 def _context(kw: dict):
-    from autoplan.measured import MeasuredContext
+    from autoplan.calibration.measured import MeasuredContext
     from autoplan.profiles import load_profile
     from autoplan.specs.hardware import load_gpu
     from autoplan.units import parse_bandwidth
@@ -117,8 +117,8 @@ def _print_calibration(cal, measured, out_path, kw) -> None:
 
 
 def _calibrate_csv(ctx: click.Context, kw: dict) -> None:
-    from autoplan.calibrate import CalibrationError
-    from autoplan.measured import (calibrate_measured, check_params, default_params, profile_mapping, read_measured,
+    from autoplan.calibration.fit import CalibrationError
+    from autoplan.calibration.measured import (calibrate_measured, check_params, default_params, profile_mapping, read_measured,
                                    write_profile)
 
     context = _context(kw)
@@ -154,8 +154,8 @@ def _calibrate_csv(ctx: click.Context, kw: dict) -> None:
 def _import_log(ctx: click.Context, kw: dict) -> None:
     from autoplan.errors import LayoutError
     from autoplan.layout import resolve_layout
-    from autoplan.log_import import parse_log
-    from autoplan.measured import append_records, measured_record
+    from autoplan.calibration.log_import import parse_log
+    from autoplan.calibration.measured import append_records, measured_record
 
     spec = None
     if kw["model_name"]:
@@ -271,7 +271,7 @@ def validate_command(output_format, quick, sections, seed) -> None:
     profiles were fitted on and on the held-out rest, ranking of the playbook sweep, the
     issue-8 calibration check and a golden ZeRO case.
     """
-    from autoplan.accuracy_report import REFIT_SECTIONS, accuracy_report
+    from autoplan.calibration.accuracy_report import REFIT_SECTIONS, accuracy_report
 
     start = time.time()
     chosen = [s for s in (sections or SECTIONS) if not (quick and s in REFIT_SECTIONS)]

@@ -28,7 +28,7 @@ def _evaluate_one(kwargs):
 
 
 def _why_not(ctx, batch, table) -> str:
-    from autoplan.legality import explain_reason, suggest_fix
+    from autoplan.rules.legality import explain_reason, suggest_fix
 
     code = int(table["reason_code"][0])
     if code:
@@ -39,7 +39,7 @@ def _why_not(ctx, batch, table) -> str:
         from autoplan.cost.memory import MEMORY_TERMS
 
         biggest = max(MEMORY_TERMS, key=lambda t: table[f"mem_{stage}_{t}_bytes"][0])
-        from autoplan.whynot import nearest_fitting_change
+        from autoplan.report.whynot import nearest_fitting_change
 
         over = -table["memory_headroom_gib"][0]
         fix = nearest_fitting_change(ctx, batch.layout(0))
@@ -84,7 +84,7 @@ def estimate_command(output_format, **kwargs) -> None:
 @output_format_option()
 def explain_command(output_format, **kwargs) -> None:
     """Every memory and time term of one layout, with its formula and source."""
-    from autoplan.explain import bottleneck, explain_terms
+    from autoplan.report.explain import bottleneck, explain_terms
 
     ctx, batch, table = _evaluate_one(kwargs)
     rows = explain_terms(table, 0)
@@ -127,7 +127,7 @@ def _check_columns(columns, where: str) -> None:
 def compare_command(layouts_csv, model_name, hardware, trainer, profile_path, gpus, seq_len, gbs_seqs,
                     precision, output_path) -> None:
     """Evaluate every row of a CSV of layouts; rows that break a rule get fits=false and a reason."""
-    from autoplan.compare import compare_layouts, read_layouts_csv
+    from autoplan.report.compare import compare_layouts, read_layouts_csv
 
     if gpus is not None:  # one count for every row: refuse it up front if no cluster has it
         from autoplan.specs.hardware import load_gpu, make_cluster

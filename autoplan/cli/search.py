@@ -97,7 +97,7 @@ def search_command(**kw) -> None:
         parse_trainers(kw["export_to"])  # refuse an unknown trainer before searching
     from autoplan.api import build_context
     from autoplan.search import SearchOptions, search
-    from autoplan.search.results import MAX_CSV_ROWS
+    from autoplan.report.results import MAX_CSV_ROWS
     from autoplan.space import KNOBS, BatchTarget, load_space
 
     ctx = build_context(kw["model_name"], kw["gpus"], hardware=kw["hardware"], trainer=kw["trainer"],
@@ -139,7 +139,7 @@ def _costs(result, kw: dict):
     """Days, GPU-hours and dollars to train for the top plans (None without --train-tokens)."""
     if kw["train_tokens"] is None:
         return None
-    from autoplan.report import add_cost_columns
+    from autoplan.report.html import add_cost_columns
 
     frame = result.to_frame(int(result.plan_rows(kw["top_k"]).max(initial=-1)) + 1)
     frame = frame.iloc[result.plan_rows(kw["top_k"])] if len(frame) else frame
@@ -163,11 +163,11 @@ def _export(result, trainers: str, out: str) -> list[str]:
 
 def _report(result, kw: dict, out: str) -> str:
     """Plots and report.html for the run."""
-    from autoplan.report import write_report
-    from autoplan.search.results import MAX_CSV_ROWS
+    from autoplan.report.html import write_report
+    from autoplan.report.results import MAX_CSV_ROWS
 
     from autoplan.cost.evaluate import evaluate
-    from autoplan.report import add_cost_columns
+    from autoplan.report.html import add_cost_columns
 
     frame_all = result.to_frame(min(len(result.table), MAX_CSV_ROWS))
     rows = result.plan_rows(kw["top_k"])
@@ -208,7 +208,7 @@ class _progress_bar:
 
 
 def _write(result, kw: dict, seq_len: int, target) -> str:
-    from autoplan.search.results import default_out_dir, write_results
+    from autoplan.report.results import default_out_dir, write_results
 
     inputs = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()}
     inputs.update(seq_len=seq_len, gbs_seqs=target.gbs_seqs, model=result.ctx.model.name)
@@ -222,7 +222,7 @@ COST_COLUMNS = ("train_days", "gpu_hours", "cost_usd")
 def _emit(result, output_format: str, top_k: int, costs=None) -> None:
     import json
 
-    from autoplan.search.results import CSV_FLOAT_FORMAT, clean_json, summary
+    from autoplan.report.results import CSV_FLOAT_FORMAT, clean_json, summary
 
     if output_format == "json":
         doc = summary(result, top_k)

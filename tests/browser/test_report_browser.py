@@ -16,8 +16,8 @@ import pytest
 from autoplan.api import build_context
 from autoplan.cost.evaluate import evaluate
 from autoplan.layout import LayoutBatch, resolve_layout
-from autoplan.plots import layout_from_row
-from autoplan.report import PLOT_FILES, add_cost_columns, write_report
+from autoplan.report.plots import layout_from_row
+from autoplan.report.html import PLOT_FILES, add_cost_columns, write_report
 from autoplan.units import GiB
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -220,7 +220,7 @@ def test_a_compare_output_with_measured_columns_calibrates(tmp_path, measured_cs
 
 
 def test_validate_sections_match_the_library():
-    from autoplan.accuracy_report import SECTIONS
+    from autoplan.calibration.accuracy_report import SECTIONS
     from autoplan.cli.calibrate import SECTIONS as CLI_SECTIONS
 
     assert CLI_SECTIONS == SECTIONS

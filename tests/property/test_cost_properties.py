@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
 from autoplan.cost.memory import MEMORY_TERMS, model_state_bytes
-from autoplan.explain import explain_terms
+from autoplan.report.explain import explain_terms
 from autoplan.layout import PLACEMENTS, Layout, LayoutBatch, resolve_layout
 from autoplan.profiles import list_trainers, load_profile
 from autoplan.specs.hardware import load_gpu, make_cluster

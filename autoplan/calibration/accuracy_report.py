@@ -1,10 +1,10 @@
 """The accuracy report as data: every figure of ``benchmarks/accuracy.py`` as a :class:`Figure`.
 
 ``autoplan validate`` formats these (table, JSON, CSV); the arithmetic is here once, on top of
-:mod:`autoplan.accuracy` (splits, fits, statistics). Sections:
+:mod:`autoplan.calibration.accuracy` (splits, fits, statistics). Sections:
 
 * ``rows``: rows per source, fitted on / held out / left out (the seeded split of the shipped
-  profiles, :func:`autoplan.accuracy.fit_split`).
+  profiles, :func:`autoplan.calibration.accuracy.fit_split`).
 * ``memory``: median and p90 absolute % error of peak memory over the playbook sweep's ``ok``
   runs, ``fits`` agreement with ok / crashed_or_oom, ``ok`` runs predicted > 5% over capacity,
   torchtitan's median error.
@@ -27,14 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoplan.accuracy import (FIT_LOSS, FIT_PLAN, TIME_SOURCES, Pair, abs_pct_errors, cell_rankings,
+from autoplan.calibration.accuracy import (FIT_LOSS, FIT_PLAN, TIME_SOURCES, Pair, abs_pct_errors, cell_rankings,
                                context_factory, fit_split, predictions, zero_figure1_gb)
-from autoplan.calibrate import MEMORY_PARAMS, fit_efficiency, predict_rows, split_rows
+from autoplan.calibration.fit import MEMORY_PARAMS, fit_efficiency, predict_rows, split_rows
 from autoplan.errors import AutoplanError
 from autoplan.profiles import Efficiency, load_profile
 from autoplan.specs.hardware import load_gpu
 from autoplan.units import GB, GiB
-from autoplan.validation import Row, Source, load_playbook_sweep, load_sources, row_context
+from autoplan.calibration.validation import Row, Source, load_playbook_sweep, load_sources, row_context
 
 SUBSETS = ("fit", "held-out", "all")
 ISSUE8_FRACTION = 0.2

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from autoplan.cli import main
-from autoplan.log_import import LogImportError, human_number, parse_log
+from autoplan.calibration.log_import import LogImportError, human_number, parse_log
 from autoplan.units import GiB, MiB
 
 MEGATRON = """\
@@ -173,7 +173,7 @@ def test_cli_appends_rows_that_calibrate_reads(log, tmp_path):
     assert [r["tp"] for r in rows] == ["2", "1"] and rows[0]["dp"] == "16"
     assert float(rows[0]["tokens_per_s_per_gpu"]) == pytest.approx(7992.2, abs=0.1)
     assert float(rows[1]["peak_memory_gib"]) == pytest.approx(72.13)
-    from autoplan.measured import MeasuredContext, read_measured
+    from autoplan.calibration.measured import MeasuredContext, read_measured
     from autoplan.profiles import load_profile
     from autoplan.specs.hardware import load_gpu
 

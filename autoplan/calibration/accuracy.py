@@ -11,7 +11,7 @@ The figures of issues 3, 4 and 8, computed here once so that ``benchmarks/accura
   cell of the playbook sweep, averaged over cells, and top-1 regret (1 − measured MFU of the
   layout ranked first / the cell's best measured MFU).
 
-Calibration uses a seeded ``fraction`` of each source (:func:`autoplan.calibrate.split_rows`);
+Calibration uses a seeded ``fraction`` of each source (:func:`autoplan.calibration.fit.split_rows`);
 every figure is reported for the fitted rows and the held-out rows separately.
 """
 
@@ -22,10 +22,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from autoplan.calibrate import FitReport, fit_efficiency, predict_rows, split_rows
+from autoplan.calibration.fit import FitReport, fit_efficiency, predict_rows, split_rows
 from autoplan.cost.context import CostContext
 from autoplan.profiles import Efficiency
-from autoplan.validation import Row, Source, row_context
+from autoplan.calibration.validation import Row, Source, row_context
 
 Pair = tuple[str, str]  # (trainer, hardware)
 

@@ -68,7 +68,7 @@ def compare_layouts(frame, model: str, *, hardware: str, trainer: str, profile_p
         ctx = build_context(model, 1, hardware=hardware, trainer=trainer, profile_path=profile_path)
         table = evaluate(ctx, LayoutBatch.from_layouts(layouts))
         frame_out = table.to_frame()
-        from autoplan.legality import explain_reason
+        from autoplan.rules.legality import explain_reason
 
         rows_index = out.index[rows]
         for column in OUTPUT_COLUMNS:

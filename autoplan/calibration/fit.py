@@ -24,7 +24,7 @@ from autoplan.cost.evaluate import evaluate
 from autoplan.errors import AutoplanError
 from autoplan.layout import LayoutBatch, resolve_layout
 from autoplan.profiles import Efficiency
-from autoplan.validation import Row, row_context
+from autoplan.calibration.validation import Row, row_context
 
 MEMORY_PARAMS = ("memory_reserve_bytes", "allocator_overhead")
 DEFAULT_PARAMS = ("gemm_efficiency_max", "gemm_half_flops", "scale_out_efficiency", "dp_overlap",

@@ -17,7 +17,7 @@ import numpy as np
 
 from autoplan.cost.memory import MEMORY_TERMS
 from autoplan.layout import CODE_FIELDS, Layout
-from autoplan.explain import TIME_SOURCES
+from autoplan.report.explain import TIME_SOURCES
 from autoplan.units import GiB
 
 TIME_TERMS = tuple(TIME_SOURCES)  # the step-time terms, in explain's order

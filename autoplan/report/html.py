@@ -72,7 +72,7 @@ def add_cost_columns(frame, *, gpu_hour_price_usd: float | None, train_tokens: f
 def write_plots(out_dir: str | Path, frame_all, frame_top, capacity_gib: float,
                 chosen_layout: Layout, chosen_index=None) -> dict[str, Path]:
     """Draw the four figures into ``out_dir``; returns {key: path} with the keys of PLOT_FILES."""
-    from autoplan import plots
+    from autoplan.report import plots
 
     out_dir = Path(out_dir)
     return {
@@ -138,7 +138,7 @@ def _format(value: Any, fmt: str) -> str:
 
 def _table_html(frame_top) -> str:
     """The ranked plans as an HTML table (id ``ranked-plans``), rank 1 first."""
-    from autoplan.plots import layout_from_row
+    from autoplan.report.plots import layout_from_row
 
     columns = [c for c in TABLE_COLUMNS if c[0] in frame_top.columns]
     head = "<th>rank</th><th>layout</th>" + "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in columns)

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autoplan.calibrate import (CalibrationError, cross_validate, fit_efficiency, nelder_mead,
+from autoplan.calibration.fit import (CalibrationError, cross_validate, fit_efficiency, nelder_mead,
                                 predict_rows, split_rows)
 from autoplan.cost.context import CostContext
 from autoplan.errors import AutoplanError
@@ -16,7 +16,7 @@ from autoplan.profiles import Efficiency, load_profile
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.models import load_model
 from autoplan.units import GiB
-from autoplan.validation import Row
+from autoplan.calibration.validation import Row
 
 MODEL = load_model("usp-1b")
 START = Efficiency()  # where every fit starts (the uncalibrated defaults)

@@ -3,7 +3,7 @@
 from autoplan.api import build_context
 from autoplan.cost.evaluate import evaluate
 from autoplan.layout import LayoutBatch, resolve_layout
-from autoplan.whynot import nearest_fitting_change
+from autoplan.report.whynot import nearest_fitting_change
 
 
 def test_suggested_change_fits_and_is_a_single_knob():

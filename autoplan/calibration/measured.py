@@ -7,9 +7,9 @@ e.g. ``torch.cuda.max_memory_reserved()``), either left empty where not measured
 are ignored unless they look like a misspelling of one of these.
 
 :func:`calibrate_measured` fits the named ``Efficiency`` parameters on every usable row
-(:func:`autoplan.calibrate.fit_efficiency`), and k-fold cross-validates the same fit so that
+(:func:`autoplan.calibration.fit.fit_efficiency`), and k-fold cross-validates the same fit so that
 the error it reports is held-out error; :func:`profile_mapping` is the YAML that
-``--profile`` reads (:mod:`autoplan.profiles.calibrated`).
+``--profile`` reads (:mod:`autoplan.calibration.profile_file`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from autoplan.calibrate import (DEFAULT_PARAMS, MEMORY_PARAMS, CalibrationError, CrossValidation, FitReport,
+from autoplan.calibration.fit import (DEFAULT_PARAMS, MEMORY_PARAMS, CalibrationError, CrossValidation, FitReport,
                                 cross_validate, error_summary, fit_efficiency, predict, prepare)
 from autoplan.cost.context import CostContext
 from autoplan.errors import AutoplanError, LayoutError, SpecError
@@ -35,7 +35,7 @@ from autoplan.specs.hardware import GPUSpec, make_cluster
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
 from autoplan.units import GiB
-from autoplan.validation import Row
+from autoplan.calibration.validation import Row
 
 MEASURED_COLUMNS = ("tokens_per_s_per_gpu", "peak_memory_gib")
 KNOWN_COLUMNS = FIELDS + MEASURED_COLUMNS + ("model",)
@@ -79,7 +79,7 @@ def check_columns(columns: list[str], where: str) -> None:
     """Refuse a near-miss of a known column and a file without any measured column. The
     prediction columns of an ``autoplan compare`` output (``predicted_*``, and its other output
     columns when a ``fits`` column says the file is one) are ignored."""
-    from autoplan.compare import OUTPUT_COLUMNS
+    from autoplan.report.compare import OUTPUT_COLUMNS
 
     ignored = set(OUTPUT_COLUMNS) if "fits" in columns else set()
     for column in columns:
@@ -173,7 +173,7 @@ def read_measured(path: str | Path, context: MeasuredContext, *, model: str | No
 def _drop_illegal(rows: list[Row], context: MeasuredContext) -> tuple[list[Row], list[tuple[int, str]]]:
     """Rows whose layout breaks a rule of the trainer or model cannot be predicted: left out."""
     from autoplan.cost.evaluate import evaluate
-    from autoplan.legality import explain_reason
+    from autoplan.rules.legality import explain_reason
 
     keep, broken = [], []
     for row in rows:

@@ -14,8 +14,8 @@ from autoplan.api import build_context
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import AutoplanError
 from autoplan.layout import LayoutBatch, resolve_layout
-from autoplan.plots import layout_from_row
-from autoplan.report import PLOT_FILES, add_cost_columns, find_chosen_index, write_report
+from autoplan.report.plots import layout_from_row
+from autoplan.report.html import PLOT_FILES, add_cost_columns, find_chosen_index, write_report
 from autoplan.units import GiB
 
 LAYOUTS = [dict(tp=1), dict(tp=2, recompute="selective"), dict(tp=2, pp=2), dict(tp=4, pp=2, vpp=2),

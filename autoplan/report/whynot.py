@@ -10,7 +10,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import LayoutError
 from autoplan.layout import Layout, LayoutBatch, resolve_layout
-from autoplan.legality import legality_codes
+from autoplan.rules.legality import legality_codes
 
 
 def _neighbours(ctx: CostContext, lay: Layout) -> list[tuple[str, Layout]]:

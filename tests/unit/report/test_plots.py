@@ -11,7 +11,7 @@ from functools import cache
 import numpy as np
 import pytest
 
-from autoplan import plots
+from autoplan.report import plots
 from autoplan.api import build_context
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import LayoutError

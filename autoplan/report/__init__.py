@@ -1,0 +1,1 @@
+"""Reporting: explain, why-not, compare, results files, plots and the HTML report."""
