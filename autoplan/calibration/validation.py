@@ -128,7 +128,9 @@ def gpt_model(name: str, *, hidden: int, layers: int, heads: int, vocab: int, se
 def playbook_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """Model FLOPs per token, playbook convention: 6·N + 12·L·h·s, N = every parameter with a
     tied LM head counted twice, attention not halved (refdata README; Ultra-Scale Playbook)."""
-    pc = model.params
+    from autoplan.cost.params import count_params
+
+    pc = count_params(model)
     n = pc.total + (pc.lm_head_matmul if pc.lm_head == 0 else 0)
     return 6.0 * n + 12.0 * model.num_layers * model.q_size * seq_len
 

@@ -13,13 +13,14 @@ from autoplan.units import GiB, format_count
 @output_format_option()
 def models_command(output_format: str) -> None:
     """List the model presets (model_db/) with their parameter counts."""
+    from autoplan.cost.params import count_params
     from autoplan.specs.models import list_models
 
     records = []
     for m in list_models():
         records.append({
             "name": m.name, "aliases": ",".join(m.aliases), "model_type": m.model_type,
-            "num_params": m.num_params, "num_active_params": m.num_active_params,
+            "num_params": count_params(m).total, "num_active_params": count_params(m).active,
             "num_layers": m.num_layers, "hidden_size": m.hidden_size,
             "num_attention_heads": m.num_attention_heads, "num_kv_heads": m.num_kv_heads,
             "vocab_size": m.vocab_size, "num_experts": m.moe.num_experts if m.moe else 0,

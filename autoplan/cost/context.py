@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from autoplan.cost.params import ParamCounts
+from autoplan.cost.params import ParamCounts, count_params
 from autoplan.profiles import Efficiency, TrainerProfile
 from autoplan.specs.hardware import Cluster
 from autoplan.specs.model import ModelSpec
@@ -35,4 +35,4 @@ class CostContext:
 
     @cached_property
     def params(self) -> ParamCounts:
-        return self.model.params
+        return count_params(self.model)

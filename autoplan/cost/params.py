@@ -13,6 +13,7 @@ part of the main model and is not counted.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from autoplan.specs.model import ModelSpec
 
@@ -97,6 +98,7 @@ def _norm_params(model: ModelSpec) -> int:
     return 2 * per_norm + extra
 
 
+@lru_cache(maxsize=256)
 def count_params(model: ModelSpec) -> ParamCounts:
     """Count every weight of ``model`` by component (element counts)."""
     h, v = model.hidden_size, model.vocab_size

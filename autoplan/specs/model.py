@@ -8,7 +8,6 @@ converted by :mod:`autoplan.specs.hf_config`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from autoplan.errors import SpecError
 
@@ -118,18 +117,3 @@ class ModelSpec:
         if self.mla is not None:
             return self.num_attention_heads * (self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim)
         return self.num_kv_heads * self.head_dim
-
-    @cached_property
-    def params(self):
-        """Parameter counts by component (see :mod:`autoplan.cost.params`)."""
-        from autoplan.cost.params import count_params
-
-        return count_params(self)
-
-    @property
-    def num_params(self) -> int:
-        return self.params.total
-
-    @property
-    def num_active_params(self) -> int:
-        return self.params.active

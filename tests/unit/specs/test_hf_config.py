@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from autoplan.cost.params import count_params
 from autoplan.errors import AutoplanError, SpecError
 from autoplan.specs.hf_config import SUPPORTED_MODEL_TYPES, model_from_hf_config
 from autoplan.specs.models import load_model
@@ -128,8 +129,8 @@ def test_convert(case):
     for field, expected in case["fields"].items():
         assert getattr(spec, field) == expected, field
     assert spec.model_type == case["config"]["model_type"]
-    assert spec.num_params == case["total"]
-    assert spec.num_active_params == case.get("active", case["total"])
+    assert count_params(spec).total == case["total"]
+    assert count_params(spec).active == case.get("active", case["total"])
 
 
 def test_every_supported_type_has_a_case():
@@ -153,7 +154,7 @@ def test_deepseek_null_q_lora_rank_means_plain_q_proj():
     spec = model_from_hf_config({**config, "q_lora_rank": None}, "test.json")
     assert spec.mla.q_lora_rank == 0
     # q: 1,792 -> 64*4*12 = 3,072 per layer (+1,280); norms lose the 16-wide q_a_layernorm
-    assert spec.num_params == 164_888 + 3 * (1_280 - 16)
+    assert count_params(spec).total == 164_888 + 3 * (1_280 - 16)
 
 
 def test_transformers_defaults():
@@ -200,7 +201,7 @@ def test_autoplan_keys():
 def test_user_config_may_hold_any_hf_keys():
     config = {"model_type": "llama", **BASE, "torch_dtype": "bfloat16", "rope_scaling": None,
               "architectures": ["LlamaForCausalLM"], "rope_theta": 500000.0}
-    assert model_from_hf_config(config, "x").num_params == 86_848
+    assert count_params(model_from_hf_config(config, "x")).total == 86_848
 
 
 # --- bad input: (config, message fragments) ---------------------------------------------------
@@ -287,7 +288,7 @@ def test_user_config_json_file(tmp_path):
     (folder / "config.json").write_text(json.dumps({"model_type": "llama", **BASE,
                                                     "torch_dtype": "bfloat16"}))
     spec = load_model(str(folder / "config.json"))
-    assert (spec.name, spec.num_params) == ("My-Model", 86_848)
+    assert (spec.name, count_params(spec).total) == ("My-Model", 86_848)
     assert load_model(str(folder)).name == "My-Model"  # a folder means its config.json
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+
 import pytest
 
+from autoplan.cost.params import count_params
 from autoplan.errors import SpecError, UnknownNameError
 from autoplan.paths import data_dir
 from autoplan.specs.models import build_index, list_models, load_model, read_presets
@@ -34,7 +36,7 @@ def test_every_preset_loads(name):
     spec = load_model(name)
     assert spec.name == name
     assert spec.sources and all(source.strip() for source in spec.sources)
-    assert spec.num_params > 0
+    assert count_params(spec).total > 0
 
 
 def test_required_presets_exist():
@@ -154,4 +156,4 @@ def test_user_yaml_file(tmp_path):
     path.write_text(LLAMA_BODY + "seq_len: 128\n")
     spec = load_model(str(path))
     # the llama case of test_hf_config with 4 KV heads instead of 2: 86,848 + 2 x 2*64*32
-    assert (spec.name, spec.seq_len, spec.num_params) == ("tiny", 128, 95_040)
+    assert (spec.name, spec.seq_len, count_params(spec).total) == ("tiny", 128, 95_040)
