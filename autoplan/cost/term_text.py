@@ -74,7 +74,7 @@ def _dp_collectives(ctx, lay) -> str:
 
 
 VARIANTS: dict[str, Variant] = {
-    "G": Variant("G (= dp·cp if zero_shards_over_cp else dp)", _zero_group),
+    "G": Variant("dp·cp if zero_shards_over_cp else dp", _zero_group),
     "z1": _shard(1, False), "z1e": _shard(1, True),
     "z2": _shard(2, False), "z2e": _shard(2, True),
     "z3": _shard(3, False), "z3e": _shard(3, True),

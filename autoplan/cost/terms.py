@@ -55,7 +55,7 @@ class Term:
 
 def _stage_memory(term: str, meaning: str, formula: str, source: str, parameters: tuple[str, ...]) -> list[Term]:
     """The first- and last-stage columns of one memory term (summands of the stage total)."""
-    return [Term(f"mem_{s}_{term}_bytes", term, "memory", "bytes", f"{meaning} ({s} pipeline stage)", formula,
+    return [Term(f"mem_{s}_{term}_bytes", term, "memory", "bytes", meaning, formula,
                  source, parameters, adds_to=f"mem_{s}_total_bytes", stage=s) for s in STAGES]
 
 

@@ -50,7 +50,8 @@ def describe_column(column: str) -> dict[str, str]:
     """Kind, unit, meaning and (for a cost term) formula and source of one column."""
     if column in BY_COLUMN:
         t = BY_COLUMN[column]
-        return {"kind": t.kind, "unit": t.unit, "meaning": t.meaning, "formula": formula_text(t),
+        meaning = f"{t.meaning} ({t.stage} pipeline stage)" if t.stage else t.meaning
+        return {"kind": t.kind, "unit": t.unit, "meaning": meaning, "formula": formula_text(t),
                 "source": t.source}
     kind, unit, meaning = (LAYOUT_COLUMNS | SEARCH_COLUMNS).get(column, ("", "", ""))
     return {"kind": kind, "unit": unit, "meaning": meaning}
