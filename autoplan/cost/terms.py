@@ -99,7 +99,7 @@ MEMORY_TERMS_DEFINED = [
 ]
 
 MEMORY_TOTALS = [
-    *[Term(f"mem_{s}_total_bytes", "total", "memory", "bytes", f"memory per GPU of the {s} pipeline stage",
+    *[Term(f"mem_{s}_total_bytes", "total", "memory", "bytes", "memory per GPU of the stage",
            "sum of the stage's memory terms", "autoplan/cost/memory.py", stage=s) for s in STAGES],
     Term("peak_memory_bytes", "peak_memory", "memory", "bytes", "peak memory per GPU over the pipeline stages",
          "max(mem_first_total_bytes, mem_last_total_bytes)", "autoplan/cost/stages.py (the peak is on the first "
@@ -164,9 +164,9 @@ TIME_TERMS_DEFINED = [
           f"{SC21} Sec. 2.2", ("pp_overlap", "BF16_BYTES", *LINKS)),
     _time("dp_exposed", "data-parallel gradient reduction and parameter gathers not hidden",
           "R − dp_overlap·min(R, dp_grad_overlap_window·t_mc) + Gth − dp_overlap·min(Gth, "
-          "dp_gather_overlap_window·t_mc) + grad_acc·max(0, Z3 − fsdp_overlap·t_mc); {dp_collectives}; over "
-          "dp·cp for P = the slower stage's non-expert parameters, over the expert-data-parallel group for its "
-          "expert parameters; t_mc = compute + recompute of one micro-batch",
+          "dp_gather_overlap_window·t_mc) + grad_acc·max(0, Z3 − fsdp_overlap·t_mc); {dp_collectives}; P = the "
+          "parameters per GPU of the heavier of the first and last stage, its non-expert part over dp·cp, its "
+          "expert part over the expert-data-parallel group; t_mc = compute + recompute of one micro-batch",
           f"PyTorch DDP gradient buckets; {ZERO}; FSDP2 prefetch",
           ("dp_overlap", "fsdp_overlap", "grad_reduce_bytes", "BF16_BYTES", "dp_grad_overlap_window",
            "dp_gather_overlap_window", *LINKS)),
@@ -175,7 +175,7 @@ TIME_TERMS_DEFINED = [
           "and ZeRO-3 time", f"{SC21} Sec. 2.2 (interleaved 1F1B)"),
     _time("optimizer", "optimizer step (memory-bound Adam update)",
           "(P_dense + P_expert) / {optimizer_shard} × adam_traffic_bytes_per_param / (hbm_bytes_per_s·"
-          "hbm_efficiency)", "Adam update memory traffic (fp32 master, m, v read and written, bf16 weight written)",
+          "hbm_efficiency), P of the heavier of the first and last stage", "Adam update memory traffic (fp32 master, m, v read and written, bf16 weight written)",
           ("adam_traffic_bytes_per_param", "hbm_bytes_per_s", "hbm_efficiency")),
     _time("overhead", "fixed per-step time (data loading, logging, launches)", "step_overhead_s",
           "calibrated per trainer and GPU (profiles/*.yaml)", ("step_overhead_s",)),
