@@ -83,12 +83,13 @@ def estimate_command(output_format, **kwargs) -> None:
 @layout_options
 @output_format_option()
 def explain_command(output_format, **kwargs) -> None:
-    """Every memory and time term of one layout, with its formula and source."""
+    """Every memory and time term of one layout, with its formula, parameter values and source."""
     from autoplan.report.explain import bottleneck, explain_terms
 
     ctx, batch, table = _evaluate_one(kwargs)
-    rows = explain_terms(table, 0)
-    emit_records(rows, output_format, columns=["kind", "stage", "term", "value", "unit", "formula", "source"],
+    rows = explain_terms(ctx, table, 0)
+    emit_records(rows, output_format,
+                 columns=["kind", "stage", "term", "value", "unit", "formula", "parameters", "source"],
                  title=f"{ctx.model.name}: {batch.layout(0).describe()}",
                  formatters={"value": "{:.4g}".format}, json_key="terms")
     if output_format == "table":

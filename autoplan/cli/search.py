@@ -121,7 +121,7 @@ def search_command(**kw) -> None:
             raise NoFeasiblePlanError(f"{exc} (every candidate with its reason: {out}/plans.csv)") from None
     costs = _costs(result, kw)
     _emit(result, kw["output_format"], kw["top_k"], costs)
-    written = ["plans.csv", "plans.json", "manifest.json"]
+    written = ["plans.csv", "plans.json", "columns.md", "manifest.json"]
     if kw["export_to"]:
         written += _export(result, kw["export_to"], out)
     if kw["report"]:
@@ -222,6 +222,7 @@ COST_COLUMNS = ("train_days", "gpu_hours", "cost_usd")
 def _emit(result, output_format: str, top_k: int, costs=None) -> None:
     import json
 
+    from autoplan.report.columns import plain_dictionary
     from autoplan.report.results import CSV_FLOAT_FORMAT, clean_json, summary
 
     if output_format == "json":
@@ -229,6 +230,7 @@ def _emit(result, output_format: str, top_k: int, costs=None) -> None:
         if costs is not None:
             for plan, (_, row) in zip(doc["plans"], costs.iterrows()):
                 plan.update({c: float(row[c]) for c in COST_COLUMNS if c in costs})
+            doc["columns"].update(plain_dictionary(c for c in COST_COLUMNS if c in costs))
         click.echo(json.dumps(clean_json(doc), indent=2))
     elif output_format == "csv":
         rows = result.plan_rows(top_k)

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from autoplan.cost.memory import MEMORY_TERMS
+from autoplan.cost.terms import time_terms
 from autoplan.layout import CODE_FIELDS, Layout
-from autoplan.report.explain import TIME_SOURCES
 from autoplan.units import GiB
 
-TIME_TERMS = tuple(TIME_SOURCES)  # the step-time terms, in explain's order
+TIME_TERMS = tuple(t.term for t in time_terms())  # the step-time terms, in explain's order
 TIME_COLOURS = {"compute": "#1f4e8c", "recompute": "#7fa7d9", "tp_exposed": "#d95f02",
                 "cp_exposed": "#e7298a", "ep_exposed": "#7570b3", "pp_exposed": "#a6761d",
                 "dp_exposed": "#e6ab02", "bubble": "#bdbdbd", "optimizer": "#1b9e77",

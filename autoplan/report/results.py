@@ -1,5 +1,6 @@
 """A search's result folder: plans.csv (every evaluated layout, ranked), plans.json (the top
-plans as flat records) and manifest.json (inputs, versions, seed, command line).
+plans as flat records, with a ``columns`` dictionary), columns.md (what each column means, its
+unit and formula) and manifest.json (inputs, versions, seed, command line).
 
 plans.csv holds no timestamp and writes floats with a fixed format, so identical inputs and
 seed give a byte-identical file; the manifest carries the run's time and duration.
@@ -15,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from autoplan.report.columns import columns_markdown, plain_dictionary
 from autoplan.search import SearchResult
 
 CSV_FLOAT_FORMAT = "%.9g"
@@ -39,11 +41,13 @@ def default_out_dir(model: str, gpus: int, root: str | Path = "results") -> Path
 def summary(result: SearchResult, top: int) -> dict[str, Any]:
     """The JSON document of a search: inputs, recipe counts and the top plans."""
     t, ctx = result.target, result.ctx
+    plans = result.top_records(top)
     return {"model": ctx.model.name, "hardware": ctx.cluster.gpu.name, "trainer": ctx.profile.name,
             "gpus": t.gpus, "seq_len": t.seq_len, "gbs_seqs": t.gbs_seqs,
             "gbs_tokens": t.gbs_seqs * t.seq_len, "gbs_tolerance": t.gbs_tolerance,
             "space": result.space.name, "sampler": result.sampler, "seed": result.options.seed,
-            "recipe": result.counts.to_dict(), "plans": result.top_records(top)}
+            "recipe": result.counts.to_dict(), "plans": plans,
+            "columns": plain_dictionary(plans[0] if plans else [])}
 
 
 def versions() -> dict[str, str]:
@@ -73,7 +77,7 @@ def manifest(result: SearchResult, inputs: dict[str, Any], command_line: list[st
         "recipe": result.counts.to_dict(),
         "elapsed_s": round(result.elapsed_s, 3),
         "versions": versions(),
-        "files": ["plans.csv", "plans.json", "manifest.json"],
+        "files": ["plans.csv", "plans.json", "columns.md", "manifest.json"],
         "plans_csv": {"rows": min(rows, MAX_CSV_ROWS), "omitted_rows": max(0, rows - MAX_CSV_ROWS)},
     }
 
@@ -86,11 +90,12 @@ def _study_name(result: SearchResult) -> str | None:
 
 def write_results(result: SearchResult, out_dir: str | Path, *, top: int, inputs: dict[str, Any],
                   command_line: list[str]) -> Path:
-    """Write plans.csv, plans.json and manifest.json into ``out_dir`` (created)."""
+    """Write plans.csv, plans.json, columns.md and manifest.json into ``out_dir`` (created)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    result.to_frame(MAX_CSV_ROWS).to_csv(out / "plans.csv", index=False, float_format=CSV_FLOAT_FORMAT,
-                             lineterminator="\n")
+    frame = result.to_frame(MAX_CSV_ROWS)
+    frame.to_csv(out / "plans.csv", index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n")
+    (out / "columns.md").write_text(columns_markdown(frame.columns), encoding="utf-8")
     _write_json(out / "plans.json", summary(result, top))
     _write_json(out / "manifest.json", manifest(result, inputs, command_line))
     return out

@@ -123,7 +123,7 @@ def test_explain_json_terms_add_up():
     terms = json.loads(run(["explain", *BASE, "--format", "json"]).stdout)["terms"]
     rec = estimate_json()
     for row in terms:
-        assert set(row) == {"kind", "stage", "term", "value", "unit", "formula", "source"}
+        assert set(row) == {"kind", "stage", "term", "value", "unit", "formula", "parameters", "source"}
         assert row["formula"] and row["source"]
     for stage in ("first", "last"):
         gib = sum(r["value"] for r in terms if r["kind"] == "memory" and r["stage"] == stage)

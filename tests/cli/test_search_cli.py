@@ -42,7 +42,7 @@ def test_headline_table(tmp_path):
                    "exposed"):
         assert column in result.stdout
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert files == ["manifest.json", "plans.csv", "plans.json"]
+    assert files == ["columns.md", "manifest.json", "plans.csv", "plans.json"]
 
 
 def test_each_top_plan_is_legal_fits_and_meets_the_batch(headline):
@@ -71,10 +71,22 @@ def test_json_document_shape(headline):
     for key in (*LAYOUT_KEYS, "step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib"):
         assert key in plan
     assert json.loads((out / "plans.json").read_text())["plans"] == document["plans"]
+    assert set(document["columns"]) == set(plan), "every plan column is in the column dictionary"
+    assert all(entry["meaning"] and entry["unit"] for entry in document["columns"].values())
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"]["seed"] == 0 and manifest["sampler"]["used"] == "exhaustive"
     assert {"autoplan", "optuna", "numpy", "python"} <= set(manifest["versions"])
     assert isinstance(manifest["command_line"], list)
+
+
+def test_columns_md_describes_every_plans_csv_column(headline):
+    _, out = headline
+    header = (out / "plans.csv").read_text().splitlines()[0].split(",")
+    text = (out / "columns.md").read_text()
+    for column in header:
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{column}` |"))
+        assert not row.endswith("|  |  |  |"), row  # kind, unit and meaning are filled in
+    assert "`step_time_s` = sum of the time terms" in text
 
 
 def test_plans_csv_has_every_candidate_ranked_and_is_reproducible(headline, tmp_path):

@@ -406,9 +406,10 @@ def test_zero3_expert_shards_sum_over_the_expert_data_parallel_group(case):
 @given(model_and_layouts(max_size=4))
 def test_explain_terms_add_up_to_the_totals(case):
     model, trainer, lays = case
-    table = table_of(make_ctx(model, trainer), lays)
+    ctx = make_ctx(model, trainer)
+    table = table_of(ctx, lays)
     for i in range(len(lays)):
-        rows = explain_terms(table, i)
+        rows = explain_terms(ctx, table, i)
         for stage in STAGES:
             terms = [r for r in rows if r["kind"] == "memory" and r["stage"] == stage]
             assert {r["term"] for r in terms} == set(MEMORY_TERMS)

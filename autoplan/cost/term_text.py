@@ -1,0 +1,171 @@
+"""Formula text of the cost terms (``cost/terms.py``) for one layout, and the parameter values.
+
+A term's formula holds ``{placeholders}`` for the pieces that depend on the layout or the
+trainer profile (``VARIANTS``): each has a general text (the derivation page) and the text that
+applies to a given context and layout (``autoplan explain``). Parameters a formula names are
+looked up as fields of the context (efficiency, profile, cluster, GPU) or, for a quantity the
+code still keeps as a constant, in ``CODE_CONSTANTS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any
+
+from autoplan.cost.terms import Term
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A piece of formula text that depends on the layout or the profile."""
+
+    general: str
+    pick: Callable[[Any, Any], str]  # (CostContext, Layout) -> the text that applies
+
+
+def _zero_group(ctx, lay) -> str:
+    return "dp·cp" if ctx.profile.zero_shards_over_cp else "dp"
+
+
+def _shard(stage: int, expert: bool) -> Variant:
+    """The divisor of a model state that ZeRO shards from ``stage`` on (``memory._shard``)."""
+    def pick(ctx, lay) -> str:
+        if lay.zero < stage:
+            return "1"
+        group = _zero_group(ctx, lay)
+        return f"max({group}·tp/(ep·etp), 1)" if expert else f"({group})"
+    return Variant(f"({'G_e' if expert else 'G'} if zero ≥ {stage} else 1)", pick)
+
+
+def _weight_bytes(ctx, lay) -> str:
+    text = "weight_bytes"
+    if lay.precision == "fp8":
+        text += " + fp8_weight_extra_bytes"
+    if lay.zero >= 3 and lay.pp > 1:
+        group = _zero_group(ctx, lay)
+        text += f" + zero3_pp_unsharded_bytes·{group} (when {group} > 1)"
+    return text if text == "weight_bytes" else f"({text})"
+
+
+def _by_recompute(none: str, selective: str, full: str) -> Callable[[Any, Any], str]:
+    return lambda ctx, lay: {"none": none, "selective": selective, "full": full}[lay.recompute]
+
+
+def _if(condition: Callable[[Any], bool], yes: str, no: str = "") -> Callable[[Any, Any], str]:
+    return lambda ctx, lay: yes if condition(lay) else no
+
+
+def _selective_share(ctx, lay) -> str:
+    attention = 1 if ctx.profile.selective_recomputes_attention else 0
+    return _by_recompute("(f_mm, f_att, f_ew) = 0",
+                         f"(f_mm, f_att, f_ew) = (selective_recompute_matmul_fraction, {attention}, 0)",
+                         "(f_mm, f_att, f_ew) = (1, 1, 1)")(ctx, lay)
+
+
+def _dp_collectives(ctx, lay) -> str:
+    if lay.zero == 0:
+        return "R = AR(P·grad_reduce_bytes), Gth = 0, Z3 = 0"
+    if lay.zero <= 2:
+        return "R = RS(P·grad_reduce_bytes), Gth = AG(P·BF16_BYTES), Z3 = 0"
+    return "R = 0, Gth = 0, Z3 = 2·AG(P·BF16_BYTES) + RS(P·grad_reduce_bytes)"
+
+
+VARIANTS: dict[str, Variant] = {
+    "G": Variant("dp·cp if zero_shards_over_cp else dp", _zero_group),
+    "z1": _shard(1, False), "z1e": _shard(1, True),
+    "z2": _shard(2, False), "z2e": _shard(2, True),
+    "z3": _shard(3, False), "z3e": _shard(3, True),
+    "weight_bytes": Variant("(weight_bytes + fp8_weight_extra_bytes under fp8 + zero3_pp_unsharded_bytes·G "
+                            "when zero ≥ 3, pp > 1 and G > 1)", _weight_bytes),
+    "passes": Variant("passes (= 2: forward and backward; 3 under full recompute)",
+                      _if(lambda lay: lay.recompute == "full", "3", "2")),
+    "cp_passes": Variant("(3, or 4 under full recompute)", _if(lambda lay: lay.recompute == "full", "4", "3")),
+    "fp8": Variant("(× fp8_gemm_speedup under fp8)", _if(lambda lay: lay.precision == "fp8", "× fp8_gemm_speedup")),
+    "pp_factor": Variant("(× pp_collective_overhead_factor if pp > 1)",
+                         _if(lambda lay: lay.pp > 1, "× pp_collective_overhead_factor")),
+    "layer_bytes": Variant("a = A_none (no recompute), A_selective (selective), "
+                           "tokens·full_recompute_input_bytes_per_h·h/h_div (full)",
+                           _by_recompute("a = A_none", "a = A_selective",
+                                         "a = tokens·full_recompute_input_bytes_per_h·h/h_div")),
+    "working": Variant("working = max(A_none − a, 0) under full, A_none − A_selective under selective, else 0",
+                       _by_recompute("working = 0", "working = A_none − A_selective", "working = max(A_none − a, 0)")),
+    "recompute_share": Variant("(f_mm, f_att, f_ew) = (1, 1, 1) under full; (selective_recompute_matmul_fraction, "
+                               "1 if selective_recomputes_attention else 0, 0) under selective; else 0",
+                               _selective_share),
+    "dp_collectives": Variant("R = AR(P·grad_reduce_bytes) under zero 0, RS(P·grad_reduce_bytes) under zero 1–2; "
+                              "Gth = AG(P·BF16_BYTES) under zero 1–2; Z3 = 2·AG(P·BF16_BYTES) + "
+                              "RS(P·grad_reduce_bytes) under zero 3; each 0 otherwise", _dp_collectives),
+    "optimizer_shard": Variant("(dp·cp if zero ≥ 1 else 1)", _if(lambda lay: lay.zero >= 1, "(dp·cp)", "1")),
+    "flops_n": Variant("N = the flops_convention's parameter count (playbook: active parameters with a tied "
+                       "head counted again; causal: the same with the attention term halved; megatron: "
+                       "without the embedding lookup)",
+                       lambda ctx, lay: f"N = the {ctx.flops_convention} convention's parameter count"),
+}
+
+# Quantities the code keeps as module constants or still as bare numbers, by the name a formula
+# uses: (module, attribute or None for a bare number, its value then, meaning).
+CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
+    "BF16_BYTES": ("autoplan.cost.time", "BF16_BYTES", 2.0, "bytes of one bf16 element"),
+    "grad_reduce_bytes": ("autoplan.cost.time", "GRAD_REDUCE_BYTES", 4.0,
+                          "bytes per gradient element in the data-parallel reduction (fp32)"),
+    "adam_traffic_bytes_per_param": ("autoplan.cost.time", "ADAM_BYTES_PER_PARAM", 32.0,
+                                     "HBM bytes the Adam step reads and writes per parameter"),
+    "ATTENTION_BACKWARD_FACTOR": ("autoplan.cost.time", "ATTENTION_BACKWARD_FACTOR", 2.5,
+                                  "flash-attention backward time over its forward (FlashAttention-2 Sec. 3)"),
+    "REPLICATED_ELEMENTWISE_SHARE": ("autoplan.cost.time", "REPLICATED_ELEMENTWISE_SHARE", 10.0 / 34.0,
+                                     "share of element-wise work replicated over TP without SP "
+                                     "(Korthikanti et al. 2022, Table 2: 10 of 34 sbh)"),
+    "TP_COLLECTIVES_PER_PASS": ("autoplan.cost.time", "TP_COLLECTIVES_PER_PASS", 4.0,
+                                "TP collectives per layer and pass (2 all-gathers + 2 reduce-scatters)"),
+    "dp_grad_overlap_window": ("autoplan.cost.time", None, 2.0 / 3.0,
+                               "share of a micro-batch's compute (its backward) behind which the "
+                               "gradient reduction can hide"),
+    "dp_gather_overlap_window": ("autoplan.cost.time", None, 1.0 / 3.0,
+                                 "share of a micro-batch's compute (its forward) behind which the "
+                                 "parameter all-gather can hide"),
+}
+
+
+def constant_value(name: str) -> float:
+    """A ``CODE_CONSTANTS`` value, read from its module where the code names it."""
+    module, attribute, value, _ = CODE_CONSTANTS[name]
+    if attribute is None:
+        return value
+    return float(getattr(importlib.import_module(module), attribute))
+
+
+def formula_text(t: Term, ctx: Any = None, layout: Any = None) -> str:
+    """The formula of ``t``: general, or (given ``ctx`` and ``layout``) the form that applies."""
+    if ctx is None or layout is None:
+        pieces = {name: v.general for name, v in VARIANTS.items()}
+    else:
+        pieces = {name: v.pick(ctx, layout) for name, v in VARIANTS.items()}
+    text = " ".join(t.formula.format(**pieces).split())
+    return re.sub(r" / 1(?=[ )])", "", text)  # an unsharded state: P / 1 reads as P
+
+
+def _field(obj: Any, name: str) -> tuple[bool, Any]:
+    """(found, value) of field ``name`` of dataclass ``obj`` or of a dataclass nested in it."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == name:
+            return True, value
+        if is_dataclass(value) and not isinstance(value, type):
+            found = _field(value, name)
+            if found[0]:
+                return found
+    return False, None
+
+
+def parameter_value(ctx: Any, name: str) -> Any:
+    """The value of a parameter a formula names: a field of the context, or a code constant."""
+    for source in (ctx.efficiency, ctx.profile, ctx.cluster, ctx.cluster.gpu, ctx):
+        found, value = _field(source, name)
+        if found:
+            return value
+    if name in CODE_CONSTANTS:
+        return constant_value(name)
+    raise KeyError(f"parameter '{name}' is neither a field of the cost context nor in CODE_CONSTANTS")

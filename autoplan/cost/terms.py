@@ -1,0 +1,241 @@
+"""One definition per column that ``evaluate()`` returns: kind, unit, meaning, formula, source.
+
+Everything that shows a cost term reads it from here: ``autoplan explain``, the column
+dictionary of a search's results and the derivation page ``docs/cost-model.md``
+(``python -m autoplan.report.derivation`` regenerates it). A formula is written to match the
+code in ``autoplan/cost/`` and names each parameter it uses by its field name (``Efficiency``,
+``TrainerProfile``, ``GPUSpec``, ``Cluster``) or, for a quantity the code keeps as a constant,
+by its name in ``term_text.CODE_CONSTANTS``; ``parameters`` lists them. ``{placeholders}`` are
+pieces that depend on the layout or the profile (``term_text.VARIANTS``).
+
+Notation (per GPU, for one micro-batch unless said): tokens = mbs·seq_len/cp;
+h_div = tp if sp else 1; h the hidden size, V the vocabulary, L_S the layers of stage S
+(n_dense + n_moe of them); P_dense, P_expert the non-expert and expert parameters one GPU holds
+on the stage; G the ZeRO group, G_e = max(G·tp/(ep·etp), 1) the expert-data-parallel group;
+AG, RS, AR, A2A(S): ring all-gather, reduce-scatter, all-reduce, all-to-all of S bytes over a
+group (``cost/comm.py``: AG = RS = (n−1)/n·S/busbw + log2(n)·α, AR twice that, busbw from
+``scale_up_efficiency`` or ``scale_out_efficiency``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS = ("memory", "time", "rate", "ratio", "count", "flag", "code")
+STAGES = ("first", "last")
+STEP_TIME = "step_time_s"
+
+ZERO = "ZeRO (Rajbhandari et al. 2020) Sec. 3, Fig. 1"
+SC21 = "Narayanan et al. SC'21"
+KORTHIKANTI = "Korthikanti et al. 2022"
+
+
+@dataclass(frozen=True)
+class Term:
+    """One output column of ``evaluate()``.
+
+    ``term`` is the short name explain shows (``weights``, ``tp_exposed``); ``unit`` is the
+    column's unit ('bytes', 's', 'GiB', 'FLOPs', '1' for a plain ratio ...); ``parameters``
+    are the names the formula uses; ``adds_to`` is the column this term is a summand of (a
+    stage's memory total, or the step time); ``stage`` is 'first' or 'last' for the per-stage
+    memory columns, whose definition is written once for both stages.
+    """
+
+    column: str
+    term: str
+    kind: str
+    unit: str
+    meaning: str
+    formula: str
+    source: str
+    parameters: tuple[str, ...] = ()
+    adds_to: str | None = None
+    stage: str | None = None
+
+
+def _stage_memory(term: str, meaning: str, formula: str, source: str, parameters: tuple[str, ...]) -> list[Term]:
+    """The first- and last-stage columns of one memory term (summands of the stage total)."""
+    return [Term(f"mem_{s}_{term}_bytes", term, "memory", "bytes", meaning, formula,
+                 source, parameters, adds_to=f"mem_{s}_total_bytes", stage=s) for s in STAGES]
+
+
+MODEL_STATE = ("zero_shards_over_cp",)
+MEMORY_TERMS_DEFINED = [
+    *_stage_memory("weights", "compute copy of the parameters held per GPU",
+                   "{weight_bytes} × (P_dense / {z3} + P_expert / {z3e}), G = {G}",
+                   f"{ZERO}; trainer profile", ("weight_bytes", "fp8_weight_extra_bytes", "zero3_pp_unsharded_bytes",
+                                                *MODEL_STATE)),
+    *_stage_memory("gradients", "gradient buffers per GPU",
+                   "grad_bytes × (P_dense / {z2} + P_expert / {z2e}), G = {G}",
+                   f"{ZERO}; trainer profile", ("grad_bytes", *MODEL_STATE)),
+    *_stage_memory("master_weights", "fp32 master weights per GPU",
+                   "master_bytes × (P_dense / {z1} + P_expert / {z1e}), G = {G}",
+                   f"{ZERO}; megatron/training/theoretical_memory_usage.py", ("master_bytes", *MODEL_STATE)),
+    *_stage_memory("optimizer_states", "Adam moments per GPU",
+                   "optimizer_bytes × (P_dense / {z1} + P_expert / {z1e}), G = {G}",
+                   f"{ZERO} (Adam: K = 12 with the master weights)", ("optimizer_bytes", *MODEL_STATE)),
+    *_stage_memory("activations", "activations saved for backward at the stage's peak",
+                   "a × in_flight + working; {layer_bytes}; A_mode = tokens × the profile's per-token "
+                   "coefficients (attention, mlp; GPT-style models: memory.GPT_ATTENTION, GPT_MLP) averaged over the stage's dense and MoE layers; in_flight = "
+                   "in_flight_layers(L_S, pp, vpp, grad_acc, stage rank, pp_schedule) + (pp > 1) "
+                   "pp_extra_layers_per_microbatch × micro-batches in flight; {working}",
+                   f"{KORTHIKANTI} Table 2, Sec. 4.2.3; megatron/core/pipeline_parallel/schedules.py",
+                   ("attention", "mlp", "full_recompute_input_bytes_per_h", "pp_schedule",
+                    "pp_extra_layers_per_microbatch")),
+    *_stage_memory("embedding_output", "embedding output buffer",
+                   "tokens·h·BF16_BYTES/h_div on the first stage, 0 on the last",
+                   "Megatron embedding output (first pipeline stage)", ("BF16_BYTES",)),
+    *_stage_memory("logits_and_loss", "logits and cross-entropy buffers",
+                   "tokens·V/tp·logits_bytes_per_vocab on the last stage (on the first only when pp = 1)",
+                   "trainer cross-entropy (vocab-parallel over TP)", ("logits_bytes_per_vocab",)),
+    *_stage_memory("communication_buffers", "gathered ZeRO-3 layers and the TP all-gather buffer",
+                   "(zero ≥ 3) zero3_prefetch_layers·(P_dense + P_expert)/L_S·2·BF16_BYTES "
+                   "+ (tp > 1) tokens·h·BF16_BYTES",
+                   "FSDP2 prefetch (torch.distributed.fsdp); Megatron sequence-parallel all-gather",
+                   ("zero3_prefetch_layers", "BF16_BYTES")),
+    *_stage_memory("reserve", "allocator fragmentation, CUDA context, NCCL and library workspaces",
+                   "allocator_overhead × (sum of the stage's other memory terms) + memory_reserve_bytes",
+                   "calibrated per trainer and GPU (profiles/*.yaml)", ("allocator_overhead", "memory_reserve_bytes")),
+]
+
+MEMORY_TOTALS = [
+    *[Term(f"mem_{s}_total_bytes", "total", "memory", "bytes", "memory per GPU of the stage",
+           "sum of the stage's memory terms", "autoplan/cost/memory.py", stage=s) for s in STAGES],
+    Term("peak_memory_bytes", "peak_memory", "memory", "bytes", "peak memory per GPU over the pipeline stages",
+         "max(mem_first_total_bytes, mem_last_total_bytes)", "autoplan/cost/stages.py (the peak is on the first "
+         "or the last stage)"),
+    Term("peak_memory_gib", "peak_memory", "memory", "GiB", "peak memory per GPU in GiB",
+         "peak_memory_bytes / 2^30", "units.GiB"),
+    Term("memory_headroom_gib", "memory_headroom", "memory", "GiB", "usable memory left at the peak",
+         "(usable_memory_bytes − peak_memory_bytes) / 2^30", "hardware_db/gpus/*.yaml (usable_memory)",
+         ("usable_memory_bytes",)),
+    Term("peak_stage", "peak_stage", "code", "stage rank", "pipeline rank that holds the peak",
+         "0 if mem_first_total_bytes ≥ mem_last_total_bytes else pp − 1", "autoplan/cost/memory.py"),
+    Term("layers_first_stage", "layers_first_stage", "count", "layers", "transformer layers on the first stage",
+         "ceil(L/pp) (L when pp = 1)", "Megatron uneven stages (--decoder-first-pipeline-num-layers)"),
+    Term("layers_last_stage", "layers_last_stage", "count", "layers", "transformer layers on the last stage",
+         "floor(L/pp) (L when pp = 1)", "Megatron uneven stages (--decoder-first-pipeline-num-layers)"),
+]
+
+GEMM = ("gemm_efficiency_max", "gemm_half_flops", "fp8_gemm_speedup", "attention_efficiency",
+        "elementwise_bytes_per_token_hidden", "hbm_efficiency", "peak_bf16_flops_per_s", "hbm_bytes_per_s",
+        "ATTENTION_BACKWARD_FACTOR", "REPLICATED_ELEMENTWISE_SHARE")
+LINKS = ("scale_up_efficiency", "scale_out_efficiency", "scale_up_bytes_per_s", "nic_bytes_per_s",
+         "scale_up_latency_s", "scale_out_latency_s", "scale_up_domain_size")
+
+
+def _time(term: str, meaning: str, formula: str, source: str, parameters: tuple[str, ...] = ()) -> Term:
+    return Term(f"time_{term}_s", term, "time", "s", meaning, formula, source, parameters, adds_to=STEP_TIME)
+
+
+TIME_TERMS_DEFINED = [
+    _time("compute", "forward and backward compute of the slowest stage",
+          "grad_acc × (n_dense·c(t_mm_dense) + n_moe·c(t_mm_moe) + head); c(t_mm) = (1 + 2)·t_mm + "
+          "(1 + ATTENTION_BACKWARD_FACTOR)·t_att + 3·t_ew; t_mm = tokens·layer matmul FLOPs/tp / "
+          "(peak_bf16_flops_per_s {fp8} · η(F)), η(F) = gemm_efficiency_max·F/(F + gemm_half_flops), F = one "
+          "GEMM's FLOPs per GPU; t_att = tokens·attention score FLOPs/2/tp / (peak_bf16_flops_per_s·"
+          "attention_efficiency); t_ew = elementwise_bytes_per_token_hidden·tokens·h·(REPLICATED_ELEMENTWISE_SHARE"
+          "/h_div + (1 − REPLICATED_ELEMENTWISE_SHARE)/tp) / (hbm_bytes_per_s·hbm_efficiency); head (last stage) "
+          "= 3·2·tokens·V·h/tp / (peak_bf16_flops_per_s·η); the slowest of the first and last stage by "
+          "compute + recompute",
+          f"{SC21} Sec. 5.1 (backward = 2 × forward); FlashAttention-2 (Dao 2023) Sec. 3", GEMM),
+    _time("recompute", "forward work recomputed in backward",
+          "grad_acc × Σ_layers (f_mm·t_mm + f_att·t_att + f_ew·t_ew); {recompute_share}",
+          f"{KORTHIKANTI} Sec. 5, Appendix A",
+          ("selective_recompute_matmul_fraction", "selective_recomputes_attention", *GEMM)),
+    _time("tp_exposed", "tensor-parallel communication not hidden by compute",
+          "grad_acc × L_S × ({passes}·2·(AG + RS)(tokens·h·BF16_BYTES) over tp × (1 − tp_overlap) "
+          "+ (tp > 1) {passes}·TP_COLLECTIVES_PER_PASS·collective_overhead_s {pp_factor})",
+          f"{KORTHIKANTI} Sec. 4.2.2 (sequence parallelism: 2 all-gathers + 2 reduce-scatters per layer "
+          "and pass)", ("tp_overlap", "collective_overhead_s", "pp_collective_overhead_factor", "BF16_BYTES",
+                        "TP_COLLECTIVES_PER_PASS", *LINKS)),
+    _time("cp_exposed", "context-parallel ring exchange not hidden by attention",
+          "grad_acc × max(0, L_S·{cp_passes}·(cp − 1)·(2·tokens·kv_size/tp·BF16_BYTES/busbw + α) − cp_overlap·"
+          "L_S·(1 + ATTENTION_BACKWARD_FACTOR)·t_att)",
+          "ring attention (Liu et al. 2023); Megatron-Core context parallelism",
+          ("cp_overlap", "BF16_BYTES", "ATTENTION_BACKWARD_FACTOR", *LINKS)),
+    _time("ep_exposed", "expert-parallel all-to-all not hidden by compute",
+          "grad_acc × n_moe × {passes}·2·A2A(tokens/h_div·top_k·h·BF16_BYTES) over ep × (1 − ep_overlap); "
+          "A2A = max((k−1)/n·S/scale-up bw, (n−k)/n·S/NIC bw) + log2(n)·α, k ranks per scale-up domain",
+          "Megatron-Core MoE token dispatcher (dispatch + combine)", ("ep_overlap", "BF16_BYTES", *LINKS)),
+    _time("pp_exposed", "pipeline point-to-point sends not hidden",
+          "grad_acc × (pp > 1) 2·vpp·(tokens·h·BF16_BYTES/h_div / bw + α) × (1 − pp_overlap); bw, α of the "
+          "slowest hop (NIC once the pipeline leaves the scale-up domain)",
+          f"{SC21} Sec. 2.2", ("pp_overlap", "BF16_BYTES", *LINKS)),
+    _time("dp_exposed", "data-parallel gradient reduction and parameter gathers not hidden",
+          "R − dp_overlap·min(R, dp_grad_overlap_window·t_mc) + Gth − dp_overlap·min(Gth, "
+          "dp_gather_overlap_window·t_mc) + grad_acc·max(0, Z3 − fsdp_overlap·t_mc); {dp_collectives}; P = the "
+          "parameters per GPU of the heavier of the first and last stage, its non-expert part over dp·cp, its "
+          "expert part over the expert-data-parallel group; t_mc = compute + recompute of one micro-batch",
+          f"PyTorch DDP gradient buckets; {ZERO}; FSDP2 prefetch",
+          ("dp_overlap", "fsdp_overlap", "grad_reduce_bytes", "BF16_BYTES", "dp_grad_overlap_window",
+           "dp_gather_overlap_window", *LINKS)),
+    _time("bubble", "pipeline fill and drain",
+          "(pp − 1)/vpp × t_micro; t_micro = one micro-batch's compute + recompute + exposed tp, cp, ep, pp "
+          "and ZeRO-3 time", f"{SC21} Sec. 2.2 (interleaved 1F1B)"),
+    _time("optimizer", "optimizer step (memory-bound Adam update)",
+          "(P_dense + P_expert) / {optimizer_shard} × adam_traffic_bytes_per_param / (hbm_bytes_per_s·"
+          "hbm_efficiency), P of the heavier of the first and last stage", "Adam update memory traffic (fp32 master, m, v read and written, bf16 weight written)",
+          ("adam_traffic_bytes_per_param", "hbm_bytes_per_s", "hbm_efficiency")),
+    _time("overhead", "fixed per-step time (data loading, logging, launches)", "step_overhead_s",
+          "calibrated per trainer and GPU (profiles/*.yaml)", ("step_overhead_s",)),
+    _time("memory_pressure", "allocator frees and retries near the memory limit",
+          "t × memory_pressure_slowdown × max(0, peak_memory_bytes/usable_memory_bytes − "
+          "memory_pressure_threshold) / max(1 − memory_pressure_threshold, 1e-9); t = the sum of the other "
+          "time terms", "calibrated (PyTorch caching allocator cudaMalloc retries)",
+          ("memory_pressure_slowdown", "memory_pressure_threshold", "usable_memory_bytes")),
+]
+
+TOTALS_AND_RATES = [
+    Term(STEP_TIME, "step", "time", "s", "time of one optimizer step", "sum of the time terms",
+         f"{SC21} Sec. 2.2: (m + (p − 1)/v)·t_micro + data-parallel, optimizer and fixed time"),
+    Term("bubble_fraction", "bubble_fraction", "ratio", "1", "share of the step spent in the pipeline bubble",
+         "time_bubble_s / step_time_s", f"{SC21} Sec. 2.2"),
+    Term("model_flops_per_step", "model_flops", "count", "FLOPs", "model FLOPs of one step (the MFU convention)",
+         "(6·N + 3·L·2·seq_len·a·(d_qk + d_v), halved attention under causal) × gbs_seqs·seq_len; {flops_n}",
+         f"Kaplan et al. 2020 Sec. 2.1 (6·N·T); {SC21} Sec. 5.1 (attention); docs/conventions.md",
+         ("flops_convention",)),
+    Term("tokens_per_s_per_gpu", "tokens_per_s_per_gpu", "rate", "tokens/s", "training throughput per GPU",
+         "gbs_seqs·seq_len / (step_time_s·gpus)", "definition"),
+    Term("model_tflops_per_gpu", "model_tflops_per_gpu", "rate", "TFLOP/s", "model FLOP rate per GPU",
+         "model_flops_per_step / (step_time_s·gpus) / 10^12", "definition (MFU numerator)"),
+    Term("hardware_tflops_per_gpu", "hardware_tflops_per_gpu", "rate", "TFLOP/s",
+         "FLOP rate per GPU including recomputation",
+         "(model_flops_per_step + recompute FLOPs per token·gbs_seqs·seq_len) / (step_time_s·gpus) / 10^12",
+         f"{KORTHIKANTI} Appendix A eq. 7–9 (recompute FLOPs)",
+         ("selective_recompute_matmul_fraction", "selective_recomputes_attention")),
+    Term("mfu", "mfu", "ratio", "1", "model FLOPs utilisation",
+         "model_tflops_per_gpu·10^12 / peak_bf16_flops_per_s", "PaLM (Chowdhery et al. 2022) Appendix B",
+         ("peak_bf16_flops_per_s",)),
+    Term("hfu", "hfu", "ratio", "1", "hardware FLOPs utilisation (recompute counted)",
+         "hardware_tflops_per_gpu·10^12 / peak_bf16_flops_per_s", f"{KORTHIKANTI} Sec. 6",
+         ("peak_bf16_flops_per_s",)),
+    Term("fits", "fits", "flag", "bool", "the layout is legal and its peak fits in usable memory",
+         "reason_code = 0 and peak_memory_bytes ≤ usable_memory_bytes", "autoplan/rules/legality.py",
+         ("usable_memory_bytes",)),
+    Term("reason_code", "reason_code", "code", "code", "the first broken rule (0 when legal)",
+         "index into rules.legality.REASON_CODES", "autoplan/rules/legality.py"),
+]
+
+TERMS: tuple[Term, ...] = (*MEMORY_TERMS_DEFINED, *MEMORY_TOTALS, *TIME_TERMS_DEFINED, *TOTALS_AND_RATES)
+BY_COLUMN: dict[str, Term] = {t.column: t for t in TERMS}
+
+
+def term(column: str) -> Term:
+    """The definition of ``column``."""
+    return BY_COLUMN[column]
+
+
+def summands(total: str) -> tuple[Term, ...]:
+    """The terms that add up to ``total`` (a stage's memory total or the step time), in order."""
+    return tuple(t for t in TERMS if t.adds_to == total)
+
+
+def memory_terms(stage: str) -> tuple[Term, ...]:
+    """The memory terms of ``stage`` ('first' or 'last'), which add up to its total."""
+    return summands(f"mem_{stage}_total_bytes")
+
+
+def time_terms() -> tuple[Term, ...]:
+    """The time terms, which add up to ``step_time_s``."""
+    return summands(STEP_TIME)

@@ -1,0 +1,80 @@
+"""The column dictionary of a search's results (plans.csv, plans.json, ``--format json``).
+
+Cost columns are described by their term definitions (``autoplan/cost/terms.py``); the layout
+fields and the columns the search recipe adds are described here. ``columns.md`` in a results
+folder and the ``columns`` entry of plans.json are both written from ``column_dictionary``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from autoplan.cost.term_text import formula_text
+from autoplan.cost.terms import BY_COLUMN
+
+# column -> (kind, unit, meaning) for the columns that are not cost terms
+LAYOUT_COLUMNS = {
+    "rank": ("count", "1", "rank of the layout (1 = the best plan)"),
+    "gpus": ("count", "GPUs", "GPUs in the job"),
+    "dp": ("count", "ranks", "data-parallel degree"),
+    "tp": ("count", "ranks", "tensor-parallel degree"),
+    "pp": ("count", "stages", "pipeline-parallel stages"),
+    "vpp": ("count", "chunks", "virtual pipeline chunks per rank (interleaved 1F1B)"),
+    "cp": ("count", "ranks", "context-parallel degree"),
+    "ep": ("count", "ranks", "expert-parallel degree"),
+    "etp": ("count", "ranks", "expert tensor-parallel degree"),
+    "zero": ("code", "stage", "ZeRO stage (0 none, 1 optimizer, 2 + gradients, 3 + weights)"),
+    "mbs": ("count", "sequences", "micro-batch size"),
+    "grad_acc": ("count", "micro-batches", "micro-batches per step and data-parallel rank"),
+    "seq_len": ("count", "tokens", "sequence length"),
+    "gbs_seqs": ("count", "sequences", "global batch size"),
+    "sp": ("flag", "bool", "sequence parallelism on (with tp > 1)"),
+    "recompute": ("code", "mode", "activation recomputation: none, selective or full"),
+    "precision": ("code", "format", "matmul precision: bf16 or fp8"),
+    "placement": ("code", "order", "rank order of the parallel dimensions, innermost first"),
+}
+SEARCH_COLUMNS = {
+    "reaches_batch": ("flag", "bool", "the layout reaches the global batch within the tolerance"),
+    "feasible": ("flag", "bool", "legal, fits in memory and reaches the batch"),
+    "exposed_comm_fraction": ("ratio", "1", "exposed tp, cp, ep, pp and dp communication time / step_time_s"),
+    "pareto": ("flag", "bool", "on the Pareto front of tokens/s per GPU against memory headroom"),
+    "infeasible_reason": ("code", "text", "why the layout is not feasible ('' when it is)"),
+    "train_days": ("time", "days", "days to train on --train-tokens (with --train-tokens)"),
+    "gpu_hours": ("time", "GPU-hours", "GPU-hours to train on --train-tokens"),
+    "cost_usd": ("rate", "USD", "cost of those GPU-hours at --price (with --price)"),
+}
+
+
+def describe_column(column: str) -> dict[str, str]:
+    """Kind, unit, meaning and (for a cost term) formula and source of one column."""
+    if column in BY_COLUMN:
+        t = BY_COLUMN[column]
+        meaning = f"{t.meaning} ({t.stage} pipeline stage)" if t.stage else t.meaning
+        return {"kind": t.kind, "unit": t.unit, "meaning": meaning, "formula": formula_text(t),
+                "source": t.source}
+    kind, unit, meaning = (LAYOUT_COLUMNS | SEARCH_COLUMNS).get(column, ("", "", ""))
+    return {"kind": kind, "unit": unit, "meaning": meaning}
+
+
+def column_dictionary(columns: Iterable[str]) -> dict[str, dict[str, str]]:
+    """``{column: describe_column(column)}`` in the given order."""
+    return {c: describe_column(c) for c in columns}
+
+
+def columns_markdown(columns: Iterable[str]) -> str:
+    """columns.md: one row per column of plans.csv, with unit and meaning (formulas below)."""
+    entries = column_dictionary(columns)
+    lines = ["# Columns of plans.csv and plans.json", "",
+             "Generated from autoplan's term definitions (`autoplan/cost/terms.py`); "
+             "docs/cost-model.md derives each cost term.", "",
+             "| column | kind | unit | meaning |", "| --- | --- | --- | --- |"]
+    lines += [f"| `{c}` | {d['kind']} | {d['unit']} | {d['meaning']} |" for c, d in entries.items()]
+    lines += ["", "## Formulas", ""]
+    lines += [f"* `{c}` = {d['formula']}  \n  source: {d['source']}" for c, d in entries.items() if "formula" in d]
+    return "\n".join(lines) + "\n"
+
+
+def plain_dictionary(columns: Iterable[str]) -> dict[str, Any]:
+    """The dictionary for a JSON document: kind, unit and meaning of each column."""
+    return {c: {k: d[k] for k in ("kind", "unit", "meaning")} for c, d in column_dictionary(columns).items()}

@@ -1,0 +1,54 @@
+"""The term definitions (``cost/terms.py``) cover exactly what ``evaluate()`` returns."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoplan.api import build_context
+from autoplan.cost.evaluate import evaluate
+from autoplan.cost.memory import MEMORY_TERMS
+from autoplan.cost.term_text import VARIANTS, formula_text, parameter_value
+from autoplan.cost.terms import BY_COLUMN, KINDS, STEP_TIME, TERMS, memory_terms, time_terms
+from autoplan.layout import LayoutBatch, resolve_layout
+
+
+def _table(model: str = "mixtral-8x7b", gpus: int = 16, **knobs):
+    ctx = build_context(model, gpus)
+    layout = resolve_layout({"gpus": gpus, "seq_len": 4096, "gbs_seqs": 64, **knobs})
+    return ctx, layout, evaluate(ctx, LayoutBatch.from_layouts([layout]))
+
+
+def test_every_evaluated_column_has_exactly_one_definition():
+    _, _, table = _table(tp=2, pp=2, ep=4, zero=1)
+    assert len(BY_COLUMN) == len(TERMS)
+    assert set(table.columns) == set(BY_COLUMN), set(table.columns) ^ set(BY_COLUMN)
+
+
+def test_records_are_typed_and_summands_name_a_defined_total():
+    for t in TERMS:
+        assert t.kind in KINDS and t.unit and t.meaning and t.formula and t.source, t
+        assert t.adds_to is None or t.adds_to in BY_COLUMN, t
+    assert [t.term for t in memory_terms("first")] == list(MEMORY_TERMS)
+    assert all(t.adds_to == STEP_TIME and t.unit == "s" for t in time_terms())
+
+
+@pytest.mark.parametrize("knobs", [dict(zero=0), dict(zero=1, recompute="selective"),
+                                   dict(zero=3, pp=2, recompute="full", precision="fp8")])
+def test_every_parameter_a_formula_names_resolves_and_every_placeholder_renders(knobs):
+    ctx, layout, _ = _table("llama3-8b", 8, **knobs)
+    for t in TERMS:
+        for name in t.parameters:
+            parameter_value(ctx, name)
+        general, applied = formula_text(t), formula_text(t, ctx, layout)
+        assert "{" not in general + applied, t.column
+    assert set(VARIANTS)  # placeholders exist; unknown ones raise KeyError in format()
+
+
+def test_zero_divisor_follows_the_profile():
+    """Megatron shards ZeRO over dp·cp, nanotron over dp only (``zero_shards_over_cp``)."""
+    layout = resolve_layout({"gpus": 8, "seq_len": 4096, "gbs_seqs": 8, "cp": 2, "zero": 1})
+    weights = BY_COLUMN["mem_first_master_weights_bytes"]
+    for trainer, group in (("megatron", "(dp·cp)"), ("nanotron", "(dp)")):
+        ctx = build_context("llama3-8b", 8, trainer=trainer)
+        assert ctx.profile.zero_shards_over_cp == (trainer == "megatron")
+        assert f"P_dense / {group}" in formula_text(weights, ctx, layout)
