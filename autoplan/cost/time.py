@@ -18,10 +18,9 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.flops import attention_score_flops_per_token, layer_matmul_flops_per_token
 from autoplan.cost.stages import StageLayers, stage_layers
 from autoplan.layout import LayoutBatch
+from autoplan.profiles import TrainerProfile
 
 BF16_BYTES = 2.0
-GRAD_REDUCE_BYTES = 4.0  # fp32 gradient reduction (Megatron, torchtitan, nanotron defaults)
-ADAM_BYTES_PER_PARAM = 32.0  # read grad, master, m, v (16) + write master, m, v (12) + bf16 weight (2) + slack
 # Backward of a matmul costs 2× its forward (input and weight gradients): Narayanan et al. SC'21,
 # Sec. 5.1 (3 passes of 2·N·T). A micro-batch's compute is therefore 1/3 forward, 2/3 backward;
 # these shares are the windows the DP collectives hide behind (``time_table``).
@@ -32,6 +31,19 @@ ATTENTION_BACKWARD_FACTOR = 2.5  # flash attention backward ≈ 2.5× forward (D
 # memory-bound element-wise work follows the same split.
 REPLICATED_ELEMENTWISE_SHARE = 10.0 / 34.0
 TP_COLLECTIVES_PER_PASS = 4.0  # 2 all-gathers + 2 reduce-scatters (or 2 all-reduces) per layer
+
+
+def adam_step_bytes_per_param(p: TrainerProfile) -> float:
+    """HBM bytes one Adam step moves per parameter it updates, from the profile's bytes per state.
+
+    Seven streams: read the gradient, the master weight and the moments m, v (grad_bytes +
+    master_bytes + optimizer_bytes), write the master weight and the moments back (master_bytes +
+    optimizer_bytes) and the compute copy of the weight (weight_bytes), each once (a fused
+    multi-tensor Adam; caches do not hold the states). Megatron (weight 2, grad 4, master 4,
+    m + v 8): 4 + 4 + 8 + 4 + 8 + 2 = 30 B; nanotron's grad_bytes 6 counts its bf16 gradient and
+    fp32 accumulator: 32 B; torchtitan's FSDP keeps no separate compute copy: 28 B.
+    """
+    return p.grad_bytes + 2.0 * (p.master_bytes + p.optimizer_bytes) + p.weight_bytes
 
 
 def gemm_efficiency(ctx: CostContext, gemm_flops: np.ndarray) -> np.ndarray:
@@ -101,17 +113,18 @@ def _dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndar
     """Data-parallel gradient reduction and parameter gathering per step (or per micro-batch)."""
     group = b.dp * b.cp
     link = comm.group_link(ctx, group, np.minimum(st["dp"], st["cp"]))
-    grads = comm.reduce_scatter_s(link, stage_params * GRAD_REDUCE_BYTES)
+    grad_bytes = ctx.profile.grad_reduce_bytes  # the trainer's gradient-reduction dtype
+    grads = comm.reduce_scatter_s(link, stage_params * grad_bytes)
     gathers = comm.all_gather_s(link, stage_params * BF16_BYTES)
-    all_reduce = comm.all_reduce_s(link, stage_params * GRAD_REDUCE_BYTES)
+    all_reduce = comm.all_reduce_s(link, stage_params * grad_bytes)
     if ctx.model.moe is not None:  # expert parameters reduce over the expert-data-parallel group
         edp = np.maximum(group * b.tp / (b.ep * b.etp), 1.0)
         elink = comm.group_link(ctx, edp, b.ep * b.etp)
         has_experts = expert_params > 0  # no latency for an empty collective
-        grads = grads + np.where(has_experts, comm.reduce_scatter_s(elink, expert_params * GRAD_REDUCE_BYTES), 0.0)
+        grads = grads + np.where(has_experts, comm.reduce_scatter_s(elink, expert_params * grad_bytes), 0.0)
         gathers = gathers + np.where(has_experts, comm.all_gather_s(elink, expert_params * BF16_BYTES), 0.0)
         all_reduce = all_reduce + np.where(
-            has_experts, comm.all_reduce_s(elink, expert_params * GRAD_REDUCE_BYTES), 0.0)
+            has_experts, comm.all_reduce_s(elink, expert_params * grad_bytes), 0.0)
     step_grads = np.select([b.zero == 0, b.zero <= 2], [all_reduce, grads], 0.0)
     step_gathers = np.where((b.zero >= 1) & (b.zero <= 2), gathers, 0.0)
     per_micro = np.where(b.zero >= 3, 2.0 * gathers + grads, 0.0)
@@ -176,7 +189,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
                   + dp["gathers"] - e.dp_overlap * np.minimum(dp["gathers"], forward_first))
     owned = stage_params["dense"] + stage_params["expert"]
     shard = np.where(b.zero >= 1, b.dp * b.cp, 1.0)
-    optimizer = owned / shard * ADAM_BYTES_PER_PARAM / (ctx.cluster.gpu.hbm_bytes_per_s * e.hbm_efficiency)
+    optimizer = owned / shard * adam_step_bytes_per_param(p) / (ctx.cluster.gpu.hbm_bytes_per_s * e.hbm_efficiency)
     step = m_count * t_micro + bubble + dp_exposed + optimizer + ctx.corrections.step_overhead_s
     out.update({
         "time_compute_s": m_count * parts["compute"],

@@ -49,6 +49,7 @@ class TrainerProfile:
     description: str
     weight_bytes: float  # compute copy of each parameter (bf16)
     grad_bytes: float  # gradient buffer per parameter
+    grad_reduce_bytes: float  # bytes per gradient element in the data-parallel reduction (its dtype)
     master_bytes: float  # fp32 master weights
     optimizer_bytes: float  # Adam moments
     fp8_weight_extra_bytes: float  # fp8 copies (and transposes) of linear weights under fp8

@@ -15,7 +15,7 @@ import pytest
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
-from autoplan.cost.time import gemm_efficiency
+from autoplan.cost.time import adam_step_bytes_per_param, gemm_efficiency
 from autoplan.layout import LayoutBatch, resolve_layout
 from autoplan.profiles import CalibratedParameters, PhysicalEfficiency, load_profile
 from autoplan.profiles.efficiency import neutral_corrections
@@ -166,6 +166,17 @@ def test_data_parallel_all_reduce_without_zero():
     assert table["time_dp_exposed_s"][0] == pytest.approx(expected, rel=1e-12)
 
 
+def test_data_parallel_reduction_uses_the_trainers_gradient_dtype():
+    # DeepSpeed reduces in the communication dtype (bf16, 2 B): with the same layout the ring
+    # all-reduce moves 2·7/8·2P/450e9 + 2·log2(8)·3 µs (Megatron: 4P).
+    model = dataclasses.replace(MODEL, num_layers=2)
+    bf16 = dataclasses.replace(load_profile("megatron"), grad_reduce_bytes=2.0)
+    ctx = CostContext(model=model, cluster=make_cluster(GPU, 8), profile=bf16, parameters=PLAIN)
+    table = evaluate_one(ctx, pp=2, dp=8, zero=0)
+    expected = 2 * 7 / 8 * 2 * P_LAST / NVLINK + 2 * 3 * ALPHA_UP
+    assert table["time_dp_exposed_s"][0] == pytest.approx(expected, rel=1e-12)
+
+
 def test_data_parallel_reduce_scatter_and_gather_with_zero_1():
     # reduce-scatter of fp32 grads (4P) + all-gather of bf16 weights (2P), each (n-1)/n·S/bw + 3α
     model = dataclasses.replace(MODEL, num_layers=2)
@@ -194,18 +205,28 @@ def test_dp_overlap_hides_up_to_the_last_backward():
                                                            rel=1e-9, abs=1e-15)
 
 
-def test_optimizer_step_reads_and_writes_32_bytes_per_owned_parameter():
-    # zero 1 over dp = 4: P/4 params × 32 B / 3.35e12 B/s
+# Megatron's Adam step per parameter: read grad 4 + master 4 + m, v 8; write master 4 + m, v 8
+# and the bf16 weight 2 = 30 B (nanotron with its bf16 + fp32 grads: 6 + 8 + 16 + 2 = 32 B).
+ADAM_BYTES = {"megatron": 30, "nanotron": 32, "torchtitan": 28, "deepspeed": 28, "hf": 30}
+
+
+def test_optimizer_step_bytes_follow_the_profile():
+    for trainer, expected in ADAM_BYTES.items():
+        assert adam_step_bytes_per_param(load_profile(trainer)) == expected, trainer
+
+
+def test_optimizer_step_reads_and_writes_30_bytes_per_owned_parameter():
+    # zero 1 over dp = 4: P/4 params × 30 B / 3.35e12 B/s
     model = dataclasses.replace(MODEL, num_layers=2)
     table = evaluate_one(ctx_for(model), pp=2, dp=4, zero=1)
-    assert table["time_optimizer_s"][0] == pytest.approx(P_LAST / 4 * 32 / HBM, rel=1e-12)
+    assert table["time_optimizer_s"][0] == pytest.approx(P_LAST / 4 * 30 / HBM, rel=1e-12)
 
 
 def test_optimizer_step_with_pp1_counts_every_parameter():
     # 1 layer + embedding + final norm + head = 16,779,264 + 32,768,000 + 1,024 + 32,768,000
-    #   = 82,316,288 params × 32 B / 3.35e12 B/s = 7.863e-4 s (observed 4.733e-4 s)
+    #   = 82,316,288 params × 30 B / 3.35e12 B/s = 7.372e-4 s
     table = evaluate_one(zero=0)
-    assert table["time_optimizer_s"][0] == pytest.approx(82_316_288 * 32 / HBM, rel=1e-12)
+    assert table["time_optimizer_s"][0] == pytest.approx(82_316_288 * 30 / HBM, rel=1e-12)
 
 
 def test_step_time_is_the_sum_of_its_terms():

@@ -57,9 +57,14 @@ def test_shared_defaults_give_every_parameter_a_source():
         assert p.plausible[0] <= defaults.value(name) <= p.plausible[1], name
 
 
-def test_every_profile_loads_with_no_fitted_default():
-    for trainer in list_trainers():
-        assert load_profile(trainer).parameters["default"].fitted == (), trainer
+def test_every_profile_loads_with_its_gradient_reduction_dtype():
+    # Megatron, torchtitan, nanotron and HF reduce fp32 gradients; DeepSpeed the bf16/fp16 ones.
+    expected = {"megatron": 4, "torchtitan": 4, "nanotron": 4, "hf": 4, "deepspeed": 2}
+    assert set(list_trainers()) == set(expected)
+    for trainer, grad_reduce_bytes in expected.items():
+        profile = load_profile(trainer)
+        assert profile.grad_reduce_bytes == grad_reduce_bytes, trainer
+        assert profile.parameters["default"].fitted == ()
 
 
 def test_a_profile_default_overrides_the_shared_one_and_is_not_marked_fitted():
