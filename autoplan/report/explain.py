@@ -28,7 +28,8 @@ TIME_SOURCES = {
     "pp_exposed": ("p2p activation/gradient sends per micro-batch", "SC'21 Sec. 2.2"),
     "dp_exposed": ("gradient reduce-scatter/all-reduce not hidden by the last backward", "PyTorch DDP buckets; ZeRO"),
     "bubble": ("(pp − 1)/vpp × t_microbatch", "SC'21 Sec. 2.2.2"),
-    "optimizer": ("sharded params × 32 B / HBM bandwidth", "Adam step memory traffic"),
+    "optimizer": ("sharded params × (grad + 2·(master + m, v) + weight bytes) / HBM bandwidth",
+                  "Adam step memory traffic (time.adam_step_bytes_per_param)"),
     "overhead": ("fixed per-step overhead", "calibrated"),
     "memory_pressure": ("step × slowdown × excess over the pressure threshold", "calibrated (allocator retries)"),
 }
