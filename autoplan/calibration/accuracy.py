@@ -32,8 +32,8 @@ Pair = tuple[str, str]  # (trainer, hardware)
 # The few parameters fitted per (trainer, GPU), and why these. The GEMM curve sets compute
 # speed everywhere. nanotron: scale-out efficiency and DP overlap set the data-parallel cost over
 # the sweep's 1-64 nodes. Megatron on A100: its 2021 attention (no flash attention) runs far
-# below GEMM speed (the unfused-attention correction), and Table 1 spans 1-384 nodes. Megatron-Core on H100: --tp-comm-overlap
-# and DP over up to 768 nodes. torchtitan: Float8 speed-up and long-context attention. Memory:
+# below GEMM speed (the unfused-attention correction), and Table 1 spans 1-384 nodes.
+# Megatron-Core on H100: --tp-comm-overlap and DP over up to 768 nodes. torchtitan: Float8 speed-up and long-context attention. Memory:
 # the reserve and the fragmentation, wherever a source measures memory.
 FIT_PLAN: dict[Pair, tuple[str, ...]] = {
     ("nanotron", "h100-sxm"): ("gemm_efficiency_max", "gemm_half_flops", "scale_out_efficiency",

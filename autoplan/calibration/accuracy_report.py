@@ -164,7 +164,8 @@ def time_figures(sources: Mapping[str, Source], fit_ids: set[str],
     return out
 
 
-def ranking_figures(sources: Mapping[str, Source], eff: Mapping[Pair, CalibratedParameters] | None = None) -> list[Figure]:
+def ranking_figures(sources: Mapping[str, Source],
+                    eff: Mapping[Pair, CalibratedParameters] | None = None) -> list[Figure]:
     rows = [r for r in sources["playbook_sweep"].rows if r.status == "ok"]
     pred = predictions(rows, eff)["tokens_per_s_per_gpu"]
     cells = cell_rankings(rows, pred)

@@ -110,10 +110,12 @@ def _print_calibration(cal, measured, out_path, kw) -> None:
     if cal.cv_note:
         click.echo(f"  note: {cal.cv_note}", err=True)
     from autoplan.profiles import PARAMETERS
+    from autoplan.profiles.efficiency import shown
 
     flags = {f.name: f.reason for f in cal.flags}
-    emit_records([{"parameter": p, "kind": PARAMETERS[p].kind, "before": f"{cal.base.value(p):.4g}",
-                   "after": f"{v:.4g}", "plausible": "[{:g}, {:g}]".format(*PARAMETERS[p].plausible),
+    emit_records([{"parameter": p, "kind": PARAMETERS[p].kind, "before": shown(p, cal.base.value(p)),
+                   "after": shown(p, v),
+                   "plausible": "[{}, {}]".format(*(shown(p, x) for x in PARAMETERS[p].plausible)),
                    "flag": flags.get(p, "")} for p, v in r.params.items()],
                  "table", columns=["parameter", "kind", "before", "after", "plausible", "flag"])
     if flags:
@@ -206,7 +208,8 @@ def _import_log(ctx: click.Context, kw: dict) -> None:
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
               help="Profile YAML to write [default: results/calibrated-<trainer>-<hardware>.yaml].")
 @click.option("--params", type=ParamList(), default=None,
-              help="Parameters to fit, physical efficiencies or corrections [default: the time parameters gemm_efficiency_max, "
+              help="Parameters to fit, physical efficiencies or corrections [default: the time "
+                   "parameters gemm_efficiency_max, "
                    "gemm_half_flops, scale_out_efficiency, dp_overlap if any row has tokens/s; "
                    "memory_reserve_bytes, allocator_overhead if any row has memory].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random starts and the folds.")

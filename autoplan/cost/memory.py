@@ -149,7 +149,8 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], full_input)
     rank = np.zeros_like(b.pp) if first else b.pp - 1.0
     flying = in_flight_layers(n_layers, b.pp, b.vpp, b.grad_acc, rank, p.pp_schedule)
-    # A correction (Corrections.pp_extra_layers_per_microbatch): extra layer-activations per in-flight micro-batch of a pipelined stage.
+    # A correction (Corrections.pp_extra_layers_per_microbatch): extra layer-activations per
+    # in-flight micro-batch of a pipelined stage.
     micro_in_flight = in_flight_layers(np.ones_like(b.pp), b.pp, np.ones_like(b.pp), b.grad_acc, rank,
                                        p.pp_schedule)
     flying = flying + np.where(b.pp > 1, c.pp_extra_layers_per_microbatch * micro_in_flight, 0.0)

@@ -83,9 +83,11 @@ def test_sourced_value_without_a_source_is_refused_naming_file_and_key():
 
 
 @pytest.mark.parametrize("section, name, value, message", [
-    ("physical_efficiency", "gemm_efficiency_max", 1.2, r"physical_efficiency.gemm_efficiency_max: must lie in \[0.05, 1\], got 1.2"),
+    ("physical_efficiency", "gemm_efficiency_max", 1.2,
+     r"physical_efficiency.gemm_efficiency_max: must lie in \[0.05, 1\], got 1.2"),
     ("physical_efficiency", "dp_overlap", -0.1, r"physical_efficiency.dp_overlap: must lie in \[0, 1\], got -0.1"),
-    ("corrections", "pp_collective_overhead_factor", 0.5, r"corrections.pp_collective_overhead_factor: must lie in \[1, 100\]"),
+    ("corrections", "pp_collective_overhead_factor", 0.5,
+     r"corrections.pp_collective_overhead_factor: must lie in \[1, 100\]"),
     ("corrections", "allocator_overhead", "5%", "corrections.allocator_overhead: expected a number, got '5%'"),
 ])
 def test_out_of_bounds_values_are_refused_naming_file_and_key(section, name, value, message):
