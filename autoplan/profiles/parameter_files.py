@@ -103,7 +103,10 @@ def profile_parameters(data: Mapping, where: str) -> dict[str, CalibratedParamet
     default = load_defaults().with_values(sourced_values(data.get("defaults") or {}, f"{where}: defaults"),
                                           fitted=False)
     out = {"default": default}
-    for gpu, block in (data.get("calibrated") or {}).items():
+    calibrated = data.get("calibrated") or {}
+    if not isinstance(calibrated, Mapping):
+        raise SpecError(where, f"calibrated: expected a mapping of GPU name: parameters, got {calibrated!r}")
+    for gpu, block in calibrated.items():
         at = f"{where}: calibrated.{gpu}"
         if not isinstance(block, Mapping) or not str(block.get("fitted_on") or "").strip():
             raise SpecError(at, "expected fitted_on: '<the rows and fit that gave these values>' and the "
@@ -121,11 +124,11 @@ def file_parameters(data: Mapping, where: str, base: CalibratedParameters) -> Ca
     ``unfused_attention_factor`` of ``base`` is reset to neutral unless the file gives one.
     """
     if "efficiency" in data:
+        if PHYSICAL in data or CORRECTIONS in data:
+            raise SpecError(where, f"give either the flat 'efficiency:' or '{PHYSICAL}:' and '{CORRECTIONS}:'")
         flat = dict(data["efficiency"] or {})
         fitted_on = str(flat.pop("fitted_on", ""))
-        unknown = [k for k in flat if k not in PARAMETERS]
-        if unknown:
-            check_keys({unknown[0]: None}, f"{where}: efficiency", required=[], optional=list(PARAMETERS))
+        check_keys(flat, f"{where}: efficiency", required=[], optional=list(PARAMETERS))
         values = {"unfused_attention_factor": PARAMETERS["unfused_attention_factor"].neutral}
         values.update({k: checked_value(k, v, where) for k, v in flat.items()})
         return base.with_values(values, fitted_on=fitted_on)

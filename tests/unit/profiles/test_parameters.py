@@ -161,6 +161,9 @@ def test_profile_file_errors_name_the_file_and_key(tmp_path):
     path = _file(tmp_path, {"efficiency": {"gemm_eff_max": 0.7}})
     with pytest.raises(SpecError, match="unknown key 'gemm_eff_max' \\(did you mean 'gemm_efficiency_max'\\?\\)"):
         apply_profile_file(load_profile("megatron"), "a100-80gb", path)
+    path = _file(tmp_path, {"efficiency": {"gemm_efficiency_max": 0.7}, "corrections": {"step_overhead_s": 0.1}})
+    with pytest.raises(SpecError, match="give either the flat 'efficiency:' or 'physical_efficiency:'"):
+        apply_profile_file(load_profile("megatron"), "a100-80gb", path)
     path = _file(tmp_path, {"fit": {}})
     with pytest.raises(SpecError, match="no parameters: expected the sections 'physical_efficiency:'"):
         apply_profile_file(load_profile("megatron"), "a100-80gb", path)
