@@ -22,4 +22,4 @@ def build_context(model: str, num_gpus: int, *, hardware: str = "h100-sxm", trai
     if profile_path:
         profile = apply_profile_file(profile, gpu.name, profile_path)
     return CostContext(model=spec, cluster=cluster, profile=profile,
-                       efficiency=profile.efficiency_for(gpu.name), flops_convention=flops_convention)
+                       parameters=profile.parameters_for(gpu.name), flops_convention=flops_convention)

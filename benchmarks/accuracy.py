@@ -17,10 +17,12 @@ import sys
 import time
 from collections import Counter
 
-from autoplan.calibration.accuracy import FIT_LOSS, FIT_PLAN, NOT_FITTED, TIME_SOURCES, calibrate_all, fit_split, predictions
+from autoplan.calibration.accuracy import (FIT_LOSS, FIT_PLAN, NOT_FITTED, TIME_SOURCES, calibrate_all, fit_split,
+                                           predictions, shipped_flags)
 from autoplan.calibration.accuracy_report import SECTIONS, accuracy_report
 from autoplan.calibration.fit import CalibrationError, cross_validate
 from autoplan.calibration.validation import load_sources, row_context
+from autoplan.profiles import PARAMETERS
 
 
 def mark(ok: bool) -> str:
@@ -89,20 +91,40 @@ def fitted_on(report, sources, args) -> str:
 
 
 def print_fits(fits, sources, args) -> None:
-    print("\n== Fitted efficiency parameters (paste under `efficiency:` of each profile) ==")
-    for (trainer, hardware), (eff, report) in fits.items():
+    print("\n== Fitted parameters (paste under `calibrated:` of each profile; FLAG: on a bound or "
+          "outside the plausible range) ==")
+    for (trainer, hardware), (_, report) in fits.items():
         print(f"# autoplan/profiles/{trainer}.yaml  ({report.num_time_rows} tokens/s rows, "
               f"{report.num_memory_rows} memory rows, {report.evaluations} evaluations; "
               f"loss {report.loss_before:.4f} -> {report.loss_after:.4f}; "
               f"fit-row errors {fmt(report.errors_before)} -> {fmt(report.errors_after)})")
         print(f"  {hardware}:")
-        bounds = eff.bounds()
-        for name, value in report.params.items():
-            low, high = bounds[name]
-            shown = float(f"{value:.4g}")
-            text = f"{value:.4g}" if low <= shown <= high else repr(value)
-            print(f"    {name}: {text if ('.' in text or 'e' not in text) else text.replace('e', '.0e')}")
         print(f'    fitted_on: "{fitted_on(report, sources, args)}"')
+        flags = {f.name: f.reason for f in report.flags}
+        for kind in ("physical_efficiency", "corrections"):
+            names = [n for n in report.params if PARAMETERS[n].kind == kind]
+            if names:
+                print(f"    {kind}:")
+            for name in names:
+                flag = f"  # FLAG: {flags[name]}" if name in flags else ""
+                print(f"      {name}: {yaml_number(name, report.params[name])}{flag}")
+
+
+def yaml_number(name: str, value: float) -> str:
+    """``value`` to 4 significant digits, as a YAML float (kept inside its bounds)."""
+    low, high = PARAMETERS[name].bounds
+    text = f"{value:.4g}" if low <= float(f"{value:.4g}") <= high else repr(value)
+    return text if ('.' in text or 'e' not in text) else text.replace('e', '.0e')
+
+
+def print_flags(flags) -> None:
+    """Fitted values on a bound or outside their plausible range, per (trainer, GPU)."""
+    print("\n== Flagged fitted values (on a bound or outside the plausible range; "
+          "autoplan/profiles/efficiency.py states each range) ==")
+    for (trainer, hardware), found in flags.items():
+        print(f"  {trainer}/{hardware}: {len(found)} flagged" + ("" if found else " (none)"))
+        for flag in found:
+            print(f"    {PARAMETERS[flag.name].kind:<20} {flag.text()}")
 
 
 def fmt(errors: dict) -> str:
@@ -139,10 +161,13 @@ def main(argv=None) -> int:
           f"{'refitted now (--fit)' if args.fit else 'shipped YAML'}")
     print_rows_used(sources, fit_ids, args.rows)
     eff = None
+    flags = shipped_flags()
     if args.fit:
         fits = calibrate_all(sources, fit_ids, args.seed)
         print_fits(fits, sources, args)
         eff = {pair: fitted for pair, (fitted, _) in fits.items()}
+        flags = {pair: report.flags for pair, (_, report) in fits.items()}
+    print_flags(flags)
     print_figures(accuracy_report(SECTIONS, seed=args.seed, split_seed=args.seed, fraction=args.fraction,
                                   eff=eff))
     signed_errors(sources, eff, fit_ids)

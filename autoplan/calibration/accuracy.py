@@ -24,7 +24,7 @@ import numpy as np
 
 from autoplan.calibration.fit import FitReport, fit_efficiency, predict_rows, split_rows
 from autoplan.cost.context import CostContext
-from autoplan.profiles import Efficiency
+from autoplan.profiles import CalibratedParameters, Flag, flag_fitted, list_trainers, load_profile
 from autoplan.calibration.validation import Row, Source, row_context
 
 Pair = tuple[str, str]  # (trainer, hardware)
@@ -32,15 +32,15 @@ Pair = tuple[str, str]  # (trainer, hardware)
 # The few parameters fitted per (trainer, GPU), and why these. The GEMM curve sets compute
 # speed everywhere. nanotron: scale-out efficiency and DP overlap set the data-parallel cost over
 # the sweep's 1-64 nodes. Megatron on A100: its 2021 attention (no flash attention) runs far
-# below GEMM speed, and Table 1 spans 1-384 nodes. Megatron-Core on H100: --tp-comm-overlap
-# and DP over up to 768 nodes. torchtitan: Float8 speed-up and long-context attention. Memory:
+# below GEMM speed (the unfused-attention correction), and Table 1 spans 1-384 nodes.
+# Megatron-Core on H100: --tp-comm-overlap and DP over up to 768 nodes. torchtitan: Float8 speed-up and long-context attention. Memory:
 # the reserve and the fragmentation, wherever a source measures memory.
 FIT_PLAN: dict[Pair, tuple[str, ...]] = {
     ("nanotron", "h100-sxm"): ("gemm_efficiency_max", "gemm_half_flops", "scale_out_efficiency",
                                "dp_overlap", "collective_overhead_s", "pp_collective_overhead_factor",
                                "memory_pressure_slowdown", "pp_extra_layers_per_microbatch",
                                "memory_reserve_bytes", "allocator_overhead"),
-    ("megatron", "a100-80gb"): ("gemm_efficiency_max", "attention_efficiency", "scale_out_efficiency"),
+    ("megatron", "a100-80gb"): ("gemm_efficiency_max", "unfused_attention_factor", "scale_out_efficiency"),
     ("megatron", "h100-sxm"): ("gemm_efficiency_max", "gemm_half_flops"),
     ("torchtitan", "h100-96gb-500w"): ("gemm_efficiency_max", "gemm_half_flops", "fp8_gemm_speedup",
                                        "attention_efficiency", "memory_reserve_bytes",
@@ -76,7 +76,7 @@ def fit_split(sources: Mapping[str, Source], fraction: float = 0.3, seed: int = 
 
 
 def calibrate_all(sources: Mapping[str, Source], fit_ids: set[str], seed: int = 0,
-                  plan: Mapping[Pair, Sequence[str]] = FIT_PLAN) -> dict[Pair, tuple[Efficiency, FitReport]]:
+                  plan: Mapping[Pair, Sequence[str]] = FIT_PLAN) -> dict[Pair, tuple[CalibratedParameters, FitReport]]:
     """Fit each (trainer, hardware) pair of ``plan`` on its rows in ``fit_ids``."""
     out = {}
     for pair, params in plan.items():
@@ -86,13 +86,24 @@ def calibrate_all(sources: Mapping[str, Source], fit_ids: set[str], seed: int = 
     return out
 
 
-def context_factory(efficiencies: Mapping[Pair, Efficiency] | None = None):
-    """A row -> CostContext factory that uses ``efficiencies`` where given, else the shipped."""
+def context_factory(parameters: Mapping[Pair, CalibratedParameters] | None = None):
+    """A row -> CostContext factory that uses ``parameters`` where given, else the shipped."""
     def factory(row: Row) -> CostContext:
         ctx = row_context(row)
-        eff = (efficiencies or {}).get((row.trainer, row.hardware))
-        return ctx if eff is None else replace(ctx, efficiency=eff)
+        params = (parameters or {}).get((row.trainer, row.hardware))
+        return ctx if params is None else replace(ctx, parameters=params)
     return factory
+
+
+def shipped_flags() -> dict[Pair, list[Flag]]:
+    """Per (trainer, GPU) calibrated in the shipped profiles: its fitted values that sit on a
+    bound or outside their plausible range."""
+    out = {}
+    for trainer in list_trainers():
+        for gpu, params in load_profile(trainer).parameters.items():
+            if gpu != "default":
+                out[(trainer, gpu)] = flag_fitted(params)
+    return out
 
 
 # --- statistics ---------------------------------------------------------------------------
@@ -176,6 +187,7 @@ def zero_figure1_gb(num_params: float = 7.5e9, dp: int = 64) -> list[float]:
     return [float(v) / 1e9 for v in sum(terms.values())]
 
 
-def predictions(rows: Sequence[Row], efficiencies: Mapping[Pair, Efficiency] | None = None) -> dict[str, np.ndarray]:
-    """Predicted figures of ``rows`` with the shipped profiles or ``efficiencies``."""
-    return predict_rows(rows, context_factory(efficiencies))
+def predictions(rows: Sequence[Row],
+                parameters: Mapping[Pair, CalibratedParameters] | None = None) -> dict[str, np.ndarray]:
+    """Predicted figures of ``rows`` with the shipped profiles or ``parameters``."""
+    return predict_rows(rows, context_factory(parameters))

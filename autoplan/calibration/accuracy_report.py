@@ -31,7 +31,7 @@ from autoplan.calibration.accuracy import (FIT_LOSS, FIT_PLAN, TIME_SOURCES, Pai
                                context_factory, fit_split, predictions, zero_figure1_gb)
 from autoplan.calibration.fit import MEMORY_PARAMS, fit_efficiency, predict_rows, split_rows
 from autoplan.errors import AutoplanError
-from autoplan.profiles import Efficiency, load_profile
+from autoplan.profiles import CalibratedParameters, load_profile
 from autoplan.specs.hardware import load_gpu
 from autoplan.units import GB, GiB
 from autoplan.calibration.validation import Row, Source, load_playbook_sweep, load_sources, row_context
@@ -93,7 +93,7 @@ def rows_figures(sources: Mapping[str, Source], fit_ids: set[str]) -> list[Figur
 
 
 def memory_figures(sources: Mapping[str, Source], fit_ids: set[str],
-                   eff: Mapping[Pair, Efficiency] | None = None) -> list[Figure]:
+                   eff: Mapping[Pair, CalibratedParameters] | None = None) -> list[Figure]:
     sweep = list(sources["playbook_sweep"].rows)
     ok = np.array([r.status == "ok" for r in sweep])
     pred = predictions(sweep, eff)
@@ -121,7 +121,7 @@ def memory_figures(sources: Mapping[str, Source], fit_ids: set[str],
     return out
 
 
-def unit_figures(fit_ids: set[str], eff: Mapping[Pair, Efficiency] | None = None) -> list[Figure]:
+def unit_figures(fit_ids: set[str], eff: Mapping[Pair, CalibratedParameters] | None = None) -> list[Figure]:
     """Playbook "GB": refit the memory parameters with its memory read as GB and as GiB."""
     pair = ("nanotron", "h100-sxm")
     base = (eff or {}).get(pair)
@@ -135,15 +135,16 @@ def unit_figures(fit_ids: set[str], eff: Mapping[Pair, Efficiency] | None = None
         held = [r for r in ok if r.row_id not in fit_ids]
         e = abs_pct_errors(predict_rows(held, factory, fitted)["peak_memory_bytes"],
                            np.array([r.peak_memory_bytes for r in held]))
-        label = (f"playbook memory read as {unit_name} (refitted reserve {fitted.memory_reserve_bytes / GiB:.2f} "
-                 f"GiB, fragmentation {fitted.allocator_overhead:.3f})")
+        label = (f"playbook memory read as {unit_name} (refitted reserve "
+                 f"{fitted.corrections.memory_reserve_bytes / GiB:.2f} GiB, fragmentation "
+                 f"{fitted.corrections.allocator_overhead:.3f})")
         out += [Figure("memory-unit", f"{label}, median |error|", "held-out", len(e), _stat(e, "median")),
                 Figure("memory-unit", f"{label}, p90 |error|", "held-out", len(e), _stat(e, "p90"))]
     return out
 
 
 def time_figures(sources: Mapping[str, Source], fit_ids: set[str],
-                 eff: Mapping[Pair, Efficiency] | None = None) -> list[Figure]:
+                 eff: Mapping[Pair, CalibratedParameters] | None = None) -> list[Figure]:
     out, held_all, fit_all = [], [], []
     for name in TIME_SOURCES + ("playbook_sweep",):
         rows = [r for r in sources[name].rows if r.has_time]
@@ -163,7 +164,8 @@ def time_figures(sources: Mapping[str, Source], fit_ids: set[str],
     return out
 
 
-def ranking_figures(sources: Mapping[str, Source], eff: Mapping[Pair, Efficiency] | None = None) -> list[Figure]:
+def ranking_figures(sources: Mapping[str, Source],
+                    eff: Mapping[Pair, CalibratedParameters] | None = None) -> list[Figure]:
     rows = [r for r in sources["playbook_sweep"].rows if r.status == "ok"]
     pred = predictions(rows, eff)["tokens_per_s_per_gpu"]
     cells = cell_rankings(rows, pred)
@@ -199,8 +201,8 @@ def issue8_figures(seed: int = 0, shipped_fit_ids: set[str] | None = None) -> li
     fit, held = split_rows(rows, ISSUE8_FRACTION, seed)
     pair = ("nanotron", "h100-sxm")
     calibrated, _ = fit_efficiency(fit, row_context, FIT_PLAN[pair], seed, loss=FIT_LOSS.get(pair, "soft_l1"))
-    profiles = {"uncalibrated default": load_profile("nanotron").efficiency["default"],
-                "shipped": row_context(rows[0]).efficiency, f"calibrated on {len(fit)} runs": calibrated}
+    profiles = {"uncalibrated default": load_profile("nanotron").parameters["default"],
+                "shipped": row_context(rows[0]).parameters, f"calibrated on {len(fit)} runs": calibrated}
     subsets = {"held-out 80%": held}
     if shipped_fit_ids is not None:
         subsets["held-out 80%, not in the shipped fit"] = [r for r in held if r.row_id not in shipped_fit_ids]
@@ -238,7 +240,7 @@ REFIT_SECTIONS = ("memory-unit", "issue8")
 
 
 def accuracy_report(sections: Sequence[str] = SECTIONS, *, seed: int = 0, split_seed: int = 0,
-                    fraction: float = 0.3, eff: Mapping[Pair, Efficiency] | None = None,
+                    fraction: float = 0.3, eff: Mapping[Pair, CalibratedParameters] | None = None,
                     progress: Progress | None = None) -> list[Figure]:
     """The figures of ``sections``: with the shipped profiles, or ``eff`` where given (e.g.
     profiles refitted by ``benchmarks/accuracy.py --fit``). ``split_seed`` and ``fraction`` give

@@ -1,13 +1,16 @@
-"""Fit a few named ``Efficiency`` parameters to measured runs, and say how well they predict.
+"""Fit a few named parameters (physical efficiencies and corrections) to measured runs, and say
+how well they predict.
 
 The model is the cost model itself; only the named parameters move. The objective is robust
 least squares on log error: the mean of the soft-L1 loss ``2δ²(√(1 + (r/δ)²) − 1)`` of
 ``r = log(predicted / measured)`` over the tokens/s rows plus the same over the memory rows
 (δ = 0.1, so a row off by more than ~10% counts linearly, not quadratically: one broken run
 cannot drag the fit), or the Cauchy loss ``δ²·log(1 + (r/δ)²)`` for data with gross outliers.
-Parameters are searched inside ``Efficiency.bounds()`` through a sigmoid map (log-scaled for
-FLOP counts), so no fitted value can leave its physical range; the search is a Nelder–Mead simplex (Gao & Han 2012 adaptive coefficients) from the current values plus
-seeded random starts, so a fit is deterministic for a seed. No scipy needed.
+Parameters are searched inside their ``bounds`` (``autoplan.profiles.PARAMETERS``) through a
+sigmoid map (log-scaled for FLOP counts), so no fitted value can leave its physical range; the
+search is a Nelder–Mead simplex (Gao & Han 2012 adaptive coefficients) from the current values plus
+seeded random starts, so a fit is deterministic for a seed. No scipy needed. A fitted value on a
+bound or outside its plausible range is flagged in the report (``FitReport.flags``), never hidden.
 """
 
 from __future__ import annotations
@@ -23,13 +26,13 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import AutoplanError
 from autoplan.layout import LayoutBatch, resolve_layout
-from autoplan.profiles import Efficiency
+from autoplan.profiles import PARAMETERS, CalibratedParameters, Flag, flag_values
+from autoplan.profiles.efficiency import LOG_SCALED
 from autoplan.calibration.validation import Row, row_context
 
 MEMORY_PARAMS = ("memory_reserve_bytes", "allocator_overhead")
 DEFAULT_PARAMS = ("gemm_efficiency_max", "gemm_half_flops", "scale_out_efficiency", "dp_overlap",
                   "memory_reserve_bytes", "allocator_overhead")
-_LOG_SCALED = ("gemm_half_flops",)
 LOSS_SCALE = 0.1
 ContextFactory = Callable[[Row], CostContext]
 
@@ -75,16 +78,16 @@ def prepare(rows: Sequence[Row], ctx_factory: ContextFactory = row_context) -> P
 PREDICTED = ("tokens_per_s_per_gpu", "peak_memory_bytes", "fits", "mfu")
 
 
-def predict(prepared: Prepared, efficiency: Efficiency | None = None) -> dict[str, np.ndarray]:
+def predict(prepared: Prepared, parameters: CalibratedParameters | None = None) -> dict[str, np.ndarray]:
     """Predicted tokens/s per GPU, peak memory, fits and MFU of every row (row order).
 
-    ``efficiency`` replaces each context's own (the shipped profile's) when given.
+    ``parameters`` replace each context's own (the shipped profile's) when given.
     """
     n = len(prepared.rows)
     out = {name: np.full(n, np.nan) for name in PREDICTED}
     for ctx, batch, index, uneven in prepared.groups:
-        if efficiency is not None:
-            ctx = replace(ctx, efficiency=efficiency)
+        if parameters is not None:
+            ctx = replace(ctx, parameters=parameters)
         table = evaluate(ctx, batch, allow_uneven=uneven)
         for name in PREDICTED:
             out[name][index] = table[name]
@@ -93,9 +96,9 @@ def predict(prepared: Prepared, efficiency: Efficiency | None = None) -> dict[st
 
 
 def predict_rows(rows: Sequence[Row], ctx_factory: ContextFactory = row_context,
-                 efficiency: Efficiency | None = None) -> dict[str, np.ndarray]:
+                 parameters: CalibratedParameters | None = None) -> dict[str, np.ndarray]:
     """``predict`` for a list of rows in one call."""
-    return predict(prepare(rows, ctx_factory), efficiency)
+    return predict(prepare(rows, ctx_factory), parameters)
 
 
 def log_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
@@ -123,13 +126,13 @@ LOSSES = {"soft_l1": soft_l1, "cauchy": cauchy}
 # --- bounded parameter map -------------------------------------------------------------------
 
 def _to_unit(name: str, value: float, low: float, high: float) -> float:
-    if name in _LOG_SCALED:
+    if name in LOG_SCALED:
         return (math.log(value) - math.log(low)) / (math.log(high) - math.log(low))
     return (value - low) / (high - low)
 
 
 def _from_unit(name: str, u: float, low: float, high: float) -> float:
-    if name in _LOG_SCALED:
+    if name in LOG_SCALED:
         return math.exp(math.log(low) + u * (math.log(high) - math.log(low)))
     return low + u * (high - low)
 
@@ -145,8 +148,8 @@ class _Space:
         u = 1.0 / (1.0 + np.exp(-np.clip(z, -30.0, 30.0)))
         return {n: _from_unit(n, float(ui), lo, hi) for n, ui, (lo, hi) in zip(self.names, u, self.bounds)}
 
-    def point(self, eff: Efficiency) -> np.ndarray:
-        u = [_to_unit(n, getattr(eff, n), lo, hi) for n, (lo, hi) in zip(self.names, self.bounds)]
+    def point(self, params: CalibratedParameters) -> np.ndarray:
+        u = [_to_unit(n, params.value(n), lo, hi) for n, (lo, hi) in zip(self.names, self.bounds)]
         u = np.clip(np.asarray(u, dtype=float), 0.02, 0.98)
         return np.log(u / (1.0 - u))
 
@@ -196,7 +199,8 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, *, step: float
 
 @dataclass
 class FitReport:
-    """What a fit did: fitted values, the rows used, loss and errors before and after."""
+    """What a fit did: fitted values, the rows used, loss and errors before and after, and the
+    fitted values that sit on a bound or outside their plausible range (``flags``)."""
 
     trainer: str
     hardware: str
@@ -211,6 +215,7 @@ class FitReport:
     evaluations: int
     seed: int
     loss: str
+    flags: list[Flag]
 
 
 def error_summary(predicted: dict[str, np.ndarray], prepared: Prepared) -> dict[str, float]:
@@ -224,11 +229,10 @@ def error_summary(predicted: dict[str, np.ndarray], prepared: Prepared) -> dict[
 
 def _check_fit_input(rows: Sequence[Row], params: Sequence[str]) -> tuple[int, int]:
     """Raise CalibrationError unless ``rows`` can support fitting ``params``; (#time, #memory)."""
-    bounds = Efficiency().bounds()
-    unknown = [p for p in params if p not in bounds]
+    unknown = [p for p in params if p not in PARAMETERS]
     if unknown or not params:
-        raise CalibrationError(f"unknown or no efficiency parameter(s) {unknown or list(params)}; "
-                               f"fittable: {', '.join(bounds)}")
+        raise CalibrationError(f"unknown or no parameter(s) {unknown or list(params)}; "
+                               f"fittable: {', '.join(PARAMETERS)}")
     pairs = sorted({(r.trainer, r.hardware) for r in rows})
     if len(pairs) > 1:
         raise CalibrationError(f"rows must share one (trainer, hardware) pair, got {pairs}")
@@ -245,10 +249,10 @@ def _check_fit_input(rows: Sequence[Row], params: Sequence[str]) -> tuple[int, i
     return n_time, n_mem
 
 
-def _objective(prepared: Prepared, base: Efficiency, space: _Space, fit_time: bool,
+def _objective(prepared: Prepared, base: CalibratedParameters, space: _Space, fit_time: bool,
                fit_memory: bool, loss: Callable[[np.ndarray], float]) -> Callable[[np.ndarray], float]:
     def f(z: np.ndarray) -> float:
-        pred = predict(prepared, replace(base, **space.values(z)))
+        pred = predict(prepared, base.with_values(space.values(z)))
         total = 0.0
         if fit_time:
             r = log_errors(pred["tokens_per_s_per_gpu"], prepared.measured_tokens)
@@ -278,10 +282,11 @@ def _multistart(f: Callable[[np.ndarray], float], z0: np.ndarray, starts: int, s
 
 def fit_efficiency(rows: Sequence[Row], base_ctx_factory: ContextFactory = row_context,
                    params: Sequence[str] = DEFAULT_PARAMS, seed: int = 0, *, starts: int = 3,
-                   max_evals: int = 300, loss: str = "soft_l1") -> tuple[Efficiency, FitReport]:
-    """Fit ``params`` of the rows' (trainer, hardware) ``Efficiency`` to their measurements.
+                   max_evals: int = 300, loss: str = "soft_l1") -> tuple[CalibratedParameters, FitReport]:
+    """Fit ``params`` (physical efficiencies or corrections, by name) of the rows' (trainer,
+    hardware) pair to their measurements.
 
-    Starts from the efficiency ``base_ctx_factory`` gives the first row, plus ``starts - 1``
+    Starts from the parameters ``base_ctx_factory`` gives the first row, plus ``starts - 1``
     seeded random starts, then polishes the best once. Raises ``CalibrationError`` when the rows
     mix (trainer, hardware) pairs or are too few: each kind (tokens/s, memory) with a fitted
     parameter needs max(3, parameters of that kind + 1) rows with that figure.
@@ -294,23 +299,22 @@ def fit_efficiency(rows: Sequence[Row], base_ctx_factory: ContextFactory = row_c
     params = tuple(dict.fromkeys(params))
     n_time, n_mem = _check_fit_input(rows, params)
     prepared = prepare(rows, base_ctx_factory)
-    base = prepared.groups[0][0].efficiency
-    bounds = base.bounds()
-    space = _Space(params, tuple(bounds[p] for p in params))
+    base = prepared.groups[0][0].parameters
+    space = _Space(params, tuple(PARAMETERS[p].bounds for p in params))
     f = _objective(prepared, base, space, any(p not in MEMORY_PARAMS for p in params),
                    any(p in MEMORY_PARAMS for p in params), LOSSES[loss])
     z0 = space.point(base)
     loss_before = f(z0)
     best_z, best_f, evals = _multistart(f, z0, starts, seed, max_evals)
     values = space.values(best_z)
-    fitted = replace(base, **values)
+    fitted = base.with_values(values)
     report = FitReport(
         trainer=rows[0].trainer, hardware=rows[0].hardware, params=values,
         row_ids=[r.row_id for r in rows], num_time_rows=n_time, num_memory_rows=n_mem,
         loss_before=loss_before, loss_after=best_f,
         errors_before=error_summary(predict(prepared, base), prepared),
         errors_after=error_summary(predict(prepared, fitted), prepared), evaluations=evals, seed=seed,
-        loss=loss)
+        loss=loss, flags=flag_values(values))
     return fitted, report
 
 
@@ -342,7 +346,7 @@ class CrossValidation:
     rows: list[Row]
     folds: np.ndarray
     predicted: dict[str, np.ndarray]
-    fitted: list[Efficiency]
+    fitted: list[CalibratedParameters]
 
     def errors(self) -> dict[str, float]:
         """Held-out tokens/s MAPE and memory median absolute % error over all rows."""

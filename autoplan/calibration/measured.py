@@ -6,7 +6,8 @@ given) and the measured ``tokens_per_s_per_gpu`` and/or ``peak_memory_gib`` (GiB
 e.g. ``torch.cuda.max_memory_reserved()``), either left empty where not measured. Other columns
 are ignored unless they look like a misspelling of one of these.
 
-:func:`calibrate_measured` fits the named ``Efficiency`` parameters on every usable row
+:func:`calibrate_measured` fits the named parameters (physical efficiencies and corrections,
+``autoplan.profiles.PARAMETERS``) on every usable row
 (:func:`autoplan.calibration.fit.fit_efficiency`), and k-fold cross-validates the same fit so that
 the error it reports is held-out error; :func:`profile_mapping` is the YAML that
 ``--profile`` reads (:mod:`autoplan.calibration.profile_file`).
@@ -19,7 +20,7 @@ import difflib
 import hashlib
 import math
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from autoplan.calibration.fit import (DEFAULT_PARAMS, MEMORY_PARAMS, Calibration
 from autoplan.cost.context import CostContext
 from autoplan.errors import AutoplanError, LayoutError, SpecError
 from autoplan.layout import FIELDS, LayoutBatch, resolve_layout
-from autoplan.profiles import Efficiency
+from autoplan.profiles import PARAMETERS, CalibratedParameters, Flag
+from autoplan.profiles.efficiency import CORRECTIONS, PHYSICAL
 from autoplan.profiles.profile import TrainerProfile
 from autoplan.specs.hardware import GPUSpec, make_cluster
 from autoplan.specs.model import ModelSpec
@@ -62,12 +64,12 @@ class MeasuredContext:
     def __init__(self, gpu: GPUSpec, profile: TrainerProfile, *, gpus_per_node: int | None = None,
                  nic_bytes_per_s: float | None = None, flops_convention: str = "playbook"):
         self.gpu, self.profile = gpu, profile
-        self.efficiency = profile.efficiency_for(gpu.name)
+        self.parameters = profile.parameters_for(gpu.name)
 
         @lru_cache(maxsize=None)
         def build(model: ModelSpec, num_gpus: int) -> CostContext:
             cluster = make_cluster(gpu, num_gpus, gpus_per_node=gpus_per_node, nic_bytes_per_s=nic_bytes_per_s)
-            return CostContext(model=model, cluster=cluster, profile=profile, efficiency=self.efficiency,
+            return CostContext(model=model, cluster=cluster, profile=profile, parameters=self.parameters,
                                flops_convention=flops_convention)
         self._build = build
 
@@ -196,12 +198,11 @@ def default_params(rows: list[Row]) -> tuple[str, ...]:
 
 
 def check_params(params: list[str]) -> tuple[str, ...]:
-    bounds = Efficiency().bounds()
     for name in params:
-        if name not in bounds:
-            close = difflib.get_close_matches(name, list(bounds), n=1)
+        if name not in PARAMETERS:
+            close = difflib.get_close_matches(name, list(PARAMETERS), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise CalibrationError(f"unknown efficiency parameter '{name}'{hint}; fittable: {', '.join(bounds)}")
+            raise CalibrationError(f"unknown parameter '{name}'{hint}; fittable: {', '.join(PARAMETERS)}")
     return tuple(dict.fromkeys(params))
 
 
@@ -209,14 +210,19 @@ def check_params(params: list[str]) -> tuple[str, ...]:
 class Calibration:
     """The fit on every row, its k-fold held-out errors and the starting profile's errors."""
 
-    efficiency: Efficiency
-    base: Efficiency
+    parameters: CalibratedParameters
+    base: CalibratedParameters
     report: FitReport
     errors_base: dict[str, float]
     errors_fit_rows: dict[str, float]
     errors_held_out: dict[str, float]
     folds: int
     cv_note: str = ""
+
+    @property
+    def flags(self) -> list[Flag]:
+        """Fitted values on a bound or outside their plausible range."""
+        return self.report.flags
 
 
 def calibrate_measured(rows: list[Row], context: MeasuredContext, params: tuple[str, ...], *, seed: int = 0,
@@ -230,7 +236,7 @@ def calibrate_measured(rows: list[Row], context: MeasuredContext, params: tuple[
         held = cv.errors()
     except CalibrationError as exc:
         note = f"cross-validation skipped: a training fold has too few rows ({exc})"
-    return Calibration(efficiency=fitted, base=context.efficiency, report=report,
+    return Calibration(parameters=fitted, base=context.parameters, report=report,
                        errors_base=error_summary(predict(prepared), prepared),
                        errors_fit_rows=report.errors_after, errors_held_out=held, folds=min(folds, len(rows)),
                        cv_note=note)
@@ -241,24 +247,24 @@ def _clean(value: float) -> float | None:
 
 
 def profile_mapping(cal: Calibration, measured: Measured, *, loss: str) -> dict[str, Any]:
-    """The calibrated profile YAML: every bounded ``Efficiency`` parameter (fitted ones at their
-    fitted value, the rest at the starting profile's), so the file reproduces the fit even if the
-    shipped profile changes; ``fit:`` says what was fitted, on what, and how well."""
-    bounds = Efficiency().bounds()
-    eff = {}
-    for f in fields(Efficiency):
-        if f.name in bounds:
-            low, high = bounds[f.name]
-            eff[f.name] = min(high, max(low, float(getattr(cal.efficiency, f.name))))
+    """The calibrated profile YAML: every parameter in its section (``physical_efficiency``,
+    ``corrections``; fitted ones at their fitted value, the rest at the starting profile's), so
+    the file reproduces the fit even if the shipped profile changes; ``fit:`` says what was
+    fitted, on what, how well, and which fitted values are flagged."""
+    sections: dict[str, dict[str, float]] = {PHYSICAL: {}, CORRECTIONS: {}}
+    for name, p in PARAMETERS.items():
+        low, high = p.bounds
+        sections[p.kind][name] = min(high, max(low, cal.parameters.value(name)))
     r = cal.report
     digest = hashlib.sha256(Path(measured.path).read_bytes()).hexdigest()[:16]
-    eff["fitted_on"] = (f"autoplan calibrate {Path(measured.path).name}: {r.num_time_rows} tokens/s rows, "
-                        f"{r.num_memory_rows} memory rows, seed {r.seed}, {loss} loss")
+    fitted_on = (f"autoplan calibrate {Path(measured.path).name}: {r.num_time_rows} tokens/s rows, "
+                 f"{r.num_memory_rows} memory rows, seed {r.seed}, {loss} loss")
     return {
-        "trainer": r.trainer, "hardware": r.hardware, "efficiency": eff,
+        "trainer": r.trainer, "hardware": r.hardware, "fitted_on": fitted_on, **sections,
         "fit": {"params": list(r.params), "seed": r.seed, "loss": loss, "folds": cal.folds,
                 "rows": len(r.row_ids), "tokens_rows": r.num_time_rows, "memory_rows": r.num_memory_rows,
-                "before": {p: float(getattr(cal.base, p)) for p in r.params},
+                "before": {p: cal.base.value(p) for p in r.params},
+                "flagged": {f.name: f.reason for f in cal.flags},
                 "errors_pct": {name: {k: _clean(v) for k, v in errs.items()} for name, errs in
                                (("starting_profile", cal.errors_base), ("fit_rows", cal.errors_fit_rows),
                                 ("held_out_cv", cal.errors_held_out))}},
@@ -272,7 +278,7 @@ def write_profile(path: str | Path, mapping: dict[str, Any]) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = ("# Calibrated efficiency written by `autoplan calibrate`; use it with\n"
+    header = ("# Calibrated parameters written by `autoplan calibrate`; use it with\n"
               f"#   --trainer {mapping['trainer']} --hardware {mapping['hardware']} --profile {path}\n")
     path.write_text(header + yaml.safe_dump(mapping, sort_keys=False, width=100), encoding="utf-8")
     return path

@@ -403,9 +403,9 @@ def _context(model: ModelSpec, hardware: str, trainer: str, num_gpus: int) -> Co
     profile = load_profile(trainer)
     cluster = make_cluster(gpu, num_gpus)
     return CostContext(model=model, cluster=cluster, profile=profile,
-                       efficiency=profile.efficiency_for(gpu.name))
+                       parameters=profile.parameters_for(gpu.name))
 
 
 def row_context(row: Row) -> CostContext:
-    """The cost context of a row with the shipped profile's efficiency for its GPU."""
+    """The cost context of a row with the shipped profile's parameters for its GPU."""
     return _context(row.model, row.hardware, row.trainer, row.num_gpus)

@@ -109,10 +109,19 @@ def _print_calibration(cal, measured, out_path, kw) -> None:
                  formatters={"tokens_mape_pct": _pct, "memory_median_ape_pct": _pct})
     if cal.cv_note:
         click.echo(f"  note: {cal.cv_note}", err=True)
-    bounds = cal.efficiency.bounds()
-    emit_records([{"parameter": p, "before": f"{getattr(cal.base, p):.4g}", "after": f"{v:.4g}",
-                   "bounds": f"[{bounds[p][0]:g}, {bounds[p][1]:g}]"} for p, v in r.params.items()],
-                 "table", columns=["parameter", "before", "after", "bounds"])
+    from autoplan.profiles import PARAMETERS
+    from autoplan.profiles.efficiency import shown
+
+    flags = {f.name: f.reason for f in cal.flags}
+    emit_records([{"parameter": p, "kind": PARAMETERS[p].kind, "before": shown(p, cal.base.value(p)),
+                   "after": shown(p, v),
+                   "plausible": "[{}, {}]".format(*(shown(p, x) for x in PARAMETERS[p].plausible)),
+                   "flag": flags.get(p, "")} for p, v in r.params.items()],
+                 "table", columns=["parameter", "kind", "before", "after", "plausible", "flag"])
+    if flags:
+        click.echo(f"  flagged: {len(flags)} fitted value(s) on a bound or outside the plausible range: "
+                   "they stand in for something the model misses; check them before trusting the profile",
+                   err=True)
     click.echo(f"wrote {out_path}; use it with: --trainer {r.trainer} --hardware {r.hardware} --profile {out_path}")
 
 
@@ -199,7 +208,8 @@ def _import_log(ctx: click.Context, kw: dict) -> None:
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
               help="Profile YAML to write [default: results/calibrated-<trainer>-<hardware>.yaml].")
 @click.option("--params", type=ParamList(), default=None,
-              help="Efficiency parameters to fit [default: the time parameters gemm_efficiency_max, "
+              help="Parameters to fit, physical efficiencies or corrections [default: the time "
+                   "parameters gemm_efficiency_max, "
                    "gemm_half_flops, scale_out_efficiency, dp_overlap if any row has tokens/s; "
                    "memory_reserve_bytes, allocator_overhead if any row has memory].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random starts and the folds.")
@@ -230,7 +240,7 @@ def _import_log(ctx: click.Context, kw: dict) -> None:
               show_default=True, help="Output format of the calibration summary.")
 @click.pass_context
 def calibrate_command(ctx: click.Context, **kw) -> None:
-    """Fit efficiency parameters to measured runs and write a calibrated profile.
+    """Fit efficiencies and corrections to measured runs and write a calibrated profile.
 
     \b
     autoplan calibrate MEASURED.csv --model 8b --hardware h100-sxm --trainer nanotron

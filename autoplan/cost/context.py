@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from autoplan.cost.params import ParamCounts, count_params
-from autoplan.profiles import Efficiency, TrainerProfile
+from autoplan.profiles import CalibratedParameters, Corrections, PhysicalEfficiency, TrainerProfile
 from autoplan.specs.hardware import Cluster
 from autoplan.specs.model import ModelSpec
 
@@ -15,7 +15,7 @@ FLOPS_CONVENTIONS = ("playbook", "causal", "megatron")
 
 @dataclass(frozen=True)
 class CostContext:
-    """The model, the cluster, the trainer profile and its calibrated efficiency.
+    """The model, the cluster, the trainer profile and its calibrated parameters.
 
     ``flops_convention`` decides how *model* FLOPs (for MFU) are counted; time always uses the
     work the kernels really do (causal attention does half the score FLOPs):
@@ -30,9 +30,17 @@ class CostContext:
     model: ModelSpec
     cluster: Cluster
     profile: TrainerProfile
-    efficiency: Efficiency
+    parameters: CalibratedParameters
     flops_convention: str = "playbook"
 
     @cached_property
     def params(self) -> ParamCounts:
         return count_params(self.model)
+
+    @property
+    def efficiency(self) -> PhysicalEfficiency:
+        return self.parameters.efficiency
+
+    @property
+    def corrections(self) -> Corrections:
+        return self.parameters.corrections

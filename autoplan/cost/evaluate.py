@@ -91,11 +91,11 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = False
         cols.update(time_table(ctx, b, heavier_stage_params(params), layers))
         capacity = ctx.cluster.gpu.usable_memory_bytes
         # Near capacity the caching allocator frees and retries (cudaMalloc retries), which
-        # slows the step: a named, calibrated penalty (Efficiency.memory_pressure_*).
-        e = ctx.efficiency
-        excess = np.maximum(0.0, cols["peak_memory_bytes"] / capacity - e.memory_pressure_threshold)
-        pressure = cols["step_time_s"] * e.memory_pressure_slowdown * excess / max(
-            1.0 - e.memory_pressure_threshold, 1e-9)
+        # slows the step: a named correction (Corrections.memory_pressure_*).
+        c = ctx.corrections
+        excess = np.maximum(0.0, cols["peak_memory_bytes"] / capacity - c.memory_pressure_threshold)
+        pressure = cols["step_time_s"] * c.memory_pressure_slowdown * excess / max(
+            1.0 - c.memory_pressure_threshold, 1e-9)
         cols["time_memory_pressure_s"] = pressure
         cols["step_time_s"] = cols["step_time_s"] + pressure
         cols["bubble_fraction"] = cols["time_bubble_s"] / cols["step_time_s"]

@@ -134,7 +134,7 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     ``acts`` maps 'none'/'selective' to ``layer_activation_bytes``; ``params`` is the stage's
     (non-expert, expert) parameters per GPU.
     """
-    p, e, m = ctx.profile, ctx.efficiency, ctx.model
+    p, c, m = ctx.profile, ctx.corrections, ctx.model
     n_layers = layers.first if first else layers.last
     n_dense = layers.first_dense if first else layers.last_dense
     dense_params, expert_params = params
@@ -149,10 +149,11 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], full_input)
     rank = np.zeros_like(b.pp) if first else b.pp - 1.0
     flying = in_flight_layers(n_layers, b.pp, b.vpp, b.grad_acc, rank, p.pp_schedule)
-    # Calibrated: extra layer-activations per in-flight micro-batch of a pipelined stage.
+    # A correction (Corrections.pp_extra_layers_per_microbatch): extra layer-activations per
+    # in-flight micro-batch of a pipelined stage.
     micro_in_flight = in_flight_layers(np.ones_like(b.pp), b.pp, np.ones_like(b.pp), b.grad_acc, rank,
                                        p.pp_schedule)
-    flying = flying + np.where(b.pp > 1, e.pp_extra_layers_per_microbatch * micro_in_flight, 0.0)
+    flying = flying + np.where(b.pp > 1, c.pp_extra_layers_per_microbatch * micro_in_flight, 0.0)
     # Recompute re-materialises one layer's dropped activations at a time during backward:
     # full keeps the layer input and rebuilds the rest; selective rebuilds what it dropped.
     working = np.select([b.recompute == 2, b.recompute == 1],
@@ -169,7 +170,7 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     tp_buffer = np.where(b.tp > 1, tokens * m.hidden_size * BF16_BYTES, 0.0)
     terms["communication_buffers"] = zero3 + tp_buffer
     tracked = sum(terms.values())
-    terms["reserve"] = e.allocator_overhead * tracked + e.memory_reserve_bytes
+    terms["reserve"] = c.allocator_overhead * tracked + c.memory_reserve_bytes
     return terms
 
 

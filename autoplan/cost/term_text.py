@@ -109,10 +109,6 @@ VARIANTS: dict[str, Variant] = {
 # uses: (module, attribute or None for a bare number, its value then, meaning).
 CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
     "BF16_BYTES": ("autoplan.cost.time", "BF16_BYTES", 2.0, "bytes of one bf16 element"),
-    "grad_reduce_bytes": ("autoplan.cost.time", "GRAD_REDUCE_BYTES", 4.0,
-                          "bytes per gradient element in the data-parallel reduction (fp32)"),
-    "adam_traffic_bytes_per_param": ("autoplan.cost.time", "ADAM_BYTES_PER_PARAM", 32.0,
-                                     "HBM bytes the Adam step reads and writes per parameter"),
     "ATTENTION_BACKWARD_FACTOR": ("autoplan.cost.time", "ATTENTION_BACKWARD_FACTOR", 2.5,
                                   "flash-attention backward time over its forward (FlashAttention-2 Sec. 3)"),
     "REPLICATED_ELEMENTWISE_SHARE": ("autoplan.cost.time", "REPLICATED_ELEMENTWISE_SHARE", 10.0 / 34.0,
@@ -120,12 +116,8 @@ CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
                                      "(Korthikanti et al. 2022, Table 2: 10 of 34 sbh)"),
     "TP_COLLECTIVES_PER_PASS": ("autoplan.cost.time", "TP_COLLECTIVES_PER_PASS", 4.0,
                                 "TP collectives per layer and pass (2 all-gathers + 2 reduce-scatters)"),
-    "dp_grad_overlap_window": ("autoplan.cost.time", None, 2.0 / 3.0,
-                               "share of a micro-batch's compute (its backward) behind which the "
-                               "gradient reduction can hide"),
-    "dp_gather_overlap_window": ("autoplan.cost.time", None, 1.0 / 3.0,
-                                 "share of a micro-batch's compute (its forward) behind which the "
-                                 "parameter all-gather can hide"),
+    "BACKWARD_MATMUL_FACTOR": ("autoplan.cost.time", "BACKWARD_MATMUL_FACTOR", 2.0,
+                               "matmul backward time over its forward (input and weight gradients; SC'21 Sec. 5.1)"),
 }
 
 

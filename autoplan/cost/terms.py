@@ -3,7 +3,7 @@
 Everything that shows a cost term reads it from here: ``autoplan explain``, the column
 dictionary of a search's results and the derivation page ``docs/cost-model.md``
 (``python -m autoplan.report.derivation`` regenerates it). A formula is written to match the
-code in ``autoplan/cost/`` and names each parameter it uses by its field name (``Efficiency``,
+code in ``autoplan/cost/`` and names each parameter it uses by its field name (``PhysicalEfficiency``, ``Corrections``,
 ``TrainerProfile``, ``GPUSpec``, ``Cluster``) or, for a quantity the code keeps as a constant,
 by its name in ``term_text.CODE_CONSTANTS``; ``parameters`` lists them. ``{placeholders}`` are
 pieces that depend on the layout or the profile (``term_text.VARIANTS``).
@@ -119,7 +119,8 @@ MEMORY_TOTALS = [
 
 GEMM = ("gemm_efficiency_max", "gemm_half_flops", "fp8_gemm_speedup", "attention_efficiency",
         "elementwise_bytes_per_token_hidden", "hbm_efficiency", "peak_bf16_flops_per_s", "hbm_bytes_per_s",
-        "ATTENTION_BACKWARD_FACTOR", "REPLICATED_ELEMENTWISE_SHARE")
+        "ATTENTION_BACKWARD_FACTOR", "REPLICATED_ELEMENTWISE_SHARE", "unfused_attention_factor",
+        "BACKWARD_MATMUL_FACTOR")
 LINKS = ("scale_up_efficiency", "scale_out_efficiency", "scale_up_bytes_per_s", "nic_bytes_per_s",
          "scale_up_latency_s", "scale_out_latency_s", "scale_up_domain_size")
 
@@ -130,11 +131,11 @@ def _time(term: str, meaning: str, formula: str, source: str, parameters: tuple[
 
 TIME_TERMS_DEFINED = [
     _time("compute", "forward and backward compute of the slowest stage",
-          "grad_acc × (n_dense·c(t_mm_dense) + n_moe·c(t_mm_moe) + head); c(t_mm) = (1 + 2)·t_mm + "
+          "grad_acc × (n_dense·c(t_mm_dense) + n_moe·c(t_mm_moe) + head); c(t_mm) = (1 + BACKWARD_MATMUL_FACTOR)·t_mm + "
           "(1 + ATTENTION_BACKWARD_FACTOR)·t_att + 3·t_ew; t_mm = tokens·layer matmul FLOPs/tp / "
           "(peak_bf16_flops_per_s {fp8} · η(F)), η(F) = gemm_efficiency_max·F/(F + gemm_half_flops), F = one "
           "GEMM's FLOPs per GPU; t_att = tokens·attention score FLOPs/2/tp / (peak_bf16_flops_per_s·"
-          "attention_efficiency); t_ew = elementwise_bytes_per_token_hidden·tokens·h·(REPLICATED_ELEMENTWISE_SHARE"
+          "attention_efficiency)·unfused_attention_factor; t_ew = elementwise_bytes_per_token_hidden·tokens·h·(REPLICATED_ELEMENTWISE_SHARE"
           "/h_div + (1 − REPLICATED_ELEMENTWISE_SHARE)/tp) / (hbm_bytes_per_s·hbm_efficiency); head (last stage) "
           "= 3·2·tokens·V·h/tp / (peak_bf16_flops_per_s·η); the slowest of the first and last stage by "
           "compute + recompute",
@@ -163,20 +164,23 @@ TIME_TERMS_DEFINED = [
           "slowest hop (NIC once the pipeline leaves the scale-up domain)",
           f"{SC21} Sec. 2.2", ("pp_overlap", "BF16_BYTES", *LINKS)),
     _time("dp_exposed", "data-parallel gradient reduction and parameter gathers not hidden",
-          "R − dp_overlap·min(R, dp_grad_overlap_window·t_mc) + Gth − dp_overlap·min(Gth, "
-          "dp_gather_overlap_window·t_mc) + grad_acc·max(0, Z3 − fsdp_overlap·t_mc); {dp_collectives}; P = the "
+          "R − dp_overlap·min(R, B/(1 + B)·t_mc) + Gth − dp_overlap·min(Gth, "
+          "t_mc/(1 + B)) + grad_acc·max(0, Z3 − fsdp_overlap·t_mc); {dp_collectives}; P = the "
           "parameters per GPU of the heavier of the first and last stage, its non-expert part over dp·cp, its "
-          "expert part over the expert-data-parallel group; t_mc = compute + recompute of one micro-batch",
+          "expert part over the expert-data-parallel group; t_mc = compute + recompute of one micro-batch, "
+          "B = BACKWARD_MATMUL_FACTOR (the backward share B/(1 + B) hides the gradient reduction, the forward "
+          "share 1/(1 + B) the parameter gather)",
           f"PyTorch DDP gradient buckets; {ZERO}; FSDP2 prefetch",
-          ("dp_overlap", "fsdp_overlap", "grad_reduce_bytes", "BF16_BYTES", "dp_grad_overlap_window",
-           "dp_gather_overlap_window", *LINKS)),
+          ("dp_overlap", "fsdp_overlap", "grad_reduce_bytes", "BF16_BYTES", "BACKWARD_MATMUL_FACTOR", *LINKS)),
     _time("bubble", "pipeline fill and drain",
           "(pp − 1)/vpp × t_micro; t_micro = one micro-batch's compute + recompute + exposed tp, cp, ep, pp "
           "and ZeRO-3 time", f"{SC21} Sec. 2.2 (interleaved 1F1B)"),
     _time("optimizer", "optimizer step (memory-bound Adam update)",
-          "(P_dense + P_expert) / {optimizer_shard} × adam_traffic_bytes_per_param / (hbm_bytes_per_s·"
-          "hbm_efficiency), P of the heavier of the first and last stage", "Adam update memory traffic (fp32 master, m, v read and written, bf16 weight written)",
-          ("adam_traffic_bytes_per_param", "hbm_bytes_per_s", "hbm_efficiency")),
+          "(P_dense + P_expert) / {optimizer_shard} × (grad_bytes + 2·(master_bytes + optimizer_bytes) + "
+          "weight_bytes) / (hbm_bytes_per_s·hbm_efficiency), P of the heavier of the first and last stage",
+          "Adam update memory traffic: read the gradient, master weight and moments, write master and moments "
+          "and the compute copy (autoplan.cost.time.adam_step_bytes_per_param)",
+          ("grad_bytes", "master_bytes", "optimizer_bytes", "weight_bytes", "hbm_bytes_per_s", "hbm_efficiency")),
     _time("overhead", "fixed per-step time (data loading, logging, launches)", "step_overhead_s",
           "calibrated per trainer and GPU (profiles/*.yaml)", ("step_overhead_s",)),
     _time("memory_pressure", "allocator frees and retries near the memory limit",

@@ -18,16 +18,32 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.flops import attention_score_flops_per_token, layer_matmul_flops_per_token
 from autoplan.cost.stages import StageLayers, stage_layers
 from autoplan.layout import LayoutBatch
+from autoplan.profiles import TrainerProfile
 
 BF16_BYTES = 2.0
-GRAD_REDUCE_BYTES = 4.0  # fp32 gradient reduction (Megatron, torchtitan, nanotron defaults)
-ADAM_BYTES_PER_PARAM = 32.0  # read grad, master, m, v (16) + write master, m, v (12) + bf16 weight (2) + slack
+# Backward of a matmul costs 2× its forward (input and weight gradients): Narayanan et al. SC'21,
+# Sec. 5.1 (3 passes of 2·N·T). A micro-batch's compute is therefore 1/3 forward, 2/3 backward;
+# these shares are the windows the DP collectives hide behind (``time_table``).
+BACKWARD_MATMUL_FACTOR = 2.0
 ATTENTION_BACKWARD_FACTOR = 2.5  # flash attention backward ≈ 2.5× forward (Dao 2023, FlashAttention-2 Sec. 3)
 # Without sequence parallelism 10 of a layer's 34 sbh activation bytes (norms, dropout, residual)
 # are replicated across TP ranks, the other 24 are sharded (Korthikanti et al. 2022, Table 2);
 # memory-bound element-wise work follows the same split.
 REPLICATED_ELEMENTWISE_SHARE = 10.0 / 34.0
 TP_COLLECTIVES_PER_PASS = 4.0  # 2 all-gathers + 2 reduce-scatters (or 2 all-reduces) per layer
+
+
+def adam_step_bytes_per_param(p: TrainerProfile) -> float:
+    """HBM bytes one Adam step moves per parameter it updates, from the profile's bytes per state.
+
+    Seven streams: read the gradient, the master weight and the moments m, v (grad_bytes +
+    master_bytes + optimizer_bytes), write the master weight and the moments back (master_bytes +
+    optimizer_bytes) and the compute copy of the weight (weight_bytes), each once (a fused
+    multi-tensor Adam; caches do not hold the states). Megatron (weight 2, grad 4, master 4,
+    m + v 8): 4 + 4 + 8 + 4 + 8 + 2 = 30 B; nanotron's grad_bytes 6 counts its bf16 gradient and
+    fp32 accumulator: 32 B; torchtitan's FSDP keeps no separate compute copy: 28 B.
+    """
+    return p.grad_bytes + 2.0 * (p.master_bytes + p.optimizer_bytes) + p.weight_bytes
 
 
 def gemm_efficiency(ctx: CostContext, gemm_flops: np.ndarray) -> np.ndarray:
@@ -54,7 +70,7 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     else:
         moe_mm = dense_mm
     attention = (tokens * attention_score_flops_per_token(ctx, b.seq_len) / 2.0 / b.tp
-                 / (peak * e.attention_efficiency))
+                 / (peak * e.attention_efficiency) * ctx.corrections.unfused_attention_factor)
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     share = REPLICATED_ELEMENTWISE_SHARE
     elementwise = (e.elementwise_bytes_per_token_hidden * tokens * m.hidden_size
@@ -75,9 +91,9 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
                          + comm.reduce_scatter_s(tp_link, activation_bytes))
     # A fixed, never-hidden cost per TP collective (launch and synchronisation of the blocking
     # collective; ``collective_overhead_s``, larger with a pipeline: ``pp_collective_overhead_factor``).
-    e = ctx.efficiency
-    overhead = np.where(b.tp > 1, passes * TP_COLLECTIVES_PER_PASS * e.collective_overhead_s
-                        * np.where(b.pp > 1, e.pp_collective_overhead_factor, 1.0), 0.0)
+    c = ctx.corrections
+    overhead = np.where(b.tp > 1, passes * TP_COLLECTIVES_PER_PASS * c.collective_overhead_s
+                        * np.where(b.pp > 1, c.pp_collective_overhead_factor, 1.0), 0.0)
     cp_link = comm.group_link(ctx, b.cp, st["cp"])
     kv_step_bytes = 2.0 * tokens * m.kv_size / b.tp * BF16_BYTES
     # Ring attention: cp-1 K/V exchanges forward, K/V and their gradients backward (2×).
@@ -97,17 +113,18 @@ def _dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndar
     """Data-parallel gradient reduction and parameter gathering per step (or per micro-batch)."""
     group = b.dp * b.cp
     link = comm.group_link(ctx, group, np.minimum(st["dp"], st["cp"]))
-    grads = comm.reduce_scatter_s(link, stage_params * GRAD_REDUCE_BYTES)
+    grad_bytes = ctx.profile.grad_reduce_bytes  # the trainer's gradient-reduction dtype
+    grads = comm.reduce_scatter_s(link, stage_params * grad_bytes)
     gathers = comm.all_gather_s(link, stage_params * BF16_BYTES)
-    all_reduce = comm.all_reduce_s(link, stage_params * GRAD_REDUCE_BYTES)
+    all_reduce = comm.all_reduce_s(link, stage_params * grad_bytes)
     if ctx.model.moe is not None:  # expert parameters reduce over the expert-data-parallel group
         edp = np.maximum(group * b.tp / (b.ep * b.etp), 1.0)
         elink = comm.group_link(ctx, edp, b.ep * b.etp)
         has_experts = expert_params > 0  # no latency for an empty collective
-        grads = grads + np.where(has_experts, comm.reduce_scatter_s(elink, expert_params * GRAD_REDUCE_BYTES), 0.0)
+        grads = grads + np.where(has_experts, comm.reduce_scatter_s(elink, expert_params * grad_bytes), 0.0)
         gathers = gathers + np.where(has_experts, comm.all_gather_s(elink, expert_params * BF16_BYTES), 0.0)
         all_reduce = all_reduce + np.where(
-            has_experts, comm.all_reduce_s(elink, expert_params * GRAD_REDUCE_BYTES), 0.0)
+            has_experts, comm.all_reduce_s(elink, expert_params * grad_bytes), 0.0)
     step_grads = np.select([b.zero == 0, b.zero <= 2], [all_reduce, grads], 0.0)
     step_gathers = np.where((b.zero >= 1) & (b.zero <= 2), gathers, 0.0)
     per_micro = np.where(b.zero >= 3, 2.0 * gathers + grads, 0.0)
@@ -120,13 +137,13 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     e, p, m = ctx.efficiency, ctx.profile, ctx.model
     layers = layers if layers is not None else stage_layers(m, b.pp)
     fwd = _layer_forward_s(ctx, b)
-    backward_mm = 2.0
     sel_mm = np.where(b.recompute == 1, p.selective_recompute_matmul_fraction, 0.0)
     sel_att = np.where((b.recompute == 1) & p.selective_recomputes_attention, 1.0, 0.0)
     full = np.where(b.recompute == 2, 1.0, 0.0)
 
     def layer_time(mm):
-        compute = (1 + backward_mm) * mm + (1 + ATTENTION_BACKWARD_FACTOR) * fwd["attention"] + 3 * fwd["elementwise"]
+        compute = ((1 + BACKWARD_MATMUL_FACTOR) * mm + (1 + ATTENTION_BACKWARD_FACTOR) * fwd["attention"]
+                   + 3 * fwd["elementwise"])
         recompute = (full + sel_mm) * mm + (full + sel_att) * fwd["attention"] + full * fwd["elementwise"]
         return compute, recompute
 
@@ -166,13 +183,14 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     bubble = (b.pp - 1.0) / b.vpp * t_micro
     # Gradient reduction hides behind the last micro-batch's backward; the parameter all-gather
     # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step.
-    backward_last, forward_first = micro_compute * (2.0 / 3.0), micro_compute / 3.0
+    backward_last = micro_compute * (BACKWARD_MATMUL_FACTOR / (1.0 + BACKWARD_MATMUL_FACTOR))
+    forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR)
     dp_exposed = (dp["grads"] - e.dp_overlap * np.minimum(dp["grads"], backward_last)
                   + dp["gathers"] - e.dp_overlap * np.minimum(dp["gathers"], forward_first))
     owned = stage_params["dense"] + stage_params["expert"]
     shard = np.where(b.zero >= 1, b.dp * b.cp, 1.0)
-    optimizer = owned / shard * ADAM_BYTES_PER_PARAM / (ctx.cluster.gpu.hbm_bytes_per_s * e.hbm_efficiency)
-    step = m_count * t_micro + bubble + dp_exposed + optimizer + e.step_overhead_s
+    optimizer = owned / shard * adam_step_bytes_per_param(p) / (ctx.cluster.gpu.hbm_bytes_per_s * e.hbm_efficiency)
+    step = m_count * t_micro + bubble + dp_exposed + optimizer + ctx.corrections.step_overhead_s
     out.update({
         "time_compute_s": m_count * parts["compute"],
         "time_recompute_s": m_count * parts["recompute"],
@@ -183,7 +201,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
         "time_dp_exposed_s": dp_exposed + m_count * zero3_exposed,
         "time_bubble_s": bubble,
         "time_optimizer_s": optimizer,
-        "time_overhead_s": np.full_like(b.tp, e.step_overhead_s),
+        "time_overhead_s": np.full_like(b.tp, ctx.corrections.step_overhead_s),
         "step_time_s": step,
         "bubble_fraction": bubble / step,
     })

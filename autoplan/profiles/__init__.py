@@ -6,16 +6,27 @@ A profile has two parts:
   activation bytes saved per layer under each recompute mode, logits handling, pipeline
   schedule, which ZeRO stages and virtual stages it supports). Each figure cites the trainer
   source file or paper it came from (see the YAML files beside this module).
-* ``Efficiency``: a few named, fitted parameters per (trainer, GPU) pair (GEMM efficiency
-  curve, collective efficiency per tier, overlap fractions, memory reserve). Calibrated with
-  ``autoplan calibrate`` / ``benchmarks/accuracy.py``; each YAML states which rows fitted them.
+* ``CalibratedParameters`` per (trainer, GPU) pair, in two kinds: ``PhysicalEfficiency``
+  (fractions of a hardware peak, overlap fractions; bounded, with a plausible range) and
+  ``Corrections`` (named empirical terms standing in for a missing mechanism, each with its
+  neutral value). Defaults with their sources live in ``defaults.yaml`` and a profile's
+  ``defaults:`` block; fitted values (``autoplan calibrate`` / ``benchmarks/accuracy.py --fit``)
+  in its ``calibrated:`` block, which states the rows that fitted them.
 """
 
 from __future__ import annotations
 
+from autoplan.profiles.efficiency import (  # noqa: F401
+    PARAMETERS,
+    CalibratedParameters,
+    Corrections,
+    Flag,
+    PhysicalEfficiency,
+    flag_fitted,
+    flag_values,
+)
 from autoplan.profiles.profile import (  # noqa: F401
     ActivationCoefficients,
-    Efficiency,
     TrainerProfile,
     list_trainers,
     load_profile,

@@ -80,10 +80,19 @@ def _dataclass_fields(cls: type) -> list[tuple[type, str]]:
 
 def efficiency_classes() -> list[type]:
     """The calibrated parameter classes of the cost context (every dataclass field of
-    ``CostContext`` that is not the model, the cluster or the trainer profile)."""
+    ``CostContext`` that is not the model, the cluster or the trainer profile).
+
+    A container of such classes (a dataclass whose fields are dataclasses, e.g. the calibrated
+    parameters holding the physical efficiencies and the corrections) is replaced by them."""
     hints = typing.get_type_hints(CostContext)
     known = (ModelSpec, Cluster, TrainerProfile)
-    return [kind for kind in hints.values() if isinstance(kind, type) and is_dataclass(kind) and kind not in known]
+    out: list[type] = []
+    for kind in hints.values():
+        if not (isinstance(kind, type) and is_dataclass(kind)) or kind in known:
+            continue
+        nested = [k for k in typing.get_type_hints(kind).values() if isinstance(k, type) and is_dataclass(k)]
+        out += nested or [kind]
+    return out
 
 
 def _used_by() -> dict[str, list[str]]:

@@ -17,7 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from autoplan.cli import main
-from autoplan.profiles import Efficiency
+from autoplan.profiles import PARAMETERS
 from autoplan.units import GiB
 
 TRUTH = {"gemm_efficiency_max": 0.6, "attention_efficiency": 0.35,
@@ -57,9 +57,15 @@ def workdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def truth_profile(workdir):
+    # The older flat form (efficiency: {name: value}): still read, mapped onto the two sections.
     path = workdir / "truth.yaml"
     path.write_text(yaml.safe_dump({"trainer": "megatron", "hardware": "h100-sxm", "efficiency": TRUTH}))
     return path
+
+
+def flat(profile: dict) -> dict:
+    """The written profile's two sections as one name -> value mapping."""
+    return {**profile["physical_efficiency"], **profile["corrections"]}
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +98,11 @@ def test_calibration_recovers_the_known_efficiency(calibrated):
     _, profile, _ = calibrated
     assert profile["trainer"] == "megatron" and profile["hardware"] == "h100-sxm"
     for name, value in TRUTH.items():
-        assert profile["efficiency"][name] == pytest.approx(value, rel=0.02), name
+        assert flat(profile)[name] == pytest.approx(value, rel=0.02), name
     assert profile["fit"]["params"] == list(TRUTH)
+    assert set(profile["physical_efficiency"]) == {n for n, p in PARAMETERS.items() if p.kind == "physical_efficiency"}
+    assert set(profile["corrections"]) == {n for n, p in PARAMETERS.items() if p.kind == "corrections"}
+    assert profile["fit"]["flagged"] == {}  # the truth's values are all plausible
 
 
 def test_held_out_error_drops_below_the_shipped_profile(calibrated):
@@ -111,8 +120,8 @@ def test_held_out_error_drops_below_the_shipped_profile(calibrated):
 
 def test_written_profile_stays_inside_the_physical_bounds(calibrated):
     _, profile, _ = calibrated
-    for name, (low, high) in Efficiency().bounds().items():
-        assert low <= profile["efficiency"][name] <= high, name
+    for name, p in PARAMETERS.items():
+        assert p.bounds[0] <= flat(profile)[name] <= p.bounds[1], name
 
 
 def test_profile_round_trips_through_estimate(calibrated, truth_profile):
@@ -149,7 +158,7 @@ def test_calibration_is_deterministic_for_a_seed(workdir, measured_csv):
     for name in ("a.yaml", "b.yaml"):
         run([*args, "-o", str(workdir / name)])
         profile = yaml.safe_load((workdir / name).read_text())
-        profiles.append((profile["efficiency"], profile["fit"]))
+        profiles.append((flat(profile), profile["fit"]))
     assert profiles[0] == profiles[1]
 
 
@@ -174,7 +183,26 @@ def test_model_column_overrides_the_model_option(tmp_path, measured_csv):
                   "-o", str(tmp_path / "p.yaml"), "--format", "json"])
     summary = json.loads(result.stdout)
     for name in ("memory_reserve_bytes", "allocator_overhead"):
-        assert summary["efficiency"][name] == pytest.approx(TRUTH[name], rel=0.02), name
+        assert flat(summary)[name] == pytest.approx(TRUTH[name], rel=0.02), name
+
+
+def test_an_implausible_fit_is_flagged(tmp_path, measured_csv):
+    # Runs measured 3x slower than the truth: GEMM efficiency must fall far below its plausible
+    # 0.5-0.9 to explain them; the summary flags it instead of passing it off as physical.
+    rows = list(csv.DictReader(io.StringIO(measured_csv.read_text())))
+    for row in rows:
+        row["tokens_per_s_per_gpu"] = str(float(row["tokens_per_s_per_gpu"]) / 3.0)
+    path = tmp_path / "slow.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    result = run(["calibrate", str(path), *CONTEXT, "--params", "gemm_efficiency_max", "--starts", "1",
+                  "--folds", "2", "--max-evals", "60", "-o", str(tmp_path / "slow.yaml")])
+    assert "outside its plausible range [0.5, 0.9]" in result.stdout
+    assert "flagged: 1 fitted value(s)" in result.stderr
+    profile = yaml.safe_load((tmp_path / "slow.yaml").read_text())
+    assert "gemm_efficiency_max" in profile["fit"]["flagged"]
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -228,7 +256,7 @@ def test_validate_sections_match_the_library():
 
 def test_unknown_parameter_lists_the_valid_ones(measured_csv):
     result = run(["calibrate", str(measured_csv), *CONTEXT, "--params", "gemm_eff_max"], code=2)
-    assert "unknown efficiency parameter 'gemm_eff_max' (did you mean 'gemm_efficiency_max'?)" in result.stderr
+    assert "unknown parameter 'gemm_eff_max' (did you mean 'gemm_efficiency_max'?)" in result.stderr
     assert "fittable: gemm_efficiency_max" in result.stderr and "allocator_overhead" in result.stderr
 
 

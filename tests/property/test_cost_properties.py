@@ -44,7 +44,7 @@ def make_ctx(model: ModelSpec, trainer: str = "megatron", *, domain: int | None 
     if domain is not None:
         cluster = dataclasses.replace(cluster, scale_up_domain_size=domain)
     return CostContext(model=model, cluster=cluster, profile=profile,
-                       efficiency=profile.efficiency_for(GPU.name))
+                       parameters=profile.parameters_for(GPU.name))
 
 
 def table_of(ctx: CostContext, layouts: list[Layout]):

@@ -12,28 +12,29 @@ from autoplan.calibration.fit import (CalibrationError, cross_validate, fit_effi
                                 predict_rows, split_rows)
 from autoplan.cost.context import CostContext
 from autoplan.errors import AutoplanError
-from autoplan.profiles import Efficiency, load_profile
+from autoplan.profiles import PARAMETERS, CalibratedParameters, load_profile
+from autoplan.profiles.parameter_files import load_defaults
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.models import load_model
 from autoplan.units import GiB
 from autoplan.calibration.validation import Row
 
 MODEL = load_model("usp-1b")
-START = Efficiency()  # where every fit starts (the uncalibrated defaults)
-TRUE = replace(START, gemm_efficiency_max=0.55, attention_efficiency=0.3,
-               memory_reserve_bytes=3.0 * GiB, allocator_overhead=0.08)
+START = load_defaults()  # where every fit starts (the uncalibrated defaults)
+TRUE = START.with_values({"gemm_efficiency_max": 0.55, "attention_efficiency": 0.3,
+                          "memory_reserve_bytes": 3.0 * GiB, "allocator_overhead": 0.08})
 LAYOUTS = [dict(tp=tp, pp=pp, mbs=mbs, zero=zero)
            for tp, pp, mbs, zero in [(1, 1, 1, 0), (1, 1, 2, 1), (2, 1, 1, 1), (2, 2, 2, 1), (4, 1, 4, 0),
                                      (1, 2, 1, 1), (8, 1, 8, 1), (1, 4, 1, 0), (2, 1, 4, 0), (4, 2, 1, 1)]]
 
 
-def _context(row: Row, eff: Efficiency = START) -> CostContext:
+def _context(row: Row, eff: CalibratedParameters = START) -> CostContext:
     profile = load_profile("nanotron")
     return CostContext(model=MODEL, cluster=make_cluster(load_gpu("h100-sxm"), row.num_gpus),
-                       profile=profile, efficiency=eff)
+                       profile=profile, parameters=eff)
 
 
-def _rows(eff: Efficiency, n: int = len(LAYOUTS), gpus: int = 16, scale: float = 1.0) -> list[Row]:
+def _rows(eff: CalibratedParameters, n: int = len(LAYOUTS), gpus: int = 16, scale: float = 1.0) -> list[Row]:
     """Rows 'measured' by the cost model itself with efficiency ``eff`` (times ``scale``)."""
     rows = [Row(source="synthetic", row_id=f"synthetic:{i}", model=MODEL, hardware="h100-sxm",
                 trainer="nanotron", layout={"gpus": gpus, "seq_len": 4096, "gbs_seqs": 64, **lay})
@@ -54,7 +55,7 @@ def fitted():
 def test_fit_recovers_known_parameters(fitted):
     eff, report = fitted
     for name in PARAMS:
-        assert getattr(eff, name) == pytest.approx(getattr(TRUE, name), rel=0.02), name
+        assert eff.value(name) == pytest.approx(TRUE.value(name), rel=0.02), name
     assert report.loss_after < 1e-6 < report.loss_before
     assert report.errors_after["tokens_mape_pct"] < 0.5
     assert report.num_time_rows == report.num_memory_rows == len(LAYOUTS)
@@ -67,14 +68,22 @@ def test_fit_is_deterministic_for_a_seed():
     assert runs[0] == runs[1]
 
 
-def test_fitted_values_stay_inside_bounds():
-    # Measured 1.5x faster than gemm_efficiency_max = 1 allows: the fit must stop at the bound.
-    rows = _rows(replace(TRUE, gemm_efficiency_max=1.0), n=6, scale=1.5)
-    eff, _ = fit_efficiency(rows, _context, ("gemm_efficiency_max", "scale_out_efficiency"), seed=0,
-                            starts=1, max_evals=80)
-    for name, (low, high) in eff.bounds().items():
-        assert low <= getattr(eff, name) <= high, name
-    assert eff.gemm_efficiency_max == pytest.approx(1.0, abs=1e-3)
+def test_fitted_values_stay_inside_bounds_and_a_fit_on_a_bound_is_flagged():
+    # Measured 1.5x faster than gemm_efficiency_max = 1 allows: the fit must stop at the bound,
+    # and the report must say so.
+    rows = _rows(TRUE.with_values({"gemm_efficiency_max": 1.0}), n=6, scale=1.5)
+    eff, report = fit_efficiency(rows, _context, ("gemm_efficiency_max", "scale_out_efficiency"), seed=0,
+                                 starts=1, max_evals=80)
+    for name, p in PARAMETERS.items():
+        assert p.bounds[0] <= eff.value(name) <= p.bounds[1], name
+    assert eff.efficiency.gemm_efficiency_max == pytest.approx(1.0, abs=1e-3)
+    flagged = {f.name: f.reason for f in report.flags}
+    assert "gemm_efficiency_max" in flagged and "bound 1" in flagged["gemm_efficiency_max"]
+
+
+def test_a_fit_inside_the_plausible_ranges_is_not_flagged(fitted):
+    _, report = fitted  # TRUE's values: 0.55, 0.3, 3 GiB, 0.08, all plausible
+    assert report.flags == []
 
 
 def test_too_few_rows_is_refused_with_the_counts():
@@ -99,7 +108,7 @@ def test_bad_parameter_and_mixed_pairs_are_refused():
 
 
 def test_cross_validation_predicts_every_row_held_out():
-    rows = _rows(replace(START, gemm_efficiency_max=0.6), n=8)
+    rows = _rows(START.with_values({"gemm_efficiency_max": 0.6}), n=8)
     cv = cross_validate(rows, _context, ("gemm_efficiency_max",), seed=1, k=4, starts=1, max_evals=40)
     assert sorted(np.bincount(cv.folds)) == [2, 2, 2, 2]
     assert np.all(np.isfinite(cv.predicted["tokens_per_s_per_gpu"]))

@@ -15,7 +15,8 @@ import pytest
 from autoplan.cost import comm
 from autoplan.cost.context import CostContext
 from autoplan.layout import PLACEMENTS
-from autoplan.profiles import Efficiency, load_profile
+from autoplan.profiles import load_profile
+from autoplan.profiles.parameter_files import load_defaults
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import ModelSpec
 
@@ -31,7 +32,8 @@ def ctx_for(domain: int | None = None, up_eff: float = 1.0, out_eff: float = 1.0
     if domain is not None:
         cluster = dataclasses.replace(cluster, scale_up_domain_size=domain)
     return CostContext(model=MODEL, cluster=cluster, profile=load_profile("megatron"),
-                       efficiency=Efficiency(scale_up_efficiency=up_eff, scale_out_efficiency=out_eff))
+                       parameters=load_defaults().with_values(
+                           {"scale_up_efficiency": up_eff, "scale_out_efficiency": out_eff}))
 
 
 def link(size: float, stride: float, ctx: CostContext | None = None) -> comm.GroupLink:

@@ -28,7 +28,7 @@ GPU = load_gpu("h100-sxm")
 def ctx_for(model: ModelSpec, trainer: str = "megatron", **profile_changes) -> CostContext:
     profile = dataclasses.replace(load_profile(trainer), **profile_changes)
     return CostContext(model=model, cluster=make_cluster(GPU, 8), profile=profile,
-                       efficiency=profile.efficiency_for(GPU.name))
+                       parameters=profile.parameters_for(GPU.name))
 
 
 def batch(**values) -> LayoutBatch:
@@ -315,7 +315,7 @@ def test_embedding_output_on_the_first_stage():
 
 def test_reserve_and_totals():
     table = evaluate_one(ctx_for(TINY), tp=2, pp=2, seq_len=1024, gbs_seqs=2)
-    eff = ctx_for(TINY).efficiency
+    eff = ctx_for(TINY).corrections
     for stage in ("first", "last"):
         tracked = sum(table[f"mem_{stage}_{t}_bytes"][0] for t in MEMORY_TERMS if t != "reserve")
         reserve = eff.allocator_overhead * tracked + eff.memory_reserve_bytes

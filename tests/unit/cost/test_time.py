@@ -15,9 +15,10 @@ import pytest
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
-from autoplan.cost.time import gemm_efficiency
+from autoplan.cost.time import adam_step_bytes_per_param, gemm_efficiency
 from autoplan.layout import LayoutBatch, resolve_layout
-from autoplan.profiles import Efficiency, load_profile
+from autoplan.profiles import CalibratedParameters, PhysicalEfficiency, load_profile
+from autoplan.profiles.efficiency import neutral_corrections
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
@@ -28,12 +29,13 @@ HBM = 3.35e12
 NVLINK, NIC = 450e9, 50e9
 ALPHA_UP, ALPHA_OUT = 3e-6, 10e-6
 
-PLAIN = Efficiency(gemm_efficiency_max=0.5, gemm_half_flops=0.0, attention_efficiency=0.5,
-                   fp8_gemm_speedup=1.6, elementwise_bytes_per_token_hidden=40.0,
-                   hbm_efficiency=1.0, scale_up_efficiency=1.0, scale_out_efficiency=1.0,
-                   tp_overlap=0.0, cp_overlap=0.0, ep_overlap=0.0, pp_overlap=0.0,
-                   dp_overlap=0.0, fsdp_overlap=0.0, step_overhead_s=0.0,
-                   memory_reserve_bytes=0.0, allocator_overhead=0.0)
+PLAIN = CalibratedParameters(
+    PhysicalEfficiency(gemm_efficiency_max=0.5, gemm_half_flops=0.0, attention_efficiency=0.5,
+                       fp8_gemm_speedup=1.6, elementwise_bytes_per_token_hidden=40.0,
+                       hbm_efficiency=1.0, scale_up_efficiency=1.0, scale_out_efficiency=1.0,
+                       tp_overlap=0.0, cp_overlap=0.0, ep_overlap=0.0, pp_overlap=0.0,
+                       dp_overlap=0.0, fsdp_overlap=0.0),
+    neutral_corrections())  # no step overhead, no reserve, no fragmentation
 
 # One layer: h = 1024, f = 4096, 8 heads of 128 (MHA), V = 32,000, untied.
 #   attention weights 4h² = 4,194,304; SwiGLU 3hf = 12,582,912; matmul weights 2^24.
@@ -48,9 +50,9 @@ ELT_FWD = 40 * TOKENS * 1024 / HBM                    # 40 B per token per hidde
 HEAD = 3 * 2 * TOKENS * 32000 * 1024 / (PEAK * 0.5)  # LM head, forward + 2× backward
 
 
-def ctx_for(model: ModelSpec = MODEL, trainer: str = "megatron", eff: Efficiency = PLAIN) -> CostContext:
+def ctx_for(model: ModelSpec = MODEL, trainer: str = "megatron", eff: CalibratedParameters = PLAIN) -> CostContext:
     return CostContext(model=model, cluster=make_cluster(GPU, 8), profile=load_profile(trainer),
-                       efficiency=eff)
+                       parameters=eff)
 
 
 def evaluate_one(ctx: CostContext = None, **values):
@@ -65,7 +67,7 @@ def evaluate_one(ctx: CostContext = None, **values):
 
 def test_gemm_efficiency_curve():
     # η(F) = η_max · F / (F + F_half): half of η_max at F = F_half, → η_max for huge F
-    ctx = ctx_for(eff=dataclasses.replace(PLAIN, gemm_efficiency_max=0.8, gemm_half_flops=2e9))
+    ctx = ctx_for(eff=PLAIN.with_values({"gemm_efficiency_max": 0.8, "gemm_half_flops": 2e9}))
     eff = gemm_efficiency(ctx, np.array([2e9, 6e9, 1e18]))
     assert eff[0] == pytest.approx(0.4) and eff[1] == pytest.approx(0.6)
     assert eff[2] == pytest.approx(0.8, rel=1e-8)
@@ -164,6 +166,17 @@ def test_data_parallel_all_reduce_without_zero():
     assert table["time_dp_exposed_s"][0] == pytest.approx(expected, rel=1e-12)
 
 
+def test_data_parallel_reduction_uses_the_trainers_gradient_dtype():
+    # DeepSpeed reduces in the communication dtype (bf16, 2 B): with the same layout the ring
+    # all-reduce moves 2·7/8·2P/450e9 + 2·log2(8)·3 µs (Megatron: 4P).
+    model = dataclasses.replace(MODEL, num_layers=2)
+    bf16 = dataclasses.replace(load_profile("megatron"), grad_reduce_bytes=2.0)
+    ctx = CostContext(model=model, cluster=make_cluster(GPU, 8), profile=bf16, parameters=PLAIN)
+    table = evaluate_one(ctx, pp=2, dp=8, zero=0)
+    expected = 2 * 7 / 8 * 2 * P_LAST / NVLINK + 2 * 3 * ALPHA_UP
+    assert table["time_dp_exposed_s"][0] == pytest.approx(expected, rel=1e-12)
+
+
 def test_data_parallel_reduce_scatter_and_gather_with_zero_1():
     # reduce-scatter of fp32 grads (4P) + all-gather of bf16 weights (2P), each (n-1)/n·S/bw + 3α
     model = dataclasses.replace(MODEL, num_layers=2)
@@ -185,29 +198,39 @@ def test_dp_overlap_hides_up_to_the_last_backward():
     # dp_exposed = per_step − overlap · min(per_step, backward of the last micro-batch)
     model = dataclasses.replace(MODEL, num_layers=2)
     plain = evaluate_one(ctx_for(model), pp=2, dp=8, zero=0)
-    hidden = evaluate_one(ctx_for(model, eff=dataclasses.replace(PLAIN, dp_overlap=1.0)), pp=2, dp=8, zero=0)
+    hidden = evaluate_one(ctx_for(model, eff=PLAIN.with_values({"dp_overlap": 1.0})), pp=2, dp=8, zero=0)
     per_step = plain["time_dp_exposed_s"][0]
     backward_last = 2 / 3 * plain["time_compute_s"][0]  # one micro-batch, 2 of 3 passes
     assert hidden["time_dp_exposed_s"][0] == pytest.approx(per_step - min(per_step, backward_last),
                                                            rel=1e-9, abs=1e-15)
 
 
-def test_optimizer_step_reads_and_writes_32_bytes_per_owned_parameter():
-    # zero 1 over dp = 4: P/4 params × 32 B / 3.35e12 B/s
+# Megatron's Adam step per parameter: read grad 4 + master 4 + m, v 8; write master 4 + m, v 8
+# and the bf16 weight 2 = 30 B (nanotron with its bf16 + fp32 grads: 6 + 8 + 16 + 2 = 32 B).
+ADAM_BYTES = {"megatron": 30, "nanotron": 32, "torchtitan": 28, "deepspeed": 28, "hf": 30}
+
+
+def test_optimizer_step_bytes_follow_the_profile():
+    for trainer, expected in ADAM_BYTES.items():
+        assert adam_step_bytes_per_param(load_profile(trainer)) == expected, trainer
+
+
+def test_optimizer_step_reads_and_writes_30_bytes_per_owned_parameter():
+    # zero 1 over dp = 4: P/4 params × 30 B / 3.35e12 B/s
     model = dataclasses.replace(MODEL, num_layers=2)
     table = evaluate_one(ctx_for(model), pp=2, dp=4, zero=1)
-    assert table["time_optimizer_s"][0] == pytest.approx(P_LAST / 4 * 32 / HBM, rel=1e-12)
+    assert table["time_optimizer_s"][0] == pytest.approx(P_LAST / 4 * 30 / HBM, rel=1e-12)
 
 
 def test_optimizer_step_with_pp1_counts_every_parameter():
     # 1 layer + embedding + final norm + head = 16,779,264 + 32,768,000 + 1,024 + 32,768,000
-    #   = 82,316,288 params × 32 B / 3.35e12 B/s = 7.863e-4 s (observed 4.733e-4 s)
+    #   = 82,316,288 params × 30 B / 3.35e12 B/s = 7.372e-4 s
     table = evaluate_one(zero=0)
-    assert table["time_optimizer_s"][0] == pytest.approx(82_316_288 * 32 / HBM, rel=1e-12)
+    assert table["time_optimizer_s"][0] == pytest.approx(82_316_288 * 30 / HBM, rel=1e-12)
 
 
 def test_step_time_is_the_sum_of_its_terms():
-    table = evaluate_one(ctx_for(eff=dataclasses.replace(PLAIN, step_overhead_s=0.01, dp_overlap=0.5)),
+    table = evaluate_one(ctx_for(eff=PLAIN.with_values({"step_overhead_s": 0.01, "dp_overlap": 0.5})),
                          tp=2, dp=4, zero=1, ga=2)
     terms = ("compute", "recompute", "tp_exposed", "cp_exposed", "ep_exposed", "pp_exposed",
              "dp_exposed", "bubble", "optimizer", "overhead")
@@ -229,7 +252,7 @@ LLAMA3_8B_PARAMS = 8_030_261_248
 ])
 def test_model_flops_conventions(convention, flops_per_token):
     ctx = CostContext(model=load_model("llama3-8b"), cluster=make_cluster(GPU, 64),
-                      profile=load_profile("megatron"), efficiency=PLAIN, flops_convention=convention)
+                      profile=load_profile("megatron"), parameters=PLAIN, flops_convention=convention)
     table = evaluate(ctx, LayoutBatch.from_layouts([resolve_layout(
         dict(gpus=64, tp=2, seq_len=8192, gbs_seqs=512))]))
     tokens = 512 * 8192  # 4M = 4,194,304
@@ -238,7 +261,7 @@ def test_model_flops_conventions(convention, flops_per_token):
 
 def test_throughput_mfu_and_hfu():
     ctx = CostContext(model=load_model("llama3-8b"), cluster=make_cluster(GPU, 64),
-                      profile=load_profile("megatron"), efficiency=PLAIN)
+                      profile=load_profile("megatron"), parameters=PLAIN)
     table = evaluate(ctx, LayoutBatch.from_layouts([resolve_layout(
         dict(gpus=64, tp=2, seq_len=8192, gbs_seqs=512, recompute="full"))]))
     step, tokens = table["step_time_s"][0], 512 * 8192

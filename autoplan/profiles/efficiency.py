@@ -1,0 +1,254 @@
+"""Physical efficiencies and named empirical corrections of one (trainer, GPU) pair.
+
+Two kinds of parameter, kept apart:
+
+* :class:`PhysicalEfficiency`: fractions of a hardware peak (GEMM, attention, HBM, NVLink, NIC),
+  fractions of a communication hidden behind compute, and the three figures of the kernels'
+  work that the time model needs beside them (GEMM half-efficiency size, FP8 speed-up,
+  element-wise HBM traffic). A physical value has a plausible range from what the hardware and
+  its libraries are known to reach.
+* :class:`Corrections`: empirical terms that stand in for a mechanism the cost model does not
+  have. Each names the mechanism and has a neutral value (at which it changes nothing); its size
+  is a measure of what the model misses.
+
+Every field describes itself through ``dataclasses.field(metadata=...)``: ``doc``, ``unit``
+("" for a fraction or ratio), ``bounds`` (hard limits: parsing and fitting never leave them),
+``plausible`` (a fitted value outside is flagged) and, for a correction, ``neutral``
+(:data:`PARAMETERS` collects them). Neither class has Python defaults: the values come from
+``defaults.yaml`` beside this module (each with its ``source``), a profile's ``defaults:`` block
+or its per-GPU ``calibrated:`` block (:mod:`autoplan.profiles.parameter_files`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+
+GIB = 2.0**30  # bytes; the plausible reserve is stated in GiB
+
+
+def _physical(doc: str, bounds: tuple[float, float], plausible: tuple[float, float], unit: str = ""):
+    return field(metadata={"doc": doc, "unit": unit, "bounds": bounds, "plausible": plausible})
+
+
+def _correction(doc: str, bounds: tuple[float, float], plausible: tuple[float, float], neutral: float,
+                unit: str = ""):
+    return field(metadata={"doc": doc, "unit": unit, "bounds": bounds, "plausible": plausible,
+                           "neutral": neutral})
+
+
+_FRACTION = (0.05, 1.0)  # a fraction of a peak: above 0 (a fit searches from 0.05) and at most 1
+_OVERLAP = (0.0, 1.0)
+_OVERLAP_DOC = ("Fraction of the {} communication hidden behind compute (0: fully exposed, "
+                "1: fully hidden).")
+
+
+@dataclass(frozen=True)
+class PhysicalEfficiency:
+    """Achieved fractions of the hardware's peaks and overlap fractions (see the module doc)."""
+
+    gemm_efficiency_max: float = _physical(
+        "Fraction of the dense BF16 peak that a large GEMM reaches (cuBLAS/cuBLASLt reach about "
+        "0.6-0.85 of the datasheet peak on A100 and H100; above 0.9 is not seen).", _FRACTION, (0.5, 0.9))
+    gemm_half_flops: float = _physical(
+        "GEMM size at which a GEMM reaches half of gemm_efficiency_max: eff = max·F/(F + F_half). "
+        "F_half/(max·peak) is the fixed time of one GEMM (launch, tail wave): ~2-5 µs at 1e9-5e9 "
+        "FLOPs on an H100, 50 µs at 5e10; more than that is not a property of one GEMM.",
+        (1e6, 1e12), (1e8, 5e10), unit="FLOP")
+    attention_efficiency: float = _physical(
+        "Fraction of the dense BF16 peak that the flash-attention kernels reach, forward and "
+        "backward (FlashAttention-2: 50-73% forward, less backward, on A100; FlashAttention-3: "
+        "up to 75% on H100). Non-flash attention is the correction unfused_attention_factor.",
+        _FRACTION, (0.3, 0.8))
+    fp8_gemm_speedup: float = _physical(
+        "Achieved GEMM speed-up of FP8 over BF16; at most the peak ratio 2 of Hopper and Blackwell.",
+        (1.0, 2.0), (1.2, 1.9), unit="ratio")
+    elementwise_bytes_per_token_hidden: float = _physical(
+        "HBM bytes that memory-bound ops (norms, activations, RoPE, residual adds) move per token "
+        "per hidden unit per layer in forward; backward moves twice that.",
+        (0.0, 400.0), (10.0, 100.0), unit="B")
+    hbm_efficiency: float = _physical(
+        "Fraction of the HBM bandwidth that memory-bound kernels reach (STREAM-like copies reach "
+        "0.8-0.93 on A100/H100).", _FRACTION, (0.6, 0.95))
+    scale_up_efficiency: float = _physical(
+        "NCCL bus bandwidth over the NVLink bandwidth per direction (nccl-tests all_reduce_perf "
+        "on DGX A100/H100: about 0.7-0.85).", _FRACTION, (0.5, 0.95))
+    scale_out_efficiency: float = _physical(
+        "NCCL bus bandwidth over the NIC bandwidth per GPU per direction (nccl-tests across "
+        "InfiniBand nodes: about 0.8-0.95).", _FRACTION, (0.5, 0.95))
+    tp_overlap: float = _physical(_OVERLAP_DOC.format("tensor-parallel"), _OVERLAP, _OVERLAP)
+    cp_overlap: float = _physical(
+        "Fraction of the attention time behind which the context-parallel ring exchange hides.",
+        _OVERLAP, _OVERLAP)
+    ep_overlap: float = _physical(_OVERLAP_DOC.format("expert-parallel all-to-all"), _OVERLAP, _OVERLAP)
+    pp_overlap: float = _physical(_OVERLAP_DOC.format("pipeline point-to-point"), _OVERLAP, _OVERLAP)
+    dp_overlap: float = _physical(
+        "Fraction of the data-parallel gradient reduction (parameter gather) hidden behind the "
+        "backward of the last (forward of the first) micro-batch.", _OVERLAP, _OVERLAP)
+    fsdp_overlap: float = _physical(
+        "Fraction of a micro-batch's compute behind which ZeRO-3/FSDP gathers and reductions hide.",
+        _OVERLAP, _OVERLAP)
+
+
+@dataclass(frozen=True)
+class Corrections:
+    """Empirical corrections, each standing in for a mechanism the cost model lacks (see the
+    module doc); at its ``neutral`` value a correction changes nothing."""
+
+    unfused_attention_factor: float = _correction(
+        "Attention time multiplier for runs without flash attention: stands in for the s×s scores "
+        "that unfused attention writes to and reads from HBM (score, softmax, dropout and their "
+        "gradients: ~30 B per score element), which the model does not count. Counted out, that "
+        "traffic adds ~1.7× the flash compute time on an A100 at head dim 128, so 1-4 is plausible.",
+        (1.0, 50.0), (1.0, 4.0), neutral=1.0, unit="ratio")
+    step_overhead_s: float = _correction(
+        "Fixed time per step: data loading, logging, optimizer launch and host synchronisation.",
+        (0.0, 10.0), (0.0, 0.5), neutral=0.0, unit="s")
+    collective_overhead_s: float = _correction(
+        "Fixed, never hidden time per tensor-parallel collective: the launch and synchronisation "
+        "of a blocking collective (a few to tens of µs), which the bandwidth terms omit.",
+        (0.0, 0.01), (0.0, 5e-5), neutral=0.0, unit="s")
+    pp_collective_overhead_factor: float = _correction(
+        "Multiplies collective_overhead_s when pp > 1: stands in for pipelined ranks waiting on each "
+        "other's blocking collectives and for TP groups the rank order places across nodes. Waiting "
+        "may plausibly double or triple a collective's fixed cost; far more means a missing mechanism.",
+        (1.0, 100.0), (1.0, 4.0), neutral=1.0, unit="ratio")
+    memory_pressure_threshold: float = _correction(
+        "Fraction of usable memory above which the caching allocator frees and retries "
+        "(cudaMalloc retries) and the step slows; see memory_pressure_slowdown.",
+        (0.5, 1.0), (0.75, 1.0), neutral=1.0)
+    memory_pressure_slowdown: float = _correction(
+        "Step slow-down at full memory from allocator frees and retries: the step grows by "
+        "slowdown × (peak/usable − threshold)/(1 − threshold).", (0.0, 10.0), (0.0, 1.0), neutral=0.0)
+    pp_extra_layers_per_microbatch: float = _correction(
+        "Layer activations a pipeline stage holds per in-flight micro-batch beyond its own layers "
+        "(seen in the playbook's nanotron runs, cause not found in nanotron's source). Send and "
+        "receive buffers explain a fraction of a layer; more than one layer has no known mechanism.",
+        (0.0, 4.0), (0.0, 1.0), neutral=0.0)
+    memory_reserve_bytes: float = _correction(
+        "Memory outside the tracked tensors: CUDA context (0.3-0.6 GiB), NCCL buffers, cuBLAS and "
+        "library workspaces. Beyond ~4 GiB it stands in for tensors the model does not count.",
+        (0.0, 16 * GIB), (0.25 * GIB, 4 * GIB), neutral=0.0, unit="B")
+    allocator_overhead: float = _correction(
+        "Caching-allocator fragmentation as a fraction of the tracked tensor bytes (PyTorch's "
+        "allocator typically reserves a few to 20% more than it allocates).",
+        (0.0, 0.5), (0.01, 0.2), neutral=0.0)
+
+
+def neutral_corrections() -> Corrections:
+    """Every correction at its neutral value: the cost model's mechanisms alone."""
+    return Corrections(**{f.name: f.metadata["neutral"] for f in fields(Corrections)})
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One field of :class:`PhysicalEfficiency` or :class:`Corrections`, described."""
+
+    name: str
+    kind: str  # 'physical_efficiency' or 'corrections' (the YAML section that holds it)
+    doc: str
+    unit: str
+    bounds: tuple[float, float]
+    plausible: tuple[float, float]
+    neutral: float | None = None
+
+
+PHYSICAL, CORRECTIONS = "physical_efficiency", "corrections"  # the YAML section names
+SECTIONS = {PHYSICAL: PhysicalEfficiency, CORRECTIONS: Corrections}
+PARAMETERS: dict[str, Parameter] = {
+    f.name: Parameter(f.name, kind, f.metadata["doc"], f.metadata["unit"], f.metadata["bounds"],
+                      f.metadata["plausible"], f.metadata.get("neutral"))
+    for kind, cls in SECTIONS.items() for f in fields(cls)}
+LOG_SCALED = ("gemm_half_flops",)  # judged (and fitted) on a log scale
+
+
+@dataclass(frozen=True)
+class CalibratedParameters:
+    """The physical efficiencies and corrections of one (trainer, GPU) pair.
+
+    ``fitted_on`` says where fitted values came from; ``fitted`` names the parameters a
+    calibration set (the rest are the profile's sourced defaults).
+    """
+
+    efficiency: PhysicalEfficiency
+    corrections: Corrections
+    fitted_on: str = ""
+    fitted: tuple[str, ...] = ()
+
+    def value(self, name: str) -> float:
+        part = self.efficiency if PARAMETERS[name].kind == PHYSICAL else self.corrections
+        return float(getattr(part, name))
+
+    def values(self) -> dict[str, float]:
+        return {name: self.value(name) for name in PARAMETERS}
+
+    def with_values(self, values: Mapping[str, float], *, fitted_on: str | None = None,
+                    fitted: bool = True) -> CalibratedParameters:
+        """A copy with ``values`` (names of either kind) set, and marked as fitted if ``fitted``."""
+        unknown = [n for n in values if n not in PARAMETERS]
+        if unknown:
+            raise KeyError(f"unknown parameter(s) {unknown}")
+        physical = {n: float(v) for n, v in values.items() if PARAMETERS[n].kind == PHYSICAL}
+        corrections = {n: float(v) for n, v in values.items() if PARAMETERS[n].kind == CORRECTIONS}
+        return CalibratedParameters(
+            replace(self.efficiency, **physical), replace(self.corrections, **corrections),
+            self.fitted_on if fitted_on is None else fitted_on,
+            tuple(dict.fromkeys(self.fitted + tuple(values))) if fitted else self.fitted)
+
+
+# --- flags: fitted values on a bound or outside their plausible range --------------------------
+
+@dataclass(frozen=True)
+class Flag:
+    """A fitted value worth a look: on a hard bound, or outside its plausible range."""
+
+    name: str
+    value: float
+    reason: str
+
+    def text(self) -> str:
+        return f"{self.name} = {shown(self.name, self.value)}: {self.reason}"
+
+
+BOUND_TOLERANCE = 1e-3  # within 0.1% of the bounds' span (log span for LOG_SCALED) counts as on it
+
+
+def shown(name: str, value: float) -> str:
+    """``value`` of parameter ``name`` as text (bytes in GiB)."""
+    if PARAMETERS[name].unit == "B" and name != "elementwise_bytes_per_token_hidden":
+        return f"{value / GIB:.3g} GiB"
+    return f"{value:.4g}"
+
+
+def _position(name: str, value: float, low: float, high: float) -> float:
+    if name in LOG_SCALED:
+        return (math.log(value) - math.log(low)) / (math.log(high) - math.log(low))
+    return (value - low) / (high - low)
+
+
+def flag_value(name: str, value: float) -> Flag | None:
+    """Flag ``value`` of parameter ``name`` when it sits on a bound or outside its plausible range."""
+    p = PARAMETERS[name]
+    low, high = p.bounds
+    position = _position(name, max(value, low) if name in LOG_SCALED else value, low, high)
+    if position <= BOUND_TOLERANCE or position >= 1.0 - BOUND_TOLERANCE:
+        side = low if position <= 0.5 else high
+        neutral = " = its neutral value: not needed on these rows" if side == p.neutral else ""
+        return Flag(name, value, f"on its bound {shown(name, side)}{neutral} "
+                                 f"(bounds [{shown(name, low)}, {shown(name, high)}])")
+    lo, hi = p.plausible
+    if not lo <= value <= hi:
+        return Flag(name, value, f"outside its plausible range [{shown(name, lo)}, {shown(name, hi)}]")
+    return None
+
+
+def flag_values(values: Mapping[str, float]) -> list[Flag]:
+    """The flags of ``values`` (name -> fitted value), in the order given."""
+    flags = (flag_value(name, float(value)) for name, value in values.items())
+    return [f for f in flags if f is not None]
+
+
+def flag_fitted(params: CalibratedParameters) -> list[Flag]:
+    """The flags of the values a calibration set in ``params``."""
+    return flag_values({name: params.value(name) for name in params.fitted})
