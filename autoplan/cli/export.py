@@ -9,7 +9,7 @@ import click
 from click.core import ParameterSource
 
 from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_values, resolve_batch
-from autoplan.cli.options import TokenCount
+from autoplan.cli.options import TokenCount, allow_uneven_option
 from autoplan.errors import AutoplanError
 
 TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
@@ -38,9 +38,10 @@ TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
 @click.option("--train-steps", type=click.IntRange(1), default=1000, show_default=True, help="Training steps.")
 @click.option("--tokenizer", default=None, help="Hugging Face tokenizer name or path (default: a placeholder).")
 @click.option("--data-path", default=None, help="Training data location, in the trainer's own form.")
+@allow_uneven_option
 @click.pass_context
 def export_command(ctx: click.Context, plan, trainer, output, rank, model_name, gpus_per_node, train_steps,
-                   tokenizer, data_path, **kwargs) -> None:
+                   tokenizer, data_path, allow_uneven_pp, **kwargs) -> None:
     """Write the config that TRAINER launches from, for one plan.
 
     \b
@@ -59,7 +60,7 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, model_name, 
         model, layout = _from_options(model_name, kwargs)
     training = TrainingSetup(train_steps=train_steps, gpus_per_node=gpus_per_node, tokenizer=tokenizer,
                              data_path=data_path)
-    result = render(trainer, model, layout, training)
+    result = render(trainer, model, layout, training, allow_uneven_pp=allow_uneven_pp)
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     _emit(result.files, output, trainer)

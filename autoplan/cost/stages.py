@@ -49,6 +49,18 @@ def stage_layers(model: ModelSpec, pp: np.ndarray) -> StageLayers:
     return StageLayers(first=first, last=last, first_dense=first_dense, last_dense=last_dense)
 
 
+def virtual_stage_layers(num_layers: int, pp: int, vpp: int = 1) -> list[int]:
+    """Layers on each of the pp·vpp virtual stages in model order, extra layers to early ones.
+
+    Virtual stage ``k·pp + r`` runs on rank ``r`` (Megatron's and torchtitan's interleaving), so
+    rank r holds ceil(L/pp) layers for r < L mod pp and floor(L/pp) after: the split
+    ``stage_layers`` costs. Exporters write this split (autoplan.rules.stages).
+    """
+    num_stages = pp * vpp
+    base, extra = divmod(num_layers, num_stages)
+    return [base + (1 if k < extra else 0) for k in range(num_stages)]
+
+
 def in_flight_layers(layers: np.ndarray, pp: np.ndarray, vpp: np.ndarray, num_micro: np.ndarray,
                      stage_rank: np.ndarray, schedule: str) -> np.ndarray:
     """Layer-activations (in units of one layer × one micro-batch) a stage holds at its peak.
