@@ -7,6 +7,7 @@ the wording follows (Megatron-LM core_v0.15.3 ``megatron/training/arguments.py``
 
 from __future__ import annotations
 
+from autoplan.rules.stages import fix_pp
 from autoplan.rules.table import (
     ALL,
     Rule,
@@ -26,12 +27,6 @@ def _fix_tp(ctx, x) -> str:
     tp = nearest(x.tp, lambda t: m.num_attention_heads % t == 0 and m.num_kv_heads % t == 0
                  and gpus_of(ctx, x) % (t * x.pp * x.cp) == 0)
     return f"try --tp {tp}" if tp else ""
-
-
-def _fix_pp(ctx, x) -> str:
-    pp = nearest(x.pp, lambda p: ctx.model.num_layers % (p * x.vpp) == 0
-                 and gpus_of(ctx, x) % (x.tp * p * x.cp) == 0)
-    return f"try --pp {pp}" if pp else ""
 
 
 def _fix_cp_seq(ctx, x) -> str:
@@ -56,7 +51,7 @@ RULES = [
     Rule("pp_layers", ALL, "pp·vpp must not exceed the number of layers",
          lambda c, b: b.pp * b.vpp > c.model.num_layers,
          lambda c, x: f"layers={c.model.num_layers}, pp({x.pp})·vpp({x.vpp}) = {x.pp * x.vpp}",
-         MEGATRON_ARGS, fix=_fix_pp),
+         MEGATRON_ARGS, fix=fix_pp),
 ]
 
 # After the pipeline-stage rules (autoplan.rules.stages):

@@ -61,14 +61,15 @@ def trainer_splits_unevenly(ctx: RuleContext, b):
     return name in UNEVEN_SUPPORT
 
 
-def _fix_pp(ctx: RuleContext, x) -> str:
+def fix_pp(ctx: RuleContext, x) -> str:
+    """'try --pp N': the nearest pp that divides the layers into pp·vpp stages and the GPUs."""
     pp = nearest(x.pp, lambda p: ctx.model.num_layers % (p * x.vpp) == 0
                  and gpus_of(ctx, x) % (x.tp * p * x.cp) == 0)
     return f"try --pp {pp}" if pp else ""
 
 
 def _fix_uneven(ctx: RuleContext, x) -> str:
-    fix = _fix_pp(ctx, x)
+    fix = fix_pp(ctx, x)
     return f"{fix} or --allow-uneven-pp" if fix else "try --allow-uneven-pp"
 
 
@@ -88,5 +89,5 @@ RULES = [
          lambda c, x: f"{_values(c, x)}; {c.profile.name}"
                       + (f" splits unequal layers only with vpp <= {TORCHTITAN_MAX_UNEVEN_VPP}"
                          if c.profile.name == "torchtitan" else " has no unequal stages"),
-         UNSUPPORTED_SOURCE + "; " + UNEVEN_SUPPORT["torchtitan"], fix=_fix_pp),
+         UNSUPPORTED_SOURCE + "; " + UNEVEN_SUPPORT["torchtitan"], fix=fix_pp),
 ]

@@ -12,10 +12,9 @@ import pytest
 
 from autoplan.errors import AutoplanError, LayoutError
 from autoplan.export import TRAINERS, TrainerRuleError, render
-from autoplan.layout import resolve_layout
+from autoplan.layout import LayoutBatch, resolve_layout
 from autoplan.profiles import load_profile
 from autoplan.rules import RULES, RuleContext, broken_rules, check_layout
-from autoplan.layout import LayoutBatch
 from autoplan.specs.models import load_model
 
 
