@@ -45,7 +45,8 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, model_name, 
     """Write the config that TRAINER launches from, for one plan.
 
     \b
-    PLAN is a plans.json (from `autoplan search`); --rank picks the plan. Without PLAN, give
+    PLAN is a plans.json (from `autoplan search`); --rank picks the plan, and a search run with
+    --allow-uneven-pp exports with it too. Without PLAN, give
     the layout with the estimate options (--model, --gpus, --tp, ...). Plans a trainer would
     refuse are refused with the rule and the values; knobs the trainer cannot express are
     reported here and in the file's header comment.
@@ -54,8 +55,9 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, model_name, 
     from autoplan.specs.models import load_model
 
     if plan:
-        model_ref, layout = _from_plan(ctx, plan, rank, model_name, trainer)
+        model_ref, layout, searched_uneven = _from_plan(ctx, plan, rank, model_name, trainer)
         model = load_model(model_ref)
+        allow_uneven_pp = allow_uneven_pp or searched_uneven  # as the search that ranked it
     else:
         model, layout = _from_options(model_name, kwargs)
     training = TrainingSetup(train_steps=train_steps, gpus_per_node=gpus_per_node, tokenizer=tokenizer,
@@ -84,7 +86,7 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, model_name: str | None,
         click.echo(f"note: the plan was searched for trainer '{data['trainer']}'; its predictions assume "
                    f"that trainer's implementation, not {trainer}'s", err=True)
     record = select_plan(data["plans"], rank, where=plan)
-    return str(model_ref), layout_from_record(record)
+    return str(model_ref), layout_from_record(record), bool(data.get("allow_uneven_pp", False))
 
 
 def _from_options(model_name: str | None, kwargs: dict):

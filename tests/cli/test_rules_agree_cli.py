@@ -76,3 +76,14 @@ def test_search_with_uneven_stages_exports_its_top_plan(tmp_path):
                  "--export", "megatron", "--out", out)
     assert result.exit_code == 0, result.output
     assert "--pipeline-model-parallel-layout" in (out / "configs" / "megatron_pretrain_gpt.sh").read_text()
+
+
+def test_export_of_a_plan_searched_with_uneven_stages_keeps_the_flag(tmp_path):
+    out = tmp_path / "out"
+    searched = run("search", "-m", "llama3-8b", "-g", 24, "--pp", 3, "--gbs-seqs", 48, "--allow-uneven-pp",
+                   "--out", out)
+    assert searched.exit_code == 0, searched.output
+    assert json.loads((out / "plans.json").read_text())["allow_uneven_pp"] is True
+    exported = run("export", out / "plans.json", "--to", "megatron")
+    assert exported.exit_code == 0, exported.output
+    assert "--pipeline-model-parallel-layout" in exported.stdout
