@@ -32,6 +32,10 @@ EXTRA = [
                      "gbs_seqs": 1024}, ["megatron"]),
     ("llama3-8b", {"gpus": 32, "tp": 2, "pp": 2, "vpp": 4, "zero": 3, "seq_len": 8192,
                    "gbs_seqs": 64}, ["torchtitan"]),
+    # Unequal stages (exported under --allow-uneven-pp): 32 layers on 3 and on 3·2 stages.
+    ("llama3-8b", {"gpus": 24, "pp": 3, "zero": 0, "gbs_seqs": 48, "seq_len": 4096},
+     ["megatron", "torchtitan", "nanotron"]),
+    ("llama3-8b", {"gpus": 24, "pp": 3, "vpp": 2, "zero": 1, "gbs_seqs": 96, "seq_len": 4096}, ["megatron"]),
 ]
 RUNS = ([(c["model"], c["layout"], t) for c in CASES for t in c["trainers"]]
         + [(m, lay, t) for m, lay, ts in EXTRA for t in ts])
@@ -77,10 +81,12 @@ def from_megatron(files, model) -> dict:
     f = flags(bash_words(script))
     pp = int(f["--pipeline-model-parallel-size"])
     per_virtual = f.get("--num-layers-per-virtual-pipeline-stage")
+    layout = f.get("--pipeline-model-parallel-layout")  # unequal stages: vpp = stages / pp
     zero = 3 if "--use-megatron-fsdp" in f else 1 if "--use-distributed-optimizer" in f else 0
     recompute = f.get("--recompute-granularity") or "none"
     values = {"gpus": _gpus(script), "tp": int(f["--tensor-model-parallel-size"]), "pp": pp,
-              "vpp": model.num_layers // (pp * int(per_virtual)) if per_virtual else 1,
+              "vpp": (model.num_layers // (pp * int(per_virtual)) if per_virtual
+                      else layout.count("|") // pp + 1 if layout else 1),
               "cp": int(f["--context-parallel-size"]), "ep": int(f.get("--expert-model-parallel-size", 1)),
               "etp": int(f.get("--expert-tensor-parallel-size", 1)), "zero": zero,
               "mbs": int(f["--micro-batch-size"]), "gbs_seqs": int(f["--global-batch-size"]),
@@ -95,7 +101,9 @@ def _torchtitan_common(par: dict, train: dict, model, gpus: int) -> dict:
     pp = par["pipeline_parallel_degree"]
     dp = par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
     mbs = par["pipeline_parallel_microbatch_size"] if pp > 1 else train["local_batch_size"]
-    vpp = model.num_layers // (pp * par["pipeline_parallel_layers_per_stage"]) if pp > 1 else 1
+    per_stage = par.get("pipeline_parallel_layers_per_stage")  # absent: torchtitan's own split
+    interleaved = par.get("pipeline_parallel_schedule") == "Interleaved1F1B"
+    vpp = model.num_layers // (pp * per_stage) if pp > 1 and per_stage else 2 if interleaved else 1
     if pp > 1:
         assert par["pipeline_parallel_schedule"] == ("Interleaved1F1B" if vpp > 1 else "1F1B")
     return {"gpus": gpus, "tp": par["tensor_parallel_degree"], "pp": pp, "vpp": vpp,
@@ -176,7 +184,7 @@ def from_deepspeed(files, model) -> dict:
 @pytest.mark.parametrize(("model_name", "values", "trainer"), RUNS, ids=IDS)
 def test_files_parse_back_to_the_layout(model_name, values, trainer):
     model, layout = load_model(model_name), resolve_layout(values)
-    files = render(trainer, model, layout, TrainingSetup()).files
+    files = render(trainer, model, layout, TrainingSetup(), allow_uneven_pp=True).files
     expected = layout.to_dict()
     if trainer == "megatron":
         recovered = [(from_megatron(files, model), expected)]
