@@ -19,9 +19,11 @@ the early ranks the more). Such a layout is legal when the user allows uneven st
   ``generate_llm_fqn_per_model_part``; the same at tag v0.2.2). More virtual stages need
   ``pipeline_parallel_layers_per_stage``, which makes ceil(L/layers) stages and cannot name
   pp·vpp of them in general.
-* nanotron: yes; it assigns blocks to ranks itself by cumulative compute cost
-  (``src/nanotron/models/base.py``, ``build_model``), with no option for the split; the cost
-  model's split is an approximation of it (exactly so for layers only, see ``build_model``).
+* nanotron: yes; it assigns blocks to ranks itself, cutting the cumulative compute cost at
+  equal fractions (``src/nanotron/models/base.py``, ``build_model``; costs from
+  ``LlamaForTraining.get_block_compute_costs``, where the LM head weighs V·h, about two Llama-8B
+  layers). No option sets the split, so for nanotron the costed split approximates nanotron's,
+  with equal layer counts as much as with unequal ones.
 * DeepSpeed 0.19.8: no. Megatron-DeepSpeed's ``PipelineModule`` partitions with
   ``partition_method='type:transformer'`` (``deepspeed/runtime/pipe/module.py``,
   ``_partition_layers``), a min-max dynamic programme (``deepspeed/runtime/utils.py``,
