@@ -26,6 +26,9 @@ placement          default order tp-cp-ep-dp-pp, or --use-tp-pp-dp-mapping (tp-c
 
 from __future__ import annotations
 
+import itertools
+
+from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.common import (
     ExportResult,
     TrainingSetup,
@@ -36,7 +39,6 @@ from autoplan.export.common import (
     padded_vocab,
     shell_args,
 )
-from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.placement import matching_order, placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
@@ -128,11 +130,14 @@ def model_args(m: ModelSpec, lay: Layout) -> Args:
 
 
 def pipeline_layout(num_layers: int, pp: int, vpp: int) -> str:
-    """Megatron's layout string for unequal stages: 'Et*4|t*4|t*3|t*3L' (stages split by '|',
-    E embedding, t a decoder layer, L the loss; virtual stage k·pp + r on rank r), from
-    ``megatron/core/transformer/pipeline_parallel_layer_layout.py`` at core_v0.15.3."""
-    stages = [f"t*{n}" for n in virtual_stage_layers(num_layers, pp, vpp)]
-    return "E" + "|".join(stages) + "L"
+    """Megatron's layout string for unequal stages, e.g. 'E(t*4|)*2t*3|t*3L' for 14 layers on 4
+    stages: stages split by '|', E the embedding, t a decoder layer, L the loss, 'x*n' and
+    '(...)*n' repeat (``megatron/core/transformer/pipeline_parallel_layer_layout.py``,
+    ``parse_str_to_list``, at core_v0.15.3); virtual stage k·pp + r runs on rank r."""
+    *head, last = virtual_stage_layers(num_layers, pp, vpp)
+    runs = [(count, len(list(group))) for count, group in itertools.groupby(head)]
+    text = "".join(f"(t*{count}|)*{n}" if n > 1 else f"t*{count}|" for count, n in runs)
+    return f"E{text}t*{last}L"
 
 
 def _architecture_args(m: ModelSpec) -> Args:

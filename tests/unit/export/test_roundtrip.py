@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shlex
 import tomllib
 from pathlib import Path
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export import TrainingSetup, render
+from autoplan.export.megatron import pipeline_layout
 from autoplan.layout import resolve_layout
 from autoplan.specs.models import load_model
 
@@ -76,6 +79,24 @@ def _finish(values: dict, model) -> dict:
     return values
 
 
+def megatron_layout_stages(text: str) -> list[str]:
+    """The stages of a --pipeline-model-parallel-layout, unrolled as Megatron core_v0.15.3 does
+    (``PipelineParallelLayerLayout.parse_str_to_list``)."""
+    text = text.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        text = re.sub(pattern, lambda x: x.group(1) * int(x.group(2)), text)
+    return text.split("|")
+
+
+@pytest.mark.parametrize(("num_layers", "pp", "vpp"),
+                         [(61, 16, 1), (126, 16, 1), (30, 4, 2), (10, 3, 1), (14, 4, 1), (5, 2, 2)])
+def test_megatron_layout_string_holds_the_costed_split(num_layers, pp, vpp):
+    stages = megatron_layout_stages(pipeline_layout(num_layers, pp, vpp))
+    assert len(stages) == pp * vpp  # Megatron: vpp = len(layout) / pp
+    assert stages[0].startswith("E") and stages[-1].endswith("L")
+    assert [s.count("t") for s in stages] == virtual_stage_layers(num_layers, pp, vpp)
+
+
 def from_megatron(files, model) -> dict:
     script = files["megatron_pretrain_gpt.sh"]
     f = flags(bash_words(script))
@@ -86,7 +107,7 @@ def from_megatron(files, model) -> dict:
     recompute = f.get("--recompute-granularity") or "none"
     values = {"gpus": _gpus(script), "tp": int(f["--tensor-model-parallel-size"]), "pp": pp,
               "vpp": (model.num_layers // (pp * int(per_virtual)) if per_virtual
-                      else layout.count("|") // pp + 1 if layout else 1),
+                      else len(megatron_layout_stages(layout)) // pp if layout else 1),
               "cp": int(f["--context-parallel-size"]), "ep": int(f.get("--expert-model-parallel-size", 1)),
               "etp": int(f.get("--expert-tensor-parallel-size", 1)), "zero": zero,
               "mbs": int(f["--micro-batch-size"]), "gbs_seqs": int(f["--global-batch-size"]),
