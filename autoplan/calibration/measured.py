@@ -175,7 +175,7 @@ def read_measured(path: str | Path, context: MeasuredContext, *, model: str | No
 def _drop_illegal(rows: list[Row], context: MeasuredContext) -> tuple[list[Row], list[tuple[int, str]]]:
     """Rows whose layout breaks a rule of the trainer or model cannot be predicted: left out."""
     from autoplan.cost.evaluate import evaluate
-    from autoplan.rules.legality import explain_reason
+    from autoplan.rules import explain_reason
 
     keep, broken = [], []
     for row in rows:

@@ -7,7 +7,7 @@ import difflib
 import click
 
 from autoplan.cli.layout_options import batch_options, layout_options, layout_values, resolve_batch
-from autoplan.cli.options import context_options, output_format_option
+from autoplan.cli.options import allow_uneven_option, context_options, output_format_option
 from autoplan.cli.render import emit_records
 from autoplan.errors import AutoplanError, LayoutError
 
@@ -24,11 +24,11 @@ def _evaluate_one(kwargs):
     seq, gbs = resolve_batch(kwargs["seq_len"], kwargs["gbs_seqs"], kwargs["gbs_tokens"], ctx.model.seq_len)
     layout = resolve_layout(layout_values(kwargs, kwargs["gpus"], seq, gbs))
     batch = LayoutBatch.from_layouts([layout])
-    return ctx, batch, evaluate(ctx, batch)
+    return ctx, batch, evaluate(ctx, batch, allow_uneven=kwargs["allow_uneven_pp"])
 
 
-def _why_not(ctx, batch, table) -> str:
-    from autoplan.rules.legality import explain_reason, suggest_fix
+def _why_not(ctx, batch, table, allow_uneven: bool) -> str:
+    from autoplan.rules import explain_reason, suggest_fix
 
     code = int(table["reason_code"][0])
     if code:
@@ -42,7 +42,7 @@ def _why_not(ctx, batch, table) -> str:
         from autoplan.report.whynot import nearest_fitting_change
 
         over = -table["memory_headroom_gib"][0]
-        fix = nearest_fitting_change(ctx, batch.layout(0))
+        fix = nearest_fitting_change(ctx, batch.layout(0), allow_uneven=allow_uneven)
         return (f"out of memory: peak {table['peak_memory_gib'][0]:.1f} GiB on the {stage} stage is "
                 f"{over:.1f} GiB over the usable {ctx.cluster.gpu.usable_memory_bytes / 2**30:.1f} GiB; "
                 f"largest term: {biggest} ({table[f'mem_{stage}_{biggest}_bytes'][0] / 2**30:.1f} GiB)"
@@ -54,14 +54,15 @@ def _why_not(ctx, batch, table) -> str:
 @context_options
 @batch_options
 @layout_options
+@allow_uneven_option
 @output_format_option()
 def estimate_command(output_format, **kwargs) -> None:
     """Predict memory, step time, tokens/s and MFU of one layout."""
     ctx, batch, table = _evaluate_one(kwargs)
     if int(table["reason_code"][0]):  # a rule is broken: the layout cannot run at all
-        raise LayoutError(f"layout breaks a rule: {_why_not(ctx, batch, table)}")
+        raise LayoutError(f"layout breaks a rule: {_why_not(ctx, batch, table, kwargs['allow_uneven_pp'])}")
     record = table.record(0)
-    record["infeasible_reason"] = _why_not(ctx, batch, table)
+    record["infeasible_reason"] = _why_not(ctx, batch, table, kwargs["allow_uneven_pp"])
     record.update(model=ctx.model.name, hardware=ctx.cluster.gpu.name, trainer=ctx.profile.name)
     if output_format != "table":
         emit_records([record], output_format, columns=list(record))
@@ -81,6 +82,7 @@ def estimate_command(output_format, **kwargs) -> None:
 @context_options
 @batch_options
 @layout_options
+@allow_uneven_option
 @output_format_option()
 def explain_command(output_format, **kwargs) -> None:
     """Every memory and time term of one layout, with its formula, parameter values and source."""
@@ -94,7 +96,7 @@ def explain_command(output_format, **kwargs) -> None:
                  formatters={"value": "{:.4g}".format}, json_key="terms")
     if output_format == "table":
         click.echo(f"Bottleneck: {bottleneck(table, 0)}")
-        reason = _why_not(ctx, batch, table)
+        reason = _why_not(ctx, batch, table, kwargs["allow_uneven_pp"])
         if reason:
             click.echo(f"Why not: {reason}")
 
@@ -125,8 +127,9 @@ def _check_columns(columns, where: str) -> None:
 @click.option("--precision", type=click.Choice(["bf16", "fp8"]), default=None, help="When not a column.")
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
               help="Write the CSV here instead of standard output.")
+@allow_uneven_option
 def compare_command(layouts_csv, model_name, hardware, trainer, profile_path, gpus, seq_len, gbs_seqs,
-                    precision, output_path) -> None:
+                    precision, output_path, allow_uneven_pp) -> None:
     """Evaluate every row of a CSV of layouts; rows that break a rule get fits=false and a reason."""
     from autoplan.report.compare import compare_layouts, read_layouts_csv
 
@@ -138,7 +141,7 @@ def compare_command(layouts_csv, model_name, hardware, trainer, profile_path, gp
     _check_columns(frame.columns, layouts_csv)
     defaults = {"gpus": gpus, "seq_len": seq_len, "gbs_seqs": gbs_seqs, "precision": precision}
     out = compare_layouts(frame, model_name, hardware=hardware, trainer=trainer,
-                          profile_path=profile_path, defaults=defaults)
+                          profile_path=profile_path, defaults=defaults, allow_uneven=allow_uneven_pp)
     text = out.to_csv(index=False, lineterminator="\n")
     if output_path:
         with open(output_path, "w", encoding="utf-8") as handle:

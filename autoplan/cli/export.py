@@ -9,7 +9,7 @@ import click
 from click.core import ParameterSource
 
 from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_values, resolve_batch
-from autoplan.cli.options import TokenCount
+from autoplan.cli.options import TokenCount, allow_uneven_option
 from autoplan.errors import AutoplanError
 
 TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
@@ -38,13 +38,15 @@ TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
 @click.option("--train-steps", type=click.IntRange(1), default=1000, show_default=True, help="Training steps.")
 @click.option("--tokenizer", default=None, help="Hugging Face tokenizer name or path (default: a placeholder).")
 @click.option("--data-path", default=None, help="Training data location, in the trainer's own form.")
+@allow_uneven_option
 @click.pass_context
 def export_command(ctx: click.Context, plan, trainer, output, rank, model_name, gpus_per_node, train_steps,
-                   tokenizer, data_path, **kwargs) -> None:
+                   tokenizer, data_path, allow_uneven_pp, **kwargs) -> None:
     """Write the config that TRAINER launches from, for one plan.
 
     \b
-    PLAN is a plans.json (from `autoplan search`); --rank picks the plan. Without PLAN, give
+    PLAN is a plans.json (from `autoplan search`); --rank picks the plan, and a search run with
+    --allow-uneven-pp exports with it too. Without PLAN, give
     the layout with the estimate options (--model, --gpus, --tp, ...). Plans a trainer would
     refuse are refused with the rule and the values; knobs the trainer cannot express are
     reported here and in the file's header comment.
@@ -53,13 +55,14 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, model_name, 
     from autoplan.specs.models import load_model
 
     if plan:
-        model_ref, layout = _from_plan(ctx, plan, rank, model_name, trainer)
+        model_ref, layout, searched_uneven = _from_plan(ctx, plan, rank, model_name, trainer)
         model = load_model(model_ref)
+        allow_uneven_pp = allow_uneven_pp or searched_uneven  # as the search that ranked it
     else:
         model, layout = _from_options(model_name, kwargs)
     training = TrainingSetup(train_steps=train_steps, gpus_per_node=gpus_per_node, tokenizer=tokenizer,
                              data_path=data_path)
-    result = render(trainer, model, layout, training)
+    result = render(trainer, model, layout, training, allow_uneven_pp=allow_uneven_pp)
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     _emit(result.files, output, trainer)
@@ -83,7 +86,7 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, model_name: str | None,
         click.echo(f"note: the plan was searched for trainer '{data['trainer']}'; its predictions assume "
                    f"that trainer's implementation, not {trainer}'s", err=True)
     record = select_plan(data["plans"], rank, where=plan)
-    return str(model_ref), layout_from_record(record)
+    return str(model_ref), layout_from_record(record), bool(data.get("allow_uneven_pp", False))
 
 
 def _from_options(model_name: str | None, kwargs: dict):

@@ -98,6 +98,13 @@ def context_options(func: Callable) -> Callable:
     return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
 
 
+def allow_uneven_option(func: Callable) -> Callable:
+    """--allow-uneven-pp, with one meaning in search, estimate, explain, compare and export."""
+    return click.option("--allow-uneven-pp", is_flag=True,
+                        help="Allow layers not divisible by pp·vpp (unequal pipeline stages, extra "
+                             "layers on early stages) for trainers that can run them.")(func)
+
+
 def fail(message: str) -> None:
     """Raise a user error from CLI code."""
     raise AutoplanError(message)

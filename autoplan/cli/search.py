@@ -7,7 +7,15 @@ import sys
 import click
 
 from autoplan.cli.layout_options import resolve_batch
-from autoplan.cli.options import ChoiceList, IntList, TokenCount, context_options, fail, output_format_option
+from autoplan.cli.options import (
+    ChoiceList,
+    IntList,
+    TokenCount,
+    allow_uneven_option,
+    context_options,
+    fail,
+    output_format_option,
+)
 from autoplan.errors import NoFeasiblePlanError
 from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE
 
@@ -52,7 +60,7 @@ def knob_options(func):
 @click.option("--space", "space_name", default=None,
               help="Search space name (default, moe, long-context) or YAML path "
                    "[default: moe for MoE models, else default].")
-@click.option("--allow-uneven-pp", is_flag=True, help="Allow layers not divisible by pp·vpp.")
+@allow_uneven_option
 @click.option("--sampler", type=click.Choice(SAMPLER_CHOICES), default="auto", show_default=True,
               help="auto = exhaustive when the space has at most ~1e6 layouts, else tpe.")
 @click.option("--trials", type=click.IntRange(min=1), default=1000, show_default=True,
@@ -123,7 +131,7 @@ def search_command(**kw) -> None:
     _emit(result, kw["output_format"], kw["top_k"], costs)
     written = ["plans.csv", "plans.json", "columns.md", "manifest.json"]
     if kw["export_to"]:
-        written += _export(result, kw["export_to"], out)
+        written += _export(result, kw["export_to"], out, kw["allow_uneven_pp"])
     if kw["report"]:
         written.append(_report(result, kw, out))
     click.echo(f"Wrote {out}/ ({', '.join(written)})", err=True)
@@ -147,7 +155,7 @@ def _costs(result, kw: dict):
                             train_tokens=kw["train_tokens"])
 
 
-def _export(result, trainers: str, out: str) -> list[str]:
+def _export(result, trainers: str, out: str, allow_uneven_pp: bool) -> list[str]:
     """The best plan's trainer configs under <out>/configs/."""
     from pathlib import Path
 
@@ -157,7 +165,8 @@ def _export(result, trainers: str, out: str) -> list[str]:
     if len(rows) == 0:
         return []
     record = result.top_records(1)[0]
-    paths = export_plan(record, result.ctx.model, trainers, Path(out) / "configs")
+    paths = export_plan(record, result.ctx.model, trainers, Path(out) / "configs",
+                        allow_uneven_pp=allow_uneven_pp)
     return [str(Path(p).relative_to(out)) for p in paths]
 
 

@@ -13,7 +13,7 @@ from autoplan.cost.memory import memory_table, stage_param_counts
 from autoplan.cost.stages import stage_layers
 from autoplan.cost.time import time_table
 from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch
-from autoplan.rules.legality import REASON_CODES, legality_codes
+from autoplan.rules import REASON_CODES, legality_codes
 from autoplan.units import GiB
 
 PREDICTION_FIELDS = ("fits", "peak_memory_bytes", "peak_memory_gib", "memory_headroom_gib",

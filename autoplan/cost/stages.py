@@ -35,9 +35,10 @@ class StageLayers:
 def stage_layers(model: ModelSpec, pp: np.ndarray) -> StageLayers:
     """Split ``L`` layers over ``pp`` stages as evenly as possible, extra layers to early stages.
 
-    Megatron requires L divisible by pp·vpp unless uneven stages are configured
-    (``--decoder-first-pipeline-num-layers``); an uneven split puts ceil(L/pp) on the first
-    stage and floor(L/pp) on the last. With pp = 1 the one stage is both first and last.
+    Trainers require L divisible by pp·vpp unless uneven stages are configured (allowed by
+    ``--allow-uneven-pp`` where the trainer can run them, ``autoplan.rules.stages``); an uneven
+    split puts ceil(L/pp) on the first stage and floor(L/pp) on the last, the split the
+    exporters write (``virtual_stage_layers``). With pp = 1 the one stage is both first and last.
     """
     num_layers = float(model.num_layers)
     base = np.floor(num_layers / pp)
@@ -47,6 +48,18 @@ def stage_layers(model: ModelSpec, pp: np.ndarray) -> StageLayers:
     first_dense = np.minimum(num_dense, first)
     last_dense = np.clip(num_dense - (num_layers - last), 0.0, last)
     return StageLayers(first=first, last=last, first_dense=first_dense, last_dense=last_dense)
+
+
+def virtual_stage_layers(num_layers: int, pp: int, vpp: int = 1) -> list[int]:
+    """Layers on each of the pp·vpp virtual stages in model order, extra layers to early ones.
+
+    Virtual stage ``k·pp + r`` runs on rank ``r`` (Megatron's and torchtitan's interleaving), so
+    rank r holds ceil(L/pp) layers for r < L mod pp and floor(L/pp) after: the split
+    ``stage_layers`` costs. Exporters write this split (autoplan.rules.stages).
+    """
+    num_stages = pp * vpp
+    base, extra = divmod(num_layers, num_stages)
+    return [base + (1 if k < extra else 0) for k in range(num_stages)]
 
 
 def in_flight_layers(layers: np.ndarray, pp: np.ndarray, vpp: np.ndarray, num_micro: np.ndarray,

@@ -1,7 +1,7 @@
 """Export a plan as the files a real trainer launches from.
 
-``render(trainer, model, layout, training)`` checks the trainer's consistency rules
-(:mod:`autoplan.export.rules`) and returns an :class:`ExportResult`: the files (relative name ->
+``render(trainer, model, layout, training)`` checks the trainer's rules (the same table the
+search uses, :mod:`autoplan.rules`, evaluated on a batch of one) and returns an :class:`ExportResult`: the files (relative name ->
 text) and the knobs the trainer cannot express (also written in each file's header comment).
 Each renderer is a pure function pinned to a stated trainer version (``VERSIONS``):
 
@@ -24,14 +24,16 @@ from typing import Any
 
 from autoplan.errors import AutoplanError
 from autoplan.export.common import ExportError, ExportResult, TrainingSetup
-from autoplan.export.rules import TRAINERS, TrainerRuleError, check
 from autoplan.layout import FIELDS, Layout, resolve_layout
+from autoplan.profiles import load_profile
+from autoplan.rules import RuleContext, TrainerRuleError, check_layout
 from autoplan.specs.model import ModelSpec
 
 __all__ = ["TRAINERS", "VERSIONS", "ExportError", "ExportResult", "TrainerRuleError", "TrainingSetup",
            "export_plan", "layout_from_record", "parse_trainers", "read_plans", "render", "select_plan",
            "write_files"]
 
+TRAINERS = ("megatron", "torchtitan", "nanotron", "deepspeed")
 VERSIONS = {
     "megatron": "Megatron-LM core_v0.15.3",
     "torchtitan": "torchtitan 0.3.0 (Python config) and 0.2.2 (TOML)",
@@ -40,13 +42,18 @@ VERSIONS = {
 }
 
 
-def render(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSetup | None = None) -> ExportResult:
-    """The files of ``layout`` for ``trainer``; refuses a plan that breaks the trainer's rules."""
+def render(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSetup | None = None, *,
+           allow_uneven_pp: bool = False) -> ExportResult:
+    """The files of ``layout`` for ``trainer``; refuses a plan that breaks the trainer's rules.
+
+    The rules are those the search applies (``autoplan.rules``), without the ones that need the
+    hardware; ``allow_uneven_pp`` is --allow-uneven-pp. Raises ``TrainerRuleError``.
+    """
     names = parse_trainers(trainer)
     if len(names) != 1:
         raise AutoplanError(f"render takes one trainer, got {names}; use export_plan for several")
     trainer = names[0]
-    check(trainer, model, layout)
+    check_layout(RuleContext(model, load_profile(trainer), allow_uneven_pp=allow_uneven_pp), layout)
     module = importlib.import_module(f"autoplan.export.{trainer}")
     return module.render(model, layout, training or TrainingSetup())
 
@@ -71,7 +78,8 @@ def layout_from_record(record: Mapping[str, Any]) -> Layout:
 
 
 def export_plan(plan_record: Mapping[str, Any], model: ModelSpec | str, trainers: str | Iterable[str],
-                out_dir: str | Path, training: TrainingSetup | None = None) -> list[Path]:
+                out_dir: str | Path, training: TrainingSetup | None = None, *,
+                allow_uneven_pp: bool = False) -> list[Path]:
     """Write the files of one plan for each trainer into ``out_dir``; returns the paths written.
 
     Every trainer is rendered (and its rules checked) before anything is written, so a refused
@@ -82,7 +90,8 @@ def export_plan(plan_record: Mapping[str, Any], model: ModelSpec | str, trainers
 
         model = load_model(model)
     layout = layout_from_record(plan_record)
-    results = [render(trainer, model, layout, training) for trainer in parse_trainers(trainers)]
+    results = [render(trainer, model, layout, training, allow_uneven_pp=allow_uneven_pp)
+               for trainer in parse_trainers(trainers)]
     files: dict[str, str] = {}
     for result in results:
         files.update(result.files)

@@ -25,7 +25,7 @@ from autoplan.export.common import (
     padded_vocab,
     shell_args,
 )
-from autoplan.export.rules import placement_warning
+from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
 

@@ -7,6 +7,8 @@ against that file); every value is shell-quoted. Mapping of the layout:
 tp, pp, cp         --tensor-model-parallel-size, --pipeline-model-parallel-size,
                    --context-parallel-size
 vpp                --num-layers-per-virtual-pipeline-stage layers/(pp·vpp)
+uneven stages      --pipeline-model-parallel-layout with the cost model's split (extra layers
+                   to early stages, autoplan.cost.stages.virtual_stage_layers), vpp included
 ep, etp            --expert-model-parallel-size, --expert-tensor-parallel-size (always given:
                    Megatron's default etp is tp)
 sp                 --sequence-parallel
@@ -24,6 +26,9 @@ placement          default order tp-cp-ep-dp-pp, or --use-tp-pp-dp-mapping (tp-c
 
 from __future__ import annotations
 
+import itertools
+
+from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.common import (
     ExportResult,
     TrainingSetup,
@@ -34,7 +39,7 @@ from autoplan.export.common import (
     padded_vocab,
     shell_args,
 )
-from autoplan.export.rules import matching_order, placement_warning
+from autoplan.export.placement import matching_order, placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
 
@@ -111,7 +116,9 @@ def model_args(m: ModelSpec, lay: Layout) -> Args:
     """The model shape as Megatron flags (and the virtual-stage size, which needs the layers)."""
     args: Args = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
                   ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_attention_heads)]
-    if lay.vpp > 1:
+    if m.num_layers % (lay.pp * lay.vpp):
+        args.append(("--pipeline-model-parallel-layout", pipeline_layout(m.num_layers, lay.pp, lay.vpp)))
+    elif lay.vpp > 1:
         args.append(("--num-layers-per-virtual-pipeline-stage", m.num_layers // (lay.pp * lay.vpp)))
     if m.num_kv_heads < m.num_attention_heads and m.mla is None:
         args += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
@@ -120,6 +127,17 @@ def model_args(m: ModelSpec, lay: Layout) -> Args:
     args.append(("--max-position-embeddings", max(m.max_position_embeddings, lay.seq_len)))
     args += _architecture_args(m) + _mla_args(m) + _moe_args(m, lay)
     return args
+
+
+def pipeline_layout(num_layers: int, pp: int, vpp: int) -> str:
+    """Megatron's layout string for unequal stages, e.g. 'E(t*4|)*2t*3|t*3L' for 14 layers on 4
+    stages: stages split by '|', E the embedding, t a decoder layer, L the loss, 'x*n' and
+    '(...)*n' repeat (``megatron/core/transformer/pipeline_parallel_layer_layout.py``,
+    ``parse_str_to_list``, at core_v0.15.3); virtual stage k·pp + r runs on rank r."""
+    *head, last = virtual_stage_layers(num_layers, pp, vpp)
+    runs = [(count, len(list(group))) for count, group in itertools.groupby(head)]
+    text = "".join(f"(t*{count}|)*{n}" if n > 1 else f"t*{count}|" for count, n in runs)
+    return f"E{text}t*{last}L"
 
 
 def _architecture_args(m: ModelSpec) -> Args:

@@ -22,7 +22,7 @@ from autoplan.export.common import (
     launch_shape,
     padded_vocab,
 )
-from autoplan.export.rules import placement_warning
+from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
 

@@ -12,7 +12,9 @@ Mapping: zero 3 -> ``data_parallel_shard_degree = dp`` (FSDP2), zero 0 ->
 micro-batches (``local_batch_size = mbs·grad_acc``, ``pipeline_parallel_microbatch_size =
 mbs``), without PP ``local_batch_size = mbs`` and torchtitan accumulates
 ``global_batch_size/(mbs·dp)`` steps. Layers are split evenly: ``pipeline_parallel_layers_per_stage
-= layers/(pp·vpp)`` with the embedding and output not counted as layers.
+= layers/(pp·vpp)`` with the embedding and output not counted as layers; unequal stages (vpp <= 2,
+``autoplan.rules.stages``) leave ``layers_per_stage`` out and torchtitan's own split gives the
+extra layers to the first stages (``generate_llm_fqn_per_model_part``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from autoplan.export.common import (
     launch_shape,
     toml_tables,
 )
-from autoplan.export.rules import placement_warning
+from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
 
@@ -126,9 +128,14 @@ def parallelism(lay: Layout) -> dict[str, object]:
 
 
 def _parallelism(model: ModelSpec, lay: Layout) -> dict[str, object]:
+    """With unequal stages (rules.stages: vpp <= 2) ``layers_per_stage`` is left out: torchtitan
+    then makes pp·vpp stages and gives the extra layers to the first ones, as the cost model."""
     values = parallelism(lay)
     if lay.pp > 1:
-        values["pipeline_parallel_layers_per_stage"] = model.num_layers // (lay.pp * lay.vpp)
+        if model.num_layers % (lay.pp * lay.vpp):
+            del values["pipeline_parallel_layers_per_stage"]
+        else:
+            values["pipeline_parallel_layers_per_stage"] = model.num_layers // (lay.pp * lay.vpp)
     return values
 
 

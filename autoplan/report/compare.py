@@ -35,7 +35,7 @@ def read_layouts_csv(path: str):
 
 
 def compare_layouts(frame, model: str, *, hardware: str, trainer: str, profile_path: str | None,
-                    defaults: dict[str, Any]):
+                    defaults: dict[str, Any], allow_uneven: bool = False):
     """Prediction columns appended to ``frame``; a bad row gets fits=False and a reason."""
     from autoplan.api import build_context
     from autoplan.cost.evaluate import evaluate
@@ -66,9 +66,9 @@ def compare_layouts(frame, model: str, *, hardware: str, trainer: str, profile_p
         # The cluster size does not enter the per-layout arithmetic (each row has its gpus);
         # one GPU keeps a row with an odd GPU count from failing the whole file.
         ctx = build_context(model, 1, hardware=hardware, trainer=trainer, profile_path=profile_path)
-        table = evaluate(ctx, LayoutBatch.from_layouts(layouts))
+        table = evaluate(ctx, LayoutBatch.from_layouts(layouts), allow_uneven=allow_uneven)
         frame_out = table.to_frame()
-        from autoplan.rules.legality import explain_reason
+        from autoplan.rules import explain_reason
 
         rows_index = out.index[rows]
         for column in OUTPUT_COLUMNS:

@@ -46,6 +46,7 @@ def summary(result: SearchResult, top: int) -> dict[str, Any]:
             "gpus": t.gpus, "seq_len": t.seq_len, "gbs_seqs": t.gbs_seqs,
             "gbs_tokens": t.gbs_seqs * t.seq_len, "gbs_tolerance": t.gbs_tolerance,
             "space": result.space.name, "sampler": result.sampler, "seed": result.options.seed,
+            "allow_uneven_pp": result.options.allow_uneven_pp,
             "recipe": result.counts.to_dict(), "plans": plans,
             "columns": plain_dictionary(plans[0] if plans else [])}
 

@@ -10,7 +10,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import LayoutError
 from autoplan.layout import Layout, LayoutBatch, resolve_layout
-from autoplan.rules.legality import legality_codes
+from autoplan.rules import legality_codes
 
 
 def _neighbours(ctx: CostContext, lay: Layout) -> list[tuple[str, Layout]]:
@@ -39,7 +39,7 @@ def _neighbours(ctx: CostContext, lay: Layout) -> list[tuple[str, Layout]]:
     return out
 
 
-def nearest_fitting_change(ctx: CostContext, lay: Layout) -> str:
+def nearest_fitting_change(ctx: CostContext, lay: Layout, *, allow_uneven: bool = False) -> str:
     """'try --recompute full (71.2 GiB, 812 tokens/s/GPU)' or '' when no single change fits.
 
     Candidates are evaluated as one batch; the legal one that fits with the highest predicted
@@ -49,8 +49,8 @@ def nearest_fitting_change(ctx: CostContext, lay: Layout) -> str:
     if not options:
         return ""
     batch = LayoutBatch.from_layouts([layout for _, layout in options])
-    table = evaluate(ctx, batch)
-    ok = table["fits"] & (legality_codes(ctx, batch) == 0)
+    table = evaluate(ctx, batch, allow_uneven=allow_uneven)
+    ok = table["fits"] & (legality_codes(ctx, batch, allow_uneven=allow_uneven) == 0)
     if not ok.any():
         return ""
     best = int(np.argmax(np.where(ok, table["tokens_per_s_per_gpu"], -np.inf)))

@@ -18,7 +18,7 @@ import numpy as np
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable, evaluate
 from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch
-from autoplan.rules.legality import REASON_CODES, REASON_MESSAGES, explain_reason
+from autoplan.rules import REASON_CODES, REASON_MESSAGES, explain_reason
 from autoplan.space import KNOBS, BatchTarget
 from autoplan.units import GiB
 

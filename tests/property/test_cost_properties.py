@@ -105,7 +105,7 @@ def models(draw, *, moe: bool | None = None, gpt: bool | None = None, min_kv_hea
 @st.composite
 def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int | None = None,
             gbs_seqs: int | None = None, tp_choices=(1, 2, 4, 8, 16, 32)) -> Layout:
-    """A layout that breaks none of ``legality.RULES`` for ``model`` and ``trainer``.
+    """A layout that breaks none of ``autoplan.rules.RULES`` for ``model`` and ``trainer``.
 
     With ``gbs_seqs`` given, dp·mbs is drawn among its divisors and grad_acc fills the rest.
     """
@@ -128,25 +128,29 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
     vpps = [1] + [v for v in (2, 3) if p.supports_vpp and pp > 1
                   and model.num_layers % (pp * v) == 0 and grad_acc % pp == 0]
     vpp = draw(st.sampled_from(vpps))
+    zeros = [z for z in p.allowed_zero if pp == 1 or z <= p.max_zero_with_pp]
+    zero = draw(st.sampled_from(zeros))
+    dp_shard = dp if zero == 3 else 1  # torchtitan's expert mesh is dp_shard·cp·tp
     ep = etp = 1
     if model.moe is not None and p.supports_ep:
         ep = draw(st.sampled_from([e for e in (1, 2, 4, 8) if model.moe.num_experts % e == 0
                                    and (dp * cp * tp) % e == 0
-                                   and (trainer != "deepspeed" or dp % e == 0)]))
+                                   and (trainer != "deepspeed" or dp % e == 0)
+                                   and (trainer != "torchtitan" or (dp_shard * cp * tp) % e == 0)]))
         etps = [e for e in (1, 2) if (dp * cp * tp) % (ep * e) == 0]
         if trainer == "torchtitan":
             etps = [1]
         if trainer == "deepspeed":
             etps = [e for e in etps if e in (1, tp)]
         etp = draw(st.sampled_from(etps))
-    zeros = [z for z in p.allowed_zero if pp == 1 or z <= p.max_zero_with_pp]
     gpus = dp * tp * pp * cp
     assume(gpus <= 8 or gpus % 8 == 0)  # whole 8-GPU nodes beyond one node (legality rule)
+    sp = tp > 1 and (draw(st.booleans()) or (trainer == "megatron" and model.moe is not None))
+    if trainer == "torchtitan":  # torchtitan cuts the sequence (tp if sp) × (2·cp if cp > 1)
+        assume(seq % ((tp if sp else 1) * (2 * cp if cp > 1 else 1)) == 0)
     return resolve_layout(dict(
         gpus=dp * tp * pp * cp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs,
-        grad_acc=grad_acc, seq_len=seq, gbs_seqs=dp * mbs * grad_acc,
-        zero=draw(st.sampled_from(zeros)),
-        sp=tp > 1 and (draw(st.booleans()) or (trainer == "megatron" and model.moe is not None)),
+        grad_acc=grad_acc, seq_len=seq, gbs_seqs=dp * mbs * grad_acc, zero=zero, sp=sp,
         recompute=draw(st.sampled_from(["none", "selective", "full"])),
         precision=draw(st.sampled_from(["bf16", "fp8"])),
         placement=draw(st.sampled_from(PLACEMENTS))))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shlex
 import tomllib
 from pathlib import Path
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export import TrainingSetup, render
+from autoplan.export.megatron import pipeline_layout
 from autoplan.layout import resolve_layout
 from autoplan.specs.models import load_model
 
@@ -32,6 +35,10 @@ EXTRA = [
                      "gbs_seqs": 1024}, ["megatron"]),
     ("llama3-8b", {"gpus": 32, "tp": 2, "pp": 2, "vpp": 4, "zero": 3, "seq_len": 8192,
                    "gbs_seqs": 64}, ["torchtitan"]),
+    # Unequal stages (exported under --allow-uneven-pp): 32 layers on 3 and on 3·2 stages.
+    ("llama3-8b", {"gpus": 24, "pp": 3, "zero": 0, "gbs_seqs": 48, "seq_len": 4096},
+     ["megatron", "torchtitan", "nanotron"]),
+    ("llama3-8b", {"gpus": 24, "pp": 3, "vpp": 2, "zero": 1, "gbs_seqs": 96, "seq_len": 4096}, ["megatron"]),
 ]
 RUNS = ([(c["model"], c["layout"], t) for c in CASES for t in c["trainers"]]
         + [(m, lay, t) for m, lay, ts in EXTRA for t in ts])
@@ -72,15 +79,35 @@ def _finish(values: dict, model) -> dict:
     return values
 
 
+def megatron_layout_stages(text: str) -> list[str]:
+    """The stages of a --pipeline-model-parallel-layout, unrolled as Megatron core_v0.15.3 does
+    (``PipelineParallelLayerLayout.parse_str_to_list``)."""
+    text = text.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        text = re.sub(pattern, lambda x: x.group(1) * int(x.group(2)), text)
+    return text.split("|")
+
+
+@pytest.mark.parametrize(("num_layers", "pp", "vpp"),
+                         [(61, 16, 1), (126, 16, 1), (30, 4, 2), (10, 3, 1), (14, 4, 1), (5, 2, 2)])
+def test_megatron_layout_string_holds_the_costed_split(num_layers, pp, vpp):
+    stages = megatron_layout_stages(pipeline_layout(num_layers, pp, vpp))
+    assert len(stages) == pp * vpp  # Megatron: vpp = len(layout) / pp
+    assert stages[0].startswith("E") and stages[-1].endswith("L")
+    assert [s.count("t") for s in stages] == virtual_stage_layers(num_layers, pp, vpp)
+
+
 def from_megatron(files, model) -> dict:
     script = files["megatron_pretrain_gpt.sh"]
     f = flags(bash_words(script))
     pp = int(f["--pipeline-model-parallel-size"])
     per_virtual = f.get("--num-layers-per-virtual-pipeline-stage")
+    layout = f.get("--pipeline-model-parallel-layout")  # unequal stages: vpp = stages / pp
     zero = 3 if "--use-megatron-fsdp" in f else 1 if "--use-distributed-optimizer" in f else 0
     recompute = f.get("--recompute-granularity") or "none"
     values = {"gpus": _gpus(script), "tp": int(f["--tensor-model-parallel-size"]), "pp": pp,
-              "vpp": model.num_layers // (pp * int(per_virtual)) if per_virtual else 1,
+              "vpp": (model.num_layers // (pp * int(per_virtual)) if per_virtual
+                      else len(megatron_layout_stages(layout)) // pp if layout else 1),
               "cp": int(f["--context-parallel-size"]), "ep": int(f.get("--expert-model-parallel-size", 1)),
               "etp": int(f.get("--expert-tensor-parallel-size", 1)), "zero": zero,
               "mbs": int(f["--micro-batch-size"]), "gbs_seqs": int(f["--global-batch-size"]),
@@ -95,7 +122,9 @@ def _torchtitan_common(par: dict, train: dict, model, gpus: int) -> dict:
     pp = par["pipeline_parallel_degree"]
     dp = par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
     mbs = par["pipeline_parallel_microbatch_size"] if pp > 1 else train["local_batch_size"]
-    vpp = model.num_layers // (pp * par["pipeline_parallel_layers_per_stage"]) if pp > 1 else 1
+    per_stage = par.get("pipeline_parallel_layers_per_stage")  # absent: torchtitan's own split
+    interleaved = par.get("pipeline_parallel_schedule") == "Interleaved1F1B"
+    vpp = model.num_layers // (pp * per_stage) if pp > 1 and per_stage else 2 if interleaved else 1
     if pp > 1:
         assert par["pipeline_parallel_schedule"] == ("Interleaved1F1B" if vpp > 1 else "1F1B")
     return {"gpus": gpus, "tp": par["tensor_parallel_degree"], "pp": pp, "vpp": vpp,
@@ -176,7 +205,7 @@ def from_deepspeed(files, model) -> dict:
 @pytest.mark.parametrize(("model_name", "values", "trainer"), RUNS, ids=IDS)
 def test_files_parse_back_to_the_layout(model_name, values, trainer):
     model, layout = load_model(model_name), resolve_layout(values)
-    files = render(trainer, model, layout, TrainingSetup()).files
+    files = render(trainer, model, layout, TrainingSetup(), allow_uneven_pp=True).files
     expected = layout.to_dict()
     if trainer == "megatron":
         recovered = [(from_megatron(files, model), expected)]

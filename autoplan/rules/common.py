@@ -1,0 +1,111 @@
+"""Rules every trainer shares: degrees, heads over TP, sequence shards, experts, the batch.
+
+Each restates a check that every trainer makes in its own words; the source named is the one
+the wording follows (Megatron-LM core_v0.15.3 ``megatron/training/arguments.py``
+``validate_args``, torchtitan 0.3.0 ``torchtitan/distributed/parallel_dims.py``).
+"""
+
+from __future__ import annotations
+
+from autoplan.rules.stages import fix_pp
+from autoplan.rules.table import (
+    ALL,
+    Rule,
+    gbs_seqs_of,
+    gpus_of,
+    nearest,
+    num_experts,
+    seq_len_of,
+)
+
+MEGATRON_ARGS = "Megatron-LM core_v0.15.3 megatron/training/arguments.py (validate_args)"
+TITAN_DIMS = "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py (ParallelDims._validate)"
+
+
+def _fix_tp(ctx, x) -> str:
+    m = ctx.model
+    tp = nearest(x.tp, lambda t: m.num_attention_heads % t == 0 and m.num_kv_heads % t == 0
+                 and gpus_of(ctx, x) % (t * x.pp * x.cp) == 0)
+    return f"try --tp {tp}" if tp else ""
+
+
+def _fix_cp_seq(ctx, x) -> str:
+    return f"try --seq-len {(seq_len_of(ctx, x) // (2 * x.cp) + 1) * 2 * x.cp} or a smaller --cp"
+
+
+RULES = [
+    Rule("degrees", ALL, "dp·tp·pp·cp must equal gpus",
+         lambda c, b: b.dp * b.tp * b.pp * b.cp != gpus_of(c, b),
+         lambda c, x: f"dp({x.dp})·tp({x.tp})·pp({x.pp})·cp({x.cp}) = {x.dp * x.tp * x.pp * x.cp} "
+                      f"!= gpus({gpus_of(c, x)})",
+         TITAN_DIMS),
+    Rule("node_multiple", ALL, "gpus must be a multiple of the GPUs per node when larger than one node",
+         lambda c, b: (gpus_of(c, b) > c.cluster.gpus_per_node) & (gpus_of(c, b) % c.cluster.gpus_per_node != 0),
+         lambda c, x: f"gpus={gpus_of(c, x)}, gpus per node={c.cluster.gpus_per_node}",
+         "launchers (torchrun, srun) start the same number of processes on every node",
+         needs_hardware=True),
+    Rule("tp_heads", ALL, "attention heads and KV heads (query groups) must be divisible by tp",
+         lambda c, b: (c.model.num_attention_heads % b.tp != 0) | (c.model.num_kv_heads % b.tp != 0),
+         lambda c, x: f"heads={c.model.num_attention_heads}, kv_heads={c.model.num_kv_heads}, tp={x.tp}",
+         MEGATRON_ARGS, fix=_fix_tp),
+    Rule("pp_layers", ALL, "pp·vpp must not exceed the number of layers",
+         lambda c, b: b.pp * b.vpp > c.model.num_layers,
+         lambda c, x: f"layers={c.model.num_layers}, pp({x.pp})·vpp({x.vpp}) = {x.pp * x.vpp}",
+         MEGATRON_ARGS, fix=fix_pp),
+]
+
+# After the pipeline-stage rules (autoplan.rules.stages):
+PIPELINE_RULES = [
+    Rule("vpp_needs_pp", ALL, "virtual stages (vpp > 1) need pp > 1",
+         lambda c, b: (b.vpp > 1) & (b.pp == 1),
+         lambda c, x: f"vpp={x.vpp}, pp={x.pp}",
+         MEGATRON_ARGS, fix=lambda c, x: "use --vpp 1 or --pp > 1"),
+    Rule("vpp_microbatches", ALL, "the interleaved schedule needs micro-batches (grad_acc) divisible by pp",
+         lambda c, b: (b.vpp > 1) & (b.grad_acc % b.pp != 0),
+         lambda c, x: f"grad_acc={x.grad_acc}, pp={x.pp}, vpp={x.vpp}",
+         "Megatron-LM core_v0.15.3 megatron/core/pipeline_parallel/schedules.py (interleaved 1F1B)",
+         fix=lambda c, x: f"try a global batch whose micro-batch count is a multiple of pp={x.pp}, or --vpp 1"),
+    Rule("cp_seq", ALL, "seq_len must be divisible by 2·cp",
+         lambda c, b: (b.cp > 1) & (seq_len_of(c, b) % (2 * b.cp) != 0),
+         lambda c, x: f"seq_len={seq_len_of(c, x)}, 2·cp={2 * x.cp}",
+         MEGATRON_ARGS + " (load-balanced causal context parallelism)", fix=_fix_cp_seq),
+    Rule("ep_dense", ALL, "ep > 1 or etp > 1 need a mixture-of-experts model",
+         lambda c, b: ((b.ep > 1) | (b.etp > 1)) & (c.model.moe is None),
+         lambda c, x: f"ep={x.ep}, etp={x.etp}, model {c.model.name!r} is dense",
+         MEGATRON_ARGS),
+    Rule("ep_experts", ALL, "routed experts must be divisible by ep",
+         lambda c, b: (c.model.moe is not None) & (num_experts(c) % b.ep != 0),
+         lambda c, x: f"experts={num_experts(c)}, ep={x.ep}",
+         MEGATRON_ARGS),
+    Rule("ep_grid", ALL, "ep·etp must divide dp·cp·tp (the expert grid of a stage)",
+         lambda c, b: (b.dp * b.cp * b.tp) % (b.ep * b.etp) != 0,
+         lambda c, x: f"ep({x.ep})·etp({x.etp}) = {x.ep * x.etp}, dp·cp·tp = {x.dp * x.cp * x.tp}",
+         "Megatron-LM core_v0.15.3 megatron/core/parallel_state.py (expert rank generator)"),
+    Rule("sp_needs_tp", ALL, "sequence parallel needs tp > 1",
+         lambda c, b: (b.sp > 0) & (b.tp == 1),
+         lambda c, x: f"sp=true, tp={x.tp}",
+         MEGATRON_ARGS, fix=lambda c, x: "drop --sp or use --tp > 1"),
+    Rule("sp_seq", ALL, "with sequence parallel, seq_len must be divisible by cp·tp",
+         lambda c, b: (b.sp > 0) & ((seq_len_of(c, b) / b.cp) % b.tp != 0),
+         lambda c, x: f"seq_len={seq_len_of(c, x)}, cp·tp={x.cp * x.tp}",
+         MEGATRON_ARGS),
+]
+
+# After the trainer-specific structure rules:
+BATCH_RULES = [
+    Rule("batch", ALL, "the global batch must equal dp × micro-batch × grad_acc",
+         lambda c, b: b.dp * b.mbs * b.grad_acc != gbs_seqs_of(c, b),
+         lambda c, x: f"gbs_seqs({gbs_seqs_of(c, x)}) != dp({x.dp})·mbs({x.mbs})·grad_acc({x.grad_acc}) "
+                      f"= {x.dp * x.mbs * x.grad_acc}",
+         "DeepSpeed 0.19.8 deepspeed/runtime/config.py (train_batch_size = micro × grad_acc × dp)"),
+    Rule("seq_positions", ALL, "seq_len must not exceed the model's learned position embeddings",
+         lambda c, b: (c.model.position_embedding == "learned")
+         & (seq_len_of(c, b) > c.model.max_position_embeddings),
+         lambda c, x: f"seq_len={seq_len_of(c, x)} > {c.model.max_position_embeddings}",
+         MEGATRON_ARGS + " (seq_length <= max_position_embeddings)"),
+    Rule("fp8_hardware", ALL, "fp8 needs a GPU with FP8 tensor cores",
+         lambda c, b: (b.precision == 1) & (c.cluster.gpu.peak_fp8_flops_per_s <= 0),
+         lambda c, x: f"precision=fp8, gpu={c.cluster.gpu.name}",
+         "Transformer Engine: FP8 GEMMs need compute capability >= 8.9",
+         fix=lambda c, x: "use --precision bf16", needs_hardware=True),
+]

@@ -1,0 +1,95 @@
+"""Uneven pipeline stages: layers that do not divide into pp·vpp stages.
+
+One meaning everywhere (search, estimate, explain, compare, export): the stages hold the layers
+split as ``autoplan.cost.stages.stage_layers`` splits them, as evenly as possible with the extra
+layers on the early stages (with vpp, the pp·vpp virtual stages are split that way and virtual
+stage ``k·pp + r`` runs on rank ``r``, so the ranks again hold ceil(L/pp) or floor(L/pp) layers,
+the early ranks the more). Such a layout is legal when the user allows uneven stages
+(``--allow-uneven-pp``) and the trainer can run that exact split:
+
+* Megatron-LM core_v0.15.3: yes. ``--pipeline-model-parallel-layout`` (``megatron/training/
+  arguments.py``; ``megatron/core/transformer/pipeline_parallel_layer_layout.py``) places any
+  number of layers on every (virtual) stage. ``--decoder-first/last-pipeline-num-layers``
+  cannot: the middle stages must then hold equal layers, each a multiple of vpp
+  (``megatron/core/transformer/transformer_config.py``), which ceil/floor splits rarely are.
+* torchtitan 0.3.0: yes for vpp <= 2. Without ``pipeline_parallel_layers_per_stage`` and with
+  ``pipeline_parallel_first/last_stage_less_layers = 0`` it makes pp (1F1B) or 2·pp
+  (Interleaved1F1B) stages and gives the ``L mod stages`` extra layers to the first stages
+  (``torchtitan/distributed/pipeline_parallel.py``: ``_get_pipeline_metadata``,
+  ``generate_llm_fqn_per_model_part``; the same at tag v0.2.2). More virtual stages need
+  ``pipeline_parallel_layers_per_stage``, which makes ceil(L/layers) stages and cannot name
+  pp·vpp of them in general.
+* nanotron: yes; it assigns blocks to ranks itself, cutting the cumulative compute cost at
+  equal fractions (``src/nanotron/models/base.py``, ``build_model``; costs from
+  ``LlamaForTraining.get_block_compute_costs``, where the LM head weighs V·h, about two Llama-8B
+  layers). No option sets the split, so for nanotron the costed split approximates nanotron's,
+  with equal layer counts as much as with unequal ones.
+* DeepSpeed 0.19.8: no. Megatron-DeepSpeed's ``PipelineModule`` partitions with
+  ``partition_method='type:transformer'`` (``deepspeed/runtime/pipe/module.py``,
+  ``_partition_layers``), a min-max dynamic programme (``deepspeed/runtime/utils.py``,
+  ``partition_balanced``) whose tie-breaking puts the extra layers where the exporter cannot
+  choose, so the exported split would not be the costed one.
+* hf (Hugging Face Trainer / Accelerate): no; it has no pipeline split to configure.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.rules.table import ALL, Rule, RuleContext, gpus_of, nearest
+
+UNEVEN_SUPPORT = {
+    "megatron": ("Megatron-LM core_v0.15.3 megatron/training/arguments.py "
+                 "(--pipeline-model-parallel-layout)"),
+    "torchtitan": ("torchtitan 0.3.0 torchtitan/distributed/pipeline_parallel.py "
+                   "(generate_llm_fqn_per_model_part, vpp <= 2)"),
+    "nanotron": "nanotron src/nanotron/models/base.py (build_model balances blocks over ranks)",
+}
+UNSUPPORTED_SOURCE = ("DeepSpeed 0.19.8 deepspeed/runtime/pipe/module.py (_partition_layers: "
+                      "partition_balanced, tie-breaking not configurable); hf: no pipeline split")
+TORCHTITAN_MAX_UNEVEN_VPP = 2  # stages per rank torchtitan makes without layers_per_stage
+
+
+def uneven(ctx: RuleContext, b) -> np.ndarray:
+    """True where the layers do not divide into pp·vpp equal stages."""
+    return ctx.model.num_layers % (b.pp * b.vpp) != 0
+
+
+def trainer_splits_unevenly(ctx: RuleContext, b):
+    """True where the trainer can run the cost model's uneven split (per layout)."""
+    name = ctx.profile.name
+    if name == "torchtitan":
+        return b.vpp <= TORCHTITAN_MAX_UNEVEN_VPP
+    return name in UNEVEN_SUPPORT
+
+
+def fix_pp(ctx: RuleContext, x) -> str:
+    """'try --pp N': the nearest pp that divides the layers into pp·vpp stages and the GPUs."""
+    pp = nearest(x.pp, lambda p: ctx.model.num_layers % (p * x.vpp) == 0
+                 and gpus_of(ctx, x) % (x.tp * p * x.cp) == 0)
+    return f"try --pp {pp}" if pp else ""
+
+
+def _fix_uneven(ctx: RuleContext, x) -> str:
+    fix = fix_pp(ctx, x)
+    return f"{fix} or --allow-uneven-pp" if fix else "try --allow-uneven-pp"
+
+
+def _values(ctx: RuleContext, x) -> str:
+    layers, stages = ctx.model.num_layers, x.pp * x.vpp
+    return f"layers={layers}, pp({x.pp})·vpp({x.vpp}) = {stages}, {layers} mod {stages} = {layers % stages}"
+
+
+RULES = [
+    Rule("pp_uneven", tuple(UNEVEN_SUPPORT),
+         "layers must be divisible by pp·vpp unless uneven stages are allowed (--allow-uneven-pp)",
+         lambda c, b: uneven(c, b) & (not c.allow_uneven_pp) & trainer_splits_unevenly(c, b),
+         _values, "; ".join(UNEVEN_SUPPORT.values()), fix=_fix_uneven),
+    Rule("trainer_uneven_pp", ALL,
+         "layers must be divisible by pp·vpp: the trainer cannot run unequal stages here",
+         lambda c, b: uneven(c, b) & ~np.asarray(trainer_splits_unevenly(c, b), dtype=bool),
+         lambda c, x: f"{_values(c, x)}; {c.profile.name}"
+                      + (f" splits unequal layers only with vpp <= {TORCHTITAN_MAX_UNEVEN_VPP}"
+                         if c.profile.name == "torchtitan" else " has no unequal stages"),
+         UNSUPPORTED_SOURCE + "; " + UNEVEN_SUPPORT["torchtitan"], fix=fix_pp),
+]
