@@ -105,12 +105,23 @@ def _shard(zero: np.ndarray, stage: int, group: np.ndarray) -> np.ndarray:
     return np.where(zero >= stage, group, 1.0)
 
 
+def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) group sizes that ZeRO shards model states over.
+
+    Non-expert states shard over dp, or dp·cp where the trainer's optimizer spans the context-
+    parallel ranks too (``zero_shards_over_cp``: Megatron's distributed optimizer uses the
+    data-parallel group with CP, ``megatron/core/parallel_state.py``); expert states over the
+    expert-data-parallel group dp·(cp)·tp/(ep·etp) of Megatron-Core's expert grid.
+    """
+    dp_group = b.dp * (b.cp if ctx.profile.zero_shards_over_cp else 1.0)
+    return dp_group, np.maximum(dp_group * b.tp / (b.ep * b.etp), 1.0)
+
+
 def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,
                       expert_params: np.ndarray) -> dict[str, np.ndarray]:
     """Weights, gradients, master weights and optimizer states per GPU (ZeRO paper, Fig. 1)."""
     p = ctx.profile
-    dp_group = b.dp * (b.cp if p.zero_shards_over_cp else 1.0)
-    expert_group = np.maximum(dp_group * b.tp / (b.ep * b.etp), 1.0)
+    dp_group, expert_group = zero_shard_groups(ctx, b)
     weight_bytes = p.weight_bytes + np.where(b.precision == 1, p.fp8_weight_extra_bytes, 0.0)
     out = {}
     # ZeRO-3 with a pipeline: some trainers keep the compute copy and its gradient unsharded

@@ -98,7 +98,6 @@ VARIANTS: dict[str, Variant] = {
     "dp_collectives": Variant("R = AR(P·grad_reduce_bytes) under zero 0, RS(P·grad_reduce_bytes) under zero 1–2; "
                               "Gth = AG(P·BF16_BYTES) under zero 1–2; Z3 = 2·AG(P·BF16_BYTES) + "
                               "RS(P·grad_reduce_bytes) under zero 3; each 0 otherwise", _dp_collectives),
-    "optimizer_shard": Variant("(dp·cp if zero ≥ 1 else 1)", _if(lambda lay: lay.zero >= 1, "(dp·cp)", "1")),
     "flops_n": Variant("N = the flops_convention's parameter count (playbook: active parameters with a tied "
                        "head counted again; causal: the same with the attention term halved; megatron: "
                        "without the embedding lookup)",

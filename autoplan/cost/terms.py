@@ -176,11 +176,13 @@ TIME_TERMS_DEFINED = [
           "(pp − 1)/vpp × t_micro; t_micro = one micro-batch's compute + recompute + exposed tp, cp, ep, pp "
           "and ZeRO-3 time", f"{SC21} Sec. 2.2 (interleaved 1F1B)"),
     _time("optimizer", "optimizer step (memory-bound Adam update)",
-          "(P_dense + P_expert) / {optimizer_shard} × (grad_bytes + 2·(master_bytes + optimizer_bytes) + "
-          "weight_bytes) / (hbm_bytes_per_s·hbm_efficiency), P of the heavier of the first and last stage",
+          "(P_dense/{z1} + P_expert/{z1e}) × (grad_bytes + 2·(master_bytes + optimizer_bytes) + "
+          "weight_bytes) / (hbm_bytes_per_s·hbm_efficiency), P of the heavier of the first and last stage, "
+          "sharded like the optimizer states",
           "Adam update memory traffic: read the gradient, master weight and moments, write master and moments "
           "and the compute copy (autoplan.cost.time.adam_step_bytes_per_param)",
-          ("grad_bytes", "master_bytes", "optimizer_bytes", "weight_bytes", "hbm_bytes_per_s", "hbm_efficiency")),
+          ("grad_bytes", "master_bytes", "optimizer_bytes", "weight_bytes", "zero_shards_over_cp", "hbm_bytes_per_s",
+           "hbm_efficiency")),
     _time("overhead", "fixed per-step time (data loading, logging, launches)", "step_overhead_s",
           "calibrated per trainer and GPU (profiles/*.yaml)", ("step_overhead_s",)),
     _time("memory_pressure", "allocator frees and retries near the memory limit",

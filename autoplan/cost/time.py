@@ -15,6 +15,7 @@ import numpy as np
 
 from autoplan.cost import comm
 from autoplan.cost.context import CostContext
+from autoplan.cost.memory import zero_shard_groups
 from autoplan.cost.flops import attention_score_flops_per_token, layer_matmul_flops_per_token
 from autoplan.cost.stages import StageLayers, stage_layers
 from autoplan.layout import LayoutBatch
@@ -187,9 +188,13 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR)
     dp_exposed = (dp["grads"] - e.dp_overlap * np.minimum(dp["grads"], backward_last)
                   + dp["gathers"] - e.dp_overlap * np.minimum(dp["gathers"], forward_first))
-    owned = stage_params["dense"] + stage_params["expert"]
-    shard = np.where(b.zero >= 1, b.dp * b.cp, 1.0)
-    optimizer = owned / shard * adam_step_bytes_per_param(p) / (ctx.cluster.gpu.hbm_bytes_per_s * e.hbm_efficiency)
+    # The Adam step updates the parameters this GPU owns: ZeRO >= 1 shards them like the
+    # optimizer states (the same groups as the memory model).
+    dense_group, expert_group = zero_shard_groups(ctx, b)
+    sharded = b.zero >= 1
+    updated = (stage_params["dense"] / np.where(sharded, dense_group, 1.0)
+               + stage_params["expert"] / np.where(sharded, expert_group, 1.0))
+    optimizer = updated * adam_step_bytes_per_param(p) / (ctx.cluster.gpu.hbm_bytes_per_s * e.hbm_efficiency)
     step = m_count * t_micro + bubble + dp_exposed + optimizer + ctx.corrections.step_overhead_s
     out.update({
         "time_compute_s": m_count * parts["compute"],
