@@ -8,23 +8,8 @@ from typing import Any
 
 import click
 
-from autoplan.cli.options import TokenCount
 from autoplan.errors import AutoplanError
 from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE
-
-
-def batch_options(func: Callable) -> Callable:
-    """--gpus, --seq-len, --gbs-seqs / --gbs-tokens."""
-    options = [
-        click.option("--gpus", "-n", type=click.IntRange(1, 10**7), required=True, help="Number of GPUs."),
-        click.option("--seq-len", type=click.IntRange(1, 10**8), default=None,
-                     help="Training sequence length (default: the model's)."),
-        click.option("--gbs-seqs", type=click.IntRange(1, 10**9), default=None,
-                     help="Global batch size in sequences."),
-        click.option("--gbs-tokens", type=TokenCount(), default=None,
-                     help="Global batch size in tokens; 4M = 4·2^20 (binary suffixes)."),
-    ]
-    return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
 
 
 def layout_options(func: Callable) -> Callable:
@@ -76,7 +61,6 @@ def resolve_batch(seq_len: int | None, gbs_seqs: int | None, gbs_tokens: float |
     return seq, gbs_seqs
 
 
-def layout_values(kwargs: dict[str, Any], gpus: int, seq_len: int, gbs_seqs: int) -> dict[str, Any]:
-    values = {k: kwargs[k] for k in LAYOUT_KEYS if kwargs.get(k) is not None}
-    values.update(gpus=gpus, seq_len=seq_len, gbs_seqs=gbs_seqs)
-    return values
+def layout_values(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The layout knobs given in ``kwargs`` (for :func:`autoplan.layout.resolve_layout`)."""
+    return {k: kwargs[k] for k in LAYOUT_KEYS if kwargs.get(k) is not None}

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from autoplan.errors import LayoutError
 from autoplan.layout import Layout
 from autoplan.profiles import load_profile
 from autoplan.specs.model import ModelSpec
+from autoplan.specs.training import TrainingSpec
 
 TRAINERS = ("megatron", "torchtitan", "nanotron", "deepspeed")
 ALL = TRAINERS
@@ -177,16 +179,18 @@ def rules_for(trainer: str) -> list[Rule]:
     return [rule for rule in RULES if trainer in rule.trainers]
 
 
-def broken_rules(trainer: str, model: ModelSpec, layout: Layout) -> list[tuple[str, str]]:
+def broken_rules(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSpec) -> list[tuple[str, str]]:
     """(rule name, 'invariant (values)') for every rule of ``trainer`` the plan breaks."""
     _known(trainer)
+    # The rules read the setup too: gpus, seq_len and the batch the trainer is given.
+    layout = SimpleNamespace(**{**layout.to_record(training), "gbs_seqs": training.gbs_seqs})
     return [(rule.name, f"{rule.invariant} ({rule.values(model, layout, trainer)})")
             for rule in rules_for(trainer) if rule.broken(model, layout, trainer)]
 
 
-def check(trainer: str, model: ModelSpec, layout: Layout) -> None:
+def check(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSpec) -> None:
     """Raise ``TrainerRuleError`` naming every broken rule with its values."""
-    broken = broken_rules(trainer, model, layout)
+    broken = broken_rules(trainer, model, layout, training)
     if broken:
         raise TrainerRuleError(trainer, broken)
 

@@ -24,9 +24,10 @@ def _moe(ctx: CostContext) -> tuple[float, bool]:
 
 
 RULES: list[Rule] = [
-    ("degrees", lambda c, b: b.dp * b.tp * b.pp * b.cp != b.gpus,
+    ("degrees", lambda c, b: b.dp * b.tp * b.pp * b.cp != c.training.gpus,
      "dp·tp·pp·cp must equal gpus"),
-    ("node_multiple", lambda c, b: (b.gpus > c.cluster.gpus_per_node) & (b.gpus % c.cluster.gpus_per_node != 0),
+    ("node_multiple", lambda c, b: (c.training.gpus > c.cluster.gpus_per_node)
+     & (c.training.gpus % c.cluster.gpus_per_node != 0),
      "gpus must be a multiple of the GPUs per node when larger than one node"),
     ("tp_heads", lambda c, b: (c.model.num_attention_heads % b.tp != 0) | (c.model.num_kv_heads % b.tp != 0),
      "attention heads and KV heads must be divisible by tp"),
@@ -38,7 +39,7 @@ RULES: list[Rule] = [
      "virtual stages (vpp > 1) need pp > 1"),
     ("vpp_microbatches", lambda c, b: (b.vpp > 1) & (b.grad_acc % b.pp != 0),
      "interleaved 1F1B needs micro-batches (grad_acc) divisible by pp"),
-    ("cp_seq", lambda c, b: (b.cp > 1) & (b.seq_len % (2 * b.cp) != 0),
+    ("cp_seq", lambda c, b: (b.cp > 1) & (c.training.seq_len % (2 * b.cp) != 0),
      "seq_len must be divisible by 2·cp"),
     ("ep_dense", lambda c, b: ((b.ep > 1) | (b.etp > 1)) & (not _moe(c)[1]),
      "ep/etp > 1 need a mixture-of-experts model"),
@@ -48,7 +49,7 @@ RULES: list[Rule] = [
      "ep·etp must divide dp·cp·tp (expert grid)"),
     ("sp_needs_tp", lambda c, b: (b.sp > 0) & (b.tp == 1),
      "sequence parallel needs tp > 1"),
-    ("sp_seq", lambda c, b: (b.sp > 0) & ((b.seq_len / b.cp) % b.tp != 0),
+    ("sp_seq", lambda c, b: (b.sp > 0) & ((c.training.seq_len / b.cp) % b.tp != 0),
      "with sequence parallel, seq_len/cp must be divisible by tp"),
     ("trainer_moe_sp", lambda c, b: (c.profile.name == "megatron") & (c.model.moe is not None)
      & (b.tp > 1) & (b.sp == 0),
@@ -63,7 +64,7 @@ RULES: list[Rule] = [
     ("batch", lambda c, b: b.dp * b.mbs * b.grad_acc != b.gbs_seqs,
      "gbs_seqs must equal dp·mbs·grad_acc"),
     ("seq_positions", lambda c, b: (c.model.position_embedding == "learned")
-     & (b.seq_len > c.model.max_position_embeddings),
+     & (c.training.seq_len > c.model.max_position_embeddings),
      "seq_len exceeds the model's learned position embeddings"),
     ("fp8_hardware", lambda c, b: (b.precision == 1) & (c.cluster.gpu.peak_fp8_flops_per_s <= 0),
      "fp8 needs a GPU with FP8 tensor cores"),
@@ -106,17 +107,17 @@ def explain_reason(ctx: CostContext, batch: LayoutBatch, i: int, code: int) -> s
     lay = batch.layout(i)
     m = ctx.model
     values = {
-        "degrees": f"dp({lay.dp})·tp({lay.tp})·pp({lay.pp})·cp({lay.cp}) != gpus({lay.gpus})",
-        "node_multiple": f"gpus={lay.gpus}, gpus per node={ctx.cluster.gpus_per_node}",
+        "degrees": f"dp({lay.dp})·tp({lay.tp})·pp({lay.pp})·cp({lay.cp}) != gpus({ctx.training.gpus})",
+        "node_multiple": f"gpus={ctx.training.gpus}, gpus per node={ctx.cluster.gpus_per_node}",
         "tp_heads": f"heads={m.num_attention_heads}, kv_heads={m.num_kv_heads}, tp={lay.tp}",
         "pp_layers": f"layers={m.num_layers}, pp·vpp={lay.pp * lay.vpp}",
         "pp_uneven": f"layers={m.num_layers}, pp·vpp={lay.pp * lay.vpp}",
         "vpp_microbatches": f"grad_acc={lay.grad_acc}, pp={lay.pp}",
-        "cp_seq": f"seq_len={lay.seq_len}, 2·cp={2 * lay.cp}",
+        "cp_seq": f"seq_len={ctx.training.seq_len}, 2·cp={2 * lay.cp}",
         "ep_experts": f"experts={m.moe.num_experts if m.moe else 0}, ep={lay.ep}",
         "ep_grid": f"ep·etp={lay.ep * lay.etp}, dp·cp·tp={lay.dp * lay.cp * lay.tp}",
         "batch": f"gbs_seqs={lay.gbs_seqs}, dp·mbs·grad_acc={lay.dp * lay.mbs * lay.grad_acc}",
-        "seq_positions": f"seq_len={lay.seq_len} > {m.max_position_embeddings}",
+        "seq_positions": f"seq_len={ctx.training.seq_len} > {m.max_position_embeddings}",
         "trainer_zero": f"zero={lay.zero}, {ctx.profile.name} supports {list(ctx.profile.allowed_zero)}",
         "trainer_zero_pp": f"zero={lay.zero}, pp={lay.pp}, {ctx.profile.name} allows zero <= "
                            f"{ctx.profile.max_zero_with_pp} with pp > 1",
@@ -138,13 +139,14 @@ def suggest_fix(ctx: CostContext, batch: LayoutBatch, i: int, code: int) -> str:
 
     if name == "tp_heads":
         tp = nearest(lay.tp, lambda t: m.num_attention_heads % t == 0 and m.num_kv_heads % t == 0
-                     and lay.gpus % (t * lay.pp * lay.cp) == 0)
+                     and ctx.training.gpus % (t * lay.pp * lay.cp) == 0)
         return f"try --tp {tp}" if tp else ""
     if name in ("pp_uneven", "pp_layers"):
-        pp = nearest(lay.pp, lambda p: m.num_layers % (p * lay.vpp) == 0 and lay.gpus % (lay.tp * p * lay.cp) == 0)
+        pp = nearest(lay.pp, lambda p: m.num_layers % (p * lay.vpp) == 0
+                     and ctx.training.gpus % (lay.tp * p * lay.cp) == 0)
         return f"try --pp {pp}" if pp else ""
     if name == "cp_seq":
-        return f"try --seq-len {(lay.seq_len // (2 * lay.cp) + 1) * 2 * lay.cp} or a smaller --cp"
+        return f"try --seq-len {(ctx.training.seq_len // (2 * lay.cp) + 1) * 2 * lay.cp} or a smaller --cp"
     if name == "sp_needs_tp":
         return "drop --sp or use --tp > 1"
     if name in ("trainer_zero", "trainer_zero_pp"):

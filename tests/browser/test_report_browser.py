@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from autoplan.api import build_context
+from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
 from autoplan.layout import LayoutBatch, resolve_layout
 from autoplan.report.plots import layout_from_row
@@ -35,8 +35,8 @@ PROBE = """<script>window.addEventListener("load", () => {
 
 def report_dir(tmp_root):
     """Write the report of 6 layouts of llama3-8b on 64 H100s into ``tmp_root``."""
-    ctx = build_context("llama3-8b", 64)
-    batch = LayoutBatch.from_layouts(resolve_layout(dict(gpus=64, seq_len=8192, gbs_seqs=512, **v))
+    ctx = build_context("llama3-8b", build_training(64, 8192, 512))
+    batch = LayoutBatch.from_layouts(resolve_layout(v, ctx.training)
                                      for v in LAYOUTS)
     frame = evaluate(ctx, batch).to_frame()
     top = frame[frame["fits"]].sort_values("tokens_per_s_per_gpu", ascending=False)

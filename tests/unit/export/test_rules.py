@@ -9,19 +9,21 @@ import pytest
 from autoplan.errors import AutoplanError, LayoutError
 from autoplan.export import render, rules
 from autoplan.export.rules import RULES, TrainerRuleError, broken_rules, check
-from autoplan.layout import resolve_layout
+from autoplan.api import plan_from_record
 from autoplan.profiles import load_profile
 from autoplan.specs.models import load_model
 
 
 def lay(**values):
+    """(layout, training) of a plan on 8 GPUs, seq 4096, gbs 64 unless ``values`` say otherwise."""
     base = {"gpus": 8, "seq_len": 4096, "gbs_seqs": 64}
-    return resolve_layout({**base, **values})
+    return plan_from_record({**base, **values})
 
 
-def broken(layout, **changes):
-    """A layout with fields changed after resolution (to break invariants resolve_layout checks)."""
-    return dataclasses.replace(layout, **changes)
+def broken(plan, **changes):
+    """A plan with layout fields changed after resolution (to break invariants resolve_layout checks)."""
+    layout, training = plan
+    return dataclasses.replace(layout, **changes), training
 
 
 # (rule, trainer, model, layout, text that must appear in the message)
@@ -63,7 +65,7 @@ CASES = [
 @pytest.mark.parametrize(("rule", "trainer", "model", "layout", "values"), CASES, ids=[c[0] for c in CASES])
 def test_rule_refuses_with_the_values(rule, trainer, model, layout, values):
     with pytest.raises(TrainerRuleError) as info:
-        check(trainer, load_model(model), layout)
+        check(trainer, load_model(model), *layout)
     assert rule in [name for name, _ in info.value.broken]
     message = str(info.value)
     assert message.startswith(f"{trainer} refuses this plan: ")
@@ -75,7 +77,7 @@ def test_rule_refuses_with_the_values(rule, trainer, model, layout, values):
 @pytest.mark.parametrize(("rule", "trainer", "model", "layout", "values"), CASES, ids=[c[0] for c in CASES])
 def test_render_refuses_too(rule, trainer, model, layout, values):
     with pytest.raises(AutoplanError, match="refuses this plan"):
-        render(trainer, load_model(model), layout)
+        render(trainer, load_model(model), *layout)
 
 
 def test_every_rule_has_a_case():
@@ -87,24 +89,24 @@ def test_expert_parallel_rule_follows_the_profile(monkeypatch):
     no_ep = dataclasses.replace(load_profile("megatron"), supports_ep=False)
     monkeypatch.setattr(rules, "load_profile", lambda name: no_ep)
     with pytest.raises(TrainerRuleError, match=r"ep=2; megatron has no expert parallelism"):
-        check("megatron", load_model("mixtral-8x7b"), lay(ep=2))
+        check("megatron", load_model("mixtral-8x7b"), *lay(ep=2))
 
 
 def test_error_is_a_layout_error_and_lists_every_broken_rule():
     layout = lay(gpus=16, tp=16, sp=False, vpp=2, zero=2)
-    found = [name for name, _ in broken_rules("nanotron", load_model("llama3-8b"), layout)]
+    found = [name for name, _ in broken_rules("nanotron", load_model("llama3-8b"), *layout)]
     assert found == ["heads_tp", "zero_stage", "virtual_stages"]
     with pytest.raises(LayoutError):
-        check("nanotron", load_model("llama3-8b"), layout)
+        check("nanotron", load_model("llama3-8b"), *layout)
     assert issubclass(TrainerRuleError, ValueError)
 
 
 def test_a_legal_plan_passes_every_trainer():
     layout = lay(tp=2, zero=0)
     for trainer in rules.TRAINERS:
-        check(trainer, load_model("llama3-8b"), layout)
+        check(trainer, load_model("llama3-8b"), *layout)
 
 
 def test_unknown_trainer_suggests_the_near_miss():
     with pytest.raises(AutoplanError, match="did you mean 'megatron'"):
-        check("megatorn", load_model("llama3-8b"), lay())
+        check("megatorn", load_model("llama3-8b"), *lay())

@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
-from autoplan.api import build_context
+from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import AutoplanError
 from autoplan.layout import LayoutBatch, resolve_layout
@@ -26,8 +26,8 @@ LAYOUTS = [dict(tp=1), dict(tp=2, recompute="selective"), dict(tp=2, pp=2), dict
 @cache
 def frames():
     """(capacity GiB, all 8 layouts, the feasible ones fastest first); 8b on 64 H100s."""
-    ctx = build_context("llama3-8b", 64)
-    batch = LayoutBatch.from_layouts(resolve_layout(dict(gpus=64, seq_len=8192, gbs_seqs=512, **v))
+    ctx = build_context("llama3-8b", build_training(64, 8192, 512))
+    batch = LayoutBatch.from_layouts(resolve_layout(v, ctx.training)
                                      for v in LAYOUTS)
     frame = evaluate(ctx, batch).to_frame()
     top = frame[frame["fits"]].sort_values("tokens_per_s_per_gpu", ascending=False)
