@@ -163,7 +163,7 @@ def optimality(tpe_trials: int) -> None:
         total += 1
         hits += gap <= 0.5
         model, gpus, gbs, _, trainer, _ = scenario
-        print(f"   {model:<16}{gpus:>6}{gbs / M:>5g}M{target.seq_len:>7} {trainer:<11}{space.name:<13}"
+        print(f"   {model:<16}{gpus:>6}{gbs / M:>5g}M{ctx.training.seq_len:>7} {trainer:<11}{space.name:<13}"
               f"{exact.counts.candidates:>8}{exact.counts.reach_batch:>9}{optimum:>14,.0f}{auto.sampler:>11}"
               f"{gap:>6.2f}%{tpe_gap:>8.2f}%{elapsed:>6.2f}s")
     print(f"   default sampler within 0.5 % of the exhaustive optimum in {hits}/{total} scenarios "
