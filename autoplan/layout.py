@@ -224,14 +224,17 @@ def record_setup(record: Mapping[str, Any], required: Iterable[str] = ()) -> dic
     return out
 
 
-def layout_from_record(record: Mapping[str, Any], training: TrainingSpec) -> Layout:
+def layout_from_record(record: Mapping[str, Any], training: TrainingSpec | None = None) -> Layout:
     """The one way from a record (a dict, a CSV row, a plans.json row) to a ``Layout``.
 
-    The layout knobs (``FIELDS``) go through :func:`resolve_layout`, blank cells taking its
-    defaults; other columns (predictions, names) are ignored. The setup columns a record may
-    carry must agree with ``training``: gpus and seq_len equal, and gbs_seqs equal to the
-    layout's dp·mbs·grad_acc.
+    With ``training``, the layout knobs (``FIELDS``) go through :func:`resolve_layout`, blank
+    cells taking its defaults; other columns (predictions, names) are ignored. The setup columns
+    a record may carry must agree with ``training``: gpus and seq_len equal, and gbs_seqs equal
+    to the layout's dp·mbs·grad_acc. Without ``training`` (display of a results-file row) the
+    record must hold every knob; they are converted and checked for type, not re-derived.
     """
+    if training is None:
+        return _complete_layout(record)
     layout = resolve_layout({k: record[k] for k in FIELDS if k in record}, training)
     setup = record_setup(record)
     expected = {"gpus": training.gpus, "seq_len": training.seq_len, "gbs_seqs": layout.gbs_seqs}
@@ -240,6 +243,20 @@ def layout_from_record(record: Mapping[str, Any], training: TrainingSpec) -> Lay
             raise LayoutError(f"the record's {name} ({value}) must equal the training setup's "
                               f"{name} ({expected[name]}) for {layout.describe()}")
     return layout
+
+
+def _complete_layout(record: Mapping[str, Any]) -> Layout:
+    missing = [name for name in FIELDS if name not in record or _blank(record[name])]
+    if missing:
+        raise LayoutError(f"a record without its training setup must hold every layout field; "
+                          f"missing {', '.join(missing)}")
+    values: dict[str, Any] = {name: _as_int(name, record[name]) for name in INT_FIELDS}
+    values["sp"] = _as_bool("sp", record["sp"])
+    for name, choices in CODE_FIELDS.items():
+        values[name] = str(record[name]).strip().lower()
+        if values[name] not in choices:
+            raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {record[name]!r}")
+    return Layout(**values)
 
 
 class LayoutBatch:

@@ -15,8 +15,7 @@ import pytest
 
 from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
-from autoplan.layout import LayoutBatch, resolve_layout
-from autoplan.report.plots import layout_from_row
+from autoplan.layout import LayoutBatch, layout_from_record, resolve_layout
 from autoplan.report.html import PLOT_FILES, add_cost_columns, write_report
 from autoplan.units import GiB
 
@@ -43,7 +42,7 @@ def report_dir(tmp_root):
     top = add_cost_columns(top, gpu_hour_price_usd=2.5, train_tokens=15e12, num_gpus=64)
     summary = {"model": "llama3-8b", "GPUs": "64 × h100-sxm"}
     write_report(tmp_root, frame, top, summary, ctx.cluster.gpu.usable_memory_bytes / GiB,
-                 layout_from_row(top.iloc[0]))
+                 layout_from_record(top.iloc[0]))
     return tmp_root, top
 
 
@@ -70,7 +69,7 @@ def test_dom_has_the_ranked_table(rendered):
     table = re.search(r'<table class="ranked" id="ranked-plans">(.*?)</table>', dom, re.S)
     assert table, "no ranked table in the rendered page"
     assert table.group(1).count("<tr>") == len(top) + 1  # header + one row per plan
-    assert layout_from_row(top.iloc[0]).describe() in table.group(1)
+    assert layout_from_record(top.iloc[0]).describe() in table.group(1)
 
 
 def test_every_image_decodes_in_the_browser(rendered):

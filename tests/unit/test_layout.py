@@ -203,3 +203,10 @@ def test_batch_derivation_equals_one_by_one():
         lay = resolve_layout(one, training)
         assert (lay.dp, lay.grad_acc, lay.sp) == (derived["dp"][i], derived["grad_acc"][i], bool(derived["sp"][i]))
     assert derived["dp_whole"].any() and (~derived["dp_whole"]).any() and derived["reaches"].any()
+
+
+def test_a_complete_record_reads_back_without_its_training():
+    lay, training = plan_from_record(dict(gpus=16, tp=2, seq_len=1024, gbs_seqs=64, recompute="full"))
+    assert layout_from_record(lay.to_record(training)) == lay
+    with pytest.raises(LayoutError, match="must hold every layout field; missing dp, vpp, cp"):
+        layout_from_record(dict(tp=2, pp=1))

@@ -15,7 +15,7 @@ from autoplan.report import plots
 from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import LayoutError
-from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.layout import LayoutBatch, layout_from_record, resolve_layout
 from autoplan.units import GiB
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -124,9 +124,10 @@ def test_pareto_front():
     assert plots.pareto_front(memory, throughput).tolist() == [0, 1]
 
 
-def test_layout_from_row_round_trips():
-    _, frame, _ = frames()
+def test_a_results_row_round_trips_to_its_layout():
+    ctx, frame, _ = frames()
     row = frame.iloc[7]
-    layout = plots.layout_from_row(row)
+    layout = layout_from_record(row)  # a complete row: no training needed to read it back
+    assert layout == layout_from_record(row, ctx.training)
     assert layout == LayoutBatch.from_layouts([layout]).layout(0)
     assert layout.tp == row["tp"] and layout.recompute == row["recompute"]
