@@ -9,7 +9,7 @@ import time
 
 import click
 
-from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, resolve_batch
+from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options
 from autoplan.cli.options import output_format_option, training_options
 from autoplan.cli.render import emit_records
 from autoplan.errors import AutoplanError
@@ -75,6 +75,8 @@ def _layout_defaults(ctx: click.Context, kw: dict, model_seq_len: int | None) ->
         seq = int(values.get("seq_len") or model_seq_len or 0)
         if not seq:
             raise AutoplanError("--gbs-tokens needs the sequence length: give --seq-len or --model")
+        from autoplan.specs.training import resolve_batch
+
         values["gbs_seqs"] = resolve_batch(seq, None, kw["gbs_tokens"], seq)[1]
     return values
 

@@ -62,7 +62,8 @@ def estimate_command(output_format, **kwargs) -> None:
         emit_records([record], output_format, columns=list(record))
         return
     lay = batch.layout(0)
-    click.echo(f"{ctx.model.name} on {ctx.training.gpus} × {ctx.cluster.gpu.name} ({ctx.profile.name}): {lay.describe()}")
+    click.echo(f"{ctx.model.name} on {ctx.training.gpus} × {ctx.cluster.gpu.name} ({ctx.profile.name}): "
+               f"{lay.describe()}")
     status = "fits" if record["fits"] else "DOES NOT FIT"
     click.echo(f"  memory   peak {record['peak_memory_gib']:.1f} GiB of "
                f"{ctx.cluster.gpu.usable_memory_bytes / 2**30:.1f} GiB usable ({status})")
@@ -120,7 +121,7 @@ def compare_command(layouts_csv, precision, output_path, **kw) -> None:
     Columns gpus, seq_len and gbs_seqs give each row its own setup; the options fill them where
     a column is missing or blank.
     """
-    from autoplan.cli.layout_options import resolve_batch
+    from autoplan.specs.training import resolve_batch
     from autoplan.report.compare import compare_layouts, read_layouts_csv
 
     if kw["gpus"] is not None:  # one count for every row: refuse it up front if no cluster has it

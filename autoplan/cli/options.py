@@ -143,7 +143,7 @@ def training_from_options(kw: dict, model_seq_len: int, **overrides):
     """The ``TrainingSpec`` of the options in ``kw`` (``overrides`` replace option values, e.g.
     the gpus of a plan file); the sequence length defaults to the model's."""
     from autoplan.api import build_training
-    from autoplan.cli.layout_options import resolve_batch
+    from autoplan.specs.training import resolve_batch
 
     kw = {**kw, **overrides}
     if kw.get("gpus") is None:

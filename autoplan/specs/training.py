@@ -73,3 +73,23 @@ class TrainingSpec:
         """'512 x h100-sxm, gbs 512 x 8192 tokens' for titles and messages."""
         return (f"{self.gpus} x {self.cluster.gpu.name}, gbs {self.gbs_seqs} x {self.seq_len} tokens"
                 + (f" (±{self.gbs_tolerance:g})" if self.gbs_tolerance else ""))
+
+
+def resolve_batch(seq_len: int | None, gbs_seqs: int | None, gbs_tokens: float | None,
+                  model_seq_len: int, *, required: bool = True) -> tuple[int, int | None]:
+    """(seq_len, gbs_seqs) from the options: ``seq_len`` (default ``model_seq_len``) and the
+    batch as ``gbs_seqs`` or ``gbs_tokens``, which must be a whole number of sequences."""
+    seq = seq_len or model_seq_len
+    if gbs_seqs is not None and gbs_tokens is not None:
+        raise TrainingSpecError("--gbs-tokens and --gbs-seqs are mutually exclusive: give one, not both "
+                                f"(got --gbs-seqs {gbs_seqs} and --gbs-tokens {gbs_tokens:.0f})")
+    if gbs_tokens is not None:
+        if gbs_tokens != int(gbs_tokens):
+            raise TrainingSpecError(f"--gbs-tokens must be a whole number of tokens, got {gbs_tokens:g}")
+        if gbs_tokens % seq:
+            raise TrainingSpecError(f"--gbs-tokens ({gbs_tokens:.0f}) must be a multiple of the sequence "
+                                    f"length ({seq}); nearest: {max(1, round(gbs_tokens / seq)) * seq}")
+        gbs_seqs = int(gbs_tokens // seq)
+    if gbs_seqs is None and required:
+        raise TrainingSpecError("the global batch is missing: give --gbs-tokens (e.g. 4M) or --gbs-seqs")
+    return seq, gbs_seqs

@@ -46,7 +46,8 @@ def test_search_on_gb200_exports_four_processes_per_node(tmp_path):
 
 def test_export_from_plans_json_takes_the_hardware(tmp_path):
     out = tmp_path / "run"
-    assert invoke(["search", "-m", "8b", "-g", "16", "--gbs-seqs", "64", "--top", "1", "--out", str(out)]).exit_code == 0
+    searched = invoke(["search", "-m", "8b", "-g", "16", "--gbs-seqs", "64", "--top", "1", "--out", str(out)])
+    assert searched.exit_code == 0, searched.output
     plans = str(out / "plans.json")
     h100 = invoke(["export", plans, "--to", "megatron"]).stdout
     gb200 = invoke(["export", plans, "--to", "megatron", "--hardware", "gb200-nvl72"]).stdout

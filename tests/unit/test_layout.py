@@ -161,7 +161,8 @@ def test_record_keeps_the_result_columns_in_their_order():
 @pytest.mark.parametrize("record, message", [
     (dict(gpus=32, tp=2), "record's gpus (32) must equal the training setup's gpus (16)"),
     (dict(seq_len=2048, tp=2), "record's seq_len (2048) must equal the training setup's seq_len (1024)"),
-    (dict(gbs_seqs=64, tp=2, grad_acc=2), "gbs_seqs (64) must equal dp·mbs·grad_acc, got dp(8)·mbs(1)·grad_acc(2) = 16"),
+    (dict(gbs_seqs=64, tp=2, grad_acc=2),
+     "gbs_seqs (64) must equal dp·mbs·grad_acc, got dp(8)·mbs(1)·grad_acc(2) = 16"),
 ])
 def test_record_setup_columns_must_agree_with_the_training(record, message):
     training = build_training(16, 1024, 64)

@@ -31,8 +31,8 @@ def ctx_for(domain: int | None = None, up_eff: float = 1.0, out_eff: float = 1.0
     cluster = make_cluster(GPU, 8)
     if domain is not None:
         cluster = dataclasses.replace(cluster, scale_up_domain_size=domain)
-    return CostContext(model=MODEL, training=TrainingSpec(cluster, seq_len=1024, gbs_seqs=8), profile=load_profile("megatron"),
-                       efficiency=Efficiency(scale_up_efficiency=up_eff, scale_out_efficiency=out_eff))
+    return CostContext(model=MODEL, training=TrainingSpec(cluster, seq_len=1024, gbs_seqs=8),
+                       profile=load_profile("megatron"), efficiency=Efficiency(scale_up_efficiency=up_eff, scale_out_efficiency=out_eff))
 
 
 def link(size: float, stride: float, ctx: CostContext | None = None) -> comm.GroupLink:

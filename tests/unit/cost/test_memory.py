@@ -90,8 +90,10 @@ def test_gpt_layer_sequence_parallel_width_terms_exact():
     """The h-proportional part of Table 2 under TP+SP, isolated by changing h at fixed a, s, b:
     Δbytes = sb·Δh·34/t (the 5as²b/t and per-token terms do not depend on h)."""
     t = 4
-    narrow = layer_activation_bytes(*at(ctx_for(gpt(hidden=1024)), seq_len=S, gbs_seqs=B, mbs=B, tp=t, sp=True), "none")[0][0]
-    wide = layer_activation_bytes(*at(ctx_for(gpt(hidden=2048)), seq_len=S, gbs_seqs=B, mbs=B, tp=t, sp=True), "none")[0][0]
+    narrow = layer_activation_bytes(*at(ctx_for(gpt(hidden=1024)), seq_len=S, gbs_seqs=B, mbs=B, tp=t, sp=True),
+                                    "none")[0][0]
+    wide = layer_activation_bytes(*at(ctx_for(gpt(hidden=2048)), seq_len=S, gbs_seqs=B, mbs=B, tp=t, sp=True),
+                                  "none")[0][0]
     # 4096 · 1024 · 34 / 4 = 35,651,584
     assert wide - narrow == SB * 1024 * 34 / t == 35_651_584
 

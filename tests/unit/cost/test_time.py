@@ -236,8 +236,8 @@ LLAMA3_8B_PARAMS = 8_030_261_248
     ("megatron", 6 * (LLAMA3_8B_PARAMS - 128256 * 4096) + 12 * 32 * 4096 * 8192),
 ])
 def test_model_flops_conventions(convention, flops_per_token):
-    ctx = CostContext(model=load_model("llama3-8b"), training=build_training(64, 8192, 512, flops_convention=convention),
-                      profile=load_profile("megatron"), efficiency=PLAIN)
+    ctx = CostContext(model=load_model("llama3-8b"),
+                      training=build_training(64, 8192, 512, flops_convention=convention), profile=load_profile("megatron"), efficiency=PLAIN)
     table = evaluate(*at(ctx, dict(gpus=64, tp=2, seq_len=8192, gbs_seqs=512)))
     tokens = 512 * 8192  # 4M = 4,194,304
     assert table["model_flops_per_step"][0] == pytest.approx(flops_per_token * tokens, rel=1e-15)
