@@ -100,7 +100,7 @@ def test_enumerated_layouts_respect_degrees_batch_and_sp():
     assert (batch.grad_acc >= 1).all()
 
 
-def test_grad_accumulation_with_tolerance_picks_the_nearest_batch():
+def test_batch_derivation_with_tolerance_picks_the_nearest_batch():
     knobs = {"dp": np.array([8.0, 8.0, 48.0]), "mbs": np.array([1.0, 3.0, 1.0]),
              "tp": np.ones(3), "pp": np.ones(3), "cp": np.ones(3)}
     exact = build_training(8, 4096, 100)
