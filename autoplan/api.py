@@ -2,24 +2,46 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from autoplan.cost.context import CostContext
+from autoplan.layout import SETUP_FIELDS, Layout, layout_from_record, record_setup
 from autoplan.profiles import load_profile
 from autoplan.calibration.profile_file import apply_profile_file
 from autoplan.specs.hardware import load_gpu, make_cluster
+from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
+from autoplan.specs.training import TrainingSpec
 from autoplan.units import parse_bandwidth
 
 
-def build_context(model: str, num_gpus: int, *, hardware: str = "h100-sxm", trainer: str = "megatron",
-                  gpus_per_node: int | None = None, nic: str | None = None,
-                  profile_path: str | None = None, flops_convention: str = "playbook") -> CostContext:
-    """Load the model, GPU, cluster and trainer profile into a ``CostContext``."""
-    spec = load_model(model)
-    gpu = load_gpu(hardware)
-    cluster = make_cluster(gpu, num_gpus, gpus_per_node=gpus_per_node,
+def build_training(num_gpus: int, seq_len: int, gbs_seqs: int, *, hardware: str = "h100-sxm",
+                   gpus_per_node: int | None = None, nic: str | None = None, gbs_tolerance: float = 0.0,
+                   flops_convention: str = "playbook") -> TrainingSpec:
+    """Load the GPU, build its cluster of ``num_gpus`` and the ``TrainingSpec`` around it."""
+    cluster = make_cluster(load_gpu(hardware), num_gpus, gpus_per_node=gpus_per_node,
                            nic_bytes_per_s=parse_bandwidth(nic) if nic else None)
+    return TrainingSpec(cluster=cluster, seq_len=seq_len, gbs_seqs=gbs_seqs, gbs_tolerance=gbs_tolerance,
+                        flops_convention=flops_convention)
+
+
+def build_context(model: str | ModelSpec, training: TrainingSpec, *, trainer: str = "megatron",
+                  profile_path: str | None = None) -> CostContext:
+    """Load the model and trainer profile into a ``CostContext`` for ``training``."""
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    gpu = training.cluster.gpu
     profile = load_profile(trainer)
     if profile_path:
         profile = apply_profile_file(profile, gpu.name, profile_path)
-    return CostContext(model=spec, cluster=cluster, profile=profile,
-                       parameters=profile.parameters_for(gpu.name), flops_convention=flops_convention)
+    return CostContext(model=spec, training=training, profile=profile, parameters=profile.parameters_for(gpu.name))
+
+
+def plan_from_record(record: Mapping[str, Any], *, hardware: str = "h100-sxm", gpus_per_node: int | None = None,
+                     nic: str | None = None, flops_convention: str = "playbook") -> tuple[Layout, TrainingSpec]:
+    """The layout and the training setup of a record that carries gpus, seq_len and gbs_seqs
+    (a plans.json or CSV row, or a dict like ``dict(gpus=64, tp=2, seq_len=8192, gbs_seqs=512)``)."""
+    setup = record_setup(record, required=SETUP_FIELDS)
+    training = build_training(setup["gpus"], setup["seq_len"], setup["gbs_seqs"], hardware=hardware,
+                              gpus_per_node=gpus_per_node, nic=nic, flops_convention=flops_convention)
+    return layout_from_record(record, training), training

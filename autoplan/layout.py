@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autoplan.errors import LayoutError
+
+if TYPE_CHECKING:
+    from autoplan.specs.training import TrainingSpec
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp8")
@@ -22,17 +25,23 @@ PRECISIONS = ("bf16", "fp8")
 PLACEMENTS = ("tp-cp-dp-pp", "tp-dp-cp-pp", "tp-pp-cp-dp", "cp-tp-dp-pp")
 DEFAULT_PLACEMENT = PLACEMENTS[0]
 
-INT_FIELDS = ("gpus", "dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_acc",
-              "seq_len", "gbs_seqs")
+INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_acc")
 CODE_FIELDS = {"recompute": RECOMPUTE, "precision": PRECISIONS, "placement": PLACEMENTS}
 FIELDS = INT_FIELDS + ("sp",) + tuple(CODE_FIELDS)
+# The columns of a plan record (CSV, JSON, plans.json): the layout plus the training setup's
+# gpus, seq_len and the layout's batch, in the order results files have always used.
+SETUP_FIELDS = ("gpus", "seq_len", "gbs_seqs")
+RECORD_FIELDS = ("gpus", *INT_FIELDS, "seq_len", "gbs_seqs", "sp", *CODE_FIELDS)
 
 
 @dataclass(frozen=True)
 class Layout:
-    """One layout with every field resolved (see ``resolve_layout`` for the defaults)."""
+    """The parallel knobs of one layout, every one resolved (see ``resolve_layout``).
 
-    gpus: int
+    The training setup (GPUs, sequence length, global batch) is a ``TrainingSpec`` of its own;
+    ``precision`` stays a layout knob because the search explores bf16 and fp8.
+    """
+
     dp: int
     tp: int
     pp: int
@@ -43,8 +52,6 @@ class Layout:
     zero: int
     mbs: int
     grad_acc: int
-    seq_len: int
-    gbs_seqs: int
     sp: bool
     recompute: str = "none"
     precision: str = "bf16"
@@ -67,8 +74,19 @@ class Layout:
             parts.append("no-sp")
         return " ".join(parts)
 
+    @property
+    def gbs_seqs(self) -> int:
+        """The global batch in sequences this layout trains with: dp·mbs·grad_acc."""
+        return self.dp * self.mbs * self.grad_acc
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def to_record(self, training: TrainingSpec) -> dict[str, Any]:
+        """The layout with the setup columns (gpus, seq_len, gbs_seqs), in ``RECORD_FIELDS`` order."""
+        values = {**self.to_dict(), "gpus": training.gpus, "seq_len": training.seq_len,
+                  "gbs_seqs": self.gbs_seqs}
+        return {name: values[name] for name in RECORD_FIELDS}
 
 
 def _as_int(name: str, value: Any) -> int:
@@ -96,58 +114,149 @@ def _as_bool(name: str, value: Any) -> bool:
     raise LayoutError(f"{name} must be true or false, got {value!r}")
 
 
-def resolve_layout(values: Mapping[str, Any]) -> Layout:
-    """Fill in the defaults of a partial layout and check its basic invariants.
+def derive_batch_knobs(values: Mapping[str, Any], training: TrainingSpec) -> dict[str, np.ndarray]:
+    """dp, grad_acc and sp of layouts from their other knobs: the one derivation, over arrays.
 
-    Defaults: ``dp = gpus/(tp·pp·cp)``, ``vpp = cp = ep = etp = 1``, ``zero = 1``, ``mbs = 1``,
-    ``grad_acc = gbs_seqs/(dp·mbs)``, ``sp = tp > 1``, ``recompute = none``, ``precision = bf16``.
-    Raises ``LayoutError`` naming the rule and the values when a degree does not divide.
+    ``values`` maps knobs to float64 arrays (a batch of one is an array of one); a given ``dp``,
+    ``grad_acc`` or ``sp`` is kept, a missing one is derived:
+
+    * ``dp = gpus/(tp·pp·cp)``;
+    * ``grad_acc`` is the integer >= 1 whose batch ``dp·mbs·grad_acc`` lies nearest
+      ``training.gbs_seqs`` (ties to the smaller batch);
+    * ``sp = tp > 1`` (Megatron's and torchtitan's default with tensor parallelism).
+
+    Also returns two masks: ``dp_whole`` (dp is a positive integer and dp·tp·pp·cp = gpus) and
+    ``reaches`` (``|dp·mbs·grad_acc - gbs| <= tolerance·gbs``; with tolerance 0: exactly).
+    """
+    tp, pp, cp, mbs = (np.asarray(values[k], dtype=np.float64) for k in ("tp", "pp", "cp", "mbs"))
+    gbs = float(training.gbs_seqs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        model_parallel = tp * pp * cp
+        dp = np.asarray(values["dp"], dtype=np.float64) if "dp" in values else training.gpus / model_parallel
+        dp_whole = (dp >= 1) & (dp == np.floor(dp)) & (dp * model_parallel == training.gpus)
+        per_step = dp * mbs
+        if "grad_acc" in values:
+            grad_acc = np.asarray(values["grad_acc"], dtype=np.float64)
+        else:
+            exact = gbs / per_step
+            low = np.maximum(np.floor(exact), 1.0)
+            high = np.maximum(np.ceil(exact), 1.0)
+            use_high = np.abs(high * per_step - gbs) < np.abs(low * per_step - gbs)
+            grad_acc = np.where(use_high, high, low)
+        reaches = np.abs(grad_acc * per_step - gbs) <= training.gbs_tolerance * gbs + 1e-9
+    sp = np.asarray(values["sp"], dtype=np.float64) if "sp" in values else (tp > 1).astype(np.float64)
+    return {"dp": dp, "grad_acc": grad_acc, "sp": sp, "dp_whole": dp_whole, "reaches": reaches}
+
+
+def resolve_layout(values: Mapping[str, Any], training: TrainingSpec) -> Layout:
+    """Fill in the defaults of a partial layout for ``training`` and check its invariants.
+
+    Defaults: ``vpp = cp = ep = etp = 1``, ``zero = 1``, ``mbs = 1``, ``recompute = none``,
+    ``precision = bf16``; dp, grad_acc and sp from :func:`derive_batch_knobs`. Raises
+    ``LayoutError`` naming the rule and the values when a degree or the batch does not divide.
     """
     unknown = set(values) - set(FIELDS)
     if unknown:
         raise LayoutError(f"unknown layout field(s) {sorted(unknown)}; valid: {', '.join(FIELDS)}")
-    v: dict[str, Any] = {k: val for k, val in values.items() if val is not None and val == val}
+    v: dict[str, Any] = {k: val for k, val in values.items() if not _blank(val)}
     out: dict[str, Any] = {}
     for name in ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs"):
         out[name] = _as_int(name, v.get(name, 1))
-    out["zero"] = _as_int("zero", v.get("zero", 1))
-    for name in ("gpus", "seq_len", "gbs_seqs"):
-        if name not in v:
-            raise LayoutError(f"layout needs '{name}'")
-        out[name] = _as_int(name, v[name])
-    for name in ("gpus", "seq_len", "gbs_seqs", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs"):
         if out[name] < 1:
             raise LayoutError(f"{name} must be >= 1, got {out[name]}")
+    out["zero"] = _as_int("zero", v.get("zero", 1))
     if not 0 <= out["zero"] <= 3:
         raise LayoutError(f"zero must be 0, 1, 2 or 3, got {out['zero']}")
-    model_parallel = out["tp"] * out["pp"] * out["cp"]
-    if "dp" in v:
-        out["dp"] = _as_int("dp", v["dp"])
-    else:
-        if out["gpus"] % model_parallel:
-            raise LayoutError(f"gpus ({out['gpus']}) must be a multiple of tp·pp·cp "
-                              f"({out['tp']}·{out['pp']}·{out['cp']} = {model_parallel})")
-        out["dp"] = out["gpus"] // model_parallel
-    if out["dp"] < 1 or out["dp"] * model_parallel != out["gpus"]:
-        raise LayoutError(f"dp·tp·pp·cp must equal gpus, got dp({out['dp']})·tp({out['tp']})·"
-                          f"pp({out['pp']})·cp({out['cp']}) != gpus({out['gpus']})")
-    if "grad_acc" in v:
-        out["grad_acc"] = _as_int("grad_acc", v["grad_acc"])
-        if out["grad_acc"] < 1:
-            raise LayoutError(f"grad_acc must be >= 1, got {out['grad_acc']}")
-    else:
-        per_step = out["dp"] * out["mbs"]
-        if out["gbs_seqs"] % per_step:
-            raise LayoutError(f"gbs_seqs ({out['gbs_seqs']}) must be a multiple of dp·mbs "
-                              f"({out['dp']}·{out['mbs']} = {per_step})")
-        out["grad_acc"] = out["gbs_seqs"] // per_step
-    out["sp"] = _as_bool("sp", v["sp"]) if "sp" in v else out["tp"] > 1
+    given = {name: _as_int(name, v[name]) for name in ("dp", "grad_acc") if name in v}
+    if "sp" in v:
+        given["sp"] = _as_bool("sp", v["sp"])
+    derived = {k: a[0] for k, a in derive_batch_knobs(
+        {k: np.array([float(x)]) for k, x in {**out, **given}.items()}, training).items()}
+    _check_derived(out, given, derived, training)
+    out.update(dp=int(derived["dp"]), grad_acc=int(derived["grad_acc"]), sp=bool(derived["sp"]))
     for name, choices in CODE_FIELDS.items():
         value = str(v.get(name, choices[0])).strip().lower()
         if value not in choices:
             raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {v.get(name)!r}")
         out[name] = value
     return Layout(**out)
+
+
+def _check_derived(out: dict[str, int], given: dict[str, Any], derived: dict[str, Any],
+                   training: TrainingSpec) -> None:
+    """LayoutError when dp is not whole or the batch is not reached, with the values."""
+    gpus, model_parallel = training.gpus, out["tp"] * out["pp"] * out["cp"]
+    if "dp" not in given and gpus % model_parallel:
+        raise LayoutError(f"gpus ({gpus}) must be a multiple of tp·pp·cp "
+                          f"({out['tp']}·{out['pp']}·{out['cp']} = {model_parallel})")
+    if not derived["dp_whole"]:
+        raise LayoutError(f"dp·tp·pp·cp must equal gpus, got dp({given['dp']})·tp({out['tp']})·"
+                          f"pp({out['pp']})·cp({out['cp']}) != gpus({gpus})")
+    if given.get("grad_acc", 1) < 1:
+        raise LayoutError(f"grad_acc must be >= 1, got {given['grad_acc']}")
+    if derived["reaches"]:
+        return
+    dp, mbs, gbs = int(derived["dp"]), out["mbs"], training.gbs_seqs
+    within = f" within ±{training.gbs_tolerance:g}" if training.gbs_tolerance else ""
+    if "grad_acc" in given:
+        raise LayoutError(f"gbs_seqs ({gbs}) must equal dp·mbs·grad_acc{within}, got dp({dp})·mbs({mbs})·"
+                          f"grad_acc({given['grad_acc']}) = {dp * mbs * given['grad_acc']}")
+    raise LayoutError(f"gbs_seqs ({gbs}) must be a multiple of dp·mbs{within} "
+                      f"({dp}·{mbs} = {dp * mbs})")
+
+
+def _blank(value: Any) -> bool:
+    """None, NaN or an empty cell: a value left to the defaults."""
+    return value is None or value != value or (isinstance(value, str) and not value.strip())
+
+
+def record_setup(record: Mapping[str, Any], required: Iterable[str] = ()) -> dict[str, int]:
+    """The setup columns (gpus, seq_len, gbs_seqs) a record has, as integers; LayoutError when
+    one of ``required`` is missing or blank."""
+    out = {}
+    for name in SETUP_FIELDS:
+        if name in record and not _blank(record[name]):
+            out[name] = _as_int(name, record[name])
+            if out[name] < 1:
+                raise LayoutError(f"{name} must be >= 1, got {out[name]}")
+        elif name in required:
+            raise LayoutError(f"layout needs '{name}'")
+    return out
+
+
+def layout_from_record(record: Mapping[str, Any], training: TrainingSpec | None = None) -> Layout:
+    """The one way from a record (a dict, a CSV row, a plans.json row) to a ``Layout``.
+
+    With ``training``, the layout knobs (``FIELDS``) go through :func:`resolve_layout`, blank
+    cells taking its defaults; other columns (predictions, names) are ignored. The setup columns
+    a record may carry must agree with ``training``: gpus and seq_len equal, and gbs_seqs equal
+    to the layout's dp·mbs·grad_acc. Without ``training`` (display of a results-file row) the
+    record must hold every knob; they are converted and checked for type, not re-derived.
+    """
+    if training is None:
+        return _complete_layout(record)
+    layout = resolve_layout({k: record[k] for k in FIELDS if k in record}, training)
+    setup = record_setup(record)
+    expected = {"gpus": training.gpus, "seq_len": training.seq_len, "gbs_seqs": layout.gbs_seqs}
+    for name, value in setup.items():
+        if value != expected[name]:
+            raise LayoutError(f"the record's {name} ({value}) must equal the training setup's "
+                              f"{name} ({expected[name]}) for {layout.describe()}")
+    return layout
+
+
+def _complete_layout(record: Mapping[str, Any]) -> Layout:
+    missing = [name for name in FIELDS if name not in record or _blank(record[name])]
+    if missing:
+        raise LayoutError(f"a record without its training setup must hold every layout field; "
+                          f"missing {', '.join(missing)}")
+    values: dict[str, Any] = {name: _as_int(name, record[name]) for name in INT_FIELDS}
+    values["sp"] = _as_bool("sp", record["sp"])
+    for name, choices in CODE_FIELDS.items():
+        values[name] = str(record[name]).strip().lower()
+        if values[name] not in choices:
+            raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {record[name]!r}")
+    return Layout(**values)
 
 
 class LayoutBatch:
@@ -163,6 +272,11 @@ class LayoutBatch:
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
+
+    @property
+    def gbs_seqs(self) -> np.ndarray:
+        """The global batch in sequences of each layout: dp·mbs·grad_acc."""
+        return self.dp * self.mbs * self.grad_acc
 
     @classmethod
     def from_layouts(cls, layouts: Iterable[Layout]) -> LayoutBatch:
@@ -195,5 +309,5 @@ class LayoutBatch:
                 values[f.name] = int(raw)
         return Layout(**values)
 
-    def records(self) -> list[dict[str, Any]]:
-        return [self.layout(i).to_dict() for i in range(len(self))]
+    def records(self, training: TrainingSpec) -> list[dict[str, Any]]:
+        return [self.layout(i).to_record(training) for i in range(len(self))]

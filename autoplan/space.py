@@ -4,8 +4,8 @@ A space lives in ``search_spaces/<name>.yaml`` (or any YAML path): one list per 
 vpp, cp, ep, etp, zero, mbs, recompute, precision, placement), read strictly (an unknown knob
 is an error with a "did you mean"). CLI options replace a knob's list. Enumeration is the
 cartesian product of the lists, built as index arrays (``np.unravel_index``, no Python loop
-over layouts); per layout ``dp = gpus/(tp·pp·cp)`` (non-integer dp is dropped),
-``grad_acc`` comes from the global batch (see :func:`grad_accumulation`) and ``sp = tp > 1``.
+over layouts); dp, grad_acc and sp come from :func:`autoplan.layout.derive_batch_knobs`
+(layouts with a non-integer dp are dropped).
 """
 
 from __future__ import annotations
@@ -13,14 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autoplan.errors import AutoplanError, SpecError, UnknownNameError
-from autoplan.layout import CODE_FIELDS, DEFAULT_PLACEMENT, FIELDS, LayoutBatch
+from autoplan.layout import CODE_FIELDS, DEFAULT_PLACEMENT, FIELDS, LayoutBatch, derive_batch_knobs
 from autoplan.paths import data_dir
 from autoplan.specs.yaml_io import check_keys, read_mapping
+
+if TYPE_CHECKING:
+    from autoplan.specs.training import TrainingSpec
 
 INT_KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs")
 CHOICE_KNOBS = ("recompute", "precision", "placement")
@@ -34,28 +37,6 @@ MAX_DEGREE = 2**20
 
 class EmptySpaceError(AutoplanError):
     """A search space with no layout left (after overrides and the degree checks)."""
-
-
-@dataclass(frozen=True)
-class BatchTarget:
-    """What every layout must reach: the GPU count, the sequence length and the global batch.
-
-    ``gbs_tolerance`` is a fraction: 0 demands ``gbs_seqs`` exactly; 0.05 accepts the nearest
-    batch ``dp·mbs·grad_acc`` within ±5 % of it.
-    """
-
-    gpus: int
-    seq_len: int
-    gbs_seqs: int
-    gbs_tolerance: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("gpus", "seq_len", "gbs_seqs"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise AutoplanError(f"{name} must be a positive integer, got {value!r}")
-        if not 0.0 <= self.gbs_tolerance < 1.0:
-            raise AutoplanError(f"gbs tolerance must lie in [0, 1), got {self.gbs_tolerance!r}")
 
 
 @dataclass(frozen=True)
@@ -138,43 +119,20 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
     return SearchSpace(name=path.stem, values=values, description=str(data.get("description", "")))
 
 
-def grad_accumulation(dp: np.ndarray, mbs: np.ndarray, target: BatchTarget) -> tuple[np.ndarray, np.ndarray]:
-    """(grad_acc, reaches) for the global batch ``target.gbs_seqs`` of each layout.
-
-    grad_acc is the integer (>= 1) whose batch ``dp·mbs·grad_acc`` lies nearest the target
-    (ties to the smaller batch); ``reaches`` is True where that batch is within the tolerance,
-    i.e. ``|dp·mbs·grad_acc - gbs| <= tolerance·gbs`` (with tolerance 0: gbs divisible by dp·mbs).
-    """
-    per_step = dp * mbs
-    exact = target.gbs_seqs / per_step
-    low = np.maximum(np.floor(exact), 1.0)
-    high = np.maximum(np.ceil(exact), 1.0)
-    use_high = np.abs(high * per_step - target.gbs_seqs) < np.abs(low * per_step - target.gbs_seqs)
-    grad_acc = np.where(use_high, high, low)
-    miss = np.abs(grad_acc * per_step - target.gbs_seqs)
-    return grad_acc, miss <= target.gbs_tolerance * target.gbs_seqs + 1e-9
-
-
 def layouts_from_values(values: Mapping[str, np.ndarray],
-                        target: BatchTarget) -> tuple[LayoutBatch, np.ndarray, np.ndarray]:
+                        training: TrainingSpec) -> tuple[LayoutBatch, np.ndarray, np.ndarray]:
     """Complete knob arrays (float64 codes) into layouts.
 
     Returns ``(batch, kept, reaches)``: ``kept`` marks the inputs whose dp = gpus/(tp·pp·cp) is
     a positive integer (only those are in ``batch``), ``reaches`` the batch's layouts whose
-    ``gbs_seqs`` (the nearest achievable batch, stored in the layout) is within the tolerance.
+    batch dp·mbs·grad_acc (the nearest achievable) is within the tolerance of ``training``'s.
     """
-    model_parallel = values["tp"] * values["pp"] * values["cp"]
-    dp = target.gpus / model_parallel
-    kept = (dp >= 1) & (dp == np.floor(dp))
+    derived = derive_batch_knobs(values, training)
+    kept = derived["dp_whole"]
     arrays = {k: np.asarray(values[k], dtype=np.float64)[kept] for k in KNOBS}
-    arrays["dp"] = dp[kept]
-    arrays["grad_acc"], reaches = grad_accumulation(arrays["dp"], arrays["mbs"], target)
-    arrays["gbs_seqs"] = arrays["dp"] * arrays["mbs"] * arrays["grad_acc"]
-    arrays["gpus"] = np.full_like(arrays["dp"], float(target.gpus))
-    arrays["seq_len"] = np.full_like(arrays["dp"], float(target.seq_len))
-    arrays["sp"] = (arrays["tp"] > 1).astype(np.float64)
+    arrays.update({k: derived[k][kept] for k in ("dp", "grad_acc", "sp")})
     assert set(arrays) == set(FIELDS)
-    return LayoutBatch(arrays), kept, reaches
+    return LayoutBatch(arrays), kept, derived["reaches"][kept]
 
 
 def indices_to_values(space: SearchSpace, flat_index: np.ndarray) -> dict[str, np.ndarray]:
@@ -195,35 +153,35 @@ def params_to_values(space: SearchSpace, params: Sequence[Mapping[str, Any]]) ->
     return out
 
 
-def count_enumerable(space: SearchSpace, target: BatchTarget) -> int:
+def count_enumerable(space: SearchSpace, training: TrainingSpec) -> int:
     """Layouts whose dp is an integer: the degree sub-grid (tp, pp, cp) times the other knobs."""
     tp, pp, cp = (space.code_values(k) for k in ("tp", "pp", "cp"))
     product = tp[:, None, None] * pp[None, :, None] * cp[None, None, :]
-    ok = (target.gpus % product == 0) & (product <= target.gpus)
+    ok = (training.gpus % product == 0) & (product <= training.gpus)
     rest = space.size // (len(tp) * len(pp) * len(cp))
     return int(ok.sum()) * rest
 
 
-def enumerate_space(space: SearchSpace, target: BatchTarget) -> tuple[LayoutBatch, np.ndarray]:
+def enumerate_space(space: SearchSpace, training: TrainingSpec) -> tuple[LayoutBatch, np.ndarray]:
     """Every layout of the space with an integer dp, as one batch, and where each reaches gbs.
 
     Raises ``EmptySpaceError`` when no combination of tp·pp·cp divides the GPU count.
     """
-    batch, _, reaches = layouts_from_values(indices_to_values(space, np.arange(space.size)), target)
+    batch, _, reaches = layouts_from_values(indices_to_values(space, np.arange(space.size)), training)
     if len(batch) == 0:
-        raise EmptySpaceError(_empty_message(space, target))
+        raise EmptySpaceError(_empty_message(space, training))
     return batch, reaches
 
 
-def _empty_message(space: SearchSpace, target: BatchTarget) -> str:
-    return (f"search space '{space.name}' has no layout for {target.gpus} GPUs: no tp·pp·cp of "
+def _empty_message(space: SearchSpace, training: TrainingSpec) -> str:
+    return (f"search space '{space.name}' has no layout for {training.gpus} GPUs: no tp·pp·cp of "
             f"tp {list(space.values['tp'])}, pp {list(space.values['pp'])}, "
-            f"cp {list(space.values['cp'])} divides {target.gpus}")
+            f"cp {list(space.values['cp'])} divides {training.gpus}")
 
 
-def check_not_empty(space: SearchSpace, target: BatchTarget) -> int:
+def check_not_empty(space: SearchSpace, training: TrainingSpec) -> int:
     """The number of enumerable layouts; raises ``EmptySpaceError`` when it is 0."""
-    count = count_enumerable(space, target)
+    count = count_enumerable(space, training)
     if count == 0:
-        raise EmptySpaceError(_empty_message(space, target))
+        raise EmptySpaceError(_empty_message(space, training))
     return count

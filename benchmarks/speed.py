@@ -26,10 +26,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core: numpy's element-wise 
 
 import numpy as np  # noqa: E402
 
-from autoplan.api import build_context  # noqa: E402
+from autoplan.api import build_context, build_training  # noqa: E402
 from autoplan.cost.evaluate import evaluate  # noqa: E402
 from autoplan.search import SearchOptions, search  # noqa: E402
-from autoplan.space import BatchTarget, enumerate_space, load_space  # noqa: E402
+from autoplan.space import enumerate_space, load_space  # noqa: E402
+from autoplan.specs.models import load_model  # noqa: E402
 
 AUTOPLAN = [sys.executable, "-m", "autoplan.cli"] if not Path(sys.executable).with_name("autoplan").exists() \
     else [str(Path(sys.executable).with_name("autoplan"))]
@@ -73,11 +74,12 @@ SCENARIOS = [
 
 
 def cost_model_throughput() -> None:
-    ctx = build_context("70b", 512)
+    training = build_training(512, 8192, 512)
+    ctx = build_context("70b", training)
     space = load_space("default").with_overrides(
         pp=(1, 2, 4, 8, 16, 32), vpp=(1, 2, 4, 8), cp=(1, 2, 4, 8), mbs=(1, 2, 4, 8), zero=(0, 1, 2, 3),
         precision=("bf16", "fp8"))
-    batch, _ = enumerate_space(space, BatchTarget(512, 8192, 512))
+    batch, _ = enumerate_space(space, training)
     evaluate(ctx, batch.take(np.arange(1000)))  # warm-up
     best = np.inf
     for _ in range(15):  # best of 15: a 2-core machine's timer noise is larger than the effect
@@ -89,7 +91,7 @@ def cost_model_throughput() -> None:
     print(f"1. cost model: {len(batch):,} layouts (70B, 512 GPUs) in {best:.3f} s = {rate:,.0f} layouts/s "
           f"on one core ({1e6 * best / len(batch):.2f} us/layout; target >= 1,000,000/s)")
     start = time.perf_counter()
-    result = search(ctx, space, BatchTarget(512, 8192, 512), SearchOptions(sampler="exhaustive"))
+    result = search(ctx, space, SearchOptions(sampler="exhaustive"))
     elapsed = time.perf_counter() - start
     print(f"   exhaustive search over the same {space.size:,}-layout space (enumerate, assess, rank): "
           f"{elapsed:.2f} s = {result.counts.candidates / elapsed:,.0f} layouts/s")
@@ -119,10 +121,11 @@ def end_to_end() -> None:
 
 
 def scenario_inputs(model, gpus, gbs_tokens, seq_len, trainer, space_name):
-    ctx = build_context(model, gpus, trainer=trainer)
-    seq = seq_len or ctx.model.seq_len
+    spec = load_model(model)
+    seq = seq_len or spec.seq_len
+    ctx = build_context(spec, build_training(gpus, seq, int(gbs_tokens // seq)), trainer=trainer)
     space = load_space(space_name or ("moe" if ctx.model.is_moe else "default"))
-    return ctx, space, BatchTarget(gpus, seq, int(gbs_tokens // seq))
+    return ctx, space
 
 
 def best_speed(result) -> float:
@@ -145,22 +148,22 @@ def optimality(tpe_trials: int) -> None:
     print(header)
     hits, tpe_hits, total = 0, 0, 0
     for scenario in SCENARIOS:
-        ctx, space, target = scenario_inputs(*scenario)
+        ctx, space = scenario_inputs(*scenario)
         start = time.perf_counter()
-        auto = search(ctx, space, target, SearchOptions(sampler="auto", allow_uneven_pp=True))
+        auto = search(ctx, space, SearchOptions(sampler="auto", allow_uneven_pp=True))
         elapsed = time.perf_counter() - start
-        exact = search(ctx, space, target, SearchOptions(sampler="exhaustive", allow_uneven_pp=True))
+        exact = search(ctx, space, SearchOptions(sampler="exhaustive", allow_uneven_pp=True))
         optimum, got = best_speed(exact), best_speed(auto)
         gap = shortfall(got, optimum)
         tpe_gap = float("nan")
         if tpe_trials:
             options = SearchOptions(sampler="tpe", trials=tpe_trials, allow_uneven_pp=True)
-            tpe_gap = shortfall(best_speed(search(ctx, space, target, options)), optimum)
+            tpe_gap = shortfall(best_speed(search(ctx, space, options)), optimum)
             tpe_hits += tpe_gap <= 0.5
         total += 1
         hits += gap <= 0.5
         model, gpus, gbs, _, trainer, _ = scenario
-        print(f"   {model:<16}{gpus:>6}{gbs / M:>5g}M{target.seq_len:>7} {trainer:<11}{space.name:<13}"
+        print(f"   {model:<16}{gpus:>6}{gbs / M:>5g}M{ctx.training.seq_len:>7} {trainer:<11}{space.name:<13}"
               f"{exact.counts.candidates:>8}{exact.counts.reach_batch:>9}{optimum:>14,.0f}{auto.sampler:>11}"
               f"{gap:>6.2f}%{tpe_gap:>8.2f}%{elapsed:>6.2f}s")
     print(f"   default sampler within 0.5 % of the exhaustive optimum in {hits}/{total} scenarios "

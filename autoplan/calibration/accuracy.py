@@ -176,12 +176,12 @@ def zero_figure1_gb(num_params: float = 7.5e9, dp: int = 64) -> list[float]:
     """Model-state GB per GPU for ZeRO stages 0-3 through autoplan's ``model_state_bytes`` with
     the deepspeed profile (2 + 2 + K=12 bytes per parameter): ZeRO paper Fig. 1 (Rajbhandari et
     al. 2020) gives 120 / 31.4 / 16.6 / 1.9 GB for 7.5B parameters on 64 GPUs."""
-    from autoplan.api import build_context
+    from autoplan.api import build_context, build_training
     from autoplan.cost.memory import model_state_bytes
     from autoplan.layout import LayoutBatch, resolve_layout
 
-    ctx = build_context("llama3-8b", dp, hardware="a100-80gb", trainer="deepspeed")
-    layouts = [resolve_layout({"gpus": dp, "zero": z, "seq_len": 2048, "gbs_seqs": dp}) for z in range(4)]
+    ctx = build_context("llama3-8b", build_training(dp, 2048, dp, hardware="a100-80gb"), trainer="deepspeed")
+    layouts = [resolve_layout({"zero": z}, ctx.training) for z in range(4)]
     batch = LayoutBatch.from_layouts(layouts)
     terms = model_state_bytes(ctx, batch, np.full(4, float(num_params)), np.zeros(4))
     return [float(v) / 1e9 for v in sum(terms.values())]

@@ -25,7 +25,7 @@ import numpy as np
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import AutoplanError
-from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.layout import LayoutBatch, layout_from_record
 from autoplan.profiles import PARAMETERS, CalibratedParameters, Flag, flag_values
 from autoplan.profiles.efficiency import LOG_SCALED
 from autoplan.calibration.validation import Row, row_context
@@ -61,16 +61,16 @@ def _measured(rows: Sequence[Row]) -> Prepared:
 
 
 def prepare(rows: Sequence[Row], ctx_factory: ContextFactory = row_context) -> Prepared:
-    """Group ``rows`` by (model, hardware, trainer, gpus) and resolve their layouts."""
+    """Group ``rows`` by (model, hardware, trainer, training setup) and resolve their layouts."""
     rows = list(rows)
     by_key: dict[tuple, list[int]] = {}
     for i, row in enumerate(rows):
         by_key.setdefault(row.context_key + (row.allow_uneven,), []).append(i)
     groups = []
     for key, index in by_key.items():
-        layouts = [resolve_layout(rows[i].layout) for i in index]
-        groups.append((ctx_factory(rows[index[0]]), LayoutBatch.from_layouts(layouts),
-                       np.asarray(index), bool(key[-1])))
+        ctx = ctx_factory(rows[index[0]])
+        layouts = [layout_from_record(rows[i].layout, ctx.training) for i in index]
+        groups.append((ctx, LayoutBatch.from_layouts(layouts), np.asarray(index), bool(key[-1])))
     measured = _measured(rows)
     return replace(measured, groups=groups)
 

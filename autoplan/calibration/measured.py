@@ -29,18 +29,19 @@ from autoplan.calibration.fit import (DEFAULT_PARAMS, MEMORY_PARAMS, Calibration
                                 cross_validate, error_summary, fit_efficiency, predict, prepare)
 from autoplan.cost.context import CostContext
 from autoplan.errors import AutoplanError, LayoutError, SpecError
-from autoplan.layout import FIELDS, LayoutBatch, resolve_layout
+from autoplan.layout import RECORD_FIELDS, SETUP_FIELDS, LayoutBatch, layout_from_record, record_setup
 from autoplan.profiles import PARAMETERS, CalibratedParameters, Flag
 from autoplan.profiles.efficiency import CORRECTIONS, PHYSICAL
 from autoplan.profiles.profile import TrainerProfile
 from autoplan.specs.hardware import GPUSpec, make_cluster
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
+from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
 from autoplan.calibration.validation import Row
 
 MEASURED_COLUMNS = ("tokens_per_s_per_gpu", "peak_memory_gib")
-KNOWN_COLUMNS = FIELDS + MEASURED_COLUMNS + ("model",)
+KNOWN_COLUMNS = RECORD_FIELDS + MEASURED_COLUMNS + ("model",)
 MAX_CSV_BYTES = 64 * 2**20
 
 
@@ -59,7 +60,7 @@ class Measured:
 
 
 class MeasuredContext:
-    """Row -> CostContext for one GPU and trainer profile, cached per (model, GPU count)."""
+    """Row -> CostContext for one GPU and trainer profile, cached per (model, training setup)."""
 
     def __init__(self, gpu: GPUSpec, profile: TrainerProfile, *, gpus_per_node: int | None = None,
                  nic_bytes_per_s: float | None = None, flops_convention: str = "playbook"):
@@ -67,14 +68,24 @@ class MeasuredContext:
         self.parameters = profile.parameters_for(gpu.name)
 
         @lru_cache(maxsize=None)
-        def build(model: ModelSpec, num_gpus: int) -> CostContext:
+        def training(setup: tuple[int, int, int]) -> TrainingSpec:
+            num_gpus, seq_len, gbs_seqs = setup
             cluster = make_cluster(gpu, num_gpus, gpus_per_node=gpus_per_node, nic_bytes_per_s=nic_bytes_per_s)
-            return CostContext(model=model, cluster=cluster, profile=profile, parameters=self.parameters,
-                               flops_convention=flops_convention)
-        self._build = build
+            return TrainingSpec(cluster, seq_len, gbs_seqs, flops_convention=flops_convention)
+
+        @lru_cache(maxsize=None)
+        def build(model: ModelSpec, setup: tuple[int, int, int]) -> CostContext:
+            return CostContext(model=model, training=training(setup), profile=profile, parameters=self.parameters)
+        self.training, self._build = training, build
 
     def __call__(self, row: Row) -> CostContext:
-        return self._build(row.model, row.num_gpus)
+        return self._build(row.model, row.setup)
+
+    def record_layout(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The resolved record (layout and setup) of a row's values; LayoutError if it breaks one."""
+        setup = record_setup(values, required=SETUP_FIELDS)
+        training = self.training((setup["gpus"], setup["seq_len"], setup["gbs_seqs"]))
+        return layout_from_record(values, training).to_record(training)
 
 
 def check_columns(columns: list[str], where: str) -> None:
@@ -156,12 +167,12 @@ def read_measured(path: str | Path, context: MeasuredContext, *, model: str | No
         if math.isnan(tokens) and math.isnan(memory):
             skipped.append((line, "no measured figure"))
             continue
-        values = {k: raw[k].strip() for k in FIELDS if (raw.get(k) or "").strip()}
+        values = {k: raw[k].strip() for k in RECORD_FIELDS if (raw.get(k) or "").strip()}
         for key, value in {"seq_len": spec.seq_len, **(defaults or {})}.items():
             if value is not None:
                 values.setdefault(key, value)
         try:
-            layout = resolve_layout(values).to_dict()
+            layout = context.record_layout(values)
         except LayoutError as exc:
             skipped.append((line, f"layout: {exc}"))
             continue
@@ -180,7 +191,7 @@ def _drop_illegal(rows: list[Row], context: MeasuredContext) -> tuple[list[Row],
     keep, broken = [], []
     for row in rows:
         ctx = context(row)
-        batch = LayoutBatch.from_layouts([resolve_layout(row.layout)])
+        batch = LayoutBatch.from_layouts([layout_from_record(row.layout, ctx.training)])
         code = int(evaluate(ctx, batch)["reason_code"][0])
         if code:
             broken.append((int(row.row_id.rsplit(":", 1)[1]), f"breaks a rule: {explain_reason(ctx, batch, 0, code)}"))
@@ -290,7 +301,7 @@ def measured_record(layout: dict[str, Any], tokens_per_s_per_gpu: float, peak_me
                     model: str | None, source: str) -> dict[str, Any]:
     """One MEASURED.csv row: model, every layout field, the figures (memory in GiB), source."""
     record: dict[str, Any] = {"model": model or ""}
-    record.update({k: (str(layout[k]).lower() if isinstance(layout[k], bool) else layout[k]) for k in FIELDS})
+    record.update({k: (str(layout[k]).lower() if isinstance(layout[k], bool) else layout[k]) for k in RECORD_FIELDS})
     record["tokens_per_s_per_gpu"] = float(f"{tokens_per_s_per_gpu:.6g}")
     record["peak_memory_gib"] = "" if math.isnan(peak_memory_bytes) else round(peak_memory_bytes / GiB, 3)
     record["source"] = source

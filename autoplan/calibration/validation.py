@@ -27,6 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 from autoplan.cost.context import CostContext
+from autoplan.specs.training import TrainingSpec
 from autoplan.errors import UnknownNameError
 from autoplan.paths import data_dir
 from autoplan.profiles import load_profile
@@ -48,7 +49,8 @@ NAN = float("nan")
 class Row:
     """One published measurement and everything needed to predict it.
 
-    ``layout`` holds the fields of :func:`autoplan.layout.resolve_layout`. A missing measured
+    ``layout`` is a record (:func:`autoplan.layout.layout_from_record`): the layout knobs and
+    the setup's gpus, seq_len and gbs_seqs. A missing measured
     figure is NaN. ``cell`` groups rows a ranking is compared within (playbook: model/nodes).
     """
 
@@ -71,8 +73,13 @@ class Row:
         return int(self.layout["gpus"])
 
     @property
+    def setup(self) -> tuple[int, int, int]:
+        """(gpus, seq_len, gbs_seqs): the training setup of the run."""
+        return int(self.layout["gpus"]), int(self.layout["seq_len"]), int(self.layout["gbs_seqs"])
+
+    @property
     def context_key(self) -> tuple:
-        return (self.model.name, self.hardware, self.trainer, self.num_gpus)
+        return (self.model.name, self.hardware, self.trainer, *self.setup)
 
     @property
     def has_time(self) -> bool:
@@ -398,14 +405,15 @@ def load_sources(names: Iterable[str] | None = None) -> dict[str, Source]:
 
 
 @lru_cache(maxsize=None)
-def _context(model: ModelSpec, hardware: str, trainer: str, num_gpus: int) -> CostContext:
+def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, int, int]) -> CostContext:
     gpu = load_gpu(hardware)
     profile = load_profile(trainer)
-    cluster = make_cluster(gpu, num_gpus)
-    return CostContext(model=model, cluster=cluster, profile=profile,
+    num_gpus, seq_len, gbs_seqs = setup
+    training = TrainingSpec(make_cluster(gpu, num_gpus), seq_len, gbs_seqs)
+    return CostContext(model=model, training=training, profile=profile,
                        parameters=profile.parameters_for(gpu.name))
 
 
 def row_context(row: Row) -> CostContext:
-    """The cost context of a row with the shipped profile's parameters for its GPU."""
-    return _context(row.model, row.hardware, row.trainer, row.num_gpus)
+    """The cost context of a row (its setup) with the shipped profile's parameters for its GPU."""
+    return _context(row.model, row.hardware, row.trainer, row.setup)

@@ -9,8 +9,8 @@ import time
 
 import click
 
-from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, resolve_batch
-from autoplan.cli.options import TokenCount, output_format_option
+from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options
+from autoplan.cli.options import output_format_option, training_options
 from autoplan.cli.render import emit_records
 from autoplan.errors import AutoplanError
 
@@ -27,7 +27,7 @@ class LayoutText(click.ParamType):
     def convert(self, value, param, ctx):
         import difflib
 
-        from autoplan.layout import FIELDS
+        from autoplan.layout import RECORD_FIELDS as FIELDS
 
         if isinstance(value, dict):
             return value
@@ -75,6 +75,8 @@ def _layout_defaults(ctx: click.Context, kw: dict, model_seq_len: int | None) ->
         seq = int(values.get("seq_len") or model_seq_len or 0)
         if not seq:
             raise AutoplanError("--gbs-tokens needs the sequence length: give --seq-len or --model")
+        from autoplan.specs.training import resolve_batch
+
         values["gbs_seqs"] = resolve_batch(seq, None, kw["gbs_tokens"], seq)[1]
     return values
 
@@ -87,7 +89,8 @@ def _context(kw: dict):
 
     return MeasuredContext(load_gpu(kw["hardware"]), load_profile(kw["trainer"]),
                            gpus_per_node=kw["gpus_per_node"],
-                           nic_bytes_per_s=parse_bandwidth(kw["nic"]) if kw["nic"] else None)
+                           nic_bytes_per_s=parse_bandwidth(kw["nic"]) if kw["nic"] else None,
+                           flops_convention=kw["flops_convention"])
 
 
 def _pct(value: float) -> str:
@@ -162,7 +165,6 @@ def _calibrate_csv(ctx: click.Context, kw: dict) -> None:
 
 def _import_log(ctx: click.Context, kw: dict) -> None:
     from autoplan.errors import LayoutError
-    from autoplan.layout import resolve_layout
     from autoplan.calibration.log_import import parse_log
     from autoplan.calibration.measured import append_records, measured_record
 
@@ -175,7 +177,7 @@ def _import_log(ctx: click.Context, kw: dict) -> None:
     if "seq_len" not in values and spec is not None:
         values["seq_len"] = spec.seq_len
     try:
-        layout = resolve_layout(values).to_dict()
+        layout = _context(kw).record_layout(values)
     except LayoutError as exc:
         raise LayoutError(f"layout of {kw['from_log']}: {exc} (give it with --layout 'gpus=64,tp=2,...' "
                           "or --gpus, --tp, ...)") from None
@@ -199,12 +201,8 @@ def _import_log(ctx: click.Context, kw: dict) -> None:
 
 @click.command("calibrate")
 @click.argument("measured_csv", required=False, type=click.Path(dir_okay=False))
-@click.option("--model", "-m", "model_name", default=None,
-              help="Model preset or config path (a 'model' column overrides it per row).")
-@click.option("--hardware", default="h100-sxm", show_default=True, help="GPU preset or YAML path.")
+@training_options(model_required=False, gpus_required=False)
 @click.option("--trainer", default="megatron", show_default=True, help="Trainer profile.")
-@click.option("--gpus-per-node", type=int, default=None, help="Override the GPUs per node.")
-@click.option("--nic", default=None, help="Override the NIC bandwidth per GPU per direction, e.g. '400 Gb/s'.")
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
               help="Profile YAML to write [default: results/calibrated-<trainer>-<hardware>.yaml].")
 @click.option("--params", type=ParamList(), default=None,
@@ -230,11 +228,6 @@ def _import_log(ctx: click.Context, kw: dict) -> None:
               help="Append the row read from --from-log to this MEASURED.csv (created if missing).")
 @click.option("--layout", "layout_text", type=LayoutText(), default=None,
               help="Layout of --from-log (or defaults for missing CSV columns): 'gpus=64,tp=8,pp=2,gbs_seqs=512'.")
-@click.option("--gpus", "-n", type=click.IntRange(1, 10**7), default=None, help="GPUs, when not in the layout.")
-@click.option("--seq-len", type=click.IntRange(1, 10**8), default=None,
-              help="Sequence length, when not in the layout (default: the model's).")
-@click.option("--gbs-seqs", type=click.IntRange(1, 10**9), default=None, help="Global batch in sequences.")
-@click.option("--gbs-tokens", type=TokenCount(), default=None, help="Global batch in tokens; 4M = 4·2^20.")
 @layout_options
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table",
               show_default=True, help="Output format of the calibration summary.")

@@ -6,23 +6,19 @@ import difflib
 
 import click
 
-from autoplan.cli.layout_options import batch_options, layout_options, layout_values, resolve_batch
-from autoplan.cli.options import allow_uneven_option, context_options, output_format_option
+from autoplan.cli.layout_options import layout_options, layout_values
+from autoplan.cli.options import (allow_uneven_option, context_from_options, output_format_option, trainer_options,
+                                  training_options)
 from autoplan.cli.render import emit_records
 from autoplan.errors import AutoplanError, LayoutError
 
 
 def _evaluate_one(kwargs):
-    from autoplan.api import build_context
     from autoplan.cost.evaluate import evaluate
     from autoplan.layout import LayoutBatch, resolve_layout
 
-    ctx = build_context(kwargs["model_name"], kwargs["gpus"], hardware=kwargs["hardware"],
-                        trainer=kwargs["trainer"], gpus_per_node=kwargs["gpus_per_node"],
-                        nic=kwargs["nic"], profile_path=kwargs["profile_path"],
-                        flops_convention=kwargs["flops_convention"])
-    seq, gbs = resolve_batch(kwargs["seq_len"], kwargs["gbs_seqs"], kwargs["gbs_tokens"], ctx.model.seq_len)
-    layout = resolve_layout(layout_values(kwargs, kwargs["gpus"], seq, gbs))
+    ctx = context_from_options(kwargs)
+    layout = resolve_layout(layout_values(kwargs), ctx.training)
     batch = LayoutBatch.from_layouts([layout])
     return ctx, batch, evaluate(ctx, batch, allow_uneven=kwargs["allow_uneven_pp"])
 
@@ -51,8 +47,8 @@ def _why_not(ctx, batch, table, allow_uneven: bool) -> str:
 
 
 @click.command("estimate")
-@context_options
-@batch_options
+@training_options
+@trainer_options
 @layout_options
 @allow_uneven_option
 @output_format_option()
@@ -68,7 +64,8 @@ def estimate_command(output_format, **kwargs) -> None:
         emit_records([record], output_format, columns=list(record))
         return
     lay = batch.layout(0)
-    click.echo(f"{ctx.model.name} on {lay.gpus} × {ctx.cluster.gpu.name} ({ctx.profile.name}): {lay.describe()}")
+    click.echo(f"{ctx.model.name} on {ctx.training.gpus} × {ctx.cluster.gpu.name} ({ctx.profile.name}): "
+               f"{lay.describe()}")
     status = "fits" if record["fits"] else "DOES NOT FIT"
     click.echo(f"  memory   peak {record['peak_memory_gib']:.1f} GiB of "
                f"{ctx.cluster.gpu.usable_memory_bytes / 2**30:.1f} GiB usable ({status})")
@@ -79,8 +76,8 @@ def estimate_command(output_format, **kwargs) -> None:
 
 
 @click.command("explain")
-@context_options
-@batch_options
+@training_options
+@trainer_options
 @layout_options
 @allow_uneven_option
 @output_format_option()
@@ -105,43 +102,49 @@ MEASURED_COLUMNS = ("tokens_per_s_per_gpu", "peak_memory_gib")
 
 
 def _check_columns(columns, where: str) -> None:
-    from autoplan.layout import FIELDS
+    from autoplan.layout import RECORD_FIELDS
 
     for column in columns:
-        if column in FIELDS or column in MEASURED_COLUMNS:
+        if column in RECORD_FIELDS or column in MEASURED_COLUMNS:
             continue
-        close = difflib.get_close_matches(column, FIELDS + MEASURED_COLUMNS, n=1, cutoff=0.75)
+        close = difflib.get_close_matches(column, RECORD_FIELDS + MEASURED_COLUMNS, n=1, cutoff=0.75)
         if close:
             raise AutoplanError(f"{where}: unknown column '{column}' (did you mean '{close[0]}'?)")
 
 
 @click.command("compare")
 @click.argument("layouts_csv", type=click.Path(exists=True, dir_okay=False))
-@click.option("--model", "-m", "model_name", required=True, help="Model preset, alias or config path.")
-@click.option("--hardware", default="h100-sxm", show_default=True, help="GPU preset or YAML path.")
-@click.option("--trainer", default="megatron", show_default=True, help="Trainer profile.")
-@click.option("--profile", "profile_path", default=None, help="Calibrated profile YAML.")
-@click.option("--gpus", type=click.IntRange(1, 10**7), default=None, help="GPUs, when not a column.")
-@click.option("--seq-len", type=click.IntRange(1, 10**8), default=None, help="Sequence length, when not a column.")
-@click.option("--gbs-seqs", type=click.IntRange(1, 10**9), default=None, help="Global batch, when not a column.")
+@training_options(gpus_required=False)
+@trainer_options
 @click.option("--precision", type=click.Choice(["bf16", "fp8"]), default=None, help="When not a column.")
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
               help="Write the CSV here instead of standard output.")
 @allow_uneven_option
-def compare_command(layouts_csv, model_name, hardware, trainer, profile_path, gpus, seq_len, gbs_seqs,
-                    precision, output_path, allow_uneven_pp) -> None:
-    """Evaluate every row of a CSV of layouts; rows that break a rule get fits=false and a reason."""
+def compare_command(layouts_csv, precision, output_path, **kw) -> None:
+    """Evaluate every row of a CSV of layouts; rows that break a rule get fits=false and a reason.
+
+    Columns gpus, seq_len and gbs_seqs give each row its own setup; the options fill them where
+    a column is missing or blank.
+    """
+    from autoplan.specs.training import resolve_batch
     from autoplan.report.compare import compare_layouts, read_layouts_csv
 
-    if gpus is not None:  # one count for every row: refuse it up front if no cluster has it
+    if kw["gpus"] is not None:  # one count for every row: refuse it up front if no cluster has it
         from autoplan.specs.hardware import load_gpu, make_cluster
 
-        make_cluster(load_gpu(hardware), gpus)
+        make_cluster(load_gpu(kw["hardware"]), kw["gpus"], gpus_per_node=kw["gpus_per_node"])
     frame = read_layouts_csv(layouts_csv)
     _check_columns(frame.columns, layouts_csv)
-    defaults = {"gpus": gpus, "seq_len": seq_len, "gbs_seqs": gbs_seqs, "precision": precision}
-    out = compare_layouts(frame, model_name, hardware=hardware, trainer=trainer,
-                          profile_path=profile_path, defaults=defaults, allow_uneven=allow_uneven_pp)
+    seq_len, gbs_seqs = kw["seq_len"], kw["gbs_seqs"]
+    if kw["gbs_tokens"] is not None:
+        from autoplan.specs.models import load_model
+
+        seq_len, gbs_seqs = resolve_batch(seq_len, None, kw["gbs_tokens"], load_model(kw["model_name"]).seq_len)
+    defaults = {"gpus": kw["gpus"], "seq_len": seq_len, "gbs_seqs": gbs_seqs, "precision": precision}
+    out = compare_layouts(frame, kw["model_name"], trainer=kw["trainer"], profile_path=kw["profile_path"],
+                          hardware=kw["hardware"], gpus_per_node=kw["gpus_per_node"], nic=kw["nic"],
+                          flops_convention=kw["flops_convention"], defaults=defaults,
+                          allow_uneven=kw["allow_uneven_pp"])
     text = out.to_csv(index=False, lineterminator="\n")
     if output_path:
         with open(output_path, "w", encoding="utf-8") as handle:

@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_values, resolve_batch
-from autoplan.cli.options import TokenCount, allow_uneven_option
+from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_values
+from autoplan.cli.options import allow_uneven_option, training_from_options, training_options
 from autoplan.errors import AutoplanError
 
 TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
@@ -24,53 +24,47 @@ TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
                    "writes several files). Default: standard output.")
 @click.option("--rank", type=click.IntRange(1), default=1, show_default=True,
               help="Which plan of PLAN to export (1 = best).")
-@click.option("--model", "-m", "model_name", default=None,
-              help="Model preset or config path (required without PLAN, or when PLAN has no model).")
-@click.option("--gpus", "-n", type=click.IntRange(1, 10**7), default=None, help="Number of GPUs (without PLAN).")
-@click.option("--seq-len", type=click.IntRange(1, 10**8), default=None,
-              help="Training sequence length (default: the model's).")
-@click.option("--gbs-seqs", type=click.IntRange(1, 10**9), default=None, help="Global batch size in sequences.")
-@click.option("--gbs-tokens", type=TokenCount(), default=None,
-              help="Global batch size in tokens; 4M = 4·2^20 (binary suffixes).")
+@training_options(model_required=False, gpus_required=False)
 @layout_options
-@click.option("--gpus-per-node", type=click.IntRange(1, 1024), default=8, show_default=True,
-              help="Processes per node in the launch line.")
 @click.option("--train-steps", type=click.IntRange(1), default=1000, show_default=True, help="Training steps.")
 @click.option("--tokenizer", default=None, help="Hugging Face tokenizer name or path (default: a placeholder).")
 @click.option("--data-path", default=None, help="Training data location, in the trainer's own form.")
 @allow_uneven_option
 @click.pass_context
-def export_command(ctx: click.Context, plan, trainer, output, rank, model_name, gpus_per_node, train_steps,
-                   tokenizer, data_path, allow_uneven_pp, **kwargs) -> None:
+def export_command(ctx: click.Context, plan, trainer, output, rank, train_steps, tokenizer, data_path,
+                   allow_uneven_pp, **kwargs) -> None:
     """Write the config that TRAINER launches from, for one plan.
 
     \b
     PLAN is a plans.json (from `autoplan search`); --rank picks the plan, and a search run with
-    --allow-uneven-pp exports with it too. Without PLAN, give
-    the layout with the estimate options (--model, --gpus, --tp, ...). Plans a trainer would
+    --allow-uneven-pp exports with it too. Without PLAN, give the layout with the estimate
+    options (--model, --gpus, --tp, ...). The launch line starts the hardware's GPUs per node
+    (--gpus-per-node overrides it). Plans a trainer would
     refuse are refused with the rule and the values; knobs the trainer cannot express are
     reported here and in the file's header comment.
     """
-    from autoplan.export import TrainingSetup, render
-    from autoplan.specs.models import load_model
+    from autoplan.export import LaunchOptions, render
 
     if plan:
-        model_ref, layout, searched_uneven = _from_plan(ctx, plan, rank, model_name, trainer)
-        model = load_model(model_ref)
+        model, layout, training, searched_uneven = _from_plan(ctx, plan, rank, trainer, kwargs)
         allow_uneven_pp = allow_uneven_pp or searched_uneven  # as the search that ranked it
     else:
-        model, layout = _from_options(model_name, kwargs)
-    training = TrainingSetup(train_steps=train_steps, gpus_per_node=gpus_per_node, tokenizer=tokenizer,
-                             data_path=data_path)
-    result = render(trainer, model, layout, training, allow_uneven_pp=allow_uneven_pp)
+        model, layout, training = _from_options(kwargs)
+    launch = LaunchOptions(train_steps=train_steps, tokenizer=tokenizer, data_path=data_path)
+    result = render(trainer, model, layout, training, launch, allow_uneven_pp=allow_uneven_pp)
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     _emit(result.files, output, trainer)
 
 
-def _from_plan(ctx: click.Context, plan: str, rank: int, model_name: str | None, trainer: str):
-    from autoplan.export import layout_from_record, read_plans, select_plan
+def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: dict):
+    """(model, layout, training, searched with --allow-uneven-pp) of the plan of ``rank`` in a
+    plans.json; the setup is the record's gpus, seq_len and gbs_seqs on the hardware options."""
+    from autoplan.export import read_plans, select_plan
+    from autoplan.layout import layout_from_record, record_setup
+    from autoplan.specs.models import load_model
 
+    model_name = kwargs["model_name"]
     given = [name for name in (*LAYOUT_KEYS, "gpus", "seq_len", "gbs_seqs", "gbs_tokens")
              if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
     if given:
@@ -86,19 +80,30 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, model_name: str | None,
         click.echo(f"note: the plan was searched for trainer '{data['trainer']}'; its predictions assume "
                    f"that trainer's implementation, not {trainer}'s", err=True)
     record = select_plan(data["plans"], rank, where=plan)
-    return str(model_ref), layout_from_record(record), bool(data.get("allow_uneven_pp", False))
+    model = load_model(str(model_ref))
+    setup = record_setup(record)
+    missing = [name for name in ("gpus", "gbs_seqs") if name not in setup]
+    if missing:
+        raise AutoplanError(f"{plan}: plan of rank {rank} has no {' or '.join(missing)}")
+    training = training_from_options(kwargs, model.seq_len, gpus=setup["gpus"], gbs_seqs=setup["gbs_seqs"],
+                                     seq_len=setup.get("seq_len"), gbs_tokens=None)
+    return (model, layout_from_record(record, training), training,
+            bool(data.get("allow_uneven_pp", False)))
 
 
-def _from_options(model_name: str | None, kwargs: dict):
+def _from_options(kwargs: dict):
     from autoplan.layout import resolve_layout
     from autoplan.specs.models import load_model
 
-    if not model_name or kwargs.get("gpus") is None:
+    if not kwargs["model_name"] or kwargs.get("gpus") is None:
         raise AutoplanError("give a PLAN file, or the layout with --model, --gpus and the batch "
                             "(--gbs-tokens or --gbs-seqs)")
-    model = load_model(model_name)
-    seq, gbs = resolve_batch(kwargs["seq_len"], kwargs["gbs_seqs"], kwargs["gbs_tokens"], model.seq_len)
-    return model, resolve_layout(layout_values(kwargs, kwargs["gpus"], seq, gbs))
+    model = load_model(kwargs["model_name"])
+    from autoplan.export import plan_training
+
+    training = training_from_options(kwargs, model.seq_len)
+    layout = resolve_layout(layout_values(kwargs), training)
+    return model, layout, plan_training(layout, training)
 
 
 def _emit(files: dict[str, str], output: str | None, trainer: str) -> None:

@@ -1,4 +1,4 @@
-"""Options that describe one layout (estimate, explain, export) and the training batch."""
+"""Options that describe one layout (estimate, explain, export, calibrate)."""
 
 from __future__ import annotations
 
@@ -8,23 +8,7 @@ from typing import Any
 
 import click
 
-from autoplan.cli.options import TokenCount
-from autoplan.errors import AutoplanError
 from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE
-
-
-def batch_options(func: Callable) -> Callable:
-    """--gpus, --seq-len, --gbs-seqs / --gbs-tokens."""
-    options = [
-        click.option("--gpus", "-n", type=click.IntRange(1, 10**7), required=True, help="Number of GPUs."),
-        click.option("--seq-len", type=click.IntRange(1, 10**8), default=None,
-                     help="Training sequence length (default: the model's)."),
-        click.option("--gbs-seqs", type=click.IntRange(1, 10**9), default=None,
-                     help="Global batch size in sequences."),
-        click.option("--gbs-tokens", type=TokenCount(), default=None,
-                     help="Global batch size in tokens; 4M = 4·2^20 (binary suffixes)."),
-    ]
-    return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
 
 
 def layout_options(func: Callable) -> Callable:
@@ -57,26 +41,6 @@ LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "zero", "mbs", "grad_
                "precision", "sp", "placement")
 
 
-def resolve_batch(seq_len: int | None, gbs_seqs: int | None, gbs_tokens: float | None,
-                  model_seq_len: int, *, required: bool = True) -> tuple[int, int | None]:
-    """(seq_len, gbs_seqs) from the options; --gbs-tokens must be a whole number of sequences."""
-    seq = seq_len or model_seq_len
-    if gbs_seqs is not None and gbs_tokens is not None:
-        raise AutoplanError("--gbs-tokens and --gbs-seqs are mutually exclusive: give one, not both "
-                            f"(got --gbs-seqs {gbs_seqs} and --gbs-tokens {gbs_tokens:.0f})")
-    if gbs_tokens is not None:
-        if gbs_tokens != int(gbs_tokens):
-            raise AutoplanError(f"--gbs-tokens must be a whole number of tokens, got {gbs_tokens:g}")
-        if gbs_tokens % seq:
-            raise AutoplanError(f"--gbs-tokens ({gbs_tokens:.0f}) must be a multiple of the sequence "
-                                f"length ({seq}); nearest: {max(1, round(gbs_tokens / seq)) * seq}")
-        gbs_seqs = int(gbs_tokens // seq)
-    if gbs_seqs is None and required:
-        raise AutoplanError("the global batch is missing: give --gbs-tokens (e.g. 4M) or --gbs-seqs")
-    return seq, gbs_seqs
-
-
-def layout_values(kwargs: dict[str, Any], gpus: int, seq_len: int, gbs_seqs: int) -> dict[str, Any]:
-    values = {k: kwargs[k] for k in LAYOUT_KEYS if kwargs.get(k) is not None}
-    values.update(gpus=gpus, seq_len=seq_len, gbs_seqs=gbs_seqs)
-    return values
+def layout_values(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The layout knobs given in ``kwargs`` (for :func:`autoplan.layout.resolve_layout`)."""
+    return {k: kwargs[k] for k in LAYOUT_KEYS if kwargs.get(k) is not None}

@@ -77,20 +77,50 @@ def output_format_option(default: str = "table") -> Callable:
                         default=default, show_default=True, help="Output format.")
 
 
-def context_options(func: Callable) -> Callable:
-    """--model, --gpus, --hardware, --trainer and cluster overrides, shared by many commands."""
+class HiddenAliasOption(click.Option):
+    """An option whose ``hidden_aliases`` work on the command line but stay out of ``--help``
+    (old spellings kept so old command lines still run)."""
+
+    def __init__(self, *args, hidden_aliases: tuple[str, ...] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.hidden_aliases = hidden_aliases
+
+    def get_help_record(self, ctx):
+        shown, self.opts = self.opts, [o for o in self.opts if o not in self.hidden_aliases]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
+
+
+def training_options(func: Callable | None = None, *, model_required: bool = True,
+                     gpus_required: bool = True) -> Callable:
+    """The model, the cluster and the training setup, spelled the same on every command:
+    --model/-m, --gpus/-g, --hardware, --gpus-per-node, --nic, --seq-len, --gbs-seqs,
+    --gbs-tokens, --gbs-tolerance, --flops-convention. ``gpus_required=False`` (compare, export)
+    lets a file give the GPU count and the batch instead (``model_required=False``: the model
+    too). Build the setup with :func:`training_from_options`."""
+    if func is None:
+        return functools.partial(training_options, model_required=model_required, gpus_required=gpus_required)
     options = [
-        click.option("--model", "-m", "model_name", required=True,
+        click.option("--model", "-m", "model_name", required=model_required,
                      help="Model preset or alias (see `autoplan models`), or a config.json / YAML path."),
+        click.option("--gpus", "-g", "-n", "gpus", cls=HiddenAliasOption, hidden_aliases=("-n",),
+                     type=click.IntRange(1, 10**7), required=gpus_required, default=None, help="Number of GPUs."),
         click.option("--hardware", default="h100-sxm", show_default=True,
                      help="GPU preset (see `autoplan hardware`) or a YAML path."),
-        click.option("--trainer", default="megatron", show_default=True,
-                     help="Trainer profile: megatron, torchtitan, nanotron, deepspeed, hf."),
-        click.option("--gpus-per-node", type=int, default=None, help="Override the GPUs per node."),
+        click.option("--gpus-per-node", type=int, default=None,
+                     help="Override the GPUs per node (processes per node in exported launch lines)."),
         click.option("--nic", "nic", default=None,
                      help="Override the NIC bandwidth per GPU per direction, e.g. '400 Gb/s'."),
-        click.option("--profile", "profile_path", default=None, type=click.Path(dir_okay=False),
-                     help="Calibrated profile YAML written by `autoplan calibrate`."),
+        click.option("--seq-len", type=click.IntRange(1, 10**8), default=None,
+                     help="Training sequence length [default: the model's]."),
+        click.option("--gbs-seqs", type=click.IntRange(1, 10**9), default=None,
+                     help="Global batch size in sequences."),
+        click.option("--gbs-tokens", type=TokenCount(), default=None,
+                     help="Global batch size in tokens, e.g. 4M (= 4·2^20, binary suffixes)."),
+        click.option("--gbs-tolerance", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0,
+                     show_default=True, help="Accept a global batch within this fraction of the target."),
         click.option("--flops-convention", type=click.Choice(["playbook", "causal", "megatron"]),
                      default="playbook", show_default=True,
                      help="How model FLOPs (for MFU) are counted; see docs/conventions.md."),
@@ -103,6 +133,39 @@ def allow_uneven_option(func: Callable) -> Callable:
     return click.option("--allow-uneven-pp", is_flag=True,
                         help="Allow layers not divisible by pp·vpp (unequal pipeline stages, extra "
                              "layers on early stages) for trainers that can run them.")(func)
+def trainer_options(func: Callable) -> Callable:
+    """--trainer and --profile: whose implementation the cost model predicts."""
+    options = [
+        click.option("--trainer", default="megatron", show_default=True,
+                     help="Trainer profile: megatron, torchtitan, nanotron, deepspeed, hf."),
+        click.option("--profile", "profile_path", default=None, type=click.Path(dir_okay=False),
+                     help="Calibrated profile YAML written by `autoplan calibrate`."),
+    ]
+    return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
+
+
+def training_from_options(kw: dict, model_seq_len: int, **overrides):
+    """The ``TrainingSpec`` of the options in ``kw`` (``overrides`` replace option values, e.g.
+    the gpus of a plan file); the sequence length defaults to the model's."""
+    from autoplan.api import build_training
+    from autoplan.specs.training import resolve_batch
+
+    kw = {**kw, **overrides}
+    if kw.get("gpus") is None:
+        raise AutoplanError("the GPU count is missing: give --gpus (-g)")
+    seq_len, gbs_seqs = resolve_batch(kw["seq_len"], kw["gbs_seqs"], kw["gbs_tokens"], model_seq_len)
+    return build_training(kw["gpus"], seq_len, gbs_seqs, hardware=kw["hardware"], gpus_per_node=kw["gpus_per_node"],
+                          nic=kw["nic"], gbs_tolerance=kw["gbs_tolerance"], flops_convention=kw["flops_convention"])
+
+
+def context_from_options(kw: dict):
+    """The ``CostContext`` of the training and trainer options in ``kw``."""
+    from autoplan.api import build_context
+    from autoplan.specs.models import load_model
+
+    model = load_model(kw["model_name"])
+    return build_context(model, training_from_options(kw, model.seq_len), trainer=kw["trainer"],
+                         profile_path=kw["profile_path"])
 
 
 def fail(message: str) -> None:

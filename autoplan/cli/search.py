@@ -6,16 +6,8 @@ import sys
 
 import click
 
-from autoplan.cli.layout_options import resolve_batch
-from autoplan.cli.options import (
-    ChoiceList,
-    IntList,
-    TokenCount,
-    allow_uneven_option,
-    context_options,
-    fail,
-    output_format_option,
-)
+from autoplan.cli.options import (ChoiceList, IntList, TokenCount, allow_uneven_option, context_from_options, fail,
+                                  output_format_option, trainer_options, training_options)
 from autoplan.errors import NoFeasiblePlanError
 from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE
 
@@ -46,16 +38,8 @@ def knob_options(func):
 
 
 @click.command("search")
-@context_options
-@click.option("--gpus", "-g", type=click.IntRange(min=1), required=True, help="Number of GPUs.")
-@click.option("--gbs-tokens", type=TokenCount(), default=None,
-              help="Global batch in tokens, e.g. 4M (= 4·2^20).")
-@click.option("--gbs-seqs", type=click.IntRange(min=1), default=None,
-              help="Global batch in sequences (instead of --gbs-tokens).")
-@click.option("--seq-len", type=click.IntRange(min=1), default=None,
-              help="Sequence length [default: the model's].")
-@click.option("--gbs-tolerance", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0,
-              show_default=True, help="Accept a global batch within this fraction of the target.")
+@training_options
+@trainer_options
 @knob_options
 @click.option("--space", "space_name", default=None,
               help="Search space name (default, moe, long-context) or YAML path "
@@ -103,25 +87,19 @@ def search_command(**kw) -> None:
         from autoplan.export import parse_trainers
 
         parse_trainers(kw["export_to"])  # refuse an unknown trainer before searching
-    from autoplan.api import build_context
     from autoplan.search import SearchOptions, search
     from autoplan.report.results import MAX_CSV_ROWS
-    from autoplan.space import KNOBS, BatchTarget, load_space
+    from autoplan.space import KNOBS, load_space
 
-    ctx = build_context(kw["model_name"], kw["gpus"], hardware=kw["hardware"], trainer=kw["trainer"],
-                        gpus_per_node=kw["gpus_per_node"], nic=kw["nic"],
-                        profile_path=kw["profile_path"], flops_convention=kw["flops_convention"])
-    seq_len = kw["seq_len"] or ctx.model.seq_len
-    gbs_seqs = resolve_batch(seq_len, kw["gbs_seqs"], kw["gbs_tokens"], seq_len)[1]
-    target = BatchTarget(kw["gpus"], seq_len, gbs_seqs, kw["gbs_tolerance"])
+    ctx = context_from_options(kw)
     space = load_space(kw["space_name"] or ("moe" if ctx.model.is_moe else "default"))
     space = space.with_overrides(**{k: kw[k] for k in KNOBS})
     options = SearchOptions(sampler=kw["sampler"], trials=kw["trials"], timeout_s=kw["timeout_s"],
                             seed=kw["seed"], storage=kw["storage"], study_name=kw["study_name"],
                             allow_uneven_pp=kw["allow_uneven_pp"], workers=kw["workers"])
     with _progress_bar() as progress:
-        result = search(ctx, space, target, options, progress=progress)
-    out = _write(result, kw, seq_len, target)
+        result = search(ctx, space, options, progress=progress)
+    out = _write(result, kw)
     if not result.feasible.any():
         try:
             result.check_feasible()
@@ -165,7 +143,7 @@ def _export(result, trainers: str, out: str, allow_uneven_pp: bool) -> list[str]
     if len(rows) == 0:
         return []
     record = result.top_records(1)[0]
-    paths = export_plan(record, result.ctx.model, trainers, Path(out) / "configs",
+    paths = export_plan(record, result.ctx.model, trainers, Path(out) / "configs", result.training,
                         allow_uneven_pp=allow_uneven_pp)
     return [str(Path(p).relative_to(out)) for p in paths]
 
@@ -187,9 +165,9 @@ def _report(result, kw: dict, out: str) -> str:
     if kw["train_tokens"] is not None:
         frame_top = add_cost_columns(frame_top, gpu_hour_price_usd=kw["gpu_hour_price"],
                                      train_tokens=kw["train_tokens"])
-    summary = {"model": result.ctx.model.name, "GPUs": f"{result.target.gpus} x {result.ctx.cluster.gpu.name}",
-               "trainer": result.ctx.profile.name, "global batch": f"{result.target.gbs_seqs} x "
-               f"{result.target.seq_len} tokens", "recipe": recipe_line(result).removeprefix("Recipe: ")}
+    summary = {"model": result.ctx.model.name, "GPUs": f"{result.training.gpus} x {result.ctx.cluster.gpu.name}",
+               "trainer": result.ctx.profile.name, "global batch": f"{result.training.gbs_seqs} x "
+               f"{result.training.seq_len} tokens", "recipe": recipe_line(result).removeprefix("Recipe: ")}
     capacity = result.ctx.cluster.gpu.usable_memory_bytes / 2**30
     path = write_report(out, frame_all, frame_top, summary, capacity,
                         result.table.batch.layout(int(rows[0])), chosen_index=int(rows[0]))
@@ -216,11 +194,11 @@ class _progress_bar:
         return False
 
 
-def _write(result, kw: dict, seq_len: int, target) -> str:
+def _write(result, kw: dict) -> str:
     from autoplan.report.results import default_out_dir, write_results
 
     inputs = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()}
-    inputs.update(seq_len=seq_len, gbs_seqs=target.gbs_seqs, model=result.ctx.model.name)
+    inputs.update(seq_len=result.training.seq_len, gbs_seqs=result.training.gbs_seqs, model=result.ctx.model.name)
     out = kw["out_dir"] or default_out_dir(kw["model_name"], kw["gpus"])
     return str(write_results(result, out, top=kw["top_k"], inputs=inputs, command_line=sys.argv))
 
@@ -253,7 +231,7 @@ def _emit(result, output_format: str, top_k: int, costs=None) -> None:
 
 def recipe_line(result) -> str:
     """'Recipe: 3240 candidates -> 1392 legal -> 438 fit in 79.6 GiB -> 435 reach gbs 512 ...'."""
-    c, t = result.counts, result.target
+    c, t = result.counts, result.training
     capacity = result.ctx.cluster.gpu.usable_memory_bytes / 2**30
     examined = f"{c.candidates} candidates" + (f" (of {c.space_size})" if c.candidates < c.space_size else "")
     return (f"Recipe: {examined} -> {c.legal} legal -> {c.fit} fit in {capacity:.1f} GiB -> "
@@ -284,7 +262,7 @@ def print_table(result, top_k: int, costs=None) -> None:
     if len(rows) == 0:
         return
     title = "Pareto front: throughput vs memory headroom" if result.sampler == "nsga2" else "Best plans"
-    table = Table(title=f"{title} ({result.ctx.model.name}, {result.target.gpus} x "
+    table = Table(title=f"{title} ({result.ctx.model.name}, {result.training.gpus} x "
                         f"{result.ctx.cluster.gpu.name}, {result.ctx.profile.name})")
     # Numbers never wrap; a narrow terminal wraps the layout column instead.
     table.add_column("rank", justify="right", no_wrap=True)

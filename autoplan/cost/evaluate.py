@@ -12,8 +12,9 @@ from autoplan.cost.flops import model_flops_per_token, recompute_flops_per_token
 from autoplan.cost.memory import memory_table, stage_param_counts
 from autoplan.cost.stages import stage_layers
 from autoplan.cost.time import time_table
-from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch
+from autoplan.layout import CODE_FIELDS, RECORD_FIELDS, LayoutBatch
 from autoplan.rules import REASON_CODES, legality_codes
+from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
 
 PREDICTION_FIELDS = ("fits", "peak_memory_bytes", "peak_memory_gib", "memory_headroom_gib",
@@ -27,6 +28,7 @@ class CostTable:
 
     batch: LayoutBatch
     columns: dict[str, np.ndarray]
+    training: TrainingSpec
 
     def __len__(self) -> int:
         return len(self.batch)
@@ -42,7 +44,7 @@ class CostTable:
 
     def record(self, i: int) -> dict[str, Any]:
         """Layout fields and every prediction of layout ``i`` as plain Python values."""
-        rec: dict[str, Any] = self.batch.layout(i).to_dict()
+        rec: dict[str, Any] = self.batch.layout(i).to_record(self.training)
         for name, values in self.columns.items():
             value = values[i]
             rec[name] = bool(value) if values.dtype == bool else float(value)
@@ -50,12 +52,15 @@ class CostTable:
         return rec
 
     def to_frame(self):
-        """A pandas DataFrame: layout columns (categoricals as names) then predictions."""
+        """A pandas DataFrame: record columns (layout and setup, categoricals as names) then
+        predictions."""
         import pandas as pd
 
         data: dict[str, Any] = {}
-        for name in FIELDS:
-            values = getattr(self.batch, name)
+        setup = {"gpus": np.full(len(self), float(self.training.gpus)),
+                 "seq_len": np.full(len(self), float(self.training.seq_len))}
+        for name in RECORD_FIELDS:
+            values = setup[name] if name in setup else getattr(self.batch, name)
             if name in CODE_FIELDS:
                 data[name] = np.asarray(CODE_FIELDS[name], dtype=object)[values.astype(int)]
             elif name == "sp":
@@ -99,19 +104,20 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = False
         cols["time_memory_pressure_s"] = pressure
         cols["step_time_s"] = cols["step_time_s"] + pressure
         cols["bubble_fraction"] = cols["time_bubble_s"] / cols["step_time_s"]
-        tokens_per_step = b.gbs_seqs * b.seq_len
-        model_flops = model_flops_per_token(ctx, b.seq_len) * tokens_per_step
+        seq_len, gpus = ctx.training.seq_len, ctx.training.gpus
+        tokens_per_step = b.gbs_seqs * seq_len
+        model_flops = model_flops_per_token(ctx, seq_len) * tokens_per_step
         hardware_flops = model_flops + recompute_flops_per_token(ctx, b) * tokens_per_step
         step = cols["step_time_s"]
         peak = ctx.cluster.gpu.peak_bf16_flops_per_s
         cols["model_flops_per_step"] = model_flops
-        cols["tokens_per_s_per_gpu"] = tokens_per_step / (step * b.gpus)
-        cols["model_tflops_per_gpu"] = model_flops / (step * b.gpus) / 1e12
-        cols["hardware_tflops_per_gpu"] = hardware_flops / (step * b.gpus) / 1e12
+        cols["tokens_per_s_per_gpu"] = tokens_per_step / (step * gpus)
+        cols["model_tflops_per_gpu"] = model_flops / (step * gpus) / 1e12
+        cols["hardware_tflops_per_gpu"] = hardware_flops / (step * gpus) / 1e12
         cols["mfu"] = cols["model_tflops_per_gpu"] * 1e12 / peak
         cols["hfu"] = cols["hardware_tflops_per_gpu"] * 1e12 / peak
         cols["peak_memory_gib"] = cols["peak_memory_bytes"] / GiB
         cols["memory_headroom_gib"] = (capacity - cols["peak_memory_bytes"]) / GiB
         cols["fits"] = (codes == 0) & (cols["peak_memory_bytes"] <= capacity)
     cols["reason_code"] = codes.astype(np.float64)
-    return CostTable(batch=b, columns=cols)
+    return CostTable(batch=b, columns=cols, training=ctx.training)

@@ -60,7 +60,7 @@ def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     m, p = ctx.model, ctx.profile
     dense, moe = layer_matmul_flops_per_token(ctx)
     matmul = ctx.params.num_dense_layers * dense + ctx.params.num_moe_layers * moe
-    attention = m.num_layers * attention_score_flops_per_token(ctx, b.seq_len) / 2.0
+    attention = m.num_layers * attention_score_flops_per_token(ctx, ctx.training.seq_len) / 2.0
     selective = p.selective_recompute_matmul_fraction * matmul + np.where(
         p.selective_recomputes_attention, attention, 0.0)
     return np.select([b.recompute == 2, b.recompute == 1], [matmul + attention, selective], 0.0)

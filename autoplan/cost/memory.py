@@ -46,7 +46,7 @@ def _block_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: Layou
     heads = float(m.num_attention_heads)
     return (c.h * m.hidden_size / h_div
             + (c.q * m.q_size + c.kv * m.kv_size + c.f * ffn + c.lse * heads) / b.tp
-            + c.tok / h_div + c.s2 * heads * b.seq_len / (b.tp * b.cp))
+            + c.tok / h_div + c.s2 * heads * ctx.training.seq_len / (b.tp * b.cp))
 
 
 def _moe_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: LayoutBatch) -> np.ndarray:
@@ -70,7 +70,7 @@ def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple
     gpt = m.activation == "gelu"
     att = (GPT_ATTENTION if gpt else p.attention)[mode]
     mlp = (GPT_MLP if gpt else p.mlp)[mode]
-    tokens = b.mbs * b.seq_len / b.cp
+    tokens = b.mbs * ctx.training.seq_len / b.cp
     attention = _block_bytes_per_token(att, ctx, b, 0.0)
     dense = attention + _block_bytes_per_token(mlp, ctx, b, float(m.ffn_hidden_size))
     moe = m.moe
@@ -155,7 +155,7 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     mean_none = act_none[0] * (1 - moe_share) + act_none[1] * moe_share
     mean_sel = act_sel[0] * (1 - moe_share) + act_sel[1] * moe_share
     h_div = np.where(b.sp > 0, b.tp, 1.0)
-    tokens = b.mbs * b.seq_len / b.cp
+    tokens = b.mbs * ctx.training.seq_len / b.cp
     full_input = tokens * p.full_recompute_input_bytes_per_h * m.hidden_size / h_div
     per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], full_input)
     rank = np.zeros_like(b.pp) if first else b.pp - 1.0

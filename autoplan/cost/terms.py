@@ -217,10 +217,10 @@ TOTALS_AND_RATES = [
          "hardware_tflops_per_gpu·10^12 / peak_bf16_flops_per_s", f"{KORTHIKANTI} Sec. 6",
          ("peak_bf16_flops_per_s",)),
     Term("fits", "fits", "flag", "bool", "the layout is legal and its peak fits in usable memory",
-         "reason_code = 0 and peak_memory_bytes ≤ usable_memory_bytes", "autoplan/rules/legality.py",
+         "reason_code = 0 and peak_memory_bytes ≤ usable_memory_bytes", "autoplan/rules/ (the rule table)",
          ("usable_memory_bytes",)),
     Term("reason_code", "reason_code", "code", "code", "the first broken rule (0 when legal)",
-         "index into rules.legality.REASON_CODES", "autoplan/rules/legality.py"),
+         "index into rules.REASON_CODES", "autoplan/rules/evaluate.py"),
 ]
 
 TERMS: tuple[Term, ...] = (*MEMORY_TERMS_DEFINED, *MEMORY_TOTALS, *TIME_TERMS_DEFINED, *TOTALS_AND_RATES)

@@ -56,7 +56,7 @@ def gemm_efficiency(ctx: CostContext, gemm_flops: np.ndarray) -> np.ndarray:
 def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     """Forward time of one dense and one MoE layer for one micro-batch on one GPU, by part."""
     m, e, gpu = ctx.model, ctx.efficiency, ctx.cluster.gpu
-    tokens = b.mbs * b.seq_len / b.cp
+    tokens = b.mbs * ctx.training.seq_len / b.cp
     peak = gpu.peak_bf16_flops_per_s
     matmul_peak = peak * np.where(b.precision == 1, e.fp8_gemm_speedup, 1.0)
     dense_per_token, moe_per_token = layer_matmul_flops_per_token(ctx)
@@ -70,7 +70,7 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
         moe_mm = tokens * moe_per_token / b.tp / (matmul_peak * moe_eff)
     else:
         moe_mm = dense_mm
-    attention = (tokens * attention_score_flops_per_token(ctx, b.seq_len) / 2.0 / b.tp
+    attention = (tokens * attention_score_flops_per_token(ctx, ctx.training.seq_len) / 2.0 / b.tp
                  / (peak * e.attention_efficiency) * ctx.corrections.unfused_attention_factor)
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     share = REPLICATED_ELEMENTWISE_SHARE
@@ -83,7 +83,7 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
 def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, np.ndarray]:
     """Communication of one layer for one micro-batch, forward + backward (+ recompute)."""
     m = ctx.model
-    tokens = b.mbs * b.seq_len / b.cp
+    tokens = b.mbs * ctx.training.seq_len / b.cp
     passes = 2.0 + np.where(b.recompute == 2, 1.0, 0.0)  # fwd, bwd, recomputed fwd
     activation_bytes = tokens * m.hidden_size * BF16_BYTES
     tp_link = comm.group_link(ctx, b.tp, st["tp"])
@@ -150,7 +150,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
 
     dense_c, dense_r = layer_time(fwd["dense_matmul"])
     moe_c, moe_r = layer_time(fwd["moe_matmul"])
-    tokens = b.mbs * b.seq_len / b.cp
+    tokens = b.mbs * ctx.training.seq_len / b.cp
     head = 3.0 * 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp / (
         ctx.cluster.gpu.peak_bf16_flops_per_s * gemm_efficiency(ctx, 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp))
     st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)

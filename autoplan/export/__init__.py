@@ -1,8 +1,8 @@
 """Export a plan as the files a real trainer launches from.
 
-``render(trainer, model, layout, training)`` checks the trainer's rules (the same table the
-search uses, :mod:`autoplan.rules`, evaluated on a batch of one) and returns an :class:`ExportResult`: the files (relative name ->
-text) and the knobs the trainer cannot express (also written in each file's header comment).
+``render(trainer, model, layout, training, launch)`` checks the trainer's rules (the same table
+the search uses, :mod:`autoplan.rules`, evaluated on a batch of one) and returns an
+:class:`ExportResult`: the files (relative name -> text) and the knobs the trainer cannot express (also written in each file's header comment).
 Each renderer is a pure function pinned to a stated trainer version (``VERSIONS``):
 
 * ``megatron``: a bash launch script for Megatron-LM's ``pretrain_gpt.py``;
@@ -10,12 +10,16 @@ Each renderer is a pure function pinned to a stated trainer version (``VERSIONS`
 * ``nanotron``: the YAML config of ``run_train.py``;
 * ``deepspeed``: the DeepSpeed JSON and a launch script (Megatron-DeepSpeed when tp or pp > 1).
 
-``export_plan`` writes the files of one plan record (a row of ``plans.json``) into a folder;
-file names never leave that folder.
+``training`` (:class:`~autoplan.specs.training.TrainingSpec`) gives the GPU count, the GPUs per
+node (processes per node), the sequence length and the batch; ``launch``
+(:class:`LaunchOptions`) the steps, learning rate, tokenizer, data and seed. ``export_plan``
+writes the files of one plan record (a row of ``plans.json``) into a folder; file names never
+leave that folder.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 from collections.abc import Iterable, Mapping
@@ -23,15 +27,15 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from autoplan.errors import AutoplanError
-from autoplan.export.common import ExportError, ExportResult, TrainingSetup
-from autoplan.layout import FIELDS, Layout, resolve_layout
+from autoplan.export.common import ExportError, ExportResult, LaunchOptions
+from autoplan.layout import Layout, layout_from_record
 from autoplan.profiles import load_profile
 from autoplan.rules import RuleContext, TrainerRuleError, check_layout
 from autoplan.specs.model import ModelSpec
+from autoplan.specs.training import TrainingSpec
 
-__all__ = ["TRAINERS", "VERSIONS", "ExportError", "ExportResult", "TrainerRuleError", "TrainingSetup",
-           "export_plan", "layout_from_record", "parse_trainers", "read_plans", "render", "select_plan",
-           "write_files"]
+__all__ = ["TRAINERS", "VERSIONS", "ExportError", "ExportResult", "LaunchOptions", "TrainerRuleError",
+           "export_plan", "parse_trainers", "plan_training", "read_plans", "render", "select_plan", "write_files"]
 
 TRAINERS = ("megatron", "torchtitan", "nanotron", "deepspeed")
 VERSIONS = {
@@ -42,20 +46,26 @@ VERSIONS = {
 }
 
 
-def render(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSetup | None = None, *,
-           allow_uneven_pp: bool = False) -> ExportResult:
+def render(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSpec,
+           launch: LaunchOptions | None = None, *, allow_uneven_pp: bool = False) -> ExportResult:
     """The files of ``layout`` for ``trainer``; refuses a plan that breaks the trainer's rules.
 
-    The rules are those the search applies (``autoplan.rules``), without the ones that need the
-    hardware; ``allow_uneven_pp`` is --allow-uneven-pp. Raises ``TrainerRuleError``.
+    The rules are those the search applies (``autoplan.rules``, on a batch of one);
+    ``allow_uneven_pp`` is --allow-uneven-pp. Raises ``TrainerRuleError``.
     """
     names = parse_trainers(trainer)
     if len(names) != 1:
         raise AutoplanError(f"render takes one trainer, got {names}; use export_plan for several")
     trainer = names[0]
-    check_layout(RuleContext(model, load_profile(trainer), allow_uneven_pp=allow_uneven_pp), layout)
+    check_layout(RuleContext(model, load_profile(trainer), training, allow_uneven_pp=allow_uneven_pp), layout)
     module = importlib.import_module(f"autoplan.export.{trainer}")
-    return module.render(model, layout, training or TrainingSetup())
+    return module.render(model, layout, training, launch or LaunchOptions())
+
+
+def plan_training(layout: Layout, training: TrainingSpec) -> TrainingSpec:
+    """``training`` with the global batch ``layout`` reaches (within a tolerance it may differ
+    from the target): the batch the trainer is given."""
+    return dataclasses.replace(training, gbs_seqs=layout.gbs_seqs, gbs_tolerance=0.0)
 
 
 def parse_trainers(text: str | Iterable[str]) -> list[str]:
@@ -72,15 +82,13 @@ def parse_trainers(text: str | Iterable[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def layout_from_record(record: Mapping[str, Any]) -> Layout:
-    """The layout in a flat plan record (its other keys, the predictions, are ignored)."""
-    return resolve_layout({key: record[key] for key in FIELDS if key in record})
-
-
 def export_plan(plan_record: Mapping[str, Any], model: ModelSpec | str, trainers: str | Iterable[str],
-                out_dir: str | Path, training: TrainingSetup | None = None, *,
+                out_dir: str | Path, training: TrainingSpec, launch: LaunchOptions | None = None, *,
                 allow_uneven_pp: bool = False) -> list[Path]:
     """Write the files of one plan for each trainer into ``out_dir``; returns the paths written.
+
+    ``plan_record`` is a flat record (a row of ``plans.json``); its gpus, seq_len and gbs_seqs
+    must agree with ``training`` (see :func:`autoplan.layout.layout_from_record`).
 
     Every trainer is rendered (and its rules checked) before anything is written, so a refused
     plan leaves no partial output.
@@ -89,8 +97,9 @@ def export_plan(plan_record: Mapping[str, Any], model: ModelSpec | str, trainers
         from autoplan.specs.models import load_model
 
         model = load_model(model)
-    layout = layout_from_record(plan_record)
-    results = [render(trainer, model, layout, training, allow_uneven_pp=allow_uneven_pp)
+    layout = layout_from_record(plan_record, training)
+    training = plan_training(layout, training)
+    results = [render(trainer, model, layout, training, launch, allow_uneven_pp=allow_uneven_pp)
                for trainer in parse_trainers(trainers)]
     files: dict[str, str] = {}
     for result in results:

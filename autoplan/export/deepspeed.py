@@ -17,7 +17,7 @@ import shlex
 
 from autoplan.export.common import (
     ExportResult,
-    TrainingSetup,
+    LaunchOptions,
     bash_array,
     commented,
     header_lines,
@@ -28,6 +28,7 @@ from autoplan.export.common import (
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
+from autoplan.specs.training import TrainingSpec
 
 VERSION = "DeepSpeed 0.19.8"
 MDS_VERSION = "DeepSpeed 0.19.8 + Megatron-DeepSpeed @ 4efb479"
@@ -42,16 +43,16 @@ def uses_megatron(layout: Layout) -> bool:
     return layout.tp > 1 or layout.pp > 1
 
 
-def render(model: ModelSpec, layout: Layout, training: TrainingSetup) -> ExportResult:
-    per_node, nodes = launch_shape(layout, training)
+def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions) -> ExportResult:
+    per_node, nodes = launch_shape(training)
     warnings = _warnings(model, layout)
-    config = ds_config(layout, training, with_optimizer=not uses_megatron(layout), moe=model.moe is not None)
+    config = ds_config(layout, launch, with_optimizer=not uses_megatron(layout), moe=model.moe is not None)
     files = {CONFIG_FILE: json.dumps(config, indent=2) + "\n"}
-    files[SCRIPT_FILE] = _script(model, layout, training, per_node, nodes, warnings)
+    files[SCRIPT_FILE] = _script(model, layout, training, launch, per_node, nodes, warnings)
     return ExportResult(files, warnings)
 
 
-def ds_config(lay: Layout, training: TrainingSetup, *, with_optimizer: bool, moe: bool = False) -> dict[str, object]:
+def ds_config(lay: Layout, launch: LaunchOptions, *, with_optimizer: bool, moe: bool = False) -> dict[str, object]:
     """The JSON config; MoE with pp and tp > 1 turns off pipe/grad partitioning, which
     Megatron-DeepSpeed's GPTModelPipe asserts (megatron/model/gpt_model.py)."""
     zero: dict[str, object] = {"stage": lay.zero}
@@ -61,7 +62,7 @@ def ds_config(lay: Layout, training: TrainingSetup, *, with_optimizer: bool, moe
         "train_batch_size": lay.gbs_seqs,
         "train_micro_batch_size_per_gpu": lay.mbs,
         "gradient_accumulation_steps": lay.grad_acc,
-        "gradient_clipping": training.grad_clip,
+        "gradient_clipping": launch.grad_clip,
         "zero_optimization": zero,
         "bf16": {"enabled": True},
         "steps_per_print": 1,
@@ -76,14 +77,14 @@ def ds_config(lay: Layout, training: TrainingSetup, *, with_optimizer: bool, moe
             "synchronize_checkpoint_boundary": False, "profile": False}
     if with_optimizer:
         config["optimizer"] = {"type": "AdamW", "params": {
-            "lr": training.lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": training.weight_decay}}
+            "lr": launch.lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": launch.weight_decay}}
         config["scheduler"] = {"type": "WarmupCosineLR", "params": {
-            "total_num_steps": training.train_steps, "warmup_num_steps": training.warmup_steps,
-            "cos_min_ratio": training.min_lr / training.lr}}
+            "total_num_steps": launch.train_steps, "warmup_num_steps": launch.warmup_steps,
+            "cos_min_ratio": launch.min_lr / launch.lr}}
     return config
 
 
-def megatron_deepspeed_args(m: ModelSpec, lay: Layout, training: TrainingSetup) -> Args:
+def megatron_deepspeed_args(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOptions) -> Args:
     """Megatron-DeepSpeed ``pretrain_gpt.py`` flags (without --data-path, added by the script)."""
     args: Args = [("--tensor-model-parallel-size", lay.tp), ("--pipeline-model-parallel-size", lay.pp)]
     if lay.pp == 1:
@@ -92,19 +93,19 @@ def megatron_deepspeed_args(m: ModelSpec, lay: Layout, training: TrainingSetup) 
         args.append(("--sequence-parallel", None))
     args += [("--deepspeed", None), ("--deepspeed_config", CONFIG_FILE), ("--zero-stage", lay.zero),
              ("--micro-batch-size", lay.mbs), ("--global-batch-size", lay.gbs_seqs),
-             ("--seq-length", lay.seq_len), ("--bf16", None)]
+             ("--seq-length", training.seq_len), ("--bf16", None)]
     if lay.recompute == "full":
         args += [("--checkpoint-activations", None), ("--deepspeed-activation-checkpointing", None)]
     elif lay.recompute == "selective":
         args.append(("--recompute-granularity", "selective"))
-    return args + _mds_model_args(m, lay) + _mds_moe_args(m, lay) + _mds_schedule_args(m, training)
+    return args + _mds_model_args(m, lay, training) + _mds_moe_args(m, lay) + _mds_schedule_args(m, launch)
 
 
-def _mds_model_args(m: ModelSpec, lay: Layout) -> Args:
+def _mds_model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
     args: Args = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
                   ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_attention_heads),
                   ("--num-key-value-heads", m.num_kv_heads),
-                  ("--max-position-embeddings", max(m.max_position_embeddings, lay.seq_len))]
+                  ("--max-position-embeddings", max(m.max_position_embeddings, training.seq_len))]
     if m.head_dim * m.num_attention_heads != m.hidden_size:
         args.append(("--kv-channels", m.head_dim))
     if m.activation == "swiglu":
@@ -129,35 +130,35 @@ def _mds_moe_args(m: ModelSpec, lay: Layout) -> Args:
     return args
 
 
-def _mds_schedule_args(m: ModelSpec, training: TrainingSetup) -> Args:
-    tokenizer: Args = ([("--tokenizer-type", "HFTokenizer"), ("--tokenizer-model", training.tokenizer)]
-                       if training.tokenizer else
+def _mds_schedule_args(m: ModelSpec, launch: LaunchOptions) -> Args:
+    tokenizer: Args = ([("--tokenizer-type", "HFTokenizer"), ("--tokenizer-model", launch.tokenizer)]
+                       if launch.tokenizer else
                        [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size - 1)])
     return tokenizer + [
         ("--make-vocab-size-divisible-by", 1), ("--split", "99,1,0"),
-        ("--train-iters", training.train_steps), ("--lr", training.lr), ("--min-lr", training.min_lr),
-        ("--lr-warmup-iters", training.warmup_steps), ("--lr-decay-style", "cosine"),
-        ("--weight-decay", training.weight_decay), ("--clip-grad", training.grad_clip),
-        ("--seed", training.seed), ("--log-interval", 1), ("--distributed-backend", "nccl")]
+        ("--train-iters", launch.train_steps), ("--lr", launch.lr), ("--min-lr", launch.min_lr),
+        ("--lr-warmup-iters", launch.warmup_steps), ("--lr-decay-style", "cosine"),
+        ("--weight-decay", launch.weight_decay), ("--clip-grad", launch.grad_clip),
+        ("--seed", launch.seed), ("--log-interval", 1), ("--distributed-backend", "nccl")]
 
 
-def _script(m: ModelSpec, lay: Layout, training: TrainingSetup, per_node: int, nodes: int,
+def _script(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOptions, per_node: int, nodes: int,
             warnings: list[str]) -> str:
     torchrun = ('exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" '
                 '--node-rank "${NODE_RANK:-0}" \\\n'
                 '    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \\\n')
     shape = f"NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"
     if uses_megatron(lay):
-        data = (f"DATA_PATH={shlex.quote(training.data_path)}\n" if training.data_path else
+        data = (f"DATA_PATH={shlex.quote(launch.data_path)}\n" if launch.data_path else
                 'DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix}"\n')
-        words = shell_args(megatron_deepspeed_args(m, lay, training)) + ['--data-path "$DATA_PATH"']
-        launch = [f"MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..{nodes - 1}> "
+        words = shell_args(megatron_deepspeed_args(m, lay, training, launch)) + ['--data-path "$DATA_PATH"']
+        commands = [f"MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..{nodes - 1}> "
                   f"MASTER_ADDR=<node 0> bash {SCRIPT_FILE}   (on each node, next to {CONFIG_FILE})"]
         body = ('MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"\n' + shape + data + bash_array("ARGS", words)
                 + torchrun + '    "$MEGATRON_DEEPSPEED/pretrain_gpt.py" "${ARGS[@]}" "$@"\n')
         version = MDS_VERSION
     else:
-        launch = [f"TRAIN_SCRIPT=your_train.py NODE_RANK=<0..{nodes - 1}> MASTER_ADDR=<node 0> bash {SCRIPT_FILE}",
+        commands = [f"TRAIN_SCRIPT=your_train.py NODE_RANK=<0..{nodes - 1}> MASTER_ADDR=<node 0> bash {SCRIPT_FILE}",
                   "the script must call deepspeed.initialize(config=...) with its model, or be a Hugging "
                   f"Face Trainer script given --deepspeed {CONFIG_FILE}"]
         body = ('TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}"\n'
@@ -165,7 +166,7 @@ def _script(m: ModelSpec, lay: Layout, training: TrainingSetup, per_node: int, n
                                                          ("--deepspeed_config", CONFIG_FILE)]))
                 + torchrun + '    "$TRAIN_SCRIPT" "${ARGS[@]}" "$@"\n')
         version = VERSION
-    head = header_lines(version, m, lay, launch=launch, warnings=warnings, notes=_notes(lay))
+    head = header_lines(version, m, lay, training, launch=commands, warnings=warnings, notes=_notes(lay))
     return "#!/usr/bin/env bash\n" + commented(head) + "set -euo pipefail\n" + body
 
 

@@ -31,7 +31,7 @@ import itertools
 from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.common import (
     ExportResult,
-    TrainingSetup,
+    LaunchOptions,
     bash_array,
     commented,
     header_lines,
@@ -42,6 +42,7 @@ from autoplan.export.common import (
 from autoplan.export.placement import matching_order, placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
+from autoplan.specs.training import TrainingSpec
 
 VERSION = "Megatron-LM core_v0.15.3 (pretrain_gpt.py)"
 FILE_NAME = "megatron_pretrain_gpt.sh"
@@ -50,17 +51,17 @@ ORDERS = {"default": "tp-cp-dp-pp", "--use-tp-pp-dp-mapping": "tp-cp-pp-dp"}
 Args = list[tuple[str, object]]
 
 
-def render(model: ModelSpec, layout: Layout, training: TrainingSetup) -> ExportResult:
+def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions) -> ExportResult:
     """The launch script for this plan (a pure function of its inputs)."""
-    per_node, nodes = launch_shape(layout, training)
+    per_node, nodes = launch_shape(training)
     warnings = _warnings(model, layout)
-    args = (parallel_args(layout) + batch_args(layout) + recompute_args(layout)
-            + precision_args(layout) + model_args(model, layout) + vocab_args(model, layout, training)
-            + data_args(training) + schedule_args(training))
-    launch = [f"MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..{nodes - 1}> MASTER_ADDR=<node 0> "
+    args = (parallel_args(layout) + batch_args(layout, training) + recompute_args(layout)
+            + precision_args(layout) + model_args(model, layout, training) + vocab_args(model, layout, launch)
+            + data_args(launch) + schedule_args(launch))
+    commands = [f"MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..{nodes - 1}> MASTER_ADDR=<node 0> "
               f"bash {FILE_NAME}  (on each of the {nodes} node(s))"]
-    head = header_lines(VERSION, model, layout, launch=launch, warnings=warnings,
-                        notes=_notes(model, layout, training))
+    head = header_lines(VERSION, model, layout, training, launch=commands, warnings=warnings,
+                        notes=_notes(model, layout, training, launch))
     env = ""
     if (layout.tp > 1 or layout.cp > 1) and layout.zero != 3:
         env = "export CUDA_DEVICE_MAX_CONNECTIONS=1  # required with TP or CP before Blackwell\n"
@@ -91,9 +92,9 @@ def parallel_args(lay: Layout) -> Args:
     return args
 
 
-def batch_args(lay: Layout) -> Args:
+def batch_args(lay: Layout, training: TrainingSpec) -> Args:
     return [("--micro-batch-size", lay.mbs), ("--global-batch-size", lay.gbs_seqs),
-            ("--seq-length", lay.seq_len)]
+            ("--seq-length", training.seq_len)]
 
 
 def recompute_args(lay: Layout) -> Args:
@@ -112,7 +113,7 @@ def precision_args(lay: Layout) -> Args:
     return args
 
 
-def model_args(m: ModelSpec, lay: Layout) -> Args:
+def model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
     """The model shape as Megatron flags (and the virtual-stage size, which needs the layers)."""
     args: Args = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
                   ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_attention_heads)]
@@ -124,7 +125,7 @@ def model_args(m: ModelSpec, lay: Layout) -> Args:
         args += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
     if m.mla is None and m.head_dim * m.num_attention_heads != m.hidden_size:
         args.append(("--kv-channels", m.head_dim))
-    args.append(("--max-position-embeddings", max(m.max_position_embeddings, lay.seq_len)))
+    args.append(("--max-position-embeddings", max(m.max_position_embeddings, training.seq_len)))
     args += _architecture_args(m) + _mla_args(m) + _moe_args(m, lay)
     return args
 
@@ -187,27 +188,27 @@ def _moe_args(m: ModelSpec, lay: Layout) -> Args:
     return args
 
 
-def vocab_args(m: ModelSpec, lay: Layout, training: TrainingSetup) -> Args:
+def vocab_args(m: ModelSpec, lay: Layout, launch: LaunchOptions) -> Args:
     """Tokenizer flags and ``--padded-vocab-size`` (the embedding rows; tp must divide them)."""
     padded = padded_vocab(m.vocab_size, lay.tp)
-    if training.tokenizer:
-        args: Args = [("--tokenizer-type", "HuggingFaceTokenizer"), ("--tokenizer-model", training.tokenizer)]
+    if launch.tokenizer:
+        args: Args = [("--tokenizer-type", "HuggingFaceTokenizer"), ("--tokenizer-model", launch.tokenizer)]
     else:  # NullTokenizer adds one EOD id to --vocab-size
         args = [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size - 1)]
     return args + [("--padded-vocab-size", padded)]
 
 
-def data_args(training: TrainingSetup) -> Args:
-    if training.data_path:
-        return [("--data-path", training.data_path), ("--split", "99,1,0")]
+def data_args(launch: LaunchOptions) -> Args:
+    if launch.data_path:
+        return [("--data-path", launch.data_path), ("--split", "99,1,0")]
     return [("--mock-data", None)]
 
 
-def schedule_args(training: TrainingSetup) -> Args:
-    return [("--train-iters", training.train_steps), ("--lr", training.lr), ("--min-lr", training.min_lr),
-            ("--lr-warmup-iters", training.warmup_steps), ("--lr-decay-style", "cosine"),
-            ("--weight-decay", training.weight_decay), ("--clip-grad", training.grad_clip),
-            ("--seed", training.seed), ("--log-interval", 1)]
+def schedule_args(launch: LaunchOptions) -> Args:
+    return [("--train-iters", launch.train_steps), ("--lr", launch.lr), ("--min-lr", launch.min_lr),
+            ("--lr-warmup-iters", launch.warmup_steps), ("--lr-decay-style", "cosine"),
+            ("--weight-decay", launch.weight_decay), ("--clip-grad", launch.grad_clip),
+            ("--seed", launch.seed), ("--log-interval", 1)]
 
 
 def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
@@ -223,15 +224,15 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
     return warnings
 
 
-def _notes(m: ModelSpec, lay: Layout, training: TrainingSetup) -> list[str]:
+def _notes(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOptions) -> list[str]:
     notes = []
-    if not training.tokenizer:
+    if not launch.tokenizer:
         notes.append(f"NullTokenizer adds one EOD token: --vocab-size {m.vocab_size - 1} gives "
                      f"{m.vocab_size} token ids; pass a real tokenizer for real data")
     if m.position_embedding == "rope":
         notes.append("RoPE base and scaling are Megatron's defaults (autoplan's model spec does not "
                      "record them); add --rotary-base for the real model")
-    if lay.seq_len > m.max_position_embeddings:
-        notes.append(f"--max-position-embeddings raised to seq_len {lay.seq_len} "
+    if training.seq_len > m.max_position_embeddings:
+        notes.append(f"--max-position-embeddings raised to seq_len {training.seq_len} "
                      f"(the model's is {m.max_position_embeddings})")
     return notes

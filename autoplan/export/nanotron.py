@@ -16,7 +16,7 @@ import yaml
 from autoplan.export.common import (
     ExportError,
     ExportResult,
-    TrainingSetup,
+    LaunchOptions,
     commented,
     header_lines,
     launch_shape,
@@ -25,41 +25,42 @@ from autoplan.export.common import (
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
+from autoplan.specs.training import TrainingSpec
 
 VERSION = "nanotron main @ 2411b022 (2026-04-07; package version 0.4)"
 FILE_NAME = "nanotron_config.yaml"
 ORDERS = {"context": "tp-cp-dp-pp"}  # ParallelContext: ranks reshaped as (ep, pp, dp, cp, tp)
 
 
-def render(model: ModelSpec, layout: Layout, training: TrainingSetup) -> ExportResult:
-    per_node, nodes = launch_shape(layout, training)
+def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions) -> ExportResult:
+    per_node, nodes = launch_shape(training)
     warnings = _warnings(model, layout)
     config = {
-        "general": {"project": "autoplan", "run": "autoplan_%date_%jobid", "seed": training.seed,
+        "general": {"project": "autoplan", "run": "autoplan_%date_%jobid", "seed": launch.seed,
                     "step": None, "consumed_train_samples": None, "benchmark_csv_path": None,
                     "ignore_sanity_checks": True},
         "parallelism": parallelism(layout),
         "model": {"ddp_bucket_cap_mb": 25, "dtype": "bfloat16", "init_method": {"std": 0.02},
-                  "make_vocab_size_divisible_by": 1, "model_config": model_config(model, layout)},
-        "tokenizer": {"tokenizer_name_or_path": training.tokenizer, "tokenizer_revision": None,
+                  "make_vocab_size_divisible_by": 1, "model_config": model_config(model, layout, training)},
+        "tokenizer": {"tokenizer_name_or_path": launch.tokenizer, "tokenizer_revision": None,
                       "tokenizer_max_length": None},
-        "checkpoints": {"checkpoints_path": "checkpoints", "checkpoint_interval": training.train_steps,
+        "checkpoints": {"checkpoints_path": "checkpoints", "checkpoint_interval": launch.train_steps,
                         "checkpoints_path_is_shared_file_system": False, "resume_checkpoint_path": None,
                         "save_initial_state": False},
         "logging": {"iteration_step_info_interval": 1, "log_level": "info", "log_level_replica": "info"},
-        "tokens": tokens(layout, training),
-        "optimizer": optimizer(layout, training),
+        "tokens": tokens(layout, training, launch),
+        "optimizer": optimizer(layout, launch),
         "data_stages": [{"name": "Stable Training Stage", "start_training_step": 1,
-                         "data": _data(training)}],
+                         "data": _data(launch)}],
         "profiler": None,
         "lighteval": None,
     }
-    launch = [f"CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nproc-per-node {per_node} --nnodes {nodes} "
+    commands = [f"CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nproc-per-node {per_node} --nnodes {nodes} "
               f"--node-rank <0..{nodes - 1}> --master-addr <node 0> run_train.py --config-file {FILE_NAME}"]
     notes = ["nanotron assigns layers to pipeline stages itself, balancing the embedding and LM head too",
-             "dataset null = nanotron's dummy data generator" if not training.data_path else
+             "dataset null = nanotron's dummy data generator" if not launch.data_path else
              "the data set is read with Hugging Face datasets (text column 'text')"]
-    head = header_lines(VERSION, model, layout, launch=launch, notes=notes, warnings=warnings)
+    head = header_lines(VERSION, model, layout, training, launch=commands, notes=notes, warnings=warnings)
     text = commented(head) + yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
     return ExportResult({FILE_NAME: text}, warnings)
 
@@ -71,30 +72,30 @@ def parallelism(lay: Layout) -> dict[str, object]:
             "expert_parallel_size": lay.ep, "context_parallel_size": lay.cp}
 
 
-def tokens(lay: Layout, training: TrainingSetup) -> dict[str, object]:
-    return {"sequence_length": lay.seq_len, "train_steps": training.train_steps,
+def tokens(lay: Layout, training: TrainingSpec, launch: LaunchOptions) -> dict[str, object]:
+    return {"sequence_length": training.seq_len, "train_steps": launch.train_steps,
             "micro_batch_size": lay.mbs, "batch_accumulation_per_replica": lay.grad_acc,
             "val_check_interval": -1, "limit_val_batches": 0, "limit_test_batches": 0}
 
 
-def optimizer(lay: Layout, training: TrainingSetup) -> dict[str, object]:
-    return {"zero_stage": lay.zero, "weight_decay": training.weight_decay, "clip_grad": training.grad_clip,
+def optimizer(lay: Layout, launch: LaunchOptions) -> dict[str, object]:
+    return {"zero_stage": lay.zero, "weight_decay": launch.weight_decay, "clip_grad": launch.grad_clip,
             "accumulate_grad_in_fp32": True,
-            "learning_rate_scheduler": {"learning_rate": training.lr, "lr_warmup_steps": training.warmup_steps,
+            "learning_rate_scheduler": {"learning_rate": launch.lr, "lr_warmup_steps": launch.warmup_steps,
                                         "lr_warmup_style": "linear", "lr_decay_style": "cosine",
-                                        "min_decay_lr": training.min_lr},
+                                        "min_decay_lr": launch.min_lr},
             "optimizer_factory": {"name": "adamW", "adam_beta1": 0.9, "adam_beta2": 0.95,
                                   "adam_eps": 1.0e-8, "torch_adam_is_fused": True}}
 
 
-def model_config(m: ModelSpec, lay: Layout) -> dict[str, object]:
+def model_config(m: ModelSpec, lay: Layout, training: TrainingSpec) -> dict[str, object]:
     """``LlamaConfig`` for Llama-shaped dense models, ``Qwen2Config`` for Qwen and MoE models."""
     _check_architecture(m)
     config: dict[str, object] = {
         "hidden_act": "silu", "hidden_size": m.hidden_size, "intermediate_size": m.ffn_hidden_size,
         "num_hidden_layers": m.num_layers, "num_attention_heads": m.num_attention_heads,
         "num_key_value_heads": m.num_kv_heads,
-        "max_position_embeddings": max(m.max_position_embeddings, lay.seq_len),
+        "max_position_embeddings": max(m.max_position_embeddings, training.seq_len),
         "vocab_size": m.vocab_size, "tie_word_embeddings": m.tied_embeddings,
         "rms_norm_eps": 1.0e-5, "rope_theta": 500000.0, "rope_scaling": None, "rope_interleaved": False,
         "attention_bias": m.qkv_bias, "initializer_range": 0.02, "pretraining_tp": 1, "use_cache": True,
@@ -126,13 +127,13 @@ def _check_architecture(m: ModelSpec) -> None:
                           + ", ".join(problems))
 
 
-def _data(training: TrainingSetup) -> dict[str, object]:
+def _data(launch: LaunchOptions) -> dict[str, object]:
     dataset = None
-    if training.data_path:
-        dataset = {"hf_dataset_or_datasets": training.data_path, "hf_dataset_splits": "train",
+    if launch.data_path:
+        dataset = {"hf_dataset_or_datasets": launch.data_path, "hf_dataset_splits": "train",
                    "hf_dataset_config_name": None, "text_column_name": "text",
                    "dataset_processing_num_proc_per_process": 1, "dataset_overwrite_cache": False}
-    return {"dataset": dataset, "seed": training.seed, "num_loading_workers": 1}
+    return {"dataset": dataset, "seed": launch.seed, "num_loading_workers": 1}
 
 
 def _warnings(m: ModelSpec, lay: Layout) -> list[str]:

@@ -25,7 +25,7 @@ import functools
 from autoplan.export.common import (
     ExportError,
     ExportResult,
-    TrainingSetup,
+    LaunchOptions,
     commented,
     header_lines,
     launch_shape,
@@ -34,6 +34,7 @@ from autoplan.export.common import (
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
+from autoplan.specs.training import TrainingSpec
 
 VERSION = "torchtitan 0.3.0 (Python config module)"
 TOML_VERSION = "torchtitan 0.2.2 (TOML job file)"
@@ -52,8 +53,8 @@ KNOWN_FLAVORS = {
 _NOT_SHAPE = ("name", "aliases", "sources", "seq_len", "max_position_embeddings")
 
 
-def render(model: ModelSpec, layout: Layout, training: TrainingSetup) -> ExportResult:
-    per_node, nodes = launch_shape(layout, training)
+def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions) -> ExportResult:
+    per_node, nodes = launch_shape(training)
     family, flavor, in_v02 = model_flavor(model)
     warnings = _warnings(model, layout)
     toml_flavor = flavor if in_v02 else CUSTOM_FLAVOR
@@ -62,17 +63,17 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSetup) -> ExportR
         toml_warnings.append("torchtitan 0.2.2's llama3 has no weight tying: the exported flavor "
                              f"has a separate output layer (+{model.vocab_size * model.hidden_size} "
                              "parameters)")
-    launch = [f"torchrun --nproc-per-node {per_node} --nnodes {nodes} --node-rank <0..{nodes - 1}> "
+    commands = [f"torchrun --nproc-per-node {per_node} --nnodes {nodes} --node-rank <0..{nodes - 1}> "
               f"--master-addr <node 0> -m torchtitan.train --module torchtitan_autoplan "
               f"--config autoplan_config   (with this folder on PYTHONPATH)",
-              f"dry run without GPUs: NGPU={layout.gpus} COMM_MODE=fake_backend MODULE=torchtitan_autoplan "
+              f"dry run without GPUs: NGPU={training.gpus} COMM_MODE=fake_backend MODULE=torchtitan_autoplan "
               "CONFIG=autoplan_config ./run_train.sh"]
-    files = {MODULE_FILE: _module(model, layout, training, family, flavor, launch, warnings)}
+    files = {MODULE_FILE: _module(model, layout, training, launch, family, flavor, commands, warnings)}
     toml_launch = [f"torchrun --nproc-per-node {per_node} --nnodes {nodes} -m torchtitan.train "
                    f"--job.config_file {TOML_FILE}"]
-    files[TOML_FILE] = _toml(model, layout, training, family, toml_flavor, toml_launch, toml_warnings)
+    files[TOML_FILE] = _toml(model, layout, training, launch, family, toml_flavor, toml_launch, toml_warnings)
     if toml_flavor == CUSTOM_FLAVOR:
-        files[f"{FLAVOR_MODULE}.py"] = _v02_flavor_module(model, layout)
+        files[f"{FLAVOR_MODULE}.py"] = _v02_flavor_module(model, layout, training)
     return ExportResult(files, toml_warnings)
 
 
@@ -139,13 +140,13 @@ def _parallelism(model: ModelSpec, lay: Layout) -> dict[str, object]:
     return values
 
 
-def batch(lay: Layout) -> dict[str, int]:
+def batch(lay: Layout, training: TrainingSpec) -> dict[str, int]:
     local = lay.mbs * lay.grad_acc if lay.pp > 1 else lay.mbs
-    return {"local_batch_size": local, "global_batch_size": lay.gbs_seqs, "seq_len": lay.seq_len}
+    return {"local_batch_size": local, "global_batch_size": lay.gbs_seqs, "seq_len": training.seq_len}
 
 
-def _module(model, lay, training, family, flavor, launch, warnings) -> str:
-    head = header_lines(VERSION, model, lay, launch=launch, warnings=warnings, notes=[
+def _module(model, lay, training, launch, family, flavor, commands, warnings) -> str:
+    head = header_lines(VERSION, model, lay, training, launch=commands, warnings=warnings, notes=[
         "the model is torchtitan's own flavor" if flavor != CUSTOM_FLAVOR else
         "the model is a Llama-3 flavor registered below (RoPE theta 500000, Llama-3 scaling: "
         "autoplan's model spec does not record RoPE settings)"])
@@ -153,30 +154,30 @@ def _module(model, lay, training, family, flavor, launch, warnings) -> str:
     fp8 = lay.precision == "fp8"
     converters = "[Float8LinearConverter.Config(model_compile_enabled=True)]" if fp8 else "None"
     parallel = ",\n".join(f"            {k}={v!r}" for k, v in _parallelism(model, lay).items())
-    train = ",\n".join(f"            {k}={v!r}" for k, v in batch(lay).items())
+    train = ",\n".join(f"            {k}={v!r}" for k, v in batch(lay, training).items())
     registry = f"_{family}.model_registry"
     return (commented(head) + '"""torchtitan Trainer.Config for this plan: --config autoplan_config."""\n\n'
             + _imports(family, flavor, fp8)
-            + (_v03_flavor(model, lay) if flavor == CUSTOM_FLAVOR else "")
-            + f"\nPLAN = {lay.to_dict()!r}\n\n\n"
+            + (_v03_flavor(model, lay, training) if flavor == CUSTOM_FLAVOR else "")
+            + f"\nPLAN = {lay.to_record(training)!r}\n\n\n"
             + "def autoplan_config() -> Trainer.Config:\n"
             + f"    model_spec = {registry}({flavor!r}, converters={converters})\n"
             + "    return Trainer.Config(\n"
             + "        model_spec=model_spec,\n"
             + "        loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(\n"
             + "            global_vocab_size=decoder_vocab_size(model_spec))),\n"
-            + f"        hf_assets_path={training.tokenizer or './tests/assets/tokenizer'!r},\n"
-            + f"        optimizer=default_adamw(lr={training.lr!r}, weight_decay={training.weight_decay!r}),\n"
-            + f"        lr_scheduler=LRSchedulersContainer.Config(warmup_steps={training.warmup_steps!r}, "
-            + f"decay_type='cosine', min_lr_factor={training.min_lr / training.lr!r}),\n"
+            + f"        hf_assets_path={launch.tokenizer or './tests/assets/tokenizer'!r},\n"
+            + f"        optimizer=default_adamw(lr={launch.lr!r}, weight_decay={launch.weight_decay!r}),\n"
+            + f"        lr_scheduler=LRSchedulersContainer.Config(warmup_steps={launch.warmup_steps!r}, "
+            + f"decay_type='cosine', min_lr_factor={launch.min_lr / launch.lr!r}),\n"
             + f"        training=TrainingConfig(\n{train},\n"
-            + f"            steps={training.train_steps!r}, max_norm={training.grad_clip!r},\n"
+            + f"            steps={launch.train_steps!r}, max_norm={launch.grad_clip!r},\n"
             + f"            disable_cuda_graphs={lay.pp > 1 or lay.ep > 1!r}),\n"
-            + f"        dataloader=HuggingFaceTextDataLoader.Config(dataset={training.data_path or 'c4'!r}),\n"
+            + f"        dataloader=HuggingFaceTextDataLoader.Config(dataset={launch.data_path or 'c4'!r}),\n"
             + f"        parallelism=ParallelismConfig(\n{parallel}),\n"
             + f"        activation_checkpoint={ac},\n"
             + f"        compile=CompileConfig(enable={fp8!r}, components=['model', 'loss']),\n"
-            + f"        debug=DebugConfig(seed={training.seed!r}),\n"
+            + f"        debug=DebugConfig(seed={launch.seed!r}),\n"
             + "    )\n")
 
 
@@ -197,11 +198,11 @@ def _imports(family: str, flavor: str, fp8: bool) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def _v03_flavor(m: ModelSpec, lay: Layout) -> str:
+def _v03_flavor(m: ModelSpec, lay: Layout, training: TrainingSpec) -> str:
     """Register a Llama-3 flavor of this shape, written like torchtitan 0.3.0's own ``_8b``."""
     embed_init = "_llama3._EMBEDDING_SKIP_INIT" if m.tied_embeddings else "_llama3._EMBEDDING_INIT"
     tying = "        enable_weight_tying=True,\n" if m.tied_embeddings else ""
-    max_seq = max(lay.seq_len, m.max_position_embeddings)
+    max_seq = max(training.seq_len, m.max_position_embeddings)
     return (f"\n\ndef _autoplan_flavor(attn_backend: str, tp_gemm_backend: str = 'default'):\n"
             f"    dim, n_heads, n_kv_heads = {m.hidden_size}, {m.num_attention_heads}, {m.num_kv_heads}\n"
             f"    n_layers, hidden_dim, vocab_size = {m.num_layers}, {m.ffn_hidden_size}, {m.vocab_size}\n"
@@ -222,11 +223,11 @@ def _v03_flavor(m: ModelSpec, lay: Layout) -> str:
             f"_llama3.llama3_configs[{CUSTOM_FLAVOR!r}] = _autoplan_flavor\n")
 
 
-def _toml(model, lay, training, family, flavor, launch, warnings) -> str:
-    head = header_lines(TOML_VERSION, model, lay, launch=launch, warnings=warnings)
+def _toml(model, lay, training, launch, family, flavor, commands, warnings) -> str:
+    head = header_lines(TOML_VERSION, model, lay, training, launch=commands, warnings=warnings)
     model_items: list[tuple[str, object]] = [
         ("name", family), ("flavor", flavor),
-        ("hf_assets_path", training.tokenizer or "./tests/assets/tokenizer")]
+        ("hf_assets_path", launch.tokenizer or "./tests/assets/tokenizer")]
     if lay.precision == "fp8":
         model_items.append(("converters", ["quantize.linear.float8"]))
     par = [(k, v) for k, v in _parallelism(model, lay).items() if k != "enable_sequence_parallel"]
@@ -236,16 +237,16 @@ def _toml(model, lay, training, family, flavor, launch, warnings) -> str:
         ac.append(("selective_ac_option", "op"))
     tables = [("job", [("dump_folder", "./outputs"), ("description", f"autoplan plan for {model.name}")]),
               ("model", model_items),
-              ("optimizer", [("name", "AdamW"), ("lr", training.lr), ("weight_decay", training.weight_decay)]),
-              ("lr_scheduler", [("warmup_steps", training.warmup_steps), ("decay_type", "cosine"),
-                                ("min_lr_factor", training.min_lr / training.lr)]),
-              ("training", list(batch(lay).items()) + [
-                  ("steps", training.train_steps), ("max_norm", training.grad_clip),
-                  ("dataset", training.data_path or "c4")]),
+              ("optimizer", [("name", "AdamW"), ("lr", launch.lr), ("weight_decay", launch.weight_decay)]),
+              ("lr_scheduler", [("warmup_steps", launch.warmup_steps), ("decay_type", "cosine"),
+                                ("min_lr_factor", launch.min_lr / launch.lr)]),
+              ("training", list(batch(lay, training).items()) + [
+                  ("steps", launch.train_steps), ("max_norm", launch.grad_clip),
+                  ("dataset", launch.data_path or "c4")]),
               ("parallelism", par + [("expert_tensor_parallel_degree", lay.etp)]),
               ("activation_checkpoint", ac),
               ("compile", [("enable", lay.precision == "fp8"), ("components", ["model", "loss"])]),
-              ("debug", [("seed", training.seed)])]
+              ("debug", [("seed", launch.seed)])]
     if lay.precision == "fp8":
         tables.append(("quantize.linear.float8", [("recipe_name", "rowwise"), ("filter_fqns", ["output"])]))
     if flavor == CUSTOM_FLAVOR:
@@ -253,7 +254,7 @@ def _toml(model, lay, training, family, flavor, launch, warnings) -> str:
     return commented(head) + toml_tables(tables)
 
 
-def _v02_flavor_module(m: ModelSpec, lay: Layout) -> str:
+def _v02_flavor_module(m: ModelSpec, lay: Layout, training: TrainingSpec) -> str:
     """Registers the 'autoplan' llama3 flavor for torchtitan 0.2.2 (loaded by custom_import).
 
     0.2.2's FeedForward computes ``int(2·4·dim/3)``, scales it by ``ffn_dim_multiplier`` and
@@ -262,7 +263,7 @@ def _v02_flavor_module(m: ModelSpec, lay: Layout) -> str:
     """
     base = int(2 * 4 * m.hidden_size / 3)
     multiplier = None if base <= m.ffn_hidden_size else m.ffn_hidden_size / base
-    head = header_lines(TOML_VERSION, m, lay, notes=["imported by [experimental] custom_import; keep "
+    head = header_lines(TOML_VERSION, m, lay, training, notes=["imported by [experimental] custom_import; keep "
                                                      "this file on PYTHONPATH"])
     return (commented(head) + '"""Registers the autoplan llama3 flavor for torchtitan 0.2.2."""\n\n'
             "from torchtitan.models.llama3 import TransformerModelArgs, llama3_args\n\n"
@@ -271,7 +272,7 @@ def _v02_flavor_module(m: ModelSpec, lay: Layout) -> str:
             f"n_kv_heads={m.num_kv_heads},\n"
             f"    vocab_size={m.vocab_size}, multiple_of={m.ffn_hidden_size}, "
             f"ffn_dim_multiplier={multiplier!r},\n"
-            f"    rope_theta=500000, max_seq_len={max(lay.seq_len, m.max_position_embeddings)},\n)\n")
+            f"    rope_theta=500000, max_seq_len={max(training.seq_len, m.max_position_embeddings)},\n)\n")
 
 
 def _warnings(m: ModelSpec, lay: Layout) -> list[str]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from autoplan.api import build_context, build_training
 from autoplan.errors import AutoplanError, SpecError
-from autoplan.layout import FIELDS, LayoutBatch, resolve_layout
+from autoplan.layout import RECORD_FIELDS, SETUP_FIELDS, Layout, LayoutBatch, layout_from_record, record_setup
+from autoplan.specs.training import TrainingSpec
 
 OUTPUT_COLUMNS = ("fits", "infeasible_reason", "peak_memory_bytes", "peak_memory_gib", "peak_stage",
                   "step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
@@ -34,25 +37,36 @@ def read_layouts_csv(path: str):
     return frame
 
 
-def compare_layouts(frame, model: str, *, hardware: str, trainer: str, profile_path: str | None,
-                    defaults: dict[str, Any], allow_uneven: bool = False):
-    """Prediction columns appended to ``frame``; a bad row gets fits=False and a reason."""
-    from autoplan.api import build_context
-    from autoplan.cost.evaluate import evaluate
+def compare_layouts(frame, model: str, *, trainer: str = "megatron", profile_path: str | None = None,
+                    hardware: str = "h100-sxm", gpus_per_node: int | None = None, nic: str | None = None,
+                    flops_convention: str = "playbook", defaults: Mapping[str, Any] | None = None,
+                    allow_uneven: bool = False):
+    """Prediction columns appended to ``frame``; a bad row gets fits=False and a reason.
 
+    Each row is a record (:func:`autoplan.layout.layout_from_record`) with its own training
+    setup from its gpus, seq_len and gbs_seqs columns; ``defaults`` fill blank cells (gpus,
+    seq_len, gbs_seqs, precision; the sequence length defaults to the model's). Rows that share
+    a setup are evaluated as one batch.
+    """
+    from autoplan.specs.hardware import load_gpu
     from autoplan.specs.models import load_model
+    from autoplan.units import parse_bandwidth
 
-    defaults = dict(defaults)
-    if defaults.get("seq_len") is None:
-        defaults["seq_len"] = load_model(model).seq_len
-    layouts, reasons, rows = [], [""] * len(frame), []
+    spec = load_model(model)
+    load_gpu(hardware), nic and parse_bandwidth(nic)  # a bad option fails the file, not each row
+    fill = {"seq_len": spec.seq_len, **{k: v for k, v in (defaults or {}).items() if v is not None}}
+    cluster = {"hardware": hardware, "gpus_per_node": gpus_per_node, "nic": nic,
+               "flops_convention": flops_convention}
+    trainings: dict[tuple, TrainingSpec] = {}
+    groups: dict[tuple, list[tuple[int, Layout]]] = {}
+    reasons = [""] * len(frame)
     for i, raw in enumerate(frame.to_dict("records")):
-        values = {k: raw[k].strip() for k in FIELDS if k in raw and str(raw[k]).strip() != ""}
-        for key, value in defaults.items():
+        values = {k: str(raw[k]).strip() for k in RECORD_FIELDS if k in raw and str(raw[k]).strip() != ""}
+        for key, value in fill.items():
             values.setdefault(key, value)
         try:
-            layouts.append(resolve_layout(values))
-            rows.append(i)
+            key, training = _row_training(values, cluster, trainings)
+            groups.setdefault(key, []).append((i, layout_from_record(values, training)))
         except AutoplanError as exc:
             reasons[i] = str(exc)
     out = frame.copy()
@@ -62,21 +76,36 @@ def compare_layouts(frame, model: str, *, hardware: str, trainer: str, profile_p
         out[names[column]] = np.nan
     out[names["fits"]] = False
     out[names["infeasible_reason"]] = reasons
-    if layouts:
-        # The cluster size does not enter the per-layout arithmetic (each row has its gpus);
-        # one GPU keeps a row with an odd GPU count from failing the whole file.
-        ctx = build_context(model, 1, hardware=hardware, trainer=trainer, profile_path=profile_path)
-        table = evaluate(ctx, LayoutBatch.from_layouts(layouts), allow_uneven=allow_uneven)
-        frame_out = table.to_frame()
-        from autoplan.rules import explain_reason
-
-        rows_index = out.index[rows]
-        for column in OUTPUT_COLUMNS:
-            if column != "infeasible_reason":
-                out.loc[rows_index, names[column]] = frame_out[column].to_numpy()
-        codes = table["reason_code"].astype(int)
-        out.loc[rows_index, names["infeasible_reason"]] = [
-            explain_reason(ctx, table.batch, j, code) if code else frame_out["infeasible_reason"].iloc[j]
-            for j, code in enumerate(codes)]
+    for key, rows in groups.items():
+        ctx = build_context(spec, trainings[key], trainer=trainer, profile_path=profile_path)
+        _fill_predictions(out, names, ctx, [i for i, _ in rows], [layout for _, layout in rows], allow_uneven)
     out[names["fits"]] = out[names["fits"]].astype(bool)
     return out
+
+
+def _row_training(values: Mapping[str, Any], cluster: Mapping[str, Any],
+                  cache: dict[tuple, TrainingSpec]) -> tuple[tuple, TrainingSpec]:
+    """(key, training setup) of a row's gpus, seq_len and gbs_seqs, built once per key."""
+    setup = record_setup(values, required=SETUP_FIELDS)
+    key = (setup["gpus"], setup["seq_len"], setup["gbs_seqs"])
+    if key not in cache:
+        cache[key] = build_training(*key, **cluster)
+    return key, cache[key]
+
+
+def _fill_predictions(out, names: dict[str, str], ctx, rows: list[int], layouts: list[Layout],
+                      allow_uneven: bool) -> None:
+    """Evaluate ``layouts`` (rows ``rows`` of ``out``) as one batch and write their columns."""
+    from autoplan.cost.evaluate import evaluate
+    from autoplan.rules import explain_reason
+
+    table = evaluate(ctx, LayoutBatch.from_layouts(layouts), allow_uneven=allow_uneven)
+    frame_out = table.to_frame()
+    rows_index = out.index[rows]
+    for column in OUTPUT_COLUMNS:
+        if column != "infeasible_reason":
+            out.loc[rows_index, names[column]] = frame_out[column].to_numpy()
+    codes = table["reason_code"].astype(int)
+    out.loc[rows_index, names["infeasible_reason"]] = [
+        explain_reason(ctx, table.batch, j, code) if code else frame_out["infeasible_reason"].iloc[j]
+        for j, code in enumerate(codes)]

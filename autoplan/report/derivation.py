@@ -25,6 +25,7 @@ from autoplan.cost.terms import TERMS, Term
 from autoplan.profiles import TrainerProfile
 from autoplan.specs.hardware import Cluster, GPUSpec
 from autoplan.specs.model import ModelSpec
+from autoplan.specs.training import TrainingSpec
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "cost-model.md"
 COMMAND = "python -m autoplan.report.derivation"
@@ -85,7 +86,7 @@ def efficiency_classes() -> list[type]:
     A container of such classes (a dataclass whose fields are dataclasses, e.g. the calibrated
     parameters holding the physical efficiencies and the corrections) is replaced by them."""
     hints = typing.get_type_hints(CostContext)
-    known = (ModelSpec, Cluster, TrainerProfile)
+    known = (ModelSpec, Cluster, TrainingSpec, TrainerProfile)
     out: list[type] = []
     for kind in hints.values():
         if not (isinstance(kind, type) and is_dataclass(kind)) or kind in known:

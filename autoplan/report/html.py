@@ -138,13 +138,13 @@ def _format(value: Any, fmt: str) -> str:
 
 def _table_html(frame_top) -> str:
     """The ranked plans as an HTML table (id ``ranked-plans``), rank 1 first."""
-    from autoplan.report.plots import layout_from_row
+    from autoplan.layout import layout_from_record
 
     columns = [c for c in TABLE_COLUMNS if c[0] in frame_top.columns]
     head = "<th>rank</th><th>layout</th>" + "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in columns)
     rows = []
     for rank, (_, row) in enumerate(frame_top.iterrows(), start=1):
-        cells = [str(rank), html.escape(layout_from_row(row).describe())]
+        cells = [str(rank), html.escape(layout_from_record(row).describe())]
         cells += [html.escape(_format(row[name], fmt)) for name, _, fmt in columns]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return (f'<div class="scroll"><table class="ranked" id="ranked-plans"><thead><tr>{head}</tr>'

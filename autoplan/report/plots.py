@@ -9,7 +9,7 @@ the Agg canvas: no pyplot, no global figure state, no display needed.
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from autoplan.cost.memory import MEMORY_TERMS
 from autoplan.cost.terms import time_terms
-from autoplan.layout import CODE_FIELDS, Layout
+from autoplan.layout import Layout, layout_from_record
 from autoplan.units import GiB
 
 TIME_TERMS = tuple(t.term for t in time_terms())  # the step-time terms, in explain's order
@@ -32,22 +32,8 @@ MAX_DRAWN_MICROBATCHES = 16
 DPI = 110
 
 
-def layout_from_row(row: Any) -> Layout:
-    """The ``Layout`` of one row of ``CostTable.to_frame()`` (a pandas Series or a dict)."""
-    values: dict[str, Any] = {}
-    for f in fields(Layout):
-        raw = row[f.name]
-        if f.name in CODE_FIELDS:
-            values[f.name] = str(raw)
-        elif f.name == "sp":
-            values[f.name] = bool(raw)
-        else:
-            values[f.name] = int(raw)
-    return Layout(**values)
-
-
 def _plan_label(rank: int, row: Any, width: int = 34) -> str:
-    return f"#{rank} " + "\n".join(textwrap.wrap(layout_from_row(row).describe(), width))
+    return f"#{rank} " + "\n".join(textwrap.wrap(layout_from_record(row).describe(), width))
 
 
 def _new_figure(width_in: float, height_in: float):
@@ -326,7 +312,7 @@ def plot_throughput_vs_memory(frame_all, capacity_gib: float, chosen_index, path
         row = frame_all.loc[chosen_index]
         x, y = float(row["peak_memory_gib"]), float(row["tokens_per_s_per_gpu"])
         ax.scatter([x], [y], s=260, marker="*", color="#d62728", edgecolor="black", zorder=5,
-                   label="chosen: " + layout_from_row(row).describe())
+                   label="chosen: " + layout_from_record(row).describe())
         ax.annotate(f"{y:,.0f} tok/s, {x:.1f} GiB", (x, y), xytext=(8, 8),
                     textcoords="offset points", fontsize=8)
     ax.set_xlabel("peak memory per GPU (GiB)")

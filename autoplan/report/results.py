@@ -40,7 +40,7 @@ def default_out_dir(model: str, gpus: int, root: str | Path = "results") -> Path
 
 def summary(result: SearchResult, top: int) -> dict[str, Any]:
     """The JSON document of a search: inputs, recipe counts and the top plans."""
-    t, ctx = result.target, result.ctx
+    t, ctx = result.training, result.ctx
     plans = result.top_records(top)
     return {"model": ctx.model.name, "hardware": ctx.cluster.gpu.name, "trainer": ctx.profile.name,
             "gpus": t.gpus, "seq_len": t.seq_len, "gbs_seqs": t.gbs_seqs,

@@ -21,7 +21,7 @@ def _neighbours(ctx: CostContext, lay: Layout) -> list[tuple[str, Layout]]:
         # dp, grad_acc and sp are derived again by resolve_layout for the changed knob
         values = {k: v for k, v in dataclasses.asdict(lay).items() if k not in ("dp", "grad_acc", "sp")}
         try:
-            out.append((option, resolve_layout({**values, **changes})))
+            out.append((option, resolve_layout({**values, **changes}, ctx.training)))
         except LayoutError:  # the change does not divide the GPUs or the batch
             pass
 

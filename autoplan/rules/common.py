@@ -11,7 +11,6 @@ from autoplan.rules.stages import fix_pp
 from autoplan.rules.table import (
     ALL,
     Rule,
-    gbs_seqs_of,
     gpus_of,
     nearest,
     num_experts,
@@ -39,11 +38,6 @@ RULES = [
          lambda c, x: f"dp({x.dp})·tp({x.tp})·pp({x.pp})·cp({x.cp}) = {x.dp * x.tp * x.pp * x.cp} "
                       f"!= gpus({gpus_of(c, x)})",
          TITAN_DIMS),
-    Rule("node_multiple", ALL, "gpus must be a multiple of the GPUs per node when larger than one node",
-         lambda c, b: (gpus_of(c, b) > c.cluster.gpus_per_node) & (gpus_of(c, b) % c.cluster.gpus_per_node != 0),
-         lambda c, x: f"gpus={gpus_of(c, x)}, gpus per node={c.cluster.gpus_per_node}",
-         "launchers (torchrun, srun) start the same number of processes on every node",
-         needs_hardware=True),
     Rule("tp_heads", ALL, "attention heads and KV heads (query groups) must be divisible by tp",
          lambda c, b: (c.model.num_attention_heads % b.tp != 0) | (c.model.num_kv_heads % b.tp != 0),
          lambda c, x: f"heads={c.model.num_attention_heads}, kv_heads={c.model.num_kv_heads}, tp={x.tp}",
@@ -91,13 +85,10 @@ PIPELINE_RULES = [
          MEGATRON_ARGS),
 ]
 
-# After the trainer-specific structure rules:
+# After the trainer-specific structure rules. (Whether a layout reaches the global batch is not a
+# rule: layout.derive_batch_knobs decides it, the search's recipe counts it as its own step and
+# resolve_layout refuses a layout that misses it.)
 BATCH_RULES = [
-    Rule("batch", ALL, "the global batch must equal dp × micro-batch × grad_acc",
-         lambda c, b: b.dp * b.mbs * b.grad_acc != gbs_seqs_of(c, b),
-         lambda c, x: f"gbs_seqs({gbs_seqs_of(c, x)}) != dp({x.dp})·mbs({x.mbs})·grad_acc({x.grad_acc}) "
-                      f"= {x.dp * x.mbs * x.grad_acc}",
-         "DeepSpeed 0.19.8 deepspeed/runtime/config.py (train_batch_size = micro × grad_acc × dp)"),
     Rule("seq_positions", ALL, "seq_len must not exceed the model's learned position embeddings",
          lambda c, b: (c.model.position_embedding == "learned")
          & (seq_len_of(c, b) > c.model.max_position_embeddings),
@@ -107,5 +98,5 @@ BATCH_RULES = [
          lambda c, b: (b.precision == 1) & (c.cluster.gpu.peak_fp8_flops_per_s <= 0),
          lambda c, x: f"precision=fp8, gpu={c.cluster.gpu.name}",
          "Transformer Engine: FP8 GEMMs need compute capability >= 8.9",
-         fix=lambda c, x: "use --precision bf16", needs_hardware=True),
+         fix=lambda c, x: "use --precision bf16"),
 ]

@@ -21,7 +21,7 @@ from autoplan.rules.table import Rule, RuleContext
 RULES: list[Rule] = [
     *common.RULES, *stages.RULES, *common.PIPELINE_RULES,
     *megatron.RULES, *torchtitan.RULES, *capabilities.RULES, *deepspeed.RULES,
-    *common.BATCH_RULES, *torchtitan.BATCH_RULES, *capabilities.PROFILE_RULES,
+    *common.BATCH_RULES, *capabilities.PROFILE_RULES,
 ]
 REASON_CODES = ["ok"] + [rule.name for rule in RULES]
 REASON_MESSAGES = {rule.name: rule.invariant for rule in RULES}

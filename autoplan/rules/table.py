@@ -6,14 +6,14 @@ search checks 10^6 layouts in one call, and export checks its one plan with the 
 batch of one (STYLE.md §2, "one rule, one place").
 
 Rules read a ``RuleContext``: the model, the trainer profile (its capability facts: ZeRO stages,
-vpp, cp, ep), the cluster when the hardware is known (export does not know it; rules that need
-it are skipped there) and whether the user allowed uneven pipeline stages.
+vpp, cp, ep), the training setup (cluster, GPU count, sequence length) and whether the user
+allowed uneven pipeline stages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from autoplan.layout import Layout, LayoutBatch
 from autoplan.profiles import TrainerProfile
 from autoplan.specs.hardware import Cluster
 from autoplan.specs.model import ModelSpec
+from autoplan.specs.training import TrainingSpec
 
 ALL = ("all",)  # a rule that binds every trainer, hf and calibrated profiles included
 
@@ -32,15 +33,19 @@ class RuleContext:
 
     model: ModelSpec
     profile: TrainerProfile
-    cluster: Cluster | None = None  # None where the hardware is unknown (export)
+    training: TrainingSpec
     allow_uneven_pp: bool = False  # --allow-uneven-pp: layers need not divide into pp·vpp stages
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.training.cluster
 
     @classmethod
     def of(cls, ctx: Any, allow_uneven_pp: bool = False) -> RuleContext:
         """A ``RuleContext`` from a ``CostContext`` (or another ``RuleContext``)."""
         if isinstance(ctx, RuleContext):
-            return ctx if not allow_uneven_pp else cls(ctx.model, ctx.profile, ctx.cluster, True)
-        return cls(model=ctx.model, profile=ctx.profile, cluster=ctx.cluster, allow_uneven_pp=allow_uneven_pp)
+            return ctx if not allow_uneven_pp else replace(ctx, allow_uneven_pp=True)
+        return cls(model=ctx.model, profile=ctx.profile, training=ctx.training, allow_uneven_pp=allow_uneven_pp)
 
 
 Predicate = Callable[[RuleContext, LayoutBatch], Any]  # bool array (or scalar) over layouts
@@ -58,11 +63,8 @@ class Rule:
     values: Formatter
     source: str
     fix: Formatter | None = None  # the nearest change that repairs it ('' when none is obvious)
-    needs_hardware: bool = False  # reads ctx.cluster; skipped where the hardware is unknown
 
     def binds(self, ctx: RuleContext) -> bool:
-        if self.needs_hardware and ctx.cluster is None:
-            return False
         return self.trainers == ALL or ctx.profile.name in self.trainers
 
     def broken_mask(self, ctx: RuleContext, batch: LayoutBatch) -> np.ndarray:
@@ -73,19 +75,14 @@ class Rule:
         return f"{self.invariant} ({self.values(ctx, layout)})"
 
 
-# The training setup (gpus, sequence length, global batch) is read through these three, so it
-# can move out of the layout into a TrainingSpec by changing them alone. ``x`` is a LayoutBatch
-# or a Layout.
+# What rules read of the training setup (``x`` is a LayoutBatch or a Layout). The GPU count must
+# be whole nodes beyond one node: the Cluster refuses anything else before a rule runs.
 def gpus_of(ctx: RuleContext, x: Any) -> Any:
-    return x.gpus
+    return ctx.training.gpus
 
 
 def seq_len_of(ctx: RuleContext, x: Any) -> Any:
-    return x.seq_len
-
-
-def gbs_seqs_of(ctx: RuleContext, x: Any) -> Any:
-    return x.gbs_seqs
+    return ctx.training.seq_len
 
 
 def num_experts(ctx: RuleContext) -> int:

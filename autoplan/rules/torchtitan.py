@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.rules.table import Rule, gbs_seqs_of, seq_len_of
+from autoplan.rules.table import Rule, seq_len_of
 
 TITAN = ("torchtitan",)
 DIMS = "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py"
@@ -25,11 +25,6 @@ def dp_shard(b):
 def seq_divisor(b):
     """torchtitan/trainer.py: the sequence is cut (tp if sequence parallel) × (2·cp if cp > 1)."""
     return np.where(b.sp > 0, b.tp, 1) * np.where(b.cp > 1, 2 * b.cp, 1)
-
-
-def local_batch(b):
-    """torchtitan's local_batch_size: a whole pipeline round with PP, one micro-batch without."""
-    return np.where(b.pp > 1, b.mbs * b.grad_acc, b.mbs)
 
 
 def _fix_ep_mesh(c, x) -> str:
@@ -54,11 +49,6 @@ RULES = [
          TRAINER),
 ]
 
-# After the common batch rule:
-BATCH_RULES = [
-    Rule("local_batch", TITAN, "global_batch_size must be divisible by local_batch_size × dp",
-         lambda c, b: gbs_seqs_of(c, b) % (local_batch(b) * b.dp) != 0,
-         lambda c, x: f"global_batch_size={gbs_seqs_of(c, x)}, local_batch_size={int(local_batch(x))}, "
-                      f"dp={x.dp}",
-         TRAINER),
-]
+# torchtitan/trainer.py also checks global_batch_size % (local_batch_size × dp) == 0; the export
+# writes global_batch_size = dp·mbs·grad_acc and local_batch_size = mbs·grad_acc (PP) or mbs, so it
+# holds by construction and is no rule here.

@@ -1,6 +1,6 @@
 """Search: find the layouts that fit, reach the global batch and train fastest.
 
-``search(ctx, space, target, options)`` runs one sampler and returns a ``SearchResult``: every
+``search(ctx, space, options)`` runs one sampler and returns a ``SearchResult``: every
 layout it evaluated, ranked by the recipe (:mod:`autoplan.search.recipe`), the stage counts, and
 the Optuna study that holds the trials (for ``--storage``, resume and optuna-dashboard).
 
@@ -27,7 +27,8 @@ from autoplan.cost.evaluate import CostTable, evaluate
 from autoplan.errors import AutoplanError, NoFeasiblePlanError, UnknownNameError
 from autoplan.search import recipe
 from autoplan.search.recipe import RecipeCounts
-from autoplan.space import KNOBS, BatchTarget, SearchSpace, check_not_empty
+from autoplan.space import KNOBS, SearchSpace, check_not_empty
+from autoplan.specs.training import TrainingSpec
 
 SAMPLERS = ("auto", "exhaustive", "tpe", "nsga2", "random")
 AUTO_EXHAUSTIVE_LIMIT = 1_000_000
@@ -67,7 +68,6 @@ class SearchResult:
 
     ctx: CostContext
     space: SearchSpace
-    target: BatchTarget
     options: SearchOptions
     sampler: str  # the sampler that ran (auto resolved)
     table: CostTable
@@ -75,6 +75,10 @@ class SearchResult:
     counts: RecipeCounts
     elapsed_s: float
     store: Any = None  # StudyStore, or None until ``study`` is first asked for (exhaustive)
+
+    @property
+    def training(self) -> TrainingSpec:
+        return self.ctx.training
 
     @property
     def feasible(self) -> np.ndarray:
@@ -92,7 +96,7 @@ class SearchResult:
         full = evaluate(self.ctx, self.table.batch.take(rows), allow_uneven=self.options.allow_uneven_pp)
         records = []
         for j, row in enumerate(rows):
-            rec: dict[str, Any] = {"rank": int(row) + 1, **self.table.batch.layout(int(row)).to_dict()}
+            rec: dict[str, Any] = {"rank": int(row) + 1, **self.table.batch.layout(int(row)).to_record(self.training)}
             for source in (full.columns, self.table.columns):
                 for name, values in source.items():
                     index = j if source is full.columns else row
@@ -117,14 +121,14 @@ class SearchResult:
         """Raise ``NoFeasiblePlanError`` (exit code 1) saying why when no plan is feasible."""
         if not self.feasible.any():
             raise NoFeasiblePlanError(recipe.infeasible_message(
-                self.ctx, self.table, self.counts, self.target, self.space.values))
+                self.ctx, self.table, self.counts, self.space.values))
 
     @property
     def study(self):
         """The Optuna study holding every trial (built on first use for the exhaustive sampler
         without storage)."""
         if self.store is None:
-            self.store = _store_exhaustive(self, _open(self.ctx, self.space, self.target, self.options,
+            self.store = _store_exhaustive(self, _open(self.ctx, self.space, self.options,
                                                        "exhaustive"))
         return self.store.study
 
@@ -136,20 +140,19 @@ def _plain(value: Any) -> Any:
     return value if np.isfinite(value) else None
 
 
-def search(ctx: CostContext, space: SearchSpace, target: BatchTarget,
-           options: SearchOptions = SearchOptions(),
+def search(ctx: CostContext, space: SearchSpace, options: SearchOptions = SearchOptions(),
            progress: Callable[[int, int], None] | None = None) -> SearchResult:
     """Run the recipe with ``options.sampler``; see the module docstring."""
     start = time.monotonic()
-    enumerable = check_not_empty(space, target)
+    enumerable = check_not_empty(space, ctx.training)
     sampler = options.sampler
     if sampler == "auto":
         sampler = "exhaustive" if enumerable <= AUTO_EXHAUSTIVE_LIMIT else "tpe"
     deadline = start + options.timeout_s if options.timeout_s else None
-    table, counts, store = _run(ctx, space, target, options, sampler, progress, deadline)
+    table, counts, store = _run(ctx, space, options, sampler, progress, deadline)
     table.columns["pareto"] = recipe.pareto_front(table)
     ranked = recipe.take(table, recipe.rank_order(table))
-    result = SearchResult(ctx=ctx, space=space, target=target, options=options, sampler=sampler,
+    result = SearchResult(ctx=ctx, space=space, options=options, sampler=sampler,
                           table=ranked, reasons=recipe.reasons(ranked), counts=counts,
                           elapsed_s=0.0, store=store)
     if sampler == "exhaustive" and options.storage:
@@ -158,7 +161,7 @@ def search(ctx: CostContext, space: SearchSpace, target: BatchTarget,
     return result
 
 
-def _run(ctx, space, target, options: SearchOptions, sampler: str, progress, deadline):
+def _run(ctx, space, options: SearchOptions, sampler: str, progress, deadline):
     """(table, counts, store) of ``sampler``: in this process, or in ``options.workers``."""
     from autoplan.search import parallel
 
@@ -166,56 +169,58 @@ def _run(ctx, space, target, options: SearchOptions, sampler: str, progress, dea
     if sampler == "exhaustive" and options.workers == 1:
         from autoplan.search.exhaustive import run_exhaustive
 
-        table, counts = run_exhaustive(ctx, space, target, allow_uneven=options.allow_uneven_pp,
+        table, counts = run_exhaustive(ctx, space, allow_uneven=options.allow_uneven_pp,
                                        progress=progress, deadline=deadline)
     elif sampler == "exhaustive":
-        store = _open(ctx, space, target, options, sampler)
-        table, counts = parallel.run_exhaustive_parallel(ctx, space, target, options, store,
+        store = _open(ctx, space, options, sampler)
+        table, counts = parallel.run_exhaustive_parallel(ctx, space, options, store,
                                                          progress=progress, deadline=deadline)
     else:
         from autoplan.search.optuna_search import run_optuna
 
-        store = _open(ctx, space, target, options, sampler)
+        store = _open(ctx, space, options, sampler)
         if options.workers > 1:
-            table, counts = parallel.run_optuna_parallel(ctx, space, target, options, store, sampler=sampler,
+            table, counts = parallel.run_optuna_parallel(ctx, space, options, store, sampler=sampler,
                                                          progress=progress, deadline=deadline)
         else:
-            table, counts = run_optuna(ctx, space, target, store, sampler=sampler, trials=options.trials,
+            table, counts = run_optuna(ctx, space, store, sampler=sampler, trials=options.trials,
                                        allow_uneven=options.allow_uneven_pp, progress=progress,
                                        deadline=deadline)
     return table, counts, store
 
 
-def study_meta(ctx: CostContext, space: SearchSpace, target: BatchTarget) -> dict:
+def study_meta(ctx: CostContext, space: SearchSpace) -> dict:
     """What a stored study was made for; a resumed study must match it."""
+    target = ctx.training
     return {"model": ctx.model.name, "gpu": ctx.cluster.gpu.name, "gpus": target.gpus,
             "trainer": ctx.profile.name, "seq_len": target.seq_len, "gbs_seqs": target.gbs_seqs,
             "gbs_tolerance": target.gbs_tolerance, "space": space.to_dict()}
 
 
-def default_study_name(ctx: CostContext, space: SearchSpace, target: BatchTarget) -> str:
+def default_study_name(ctx: CostContext, space: SearchSpace) -> str:
     """Names every input, so a rerun of the same command resumes its own study: e.g.
     ``autoplan-llama3-70b-512gpus-h100-sxm-megatron-seq8192-gbs512-default-1a2b3c4d``."""
     import hashlib
     import json
 
-    digest = hashlib.sha256(json.dumps(study_meta(ctx, space, target), sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(study_meta(ctx, space), sort_keys=True).encode()).hexdigest()
+    target = ctx.training
     return (f"autoplan-{ctx.model.name}-{target.gpus}gpus-{ctx.cluster.gpu.name}-{ctx.profile.name}"
             f"-seq{target.seq_len}-gbs{target.gbs_seqs}-{space.name}-{digest[:8]}")
 
 
-def _open(ctx, space, target, options: SearchOptions, sampler: str):
+def _open(ctx, space, options: SearchOptions, sampler: str):
     from autoplan.search.optuna_search import OBJECTIVES, make_sampler
     from autoplan.search.storage import open_study
 
-    name = options.study_name or (default_study_name(ctx, space, target) if options.storage else None)
+    name = options.study_name or (default_study_name(ctx, space) if options.storage else None)
     return open_study(options.storage, name, OBJECTIVES[sampler], make_sampler(sampler, options.seed),
-                      study_meta(ctx, space, target), load_trials=sampler != "exhaustive")
+                      study_meta(ctx, space), load_trials=sampler != "exhaustive")
 
 
 def _store_exhaustive(result: SearchResult, store):
     """Add the exhaustive result's layouts to the study, skipping those it already holds."""
     from autoplan.search.exhaustive import store_layouts
 
-    store_layouts(store, result.space, result.target, [result.table])
+    store_layouts(store, result.space, [result.table])
     return store

@@ -18,7 +18,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable
 from autoplan.search import recipe
 from autoplan.search.recipe import RecipeCounts
-from autoplan.space import BatchTarget, SearchSpace, indices_to_values, layouts_from_values
+from autoplan.space import SearchSpace, indices_to_values, layouts_from_values
 
 CHUNK_SIZE = 1 << 16
 
@@ -30,10 +30,10 @@ def compact(table: CostTable) -> CostTable:
     which a large search does not need to keep for every layout."""
     keep = {k: v for k, v in table.columns.items()
             if not (k.startswith(("mem_first_", "mem_last_")) and not k.endswith("_total_bytes"))}
-    return CostTable(batch=table.batch, columns=keep)
+    return CostTable(batch=table.batch, columns=keep, training=table.training)
 
 
-def run_exhaustive(ctx: CostContext, space: SearchSpace, target: BatchTarget, *,
+def run_exhaustive(ctx: CostContext, space: SearchSpace, *,
                    allow_uneven: bool = False, chunk_size: int = CHUNK_SIZE,
                    progress: Progress | None = None,
                    deadline: float | None = None) -> tuple[CostTable, RecipeCounts]:
@@ -42,7 +42,7 @@ def run_exhaustive(ctx: CostContext, space: SearchSpace, target: BatchTarget, *,
     Returns the assessed table (layouts with a non-integer dp are counted, not kept) and the
     recipe counts.
     """
-    parts = assess_chunks(ctx, space, target, range(num_chunks(space, chunk_size)),
+    parts = assess_chunks(ctx, space, range(num_chunks(space, chunk_size)),
                           chunk_size=chunk_size, allow_uneven=allow_uneven, progress=progress,
                           deadline=deadline)
     return combine(space, parts)
@@ -52,7 +52,7 @@ def num_chunks(space: SearchSpace, chunk_size: int = CHUNK_SIZE) -> int:
     return -(-space.size // chunk_size)
 
 
-def assess_chunks(ctx: CostContext, space: SearchSpace, target: BatchTarget, numbers: Iterable[int], *,
+def assess_chunks(ctx: CostContext, space: SearchSpace, numbers: Iterable[int], *,
                   chunk_size: int = CHUNK_SIZE, allow_uneven: bool = False,
                   progress: Progress | None = None,
                   deadline: float | None = None) -> list[tuple[int, CostTable, RecipeCounts]]:
@@ -67,7 +67,7 @@ def assess_chunks(ctx: CostContext, space: SearchSpace, target: BatchTarget, num
         if deadline is not None and parts and time.monotonic() > deadline:
             break
         index = np.arange(k * chunk_size, min((k + 1) * chunk_size, space.size), dtype=np.int64)
-        batch, kept, reaches = layouts_from_values(indices_to_values(space, index), target)
+        batch, kept, reaches = layouts_from_values(indices_to_values(space, index), ctx.training)
         table = recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven)
         parts.append((k, compact(table), recipe.count(table, dropped_degrees=int((~kept).sum()))))
         done += len(index)
@@ -88,7 +88,7 @@ def combine(space: SearchSpace, parts: Iterable[tuple[int, CostTable, RecipeCoun
     return recipe.concat(tables), counts
 
 
-def store_layouts(store, space: SearchSpace, target: BatchTarget, tables: Iterable[CostTable]) -> None:
+def store_layouts(store, space: SearchSpace, tables: Iterable[CostTable]) -> None:
     """Add the assessed layouts of ``tables`` that the study does not hold yet, in bulk."""
     from autoplan.search.optuna_search import frozen_trials
     from autoplan.search.storage import bulk_add
@@ -98,7 +98,7 @@ def store_layouts(store, space: SearchSpace, target: BatchTarget, tables: Iterab
     existing = {tuple(t.params.get(k) for k in KNOBS) for t in study.get_trials(deepcopy=False)}
     for table in tables:
         rows = missing_rows(table, existing)
-        bulk_add(study, frozen_trials(space, recipe.take(table, rows), target, 1))
+        bulk_add(study, frozen_trials(space, recipe.take(table, rows), 1))
 
 
 def missing_rows(table: CostTable, existing: set[tuple]) -> np.ndarray:

@@ -22,7 +22,7 @@ from autoplan.search import recipe
 from autoplan.search.exhaustive import compact
 from autoplan.search.recipe import RecipeCounts
 from autoplan.search.storage import StudyStore
-from autoplan.space import KNOBS, BatchTarget, SearchSpace, layouts_from_values, params_to_values
+from autoplan.space import KNOBS, SearchSpace, layouts_from_values, params_to_values
 
 OBJECTIVES = {"exhaustive": ("maximize",), "tpe": ("maximize",), "random": ("maximize",),
               "nsga2": ("maximize", "maximize")}  # tokens/s/GPU (and memory headroom for nsga2)
@@ -52,7 +52,7 @@ def make_sampler(name: str, seed: int | None):
     raise AssertionError(f"no Optuna sampler for {name!r}")
 
 
-def outcomes(table: CostTable, target: BatchTarget, n_objectives: int) -> dict[str, np.ndarray]:
+def outcomes(table: CostTable, n_objectives: int) -> dict[str, np.ndarray]:
     """Objective values and constraint values of every assessed layout, as arrays.
 
     Constraints (feasible when <= 0): ``legal`` (0, or ILLEGAL_VIOLATION when a rule is
@@ -62,6 +62,7 @@ def outcomes(table: CostTable, target: BatchTarget, n_objectives: int) -> dict[s
     legal = table["reason_code"] == 0
     tps = np.nan_to_num(table["tokens_per_s_per_gpu"], nan=0.0, posinf=0.0, neginf=0.0)
     room = np.nan_to_num(table["memory_headroom_gib"], nan=0.0, posinf=0.0, neginf=0.0)
+    target = table.training
     miss = np.abs(table.batch.gbs_seqs - target.gbs_seqs) / target.gbs_seqs * 100.0
     out = {"value0": np.where(legal, tps, 0.0),
            "legal": np.where(legal, 0.0, ILLEGAL_VIOLATION),
@@ -72,9 +73,9 @@ def outcomes(table: CostTable, target: BatchTarget, n_objectives: int) -> dict[s
     return out
 
 
-def trial_data(table: CostTable, target: BatchTarget, n_objectives: int) -> list[tuple]:
+def trial_data(table: CostTable, n_objectives: int) -> list[tuple]:
     """(values, constraints, user_attrs) per row, as plain Python values."""
-    out = outcomes(table, target, n_objectives)
+    out = outcomes(table, n_objectives)
     reasons = recipe.reasons(table)
     peak = np.round(np.nan_to_num(table["peak_memory_gib"], nan=-1.0), 3)
     attrs = {k: getattr(table.batch, k).astype(int) for k in ATTR_COLUMNS}
@@ -94,7 +95,7 @@ def degree_trial_data(n_objectives: int) -> tuple:
             {"reason": "degrees"})
 
 
-def frozen_trials(space: SearchSpace, table: CostTable, target: BatchTarget, n_objectives: int) -> list:
+def frozen_trials(space: SearchSpace, table: CostTable, n_objectives: int) -> list:
     """Finished trials for the assessed layouts (the exhaustive sampler's bulk add)."""
     import optuna
 
@@ -103,7 +104,7 @@ def frozen_trials(space: SearchSpace, table: CostTable, target: BatchTarget, n_o
               for i in range(len(table))]
     return [optuna.trial.create_trial(params=p, distributions=dists, values=values,
                                       user_attrs=user, constraints=constraints)
-            for p, (values, constraints, user) in zip(params, trial_data(table, target, n_objectives))]
+            for p, (values, constraints, user) in zip(params, trial_data(table, n_objectives))]
 
 
 def baselines(ctx: CostContext, space: SearchSpace) -> list[dict]:
@@ -121,18 +122,18 @@ def baselines(ctx: CostContext, space: SearchSpace) -> list[dict]:
     return [{**base, "pp": pp, "recompute": rc} for pp in v["pp"] for rc in modes]
 
 
-def run_optuna(ctx: CostContext, space: SearchSpace, target: BatchTarget, store: StudyStore, *,
+def run_optuna(ctx: CostContext, space: SearchSpace, store: StudyStore, *,
                sampler: str, trials: int, allow_uneven: bool = False,
                progress: Callable[[int, int], None] | None = None,
                deadline: float | None = None) -> tuple[CostTable, RecipeCounts]:
     """Ask and tell until the study holds ``trials`` finished trials (resumed ones count) or the
     deadline passes; returns every layout the study has tried, assessed, and the counts."""
-    ask_and_tell(ctx, space, target, store, sampler=sampler, trials=trials, allow_uneven=allow_uneven,
+    ask_and_tell(ctx, space, store, sampler=sampler, trials=trials, allow_uneven=allow_uneven,
                  progress=progress, deadline=deadline)
-    return finish(ctx, space, target, store, sampler=sampler, allow_uneven=allow_uneven)
+    return finish(ctx, space, store, sampler=sampler, allow_uneven=allow_uneven)
 
 
-def ask_and_tell(ctx: CostContext, space: SearchSpace, target: BatchTarget, store: StudyStore, *,
+def ask_and_tell(ctx: CostContext, space: SearchSpace, store: StudyStore, *,
                  sampler: str, trials: int, quota: int | None = None, baselines_first: bool = True,
                  allow_uneven: bool = False, progress: Callable[[int, int], None] | None = None,
                  deadline: float | None = None) -> int:
@@ -156,7 +157,7 @@ def ask_and_tell(ctx: CostContext, space: SearchSpace, target: BatchTarget, stor
                                                       and time.monotonic() > deadline):
             asked = [work.ask(dists) for _ in range(min(BATCH_SIZE, trials - done, quota - told))]
             try:
-                _tell_batch(ctx, space, target, work, asked, n_obj, allow_uneven)
+                _tell_batch(ctx, space, work, asked, n_obj, allow_uneven)
             except BaseException:
                 _fail_unfinished(work, asked)
                 store.flush()
@@ -169,7 +170,7 @@ def ask_and_tell(ctx: CostContext, space: SearchSpace, target: BatchTarget, stor
     return told
 
 
-def finish(ctx: CostContext, space: SearchSpace, target: BatchTarget, store: StudyStore, *,
+def finish(ctx: CostContext, space: SearchSpace, store: StudyStore, *,
            sampler: str, allow_uneven: bool = False) -> tuple[CostTable, RecipeCounts]:
     """Assess every layout the study has tried; tpe adds its local polish (the improvements go
     into the study too)."""
@@ -178,20 +179,20 @@ def finish(ctx: CostContext, space: SearchSpace, target: BatchTarget, store: Stu
     store.sync()
     complete = (optuna.trial.TrialState.COMPLETE,)
     tried = [t.params for t in store.working.get_trials(deepcopy=False, states=complete)]
-    table, counts = assess_params(ctx, space, target, tried, allow_uneven=allow_uneven)
+    table, counts = assess_params(ctx, space, tried, allow_uneven=allow_uneven)
     if sampler != "tpe":
         return table, counts
     from autoplan.search.polish import polish
 
-    found = polish(ctx, space, target, table, allow_uneven=allow_uneven)
-    _add_improvements(space, target, store, table, found)
+    found = polish(ctx, space, table, allow_uneven=allow_uneven)
+    _add_improvements(space, store, table, found)
     final = recipe.concat([table, found])
     final_counts = recipe.count(final, dropped_degrees=counts.reasons.get("degrees", 0))
     final_counts.space_size = space.size
     return final, final_counts
 
 
-def _add_improvements(space, target, store: StudyStore, table: CostTable, found: CostTable,
+def _add_improvements(space, store: StudyStore, table: CostTable, found: CostTable,
                       limit: int = 64) -> None:
     """Add the polished layouts that beat every trial (at most ``limit``) to the study."""
     best = table["tokens_per_s_per_gpu"][table["feasible"]].max(initial=-np.inf)
@@ -199,13 +200,13 @@ def _add_improvements(space, target, store: StudyStore, table: CostTable, found:
     better = np.flatnonzero(found["feasible"] & (tps > best))
     better = better[np.argsort(-tps[better], kind="stable")][:limit]
     if len(better):
-        store.working.add_trials(frozen_trials(space, recipe.take(found, np.sort(better)), target, 1))
+        store.working.add_trials(frozen_trials(space, recipe.take(found, np.sort(better)), 1))
         store.flush()
 
 
-def _tell_batch(ctx, space, target, work, asked, n_obj, allow_uneven) -> None:
-    batch, kept, reaches = layouts_from_values(params_to_values(space, [t.params for t in asked]), target)
-    data = trial_data(recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven), target, n_obj)
+def _tell_batch(ctx, space, work, asked, n_obj, allow_uneven) -> None:
+    batch, kept, reaches = layouts_from_values(params_to_values(space, [t.params for t in asked]), ctx.training)
+    data = trial_data(recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven), n_obj)
     rows = iter(data)
     for trial, ok in zip(asked, kept):
         values, constraints, user = next(rows) if ok else degree_trial_data(n_obj)
@@ -223,14 +224,14 @@ def _fail_unfinished(work, asked) -> None:
         work.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
 
 
-def assess_params(ctx: CostContext, space: SearchSpace, target: BatchTarget, params: list[dict], *,
+def assess_params(ctx: CostContext, space: SearchSpace, params: list[dict], *,
                   allow_uneven: bool = False) -> tuple[CostTable, RecipeCounts]:
     """Assess the distinct layouts among ``params``, in a canonical order (so the numbers do
     not depend on the order trials came in)."""
     keys = sorted({tuple(p[k] for k in KNOBS) for p in params},
                   key=lambda key: tuple(space.values[k].index(x) for k, x in zip(KNOBS, key)))
     values = params_to_values(space, [dict(zip(KNOBS, key)) for key in keys])
-    batch, kept, reaches = layouts_from_values(values, target)
+    batch, kept, reaches = layouts_from_values(values, ctx.training)
     table = recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven)
     counts = recipe.count(table, dropped_degrees=int((~kept).sum()))
     counts.space_size = space.size

@@ -33,7 +33,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable
 from autoplan.errors import AutoplanError
 from autoplan.search.recipe import RecipeCounts
-from autoplan.space import BatchTarget, SearchSpace
+from autoplan.space import SearchSpace
 
 Progress = Callable[[int, int], None]
 
@@ -47,7 +47,7 @@ def shares(total: int, workers: int) -> list[int]:
     return [total // workers + (i < total % workers) for i in range(workers)]
 
 
-def run_optuna_parallel(ctx: CostContext, space: SearchSpace, target: BatchTarget, options, store, *,
+def run_optuna_parallel(ctx: CostContext, space: SearchSpace, options, store, *,
                         sampler: str, progress: Progress | None = None,
                         deadline: float | None = None) -> tuple[CostTable, RecipeCounts]:
     """Run ``options.workers`` processes on the study of ``store`` (this one included) until it
@@ -59,29 +59,29 @@ def run_optuna_parallel(ctx: CostContext, space: SearchSpace, target: BatchTarge
     complete = (optuna.trial.TrialState.COMPLETE,)
     done = len(store.working.get_trials(deepcopy=False, states=complete))
     share = shares(max(0, options.trials - done), options.workers)
-    jobs = [(_optuna_worker, (ctx, space, target, options, sampler, i, share[i], _left(deadline)))
+    jobs = [(_optuna_worker, (ctx, space, options, sampler, i, share[i], _left(deadline)))
             for i in range(1, options.workers) if share[i]]
     with _workers(jobs) as results:
-        ask_and_tell(ctx, space, target, store, sampler=sampler, trials=options.trials, quota=share[0],
+        ask_and_tell(ctx, space, store, sampler=sampler, trials=options.trials, quota=share[0],
                      allow_uneven=options.allow_uneven_pp, progress=progress, deadline=deadline)
         results()
-    return finish(ctx, space, target, store, sampler=sampler, allow_uneven=options.allow_uneven_pp)
+    return finish(ctx, space, store, sampler=sampler, allow_uneven=options.allow_uneven_pp)
 
 
-def _optuna_worker(ctx, space, target, options, sampler: str, index: int, quota: int,
+def _optuna_worker(ctx, space, options, sampler: str, index: int, quota: int,
                    timeout_s: float | None) -> int:
     from autoplan.search import _open
     from autoplan.search.optuna_search import ask_and_tell
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     seed = None if options.seed is None else options.seed + index
-    store = _open(ctx, space, target, replace(options, seed=seed), sampler)
-    return ask_and_tell(ctx, space, target, store, sampler=sampler, trials=options.trials, quota=quota,
+    store = _open(ctx, space, replace(options, seed=seed), sampler)
+    return ask_and_tell(ctx, space, store, sampler=sampler, trials=options.trials, quota=quota,
                         baselines_first=False, allow_uneven=options.allow_uneven_pp,
                         progress=_stop_if_orphaned(), deadline=deadline)
 
 
-def run_exhaustive_parallel(ctx: CostContext, space: SearchSpace, target: BatchTarget, options, store, *,
+def run_exhaustive_parallel(ctx: CostContext, space: SearchSpace, options, store, *,
                             chunk_size: int | None = None, progress: Progress | None = None,
                             deadline: float | None = None) -> tuple[CostTable, RecipeCounts]:
     """Deal the chunks of the product to ``options.workers`` processes (this one included);
@@ -91,10 +91,10 @@ def run_exhaustive_parallel(ctx: CostContext, space: SearchSpace, target: BatchT
     chunk_size = chunk_size or exhaustive.CHUNK_SIZE
     count = exhaustive.num_chunks(space, chunk_size)
     workers = min(options.workers, count)
-    jobs = [(_exhaustive_worker, (ctx, space, target, options, range(i, count, workers), chunk_size,
+    jobs = [(_exhaustive_worker, (ctx, space, options, range(i, count, workers), chunk_size,
                                   _left(deadline))) for i in range(1, workers)]
     with _workers(jobs) as results:
-        parts = _assess_and_store(ctx, space, target, store, range(0, count, workers), chunk_size,
+        parts = _assess_and_store(ctx, space, store, range(0, count, workers), chunk_size,
                                   options.allow_uneven_pp, progress, deadline)
         for more in results():
             parts += more
@@ -103,22 +103,22 @@ def run_exhaustive_parallel(ctx: CostContext, space: SearchSpace, target: BatchT
     return exhaustive.combine(space, parts)
 
 
-def _exhaustive_worker(ctx, space, target, options, numbers: range, chunk_size: int,
+def _exhaustive_worker(ctx, space, options, numbers: range, chunk_size: int,
                        timeout_s: float | None) -> list:
     from autoplan.search import _open
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    store = _open(ctx, space, target, options, "exhaustive")
-    return _assess_and_store(ctx, space, target, store, numbers, chunk_size, options.allow_uneven_pp,
+    store = _open(ctx, space, options, "exhaustive")
+    return _assess_and_store(ctx, space, store, numbers, chunk_size, options.allow_uneven_pp,
                              _stop_if_orphaned(), deadline)
 
 
-def _assess_and_store(ctx, space, target, store, numbers, chunk_size, allow_uneven, progress, deadline):
+def _assess_and_store(ctx, space, store, numbers, chunk_size, allow_uneven, progress, deadline):
     from autoplan.search.exhaustive import assess_chunks, store_layouts
 
-    parts = assess_chunks(ctx, space, target, numbers, chunk_size=chunk_size, allow_uneven=allow_uneven,
+    parts = assess_chunks(ctx, space, numbers, chunk_size=chunk_size, allow_uneven=allow_uneven,
                           progress=progress, deadline=deadline)
-    store_layouts(store, space, target, [table for _, table, _ in parts])
+    store_layouts(store, space, [table for _, table, _ in parts])
     return parts
 
 

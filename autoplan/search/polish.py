@@ -19,7 +19,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable
 from autoplan.layout import LayoutBatch
 from autoplan.search import recipe
-from autoplan.space import KNOBS, BatchTarget, SearchSpace, indices_to_values, layouts_from_values
+from autoplan.space import KNOBS, SearchSpace, indices_to_values, layouts_from_values
 
 NUM_SEEDS = 4
 MAX_ROUNDS = 8
@@ -47,7 +47,7 @@ def neighbours(space: SearchSpace, seeds: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate(found))
 
 
-def polish(ctx: CostContext, space: SearchSpace, target: BatchTarget, table: CostTable, *,
+def polish(ctx: CostContext, space: SearchSpace, table: CostTable, *,
            allow_uneven: bool = False) -> CostTable:
     """The assessed layouts found around the best of ``table`` (none of which is in it)."""
     from autoplan.search.exhaustive import compact
@@ -65,7 +65,7 @@ def polish(ctx: CostContext, space: SearchSpace, target: BatchTarget, table: Cos
         expanded = np.concatenate([expanded, seeds])
         candidates = neighbours(space, seeds)
         candidates = candidates[~np.isin(candidates, index["flat"])]
-        batch, kept, reaches = layouts_from_values(indices_to_values(space, candidates), target)
+        batch, kept, reaches = layouts_from_values(indices_to_values(space, candidates), ctx.training)
         new = compact(recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven))
         found.append(new)
         index = {"flat": np.concatenate([index["flat"], candidates[kept]]),

@@ -19,7 +19,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable, evaluate
 from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch
 from autoplan.rules import REASON_CODES, REASON_MESSAGES, explain_reason
-from autoplan.space import KNOBS, BatchTarget
+from autoplan.space import KNOBS
 from autoplan.units import GiB
 
 FEASIBLE, NO_BATCH, OUT_OF_MEMORY, ILLEGAL = 0, 1, 2, 3
@@ -105,7 +105,8 @@ def rank_order(table: CostTable) -> np.ndarray:
 
 def take(table: CostTable, index: np.ndarray) -> CostTable:
     """The rows ``index`` of a table (layouts and columns)."""
-    return CostTable(batch=table.batch.take(index), columns={k: v[index] for k, v in table.columns.items()})
+    return CostTable(batch=table.batch.take(index), columns={k: v[index] for k, v in table.columns.items()},
+                     training=table.training)
 
 
 def concat(tables: list[CostTable]) -> CostTable:
@@ -114,7 +115,7 @@ def concat(tables: list[CostTable]) -> CostTable:
         return tables[0]
     batch = LayoutBatch({k: np.concatenate([getattr(t.batch, k) for t in tables]) for k in FIELDS})
     columns = {k: np.concatenate([t.columns[k] for t in tables]) for k in tables[0].columns}
-    return CostTable(batch=batch, columns=columns)
+    return CostTable(batch=batch, columns=columns, training=tables[0].training)
 
 
 def pareto_front(table: CostTable) -> np.ndarray:
@@ -131,14 +132,15 @@ def pareto_front(table: CostTable) -> np.ndarray:
 
 
 def infeasible_message(ctx: CostContext, table: CostTable, counts: RecipeCounts,
-                       target: BatchTarget, space_values: dict) -> str:
+                       space_values: dict) -> str:
     """One line: why nothing is feasible (reasons with counts) and the closest miss."""
     top = ", ".join(f"{n} {name}" for name, n in counts.reasons.most_common(4))
     head = f"no feasible plan among {counts.candidates} candidate layouts ({top})"
-    return f"{head}; {_closest_miss(ctx, table, target, space_values)}"
+    return f"{head}; {_closest_miss(ctx, table, space_values)}"
 
 
-def _closest_miss(ctx: CostContext, table: CostTable, target: BatchTarget, space_values: dict) -> str:
+def _closest_miss(ctx: CostContext, table: CostTable, space_values: dict) -> str:
+    target = ctx.training
     stage = table["stage"] if len(table) else np.array([])
     capacity_gib = ctx.cluster.gpu.usable_memory_bytes / GiB
     if len(table) == 0:

@@ -13,10 +13,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from autoplan.api import build_context
+from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
-from autoplan.layout import LayoutBatch, resolve_layout
-from autoplan.report.plots import layout_from_row
+from autoplan.layout import LayoutBatch, layout_from_record, resolve_layout
 from autoplan.report.html import PLOT_FILES, add_cost_columns, write_report
 from autoplan.units import GiB
 
@@ -35,15 +34,15 @@ PROBE = """<script>window.addEventListener("load", () => {
 
 def report_dir(tmp_root):
     """Write the report of 6 layouts of llama3-8b on 64 H100s into ``tmp_root``."""
-    ctx = build_context("llama3-8b", 64)
-    batch = LayoutBatch.from_layouts(resolve_layout(dict(gpus=64, seq_len=8192, gbs_seqs=512, **v))
+    ctx = build_context("llama3-8b", build_training(64, 8192, 512))
+    batch = LayoutBatch.from_layouts(resolve_layout(v, ctx.training)
                                      for v in LAYOUTS)
     frame = evaluate(ctx, batch).to_frame()
     top = frame[frame["fits"]].sort_values("tokens_per_s_per_gpu", ascending=False)
     top = add_cost_columns(top, gpu_hour_price_usd=2.5, train_tokens=15e12, num_gpus=64)
     summary = {"model": "llama3-8b", "GPUs": "64 × h100-sxm"}
     write_report(tmp_root, frame, top, summary, ctx.cluster.gpu.usable_memory_bytes / GiB,
-                 layout_from_row(top.iloc[0]))
+                 layout_from_record(top.iloc[0]))
     return tmp_root, top
 
 
@@ -70,7 +69,7 @@ def test_dom_has_the_ranked_table(rendered):
     table = re.search(r'<table class="ranked" id="ranked-plans">(.*?)</table>', dom, re.S)
     assert table, "no ranked table in the rendered page"
     assert table.group(1).count("<tr>") == len(top) + 1  # header + one row per plan
-    assert layout_from_row(top.iloc[0]).describe() in table.group(1)
+    assert layout_from_record(top.iloc[0]).describe() in table.group(1)
 
 
 def test_every_image_decodes_in_the_browser(rendered):

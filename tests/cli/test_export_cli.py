@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from autoplan.api import plan_from_record
 from autoplan.cli import main
 from autoplan.export import ExportError, export_plan, safe_join, write_files
 from autoplan.specs.models import load_model
@@ -193,7 +194,8 @@ def test_nested_names_inside_the_folder_are_fine(tmp_path):
 
 def test_export_plan_writes_every_trainer_into_the_folder(tmp_path):
     out = tmp_path / "run" / "configs"
-    paths = export_plan({**PLAN_A, "zero": 0}, "llama3-8b", "megatron,torchtitan,nanotron,deepspeed", out)
+    training = plan_from_record(PLAN_A)[1]
+    paths = export_plan({**PLAN_A, "zero": 0}, "llama3-8b", "megatron,torchtitan,nanotron,deepspeed", out, training)
     assert {p.parent for p in paths} == {out}
     assert {p.name for p in paths} == {"megatron_pretrain_gpt.sh", "torchtitan_autoplan.py", "torchtitan_job.toml",
                                        "nanotron_config.yaml", "deepspeed_config.json", "deepspeed_launch.sh"}
@@ -202,5 +204,6 @@ def test_export_plan_writes_every_trainer_into_the_folder(tmp_path):
 def test_export_plan_is_all_or_nothing(tmp_path):
     out = tmp_path / "configs"
     with pytest.raises(Exception, match="torchtitan refuses this plan"):
-        export_plan(PLAN_A, load_model("llama3-8b"), ["megatron", "torchtitan"], out)  # zero=1: torchtitan no
+        export_plan(PLAN_A, load_model("llama3-8b"), ["megatron", "torchtitan"], out,  # zero=1: torchtitan no
+                    plan_from_record(PLAN_A)[1])
     assert not out.exists()

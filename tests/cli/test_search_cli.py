@@ -9,11 +9,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from autoplan.api import build_context
+from autoplan.api import build_context, build_training
 from autoplan.cli import main
 from autoplan.cli.search import SAMPLER_CHOICES
 from autoplan.cost.evaluate import evaluate
-from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.layout import LayoutBatch, layout_from_record
 from autoplan.search import SAMPLERS
 
 HEADLINE = ["search", "--model", "70b", "--gpus", "512", "--gbs-tokens", "4M"]
@@ -47,12 +47,12 @@ def test_headline_table(tmp_path):
 
 def test_each_top_plan_is_legal_fits_and_meets_the_batch(headline):
     document, _ = headline
-    ctx = build_context("70b", 512)
+    ctx = build_context("70b", build_training(512, 8192, 512))
     plans = document["plans"]
     assert 1 <= len(plans) <= 10
     # 4M tokens = 4·2^20 = 4,194,304 tokens; llama3-70b trains at 8,192 tokens: 512 sequences.
     assert document["gbs_seqs"] == 512 and document["seq_len"] == 8192
-    layouts = [resolve_layout({k: plan[k] for k in LAYOUT_KEYS}) for plan in plans]
+    layouts = [layout_from_record(plan, ctx.training) for plan in plans]
     table = evaluate(ctx, LayoutBatch.from_layouts(layouts))
     assert (table["reason_code"] == 0).all() and table["fits"].all()
     for plan in plans:

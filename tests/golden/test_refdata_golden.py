@@ -44,12 +44,13 @@ def test_derived_tokens(case):
 
 
 def test_every_source_loads_with_resolvable_layouts():
-    from autoplan.layout import resolve_layout
+    from autoplan.calibration.validation import row_context
+    from autoplan.layout import layout_from_record
 
     for name, source in load_sources().items():
         assert source.rows, name
         for row in source.rows:
-            lay = resolve_layout(row.layout)
-            assert lay.dp * lay.mbs * lay.grad_acc == lay.gbs_seqs, row.row_id
+            lay = layout_from_record(row.layout, row_context(row).training)
+            assert lay.dp * lay.mbs * lay.grad_acc == lay.gbs_seqs == row.layout["gbs_seqs"], row.row_id
             assert row.has_time or row.has_memory or row.status != "ok", row.row_id
         assert all(reason for _, reason in source.excluded), name

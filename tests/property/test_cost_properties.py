@@ -21,10 +21,14 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
 from autoplan.cost.memory import MEMORY_TERMS, model_state_bytes
 from autoplan.report.explain import explain_terms
-from autoplan.layout import PLACEMENTS, Layout, LayoutBatch, resolve_layout
+from autoplan.api import plan_from_record
+from autoplan.cost.evaluate import CostTable
+from autoplan.layout import PLACEMENTS, Layout, LayoutBatch
+from autoplan.search.recipe import concat, take
 from autoplan.profiles import list_trainers, load_profile
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import MLASpec, ModelSpec, MoESpec
+from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
 
 GPU = load_gpu("h100-sxm")  # scale-up domain 8, FP8 capable
@@ -37,18 +41,41 @@ FAST = settings(max_examples=int(os.environ.get("AUTOPLAN_PROPERTY_EXAMPLES", "4
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
+@dataclasses.dataclass(frozen=True)
+class DrawnLayout(Layout):
+    """A layout with the GPU count and sequence length it was drawn for (its training setup)."""
+
+    gpus: int = 1
+    seq_len: int = 1024
+
+
 def make_ctx(model: ModelSpec, trainer: str = "megatron", *, domain: int | None = None) -> CostContext:
     """A context on H100s; ``domain`` overrides the scale-up (NVLink) domain size."""
     profile = load_profile(trainer)
-    cluster = make_cluster(GPU, 8)
-    if domain is not None:
-        cluster = dataclasses.replace(cluster, scale_up_domain_size=domain)
-    return CostContext(model=model, cluster=cluster, profile=profile,
+    return CostContext(model=model, training=setup(8, 1024, 8, domain), profile=profile,
                        parameters=profile.parameters_for(GPU.name))
 
 
-def table_of(ctx: CostContext, layouts: list[Layout]):
-    return evaluate(ctx, LayoutBatch.from_layouts(layouts))
+def setup(gpus: int, seq_len: int, gbs_seqs: int, domain: int | None = None) -> TrainingSpec:
+    cluster = make_cluster(GPU, gpus)
+    if domain is not None:
+        cluster = dataclasses.replace(cluster, scale_up_domain_size=domain)
+    return TrainingSpec(cluster, seq_len, gbs_seqs)
+
+
+def table_of(ctx: CostContext, layouts: list[DrawnLayout]) -> CostTable:
+    """The layouts evaluated in order; those sharing a setup (gpus, seq_len) as one batch."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, lay in enumerate(layouts):
+        groups.setdefault((lay.gpus, lay.seq_len), []).append(i)
+    parts, order = [], []
+    for (gpus, seq_len), index in groups.items():
+        training = setup(gpus, seq_len, layouts[index[0]].gbs_seqs, ctx.cluster.scale_up_domain_size)
+        parts.append(evaluate(dataclasses.replace(ctx, training=training),
+                              LayoutBatch.from_layouts([layouts[i] for i in index])))
+        order += index
+    table = concat(parts)
+    return take(table, np.argsort(order, kind="stable"))
 
 
 # --- strategies --------------------------------------------------------------------------
@@ -102,6 +129,12 @@ def models(draw, *, moe: bool | None = None, gpt: bool | None = None, min_kv_hea
                      qkv_bias=draw(st.booleans()), moe=moe_spec, mla=mla_spec)
 
 
+def drawn(record: dict) -> DrawnLayout:
+    """The layout of ``record`` (through the record path) with its gpus and seq_len."""
+    layout, training = plan_from_record(record)
+    return DrawnLayout(**layout.to_dict(), gpus=training.gpus, seq_len=training.seq_len)
+
+
 @st.composite
 def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int | None = None,
             gbs_seqs: int | None = None, tp_choices=(1, 2, 4, 8, 16, 32)) -> Layout:
@@ -148,7 +181,7 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
     sp = tp > 1 and (draw(st.booleans()) or (trainer == "megatron" and model.moe is not None))
     if trainer == "torchtitan":  # torchtitan cuts the sequence (tp if sp) × (2·cp if cp > 1)
         assume(seq % ((tp if sp else 1) * (2 * cp if cp > 1 else 1)) == 0)
-    return resolve_layout(dict(
+    return drawn(dict(
         gpus=dp * tp * pp * cp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs,
         grad_acc=grad_acc, seq_len=seq, gbs_seqs=dp * mbs * grad_acc, zero=zero, sp=sp,
         recompute=draw(st.sampled_from(["none", "selective", "full"])),
@@ -184,6 +217,8 @@ def test_generated_layouts_are_legal(case):
 def test_batch_evaluation_equals_one_by_one(case, data):
     """Every column of a batch equals the same layout evaluated alone (STYLE.md §2)."""
     model, trainer, lays = case
+    # One batch is one training setup: keep the layouts drawn for the first one's.
+    lays = [lay for lay in lays if (lay.gpus, lay.seq_len) == (lays[0].gpus, lays[0].seq_len)]
     # Mix in layouts that break a rule (tp not dividing heads, batch mismatch): still costed.
     extra = data.draw(st.lists(st.builds(
         lambda lay, tp, ga: dataclasses.replace(lay, tp=tp, grad_acc=ga),
@@ -274,7 +309,7 @@ def test_full_recompute_one_layer_in_flight():
     """
     model = ModelSpec(name="one-layer", num_layers=1, hidden_size=1024, ffn_hidden_size=4096,
                       num_attention_heads=8, num_kv_heads=8, head_dim=128, vocab_size=1000)
-    base = resolve_layout(dict(gpus=1, seq_len=1024, gbs_seqs=1))
+    base = drawn(dict(gpus=1, seq_len=1024, gbs_seqs=1))
     table = table_of(make_ctx(model), [dataclasses.replace(base, recompute=r)
                                        for r in ("none", "selective", "full")])
     acts = table["mem_first_activations_bytes"]
@@ -297,7 +332,7 @@ def test_full_recompute_not_above_selective_for_gpt():
                       num_attention_heads=2, num_kv_heads=2, head_dim=16, vocab_size=64,
                       activation="gelu", norm="layernorm", position_embedding="learned",
                       max_position_embeddings=2048, linear_bias=True, model_type="gpt2")
-    base = resolve_layout(dict(gpus=1, seq_len=128, gbs_seqs=1, zero=0))
+    base = drawn(dict(gpus=1, seq_len=128, gbs_seqs=1, zero=0))
     table = table_of(make_ctx(model, "deepspeed"), [dataclasses.replace(base, recompute=r)
                                                     for r in ("none", "selective", "full")])
     acts = table["mem_first_activations_bytes"]
@@ -316,7 +351,7 @@ def test_more_recompute_never_lowers_reported_compute_with_pipeline():
                       num_attention_heads=16, num_kv_heads=16, head_dim=64, vocab_size=64,
                       moe=MoESpec(num_experts=16, num_experts_per_token=1,
                                   expert_ffn_hidden_size=96, num_dense_layers=1))
-    base = resolve_layout(dict(gpus=32, tp=16, pp=2, ep=4, zero=0, seq_len=128, gbs_seqs=1, sp=False))
+    base = drawn(dict(gpus=32, tp=16, pp=2, ep=4, zero=0, seq_len=128, gbs_seqs=1, sp=False))
     table = table_of(make_ctx(model, "torchtitan"), [dataclasses.replace(base, recompute=r)
                                                      for r in ("none", "selective", "full")])
     work = table["time_compute_s"] + table["time_recompute_s"]
@@ -410,9 +445,10 @@ def test_zero3_expert_shards_sum_over_the_expert_data_parallel_group(case):
 @given(model_and_layouts(max_size=4))
 def test_explain_terms_add_up_to_the_totals(case):
     model, trainer, lays = case
-    ctx = make_ctx(model, trainer)
-    table = table_of(ctx, lays)
-    for i in range(len(lays)):
+    for lay in lays:
+        ctx = make_ctx(model, trainer)
+        table, i = table_of(ctx, [lay]), 0
+        ctx = dataclasses.replace(ctx, training=setup(lay.gpus, lay.seq_len, lay.gbs_seqs))
         rows = explain_terms(ctx, table, i)
         for stage in STAGES:
             terms = [r for r in rows if r["kind"] == "memory" and r["stage"] == stage]
@@ -432,6 +468,7 @@ def test_more_tp_never_raises_weight_bytes_at_fixed_dp(data):
     model = data.draw(models(min_kv_heads=2))
     lay = data.draw(layouts(model, "megatron", tp_choices=(1, 2, 4, 8, 16)))
     assume(model.num_kv_heads % (2 * lay.tp) == 0)
+    assume(2 * lay.gpus <= 8 or 2 * lay.gpus % 8 == 0)  # whole 8-GPU nodes (the Cluster refuses others)
     wider = dataclasses.replace(lay, tp=2 * lay.tp, gpus=2 * lay.gpus, sp=True)
     table = table_of(make_ctx(model), [lay, wider])
     for stage in STAGES:

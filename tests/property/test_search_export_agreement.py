@@ -18,13 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoplan.api import build_context
-from autoplan.export import TRAINERS, ExportError, render
+from autoplan.api import build_context, build_training
+from autoplan.export import TRAINERS, ExportError, plan_training, render
 from autoplan.layout import PLACEMENTS, RECOMPUTE, resolve_layout
 from autoplan.profiles import load_profile
 from autoplan.search import SearchOptions, search
 from autoplan.search.recipe import ILLEGAL
-from autoplan.space import BatchTarget, EmptySpaceError, SearchSpace
+from autoplan.space import EmptySpaceError, SearchSpace
 from autoplan.specs.models import load_model
 
 MODELS = ("llama3-8b", "llama3.2-1b", "qwen3-8b", "qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3", "gpt3-175b")
@@ -41,7 +41,8 @@ def exportable(trainer: str, model_name: str) -> bool:
     """Whether ``trainer``'s exporter can write this architecture at all (one GPU, plain DP)."""
     model = load_model(model_name)
     try:
-        render(trainer, model, resolve_layout({"gpus": 1, "seq_len": model.seq_len, "gbs_seqs": 1, "zero": 0}))
+        training = build_training(1, model.seq_len, 1)
+        render(trainer, model, resolve_layout({"zero": 0}, training), training)
     except ExportError:
         return False
     return True
@@ -72,13 +73,13 @@ def cases(draw):
     gpus = draw(st.sampled_from(GPU_COUNTS))
     gbs_seqs = gpus * draw(st.sampled_from((1, 2, 4, 8, 16)))
     seq_len = draw(st.sampled_from((2048, 4096)))
-    return trainer, model, space, BatchTarget(gpus, seq_len, gbs_seqs), draw(st.booleans())
+    return trainer, model, space, build_training(gpus, seq_len, gbs_seqs), draw(st.booleans())
 
 
-def legal_layouts_export(trainer, model_name, space, target, allow_uneven, limit):
-    ctx = build_context(model_name, target.gpus, trainer=trainer)
+def legal_layouts_export(trainer, model_name, space, training, allow_uneven, limit):
+    ctx = build_context(model_name, training, trainer=trainer)
     try:
-        result = search(ctx, space, target, SearchOptions(sampler="exhaustive", allow_uneven_pp=allow_uneven))
+        result = search(ctx, space, SearchOptions(sampler="exhaustive", allow_uneven_pp=allow_uneven))
     except EmptySpaceError:  # no tp·pp·cp of the space divides the GPUs: nothing searched
         return 0
     rows = np.flatnonzero(result.table["stage"] < ILLEGAL)
@@ -86,28 +87,29 @@ def legal_layouts_export(trainer, model_name, space, target, allow_uneven, limit
         rows = rows[np.linspace(0, len(rows) - 1, limit).astype(int)]
     for row in rows:
         layout = result.table.batch.layout(int(row))
-        render(trainer, ctx.model, layout, allow_uneven_pp=allow_uneven)  # raises if refused
+        render(trainer, ctx.model, layout, plan_training(layout, training),
+               allow_uneven_pp=allow_uneven)  # raises if refused
     return len(rows)
 
 
 @FAST
 @given(cases())
 def test_every_legal_searched_layout_exports(case):
-    trainer, model, space, target, allow_uneven = case
-    legal_layouts_export(trainer, model, space, target, allow_uneven, MAX_RENDERS)
+    trainer, model, space, training, allow_uneven = case
+    legal_layouts_export(trainer, model, space, training, allow_uneven, MAX_RENDERS)
 
 
 @pytest.mark.slow
 @SLOW
 @given(cases())
 def test_every_legal_searched_layout_exports_all_of_them(case):
-    trainer, model, space, target, allow_uneven = case
-    legal_layouts_export(trainer, model, space, target, allow_uneven, None)
+    trainer, model, space, training, allow_uneven = case
+    legal_layouts_export(trainer, model, space, training, allow_uneven, None)
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_uneven_layouts_that_search_allows_export(trainer):
     """32 layers on pp = 3: legal under --allow-uneven-pp only where the trainer can run it."""
     space = SearchSpace("uneven", {"pp": (3,), "vpp": (1, 2), "zero": (0, 1, 3)})
-    n = legal_layouts_export(trainer, "llama3-8b", space, BatchTarget(24, 4096, 96), True, None)
+    n = legal_layouts_export(trainer, "llama3-8b", space, build_training(24, 4096, 96), True, None)
     assert (n > 0) == (trainer in ("megatron", "torchtitan", "nanotron"))

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from autoplan.api import build_context
+from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
 from autoplan.cost.terms import STAGES, STEP_TIME, summands
 from autoplan.errors import AutoplanError
@@ -30,8 +30,8 @@ EXAMPLES = settings(max_examples=int(os.environ.get("AUTOPLAN_PROPERTY_EXAMPLES"
 
 
 @lru_cache(maxsize=None)
-def context(model: str, gpus: int, trainer: str, hardware: str):
-    return build_context(model, gpus, trainer=trainer, hardware=hardware)
+def context(model: str, gpus: int, seq_len: int, gbs_seqs: int, trainer: str, hardware: str):
+    return build_context(model, build_training(gpus, seq_len, gbs_seqs, hardware=hardware), trainer=trainer)
 
 
 @st.composite
@@ -40,18 +40,18 @@ def cases(draw):
     tp, pp, cp, dp = (draw(st.sampled_from(c)) for c in ((1, 2, 4, 8), (1, 2, 4), (1, 2), (1, 2, 4, 8, 16)))
     gpus = tp * pp * cp * dp
     model = draw(st.sampled_from(PRESETS))
-    ctx = context(model, gpus, draw(st.sampled_from(TRAINERS)), draw(st.sampled_from(("h100-sxm", "a100-80gb"))))
     mbs, grad_acc = draw(st.sampled_from((1, 2, 4))), draw(st.sampled_from((1, 2, 4, 8)))
-    values = {"gpus": gpus, "tp": tp, "pp": pp, "cp": cp, "dp": dp, "mbs": mbs, "grad_acc": grad_acc,
+    ctx = context(model, gpus, draw(st.sampled_from((1024, 4096, 8192))), dp * mbs * grad_acc,
+                  draw(st.sampled_from(TRAINERS)), draw(st.sampled_from(("h100-sxm", "a100-80gb"))))
+    values = {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "mbs": mbs, "grad_acc": grad_acc,
               "vpp": draw(st.sampled_from((1, 2))) if pp > 1 else 1,
-              "seq_len": draw(st.sampled_from((1024, 4096, 8192))), "gbs_seqs": dp * mbs * grad_acc,
               "zero": draw(st.sampled_from((0, 1, 2, 3))), "sp": draw(st.booleans()) and tp > 1,
               "recompute": draw(st.sampled_from(("none", "selective", "full"))),
               "precision": draw(st.sampled_from(("bf16", "fp8"))), "placement": draw(st.sampled_from(PLACEMENTS))}
     if ctx.model.is_moe:
         values["ep"] = draw(st.sampled_from([e for e in (1, 2, 4, 8) if (dp * cp * tp) % e == 0]))
     try:
-        layout = resolve_layout(values)
+        layout = resolve_layout(values, ctx.training)
     except AutoplanError:
         assume(False)
     return ctx, layout

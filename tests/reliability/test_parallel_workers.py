@@ -13,15 +13,15 @@ import optuna
 import pytest
 from click.testing import CliRunner
 
-from autoplan.api import build_context
+from autoplan.api import build_context, build_training
 from autoplan.cli import main
 from autoplan.search import SearchOptions, _open, exhaustive, search
 from autoplan.search.optuna_search import BATCH_SIZE, ask_and_tell, baselines
 from autoplan.search.parallel import shares
 from autoplan.search.storage import WRITER_ATTR
-from autoplan.space import BatchTarget, load_space
+from autoplan.space import load_space
 
-TARGET = BatchTarget(gpus=64, seq_len=8192, gbs_seqs=256)
+TARGET = build_training(64, 8192, 256)
 SPACE = load_space("default").with_overrides(pp=(1, 2, 4), vpp=(1, 2), mbs=(1, 2))  # 1,728 layouts
 SEARCH = ["search", "-m", "8b", "-g", "64", "--gbs-seqs", "256", "--pp", "1,2,4", "--vpp", "1,2",
           "--mbs", "1,2", "--format", "json"]
@@ -29,7 +29,7 @@ SEARCH = ["search", "-m", "8b", "-g", "64", "--gbs-seqs", "256", "--pp", "1,2,4"
 
 @pytest.fixture(scope="module")
 def ctx():
-    return build_context("8b", TARGET.gpus)
+    return build_context("8b", TARGET)
 
 
 def _trials(storage: str, name: str) -> list:
@@ -57,9 +57,9 @@ def test_two_workers_store_every_trial_once(tmp_path):
 
 def test_a_resumed_parallel_tpe_study_keeps_every_trial(ctx, tmp_path):
     options = dict(sampler="tpe", storage=f"sqlite:///{tmp_path / 'study.db'}", study_name="r", workers=2)
-    search(ctx, SPACE, TARGET, SearchOptions(trials=40, **options))
+    search(ctx, SPACE, SearchOptions(trials=40, **options))
     first = {t.number: (t.params, t.values) for t in _trials(options["storage"], "r")}
-    result = search(ctx, SPACE, TARGET, SearchOptions(trials=72, **options))
+    result = search(ctx, SPACE, SearchOptions(trials=72, **options))
     after = {t.number: (t.params, t.values) for t in _trials(options["storage"], "r")}
     assert {n: after[n] for n in first} == first
     assert sorted(after) == list(range(len(after)))
@@ -71,11 +71,11 @@ def test_workers_see_each_others_trials(ctx, tmp_path):
     """StudyStore.sync copies the trials another process wrote, never its own."""
     options = SearchOptions(sampler="random", trials=16, storage=f"sqlite:///{tmp_path / 'study.db'}",
                             study_name="s")
-    one, two = (_open(ctx, SPACE, TARGET, options, "random") for _ in range(2))
-    ask_and_tell(ctx, SPACE, TARGET, one, sampler="random", trials=16)
+    one, two = (_open(ctx, SPACE, options, "random") for _ in range(2))
+    ask_and_tell(ctx, SPACE, one, sampler="random", trials=16)
     assert two.sync() == 16 and one.sync() == 0
     assert len(two.working.get_trials(deepcopy=False)) == 16
-    ask_and_tell(ctx, SPACE, TARGET, two, sampler="random", trials=32, baselines_first=False)
+    ask_and_tell(ctx, SPACE, two, sampler="random", trials=32, baselines_first=False)
     assert one.sync() == 16 and len(_trials(options.storage, "s")) == 32
 
 
@@ -99,7 +99,7 @@ def test_exhaustive_chunks_dealt_to_workers_give_the_same_plans_csv(tmp_path, mo
 
 def test_a_journal_file_works_as_the_shared_storage(ctx, tmp_path):
     journal = tmp_path / "study.log"
-    search(ctx, SPACE, TARGET, SearchOptions(sampler="random", trials=40, workers=2, storage=str(journal),
+    search(ctx, SPACE, SearchOptions(sampler="random", trials=40, workers=2, storage=str(journal),
                                              study_name="j", seed=5))
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
@@ -127,7 +127,7 @@ def test_every_trial_is_stored_when_the_baselines_outnumber_a_batch(ctx, tmp_pat
     space = SPACE.with_overrides(pp=(1, 2, 3, 4, 5, 6, 7, 8, 16))
     assert len(baselines(ctx, space)) > BATCH_SIZE
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    result = search(ctx, space, TARGET, SearchOptions(sampler="random", trials=48, storage=storage,
+    result = search(ctx, space, SearchOptions(sampler="random", trials=48, storage=storage,
                                                       study_name="b", allow_uneven_pp=True))
     stored = _trials(storage, "b")
     assert sorted(t.number for t in stored) == list(range(48))

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from autoplan.export import render
-from autoplan.layout import resolve_layout
+from autoplan.api import plan_from_record
 from autoplan.specs.models import load_model
 
 pytestmark = pytest.mark.trainers
@@ -44,8 +44,8 @@ def _need(module):
 
 
 def _export(case, trainer, folder: Path):
-    layout = resolve_layout(case["layout"])
-    result = render(trainer, load_model(case["model"]), layout)
+    layout, training = plan_from_record(case["layout"])
+    result = render(trainer, load_model(case["model"]), layout, training)
     for name, text in result.files.items():
         (folder / name).write_text(text)
     return layout
@@ -88,7 +88,7 @@ assert cfg.zero_optimization_stage == zero
 def test_deepspeed_accepts_the_config(case, tmp_path):
     _need("deepspeed")
     lay = _export(case, "deepspeed", tmp_path)
-    _check(DEEPSPEED, tmp_path / "deepspeed_config.json", lay.gpus, lay.dp, lay.mbs, lay.grad_acc,
+    _check(DEEPSPEED, tmp_path / "deepspeed_config.json", case["layout"]["gpus"], lay.dp, lay.mbs, lay.grad_acc,
            lay.gbs_seqs, lay.zero)
 
 
@@ -116,7 +116,7 @@ def test_torchtitan_builds_the_config_and_mesh(case, tmp_path):
     if case["layout"].get("precision") == "fp8":
         pytest.skip("torchtitan's Float8 converter needs an SM89+ GPU and torchao")
     lay = _export(case, "torchtitan", tmp_path)
-    _check(TORCHTITAN, tmp_path, lay.gpus)
+    _check(TORCHTITAN, tmp_path, case["layout"]["gpus"])
 
 
 MEGATRON_CORE = ARGS_OF + '''
@@ -160,7 +160,7 @@ def test_megatron_core_accepts_the_shape_and_batch(case, tmp_path):
     if case["layout"].get("precision") == "fp8":
         pytest.skip("megatron-core checks Transformer Engine's version for FP8 MoE")
     lay = _export(case, "megatron", tmp_path)
-    _check(MEGATRON_CORE, tmp_path / "megatron_pretrain_gpt.sh", lay.gpus, lay.grad_acc)
+    _check(MEGATRON_CORE, tmp_path / "megatron_pretrain_gpt.sh", case["layout"]["gpus"], lay.grad_acc)
 
 
 MEGATRON_LM = ARGS_OF + '''
@@ -194,4 +194,4 @@ def test_megatron_lm_parses_and_validates_the_arguments(case, tmp_path):
         pytest.skip("set MEGATRON_LM to a Megatron-LM core_v0.15.3 checkout")
     _need("torch")
     lay = _export(case, "megatron", tmp_path)
-    _check(MEGATRON_LM, tmp_path / "megatron_pretrain_gpt.sh", lay.gpus)
+    _check(MEGATRON_LM, tmp_path / "megatron_pretrain_gpt.sh", case["layout"]["gpus"])

@@ -5,23 +5,29 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autoplan.api import build_training, plan_from_record
 from autoplan.errors import AutoplanError, LayoutError
 from autoplan.layout import (CODE_FIELDS, DEFAULT_PLACEMENT, FIELDS, PLACEMENTS, Layout, LayoutBatch,
-                             resolve_layout)
+                             derive_batch_knobs, layout_from_record, resolve_layout)
+
+
+def resolve(record) -> Layout:
+    """The layout of a record with its setup columns (the record path every caller uses)."""
+    return plan_from_record(record)[0]
 
 
 def test_defaults():
     # dp = gpus/(tp·pp·cp) = 64/(2·4·1) = 8; grad_acc = gbs/(dp·mbs) = 256/(8·2) = 16
-    lay = resolve_layout(dict(gpus=64, tp=2, pp=4, mbs=2, seq_len=4096, gbs_seqs=256))
+    lay = resolve(dict(gpus=64, tp=2, pp=4, mbs=2, seq_len=4096, gbs_seqs=256))
     assert (lay.dp, lay.grad_acc) == (8, 16)
     assert (lay.vpp, lay.cp, lay.ep, lay.etp, lay.zero) == (1, 1, 1, 1, 1)
     assert lay.sp is True  # on when tp > 1
     assert (lay.recompute, lay.precision, lay.placement) == ("none", "bf16", DEFAULT_PLACEMENT)
-    assert resolve_layout(dict(gpus=8, seq_len=128, gbs_seqs=8)).sp is False
+    assert resolve(dict(gpus=8, seq_len=128, gbs_seqs=8)).sp is False
 
 
 def test_explicit_values_and_case_insensitive_choices():
-    lay = resolve_layout(dict(gpus=16, tp=2, cp=2, dp=4, grad_acc=3, seq_len=1024, gbs_seqs=12,
+    lay = resolve(dict(gpus=16, tp=2, cp=2, dp=4, grad_acc=3, seq_len=1024, gbs_seqs=12,
                               sp="off", recompute=" FULL ", precision="FP8",
                               placement="tp-dp-cp-pp", zero=3))
     assert (lay.dp, lay.grad_acc, lay.sp, lay.zero) == (4, 3, False, 3)
@@ -30,18 +36,17 @@ def test_explicit_values_and_case_insensitive_choices():
 
 def test_integral_floats_and_numeric_strings_are_accepted():
     # CSV cells arrive as floats ('8.0') or strings ('8')
-    lay = resolve_layout(dict(gpus=8.0, tp="2", seq_len="1024", gbs_seqs=np.float64(4)))
-    assert (lay.gpus, lay.tp, lay.dp, lay.grad_acc) == (8, 2, 4, 1)
+    lay = resolve(dict(gpus=8.0, tp="2", seq_len="1024", gbs_seqs=np.float64(4)))
+    assert (lay.tp, lay.dp, lay.grad_acc) == (2, 4, 1)
 
 
 def test_nan_means_absent():
     # an empty CSV cell is NaN: the default applies
-    lay = resolve_layout(dict(gpus=8, tp=float("nan"), seq_len=128, gbs_seqs=8))
+    lay = resolve(dict(gpus=8, tp=float("nan"), seq_len=128, gbs_seqs=8))
     assert lay.tp == 1 and lay.dp == 8
 
 
 @pytest.mark.parametrize("values, message", [
-    (dict(gpus=8, seq_len=128, gbs_seqs=8, tpp=2), "unknown layout field"),
     (dict(seq_len=128, gbs_seqs=8), "needs 'gpus'"),
     (dict(gpus=8, gbs_seqs=8), "needs 'seq_len'"),
     (dict(gpus=8, seq_len=128), "needs 'gbs_seqs'"),
@@ -67,26 +72,33 @@ def test_nan_means_absent():
 ])
 def test_bad_layouts_raise_a_user_error_naming_the_rule(values, message):
     with pytest.raises(LayoutError) as info:
-        resolve_layout(values)
+        resolve(values)
     assert message in str(info.value)
     assert isinstance(info.value, AutoplanError) and isinstance(info.value, ValueError)
 
 
+def test_resolve_layout_refuses_unknown_knobs_and_setup_fields():
+    training = build_training(8, 128, 8)
+    for values in (dict(tpp=2), dict(gpus=8)):  # gpus belongs to the TrainingSpec
+        with pytest.raises(LayoutError, match="unknown layout field"):
+            resolve_layout(values, training)
+
+
 def test_describe_is_stable_and_compact():
-    lay = resolve_layout(dict(gpus=512, tp=8, pp=4, vpp=2, cp=2, dp=8, zero=1, mbs=1,
+    lay = resolve(dict(gpus=512, tp=8, pp=4, vpp=2, cp=2, dp=8, zero=1, mbs=1,
                               seq_len=8192, gbs_seqs=256))
     assert lay.describe() == "tp=8 pp=4 vpp=2 cp=2 dp=8 zero=1 mbs=1 ga=32 rc=none"
-    moe = resolve_layout(dict(gpus=16, tp=2, ep=4, seq_len=128, gbs_seqs=8, sp=False,
+    moe = resolve(dict(gpus=16, tp=2, ep=4, seq_len=128, gbs_seqs=8, sp=False,
                               precision="fp8", recompute="full"))
     assert moe.describe() == "tp=2 pp=1 ep=4 etp=1 dp=8 zero=1 mbs=1 ga=1 rc=full fp8 no-sp"
 
 
 def _layouts() -> list[Layout]:
     return [
-        resolve_layout(dict(gpus=64, tp=2, pp=4, seq_len=4096, gbs_seqs=256)),
-        resolve_layout(dict(gpus=16, tp=4, cp=2, seq_len=8192, gbs_seqs=4, recompute="selective",
+        resolve(dict(gpus=64, tp=2, pp=4, seq_len=4096, gbs_seqs=256)),
+        resolve(dict(gpus=16, tp=4, cp=2, seq_len=8192, gbs_seqs=4, recompute="selective",
                             precision="fp8", placement=PLACEMENTS[-1], sp=False, zero=3)),
-        resolve_layout(dict(gpus=8, seq_len=128, gbs_seqs=8, recompute="full", zero=0)),
+        resolve(dict(gpus=8, seq_len=128, gbs_seqs=8, recompute="full", zero=0)),
     ]
 
 
@@ -95,7 +107,9 @@ def test_batch_round_trips_every_field():
     batch = LayoutBatch.from_layouts(layouts)
     assert len(batch) == 3
     assert [batch.layout(i) for i in range(3)] == layouts
-    assert batch.records() == [lay.to_dict() for lay in layouts]
+    training = build_training(64, 4096, 256)
+    assert batch.records(training) == [lay.to_record(training) for lay in layouts]
+    assert batch.gbs_seqs.tolist() == [lay.gbs_seqs for lay in layouts] == [256, 4, 8]
     for name in FIELDS:
         assert getattr(batch, name).dtype == np.float64
     # categorical fields are integer codes into their tuples
@@ -111,14 +125,14 @@ def test_batch_take_and_arrays():
     assert [sub.layout(i) for i in range(2)] == [batch.layout(2), batch.layout(0)]
     arrays = batch.arrays()
     assert set(arrays) == set(FIELDS)
-    assert LayoutBatch(arrays).records() == batch.records()
+    assert [LayoutBatch(arrays).layout(i) for i in range(3)] == [batch.layout(i) for i in range(3)]
 
 
 def test_batch_handles_sizes_beyond_int32():
     # counts stay float64 (STYLE.md §2): 2^40 is the largest accepted size
-    lay = resolve_layout(dict(gpus=2**20, seq_len=2**20, gbs_seqs=2**40))
+    lay, training = plan_from_record(dict(gpus=2**20, seq_len=2**20, gbs_seqs=2**40))
     batch = LayoutBatch.from_layouts([lay])
-    assert batch.gbs_seqs[0] * batch.seq_len[0] == 2.0**60
+    assert batch.gbs_seqs[0] * training.seq_len == 2.0**60
     assert batch.layout(0).gbs_seqs == 2**40
 
 
@@ -127,3 +141,73 @@ def test_batch_refuses_missing_fields():
     del arrays["tp"]
     with pytest.raises(AssertionError):  # internal invariant, not user input
         LayoutBatch(arrays)
+
+
+def test_gbs_seqs_is_derived_from_the_layout():
+    # dp = 16/2 = 8, grad_acc = 64/(8·2) = 4: gbs = dp·mbs·grad_acc = 8·2·4 = 64
+    lay = resolve(dict(gpus=16, tp=2, mbs=2, seq_len=1024, gbs_seqs=64))
+    assert lay.gbs_seqs == lay.dp * lay.mbs * lay.grad_acc == 64
+    assert "gbs_seqs" not in lay.to_dict() and "gpus" not in lay.to_dict()
+
+
+def test_record_keeps_the_result_columns_in_their_order():
+    lay, training = plan_from_record(dict(gpus=16, tp=2, seq_len=1024, gbs_seqs=64))
+    record = lay.to_record(training)
+    assert list(record)[:3] == ["gpus", "dp", "tp"] and list(record)[11:13] == ["seq_len", "gbs_seqs"]
+    assert (record["gpus"], record["seq_len"], record["gbs_seqs"]) == (16, 1024, 64)
+    assert layout_from_record(record, training) == lay  # a record round-trips
+
+
+@pytest.mark.parametrize("record, message", [
+    (dict(gpus=32, tp=2), "record's gpus (32) must equal the training setup's gpus (16)"),
+    (dict(seq_len=2048, tp=2), "record's seq_len (2048) must equal the training setup's seq_len (1024)"),
+    (dict(gbs_seqs=64, tp=2, grad_acc=2),
+     "gbs_seqs (64) must equal dp·mbs·grad_acc, got dp(8)·mbs(1)·grad_acc(2) = 16"),
+])
+def test_record_setup_columns_must_agree_with_the_training(record, message):
+    training = build_training(16, 1024, 64)
+    with pytest.raises(LayoutError) as info:
+        layout_from_record(record, training)
+    assert message in str(info.value)
+
+
+def test_record_ignores_prediction_columns_and_blank_cells():
+    training = build_training(16, 1024, 64)
+    record = {"tp": "2", "pp": "", "mfu": 0.4, "rank": 3, "zero": float("nan"), "gbs_seqs": 64}
+    assert layout_from_record(record, training) == resolve_layout({"tp": 2}, training)
+
+
+def test_tolerance_accepts_the_nearest_batch():
+    # gbs 250 on dp 8: nearest multiple 248 (grad_acc 31) is 0.8% off, inside 5%, outside 0%
+    loose = build_training(8, 1024, 250, gbs_tolerance=0.05)
+    assert resolve_layout({}, loose).grad_acc == 31
+    with pytest.raises(LayoutError, match=r"gbs_seqs \(250\) must be a multiple of dp·mbs \(8·1 = 8\)"):
+        resolve_layout({}, build_training(8, 1024, 250))
+
+
+def test_batch_derivation_equals_one_by_one():
+    """The one vectorised derivation gives every layout what resolve_layout gives it alone."""
+    training = build_training(64, 4096, 240, gbs_tolerance=0.1)
+    rng = np.random.default_rng(0)
+    knobs = {k: rng.choice([1, 2, 4, 8, 3], size=200).astype(float) for k in ("tp", "pp", "cp", "mbs")}
+    derived = derive_batch_knobs(knobs, training)
+    for i in range(200):
+        one = {k: int(v[i]) for k, v in knobs.items()}
+        if not derived["dp_whole"][i]:
+            with pytest.raises(LayoutError):
+                resolve_layout(one, training)
+            continue
+        if not derived["reaches"][i]:
+            with pytest.raises(LayoutError, match="gbs_seqs"):
+                resolve_layout(one, training)
+            continue
+        lay = resolve_layout(one, training)
+        assert (lay.dp, lay.grad_acc, lay.sp) == (derived["dp"][i], derived["grad_acc"][i], bool(derived["sp"][i]))
+    assert derived["dp_whole"].any() and (~derived["dp_whole"]).any() and derived["reaches"].any()
+
+
+def test_a_complete_record_reads_back_without_its_training():
+    lay, training = plan_from_record(dict(gpus=16, tp=2, seq_len=1024, gbs_seqs=64, recompute="full"))
+    assert layout_from_record(lay.to_record(training)) == lay
+    with pytest.raises(LayoutError, match="must hold every layout field; missing dp, vpp, cp"):
+        layout_from_record(dict(tp=2, pp=1))

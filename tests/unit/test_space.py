@@ -8,11 +8,11 @@ import time
 import numpy as np
 import pytest
 
+from autoplan.api import build_training
 from autoplan.errors import AutoplanError, SpecError, UnknownNameError
-from autoplan.layout import resolve_layout
-from autoplan.space import (KNOBS, BatchTarget, EmptySpaceError, SearchSpace, check_not_empty,
-                            count_enumerable, enumerate_space, grad_accumulation, list_spaces,
-                            load_space)
+from autoplan.layout import derive_batch_knobs, resolve_layout
+from autoplan.space import (KNOBS, EmptySpaceError, SearchSpace, check_not_empty, count_enumerable,
+                            enumerate_space, list_spaces, load_space)
 
 
 def test_builtin_spaces_load():
@@ -75,14 +75,14 @@ def test_overrides_replace_a_knob_and_keep_the_rest():
 def test_enumeration_matches_a_loop_over_resolve_layout():
     space = SearchSpace("t", {"tp": (1, 2, 4), "pp": (1, 2, 8), "cp": (1, 2), "mbs": (1, 2, 3),
                               "zero": (0, 1), "recompute": ("none", "full")})
-    target = BatchTarget(gpus=16, seq_len=4096, gbs_seqs=96)
+    target = build_training(16, 4096, 96)
     batch, reaches = enumerate_space(space, target)
     got = {tuple(sorted(batch.layout(i).to_dict().items())) for i in np.flatnonzero(reaches)}
     expected = set()
     for values in itertools.product(*(space.values[k] for k in KNOBS)):
         knobs = dict(zip(KNOBS, values))
         try:
-            layout = resolve_layout({**knobs, "gpus": 16, "seq_len": 4096, "gbs_seqs": 96})
+            layout = resolve_layout(knobs, target)
         except AutoplanError:
             continue
         expected.add(tuple(sorted(layout.to_dict().items())))
@@ -90,7 +90,7 @@ def test_enumeration_matches_a_loop_over_resolve_layout():
 
 
 def test_enumerated_layouts_respect_degrees_batch_and_sp():
-    target = BatchTarget(gpus=512, seq_len=8192, gbs_seqs=512)
+    target = build_training(512, 8192, 512)
     batch, reaches = enumerate_space(load_space("default"), target)
     assert len(batch) == count_enumerable(load_space("default"), target)
     np.testing.assert_array_equal(batch.dp * batch.tp * batch.pp * batch.cp, 512)
@@ -100,15 +100,17 @@ def test_enumerated_layouts_respect_degrees_batch_and_sp():
     assert (batch.grad_acc >= 1).all()
 
 
-def test_grad_accumulation_with_tolerance_picks_the_nearest_batch():
-    dp, mbs = np.array([8.0, 8.0, 48.0]), np.array([1.0, 3.0, 1.0])
-    exact = BatchTarget(gpus=8, seq_len=4096, gbs_seqs=100)
-    grad_acc, reaches = grad_accumulation(dp, mbs, exact)
+def test_batch_derivation_with_tolerance_picks_the_nearest_batch():
+    knobs = {"dp": np.array([8.0, 8.0, 48.0]), "mbs": np.array([1.0, 3.0, 1.0]),
+             "tp": np.ones(3), "pp": np.ones(3), "cp": np.ones(3)}
+    exact = build_training(8, 4096, 100)
+    derived = derive_batch_knobs(knobs, exact)
+    grad_acc, reaches = derived["grad_acc"], derived["reaches"]
     # 100/8 = 12.5 -> 12 (96) and 13 (104) tie; ties go to the smaller batch. 100/24 -> 4 (96).
     np.testing.assert_array_equal(grad_acc, [12, 4, 2])
     assert not reaches.any()
-    loose = BatchTarget(gpus=8, seq_len=4096, gbs_seqs=100, gbs_tolerance=0.04)
-    _, reaches = grad_accumulation(dp, mbs, loose)
+    loose = build_training(8, 4096, 100, gbs_tolerance=0.04)
+    reaches = derive_batch_knobs(knobs, loose)["reaches"]
     # |96 - 100| = 4 <= 4% of 100; 48·2 = 96 also within; all three reach.
     assert reaches.all()
 
@@ -116,21 +118,14 @@ def test_grad_accumulation_with_tolerance_picks_the_nearest_batch():
 def test_empty_space_is_an_error():
     space = load_space("default").with_overrides(tp=(8,), pp=(16,), cp=(2,))
     with pytest.raises(EmptySpaceError, match="no layout for 128 GPUs"):
-        check_not_empty(space, BatchTarget(gpus=128, seq_len=4096, gbs_seqs=64))
+        check_not_empty(space, build_training(128, 4096, 64))
     with pytest.raises(EmptySpaceError):
-        enumerate_space(space, BatchTarget(gpus=128, seq_len=4096, gbs_seqs=64))
+        enumerate_space(space, build_training(128, 4096, 64))
 
 
 def test_default_space_for_70b_on_512_gpus_enumerates_fast():
-    target = BatchTarget(gpus=512, seq_len=8192, gbs_seqs=512)
+    target = build_training(512, 8192, 512)
     start = time.perf_counter()
     batch, _ = enumerate_space(load_space("default"), target)
     assert time.perf_counter() - start < 0.5
     assert len(batch) > 1000
-
-
-def test_batch_target_checks_its_inputs():
-    with pytest.raises(AutoplanError, match="gbs_seqs must be a positive integer"):
-        BatchTarget(gpus=8, seq_len=4096, gbs_seqs=0)
-    with pytest.raises(AutoplanError, match="tolerance"):
-        BatchTarget(gpus=8, seq_len=4096, gbs_seqs=8, gbs_tolerance=1.5)

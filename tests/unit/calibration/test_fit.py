@@ -16,6 +16,7 @@ from autoplan.profiles import PARAMETERS, CalibratedParameters, load_profile
 from autoplan.profiles.parameter_files import load_defaults
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.models import load_model
+from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
 from autoplan.calibration.validation import Row
 
@@ -30,8 +31,9 @@ LAYOUTS = [dict(tp=tp, pp=pp, mbs=mbs, zero=zero)
 
 def _context(row: Row, eff: CalibratedParameters = START) -> CostContext:
     profile = load_profile("nanotron")
-    return CostContext(model=MODEL, cluster=make_cluster(load_gpu("h100-sxm"), row.num_gpus),
-                       profile=profile, parameters=eff)
+    gpus, seq_len, gbs_seqs = row.setup
+    training = TrainingSpec(make_cluster(load_gpu("h100-sxm"), gpus), seq_len, gbs_seqs)
+    return CostContext(model=MODEL, training=training, profile=profile, parameters=eff)
 
 
 def _rows(eff: CalibratedParameters, n: int = len(LAYOUTS), gpus: int = 16, scale: float = 1.0) -> list[Row]:

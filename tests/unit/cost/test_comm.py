@@ -14,6 +14,7 @@ import pytest
 
 from autoplan.cost import comm
 from autoplan.cost.context import CostContext
+from autoplan.specs.training import TrainingSpec
 from autoplan.layout import PLACEMENTS
 from autoplan.profiles import load_profile
 from autoplan.profiles.parameter_files import load_defaults
@@ -31,7 +32,8 @@ def ctx_for(domain: int | None = None, up_eff: float = 1.0, out_eff: float = 1.0
     cluster = make_cluster(GPU, 8)
     if domain is not None:
         cluster = dataclasses.replace(cluster, scale_up_domain_size=domain)
-    return CostContext(model=MODEL, cluster=cluster, profile=load_profile("megatron"),
+    return CostContext(model=MODEL, training=TrainingSpec(cluster, seq_len=1024, gbs_seqs=8),
+                       profile=load_profile("megatron"),
                        parameters=load_defaults().with_values(
                            {"scale_up_efficiency": up_eff, "scale_out_efficiency": out_eff}))
 

@@ -17,27 +17,31 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
 from autoplan.cost.memory import MEMORY_TERMS, layer_activation_bytes, model_state_bytes
 from autoplan.cost.stages import in_flight_layers, stage_layers
-from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.api import plan_from_record
+from autoplan.layout import LayoutBatch
 from autoplan.profiles import load_profile
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import ModelSpec, MoESpec
+from autoplan.specs.training import TrainingSpec
 
 GPU = load_gpu("h100-sxm")
 
 
 def ctx_for(model: ModelSpec, trainer: str = "megatron", **profile_changes) -> CostContext:
     profile = dataclasses.replace(load_profile(trainer), **profile_changes)
-    return CostContext(model=model, cluster=make_cluster(GPU, 8), profile=profile,
+    return CostContext(model=model, training=TrainingSpec(make_cluster(GPU, 8), 2048, 8), profile=profile,
                        parameters=profile.parameters_for(GPU.name))
 
 
-def batch(**values) -> LayoutBatch:
+def at(ctx: CostContext, **values) -> tuple[CostContext, LayoutBatch]:
+    """``ctx`` with the training setup of a record (gpus default tp·pp·cp) and its layout."""
     values.setdefault("gpus", values.get("tp", 1) * values.get("pp", 1) * values.get("cp", 1))
-    return LayoutBatch.from_layouts([resolve_layout(values)])
+    layout, training = plan_from_record(values)
+    return dataclasses.replace(ctx, training=training), LayoutBatch.from_layouts([layout])
 
 
 def evaluate_one(ctx: CostContext, **values):
-    return evaluate(ctx, batch(**values))
+    return evaluate(*at(ctx, **values))
 
 
 def gpt(hidden: int = 1024, heads: int = 16, layers: int = 4) -> ModelSpec:
@@ -56,7 +60,7 @@ SB, SBH = S * B, S * B * H
 
 
 def gpt_layer_bytes(mode: str = "none", **layout) -> float:
-    dense, _moe = layer_activation_bytes(ctx_for(gpt()), batch(seq_len=S, gbs_seqs=B, mbs=B, **layout),
+    dense, _moe = layer_activation_bytes(*at(ctx_for(gpt()), seq_len=S, gbs_seqs=B, mbs=B, **layout),
                                          mode)
     return float(dense[0])
 
@@ -86,10 +90,10 @@ def test_gpt_layer_sequence_parallel_width_terms_exact():
     """The h-proportional part of Table 2 under TP+SP, isolated by changing h at fixed a, s, b:
     Δbytes = sb·Δh·34/t (the 5as²b/t and per-token terms do not depend on h)."""
     t = 4
-    narrow = layer_activation_bytes(ctx_for(gpt(hidden=1024)),
-                                    batch(seq_len=S, gbs_seqs=B, mbs=B, tp=t, sp=True), "none")[0][0]
-    wide = layer_activation_bytes(ctx_for(gpt(hidden=2048)),
-                                  batch(seq_len=S, gbs_seqs=B, mbs=B, tp=t, sp=True), "none")[0][0]
+    narrow = layer_activation_bytes(*at(ctx_for(gpt(hidden=1024)), seq_len=S, gbs_seqs=B, mbs=B, tp=t, sp=True),
+                                    "none")[0][0]
+    wide = layer_activation_bytes(*at(ctx_for(gpt(hidden=2048)), seq_len=S, gbs_seqs=B, mbs=B, tp=t, sp=True),
+                                  "none")[0][0]
     # 4096 · 1024 · 34 / 4 = 35,651,584
     assert wide - narrow == SB * 1024 * 34 / t == 35_651_584
 
@@ -130,7 +134,7 @@ def test_hf_llama_sdpa_layer_matches_actmem_exactly():
     # sb(16h + 4q + 4kv + 8f) + 8sb + 4a·sb with sb = 1536:
     # 1536·(12,288 + 4,608 + 1,536 + 16,384) + 8·1536 + 48·1536
     # = 53,477,376 + 12,288 + 73,728 = 53,563,392
-    dense, _ = layer_activation_bytes(ctx_for(LLAMA, "hf"), batch(seq_len=s, gbs_seqs=b, mbs=b), "none")
+    dense, _ = layer_activation_bytes(*at(ctx_for(LLAMA, "hf"), seq_len=s, gbs_seqs=b, mbs=b), "none")
     sb = s * b
     assert dense[0] == sb * (16 * h + 4 * q + 4 * kv + 8 * f) + 8 * sb + 4 * a * sb == 53_563_392
 
@@ -144,7 +148,7 @@ def test_hf_mixtral_grouped_mm_layer_matches_actmem_exactly():
     E, k, fe = 8, 2, 1536
     mixtral = dataclasses.replace(LLAMA, moe=MoESpec(num_experts=E, num_experts_per_token=k,
                                                      expert_ffn_hidden_size=fe))
-    _, moe = layer_activation_bytes(ctx_for(mixtral, "hf"), batch(seq_len=s, gbs_seqs=b, mbs=b), "none")
+    _, moe = layer_activation_bytes(*at(ctx_for(mixtral, "hf"), seq_len=s, gbs_seqs=b, mbs=b), "none")
     sb = s * b
     attention = sb * (8 * h + 4 * q + 4 * kv) + 4 * sb + 4 * a * sb
     block = sb * (8 * h + 4 * k * h + 8 * k * fe + 4 * E) + 40 * k * sb + 8 * sb
@@ -175,7 +179,7 @@ def test_zero_paper_figure_1(zero, expected_gb):
     ctx = ctx_for(LLAMA, "deepspeed", weight_bytes=2.0, grad_bytes=2.0, master_bytes=4.0,
                   optimizer_bytes=8.0)
     b64 = LayoutBatch.from_layouts([dataclasses.replace(
-        resolve_layout(dict(gpus=64, seq_len=1024, gbs_seqs=64)), zero=zero)])
+        plan_from_record(dict(gpus=64, seq_len=1024, gbs_seqs=64))[0], zero=zero)])
     states = model_state_bytes(ctx, b64, np.array([PSI]), np.array([0.0]))
     assert sum(v[0] for v in states.values()) == pytest.approx(expected_gb * 1e9, rel=1e-15)
 
@@ -187,7 +191,7 @@ def test_zero_paper_figure_1(zero, expected_gb):
 ])
 def test_megatron_bytes_per_parameter(zero, dp, cp, bytes_per_param):
     ctx = ctx_for(LLAMA, "megatron")
-    lay = resolve_layout(dict(gpus=dp * cp, cp=cp, zero=zero, seq_len=1024, gbs_seqs=dp))
+    lay = plan_from_record(dict(gpus=dp * cp, cp=cp, zero=zero, seq_len=1024, gbs_seqs=dp))[0]
     states = model_state_bytes(ctx, LayoutBatch.from_layouts([lay]), np.array([1e9]), np.array([0.0]))
     assert sum(v[0] for v in states.values()) == pytest.approx(bytes_per_param * 1e9, rel=1e-15)
 
@@ -197,7 +201,7 @@ def test_expert_states_shard_over_the_expert_data_parallel_group():
     # 1e9 expert params held per GPU before ZeRO: zero 1 -> 2 + 4 + (4 + 8)/4 = 9 B/param.
     moe = dataclasses.replace(LLAMA, moe=MoESpec(num_experts=8, num_experts_per_token=2,
                                                  expert_ffn_hidden_size=256))
-    lay = resolve_layout(dict(gpus=16, tp=2, ep=4, zero=1, seq_len=1024, gbs_seqs=8))
+    lay = plan_from_record(dict(gpus=16, tp=2, ep=4, zero=1, seq_len=1024, gbs_seqs=8))[0]
     states = model_state_bytes(ctx_for(moe), LayoutBatch.from_layouts([lay]), np.array([0.0]),
                                np.array([1e9]))
     assert sum(v[0] for v in states.values()) == pytest.approx(9e9, rel=1e-15)
@@ -289,7 +293,7 @@ def test_first_stage_activations_follow_1f1b():
     model = dataclasses.replace(LLAMA, num_layers=32)
     ctx = ctx_for(model)
     table = evaluate_one(ctx, pp=4, seq_len=512, gbs_seqs=16)
-    one_layer, _ = layer_activation_bytes(ctx, batch(pp=4, seq_len=512, gbs_seqs=16), "none")
+    one_layer, _ = layer_activation_bytes(*at(ctx, pp=4, seq_len=512, gbs_seqs=16), "none")
     assert table["mem_first_activations_bytes"][0] == 32 * one_layer[0]
     assert table["mem_last_activations_bytes"][0] == 8 * one_layer[0]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoplan.api import build_context
+from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
 from autoplan.cost.memory import MEMORY_TERMS
 from autoplan.cost.term_text import VARIANTS, formula_text, parameter_value
@@ -13,8 +13,8 @@ from autoplan.layout import LayoutBatch, resolve_layout
 
 
 def _table(model: str = "mixtral-8x7b", gpus: int = 16, **knobs):
-    ctx = build_context(model, gpus)
-    layout = resolve_layout({"gpus": gpus, "seq_len": 4096, "gbs_seqs": 64, **knobs})
+    ctx = build_context(model, build_training(gpus, 4096, 64))
+    layout = resolve_layout(knobs, ctx.training)
     return ctx, layout, evaluate(ctx, LayoutBatch.from_layouts([layout]))
 
 
@@ -46,9 +46,10 @@ def test_every_parameter_a_formula_names_resolves_and_every_placeholder_renders(
 
 def test_zero_divisor_follows_the_profile():
     """Megatron shards ZeRO over dp·cp, nanotron over dp only (``zero_shards_over_cp``)."""
-    layout = resolve_layout({"gpus": 8, "seq_len": 4096, "gbs_seqs": 8, "cp": 2, "zero": 1})
+    training = build_training(8, 4096, 8)
+    layout = resolve_layout({"cp": 2, "zero": 1}, training)
     weights = BY_COLUMN["mem_first_master_weights_bytes"]
     for trainer, group in (("megatron", "(dp·cp)"), ("nanotron", "(dp)")):
-        ctx = build_context("llama3-8b", 8, trainer=trainer)
+        ctx = build_context("llama3-8b", training, trainer=trainer)
         assert ctx.profile.zero_shards_over_cp == (trainer == "megatron")
         assert f"P_dense / {group}" in formula_text(weights, ctx, layout)

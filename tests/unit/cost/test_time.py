@@ -15,10 +15,12 @@ import pytest
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
+from autoplan.api import build_training, plan_from_record
 from autoplan.cost.time import adam_step_bytes_per_param, gemm_efficiency
-from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.layout import LayoutBatch
 from autoplan.profiles import CalibratedParameters, PhysicalEfficiency, load_profile
 from autoplan.profiles.efficiency import neutral_corrections
+from autoplan.specs.training import TrainingSpec
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
@@ -51,8 +53,14 @@ HEAD = 3 * 2 * TOKENS * 32000 * 1024 / (PEAK * 0.5)  # LM head, forward + 2× ba
 
 
 def ctx_for(model: ModelSpec = MODEL, trainer: str = "megatron", eff: CalibratedParameters = PLAIN) -> CostContext:
-    return CostContext(model=model, cluster=make_cluster(GPU, 8), profile=load_profile(trainer),
-                       parameters=eff)
+    return CostContext(model=model, training=TrainingSpec(make_cluster(GPU, 8), 1024, 8),
+                       profile=load_profile(trainer), parameters=eff)
+
+
+def at(ctx: CostContext, record: dict) -> tuple[CostContext, LayoutBatch]:
+    """``ctx`` with the training setup of ``record`` and the record's layout as a batch."""
+    layout, training = plan_from_record(record, flops_convention=ctx.flops_convention)
+    return dataclasses.replace(ctx, training=training), LayoutBatch.from_layouts([layout])
 
 
 def evaluate_one(ctx: CostContext = None, **values):
@@ -62,7 +70,7 @@ def evaluate_one(ctx: CostContext = None, **values):
     values.setdefault("seq_len", 1024)
     values.setdefault("gbs_seqs", values["gpus"] // (values.get("tp", 1) * values.get("pp", 1)
                                                       * values.get("cp", 1)) * values.pop("ga", 1))
-    return evaluate(ctx, LayoutBatch.from_layouts([resolve_layout(values)]))
+    return evaluate(*at(ctx, values))
 
 
 def test_gemm_efficiency_curve():
@@ -171,7 +179,7 @@ def test_data_parallel_reduction_uses_the_trainers_gradient_dtype():
     # all-reduce moves 2·7/8·2P/450e9 + 2·log2(8)·3 µs (Megatron: 4P).
     model = dataclasses.replace(MODEL, num_layers=2)
     bf16 = dataclasses.replace(load_profile("megatron"), grad_reduce_bytes=2.0)
-    ctx = CostContext(model=model, cluster=make_cluster(GPU, 8), profile=bf16, parameters=PLAIN)
+    ctx = dataclasses.replace(ctx_for(model), profile=bf16)
     table = evaluate_one(ctx, pp=2, dp=8, zero=0)
     expected = 2 * 7 / 8 * 2 * P_LAST / NVLINK + 2 * 3 * ALPHA_UP
     assert table["time_dp_exposed_s"][0] == pytest.approx(expected, rel=1e-12)
@@ -251,19 +259,18 @@ LLAMA3_8B_PARAMS = 8_030_261_248
     ("megatron", 6 * (LLAMA3_8B_PARAMS - 128256 * 4096) + 12 * 32 * 4096 * 8192),
 ])
 def test_model_flops_conventions(convention, flops_per_token):
-    ctx = CostContext(model=load_model("llama3-8b"), cluster=make_cluster(GPU, 64),
-                      profile=load_profile("megatron"), parameters=PLAIN, flops_convention=convention)
-    table = evaluate(ctx, LayoutBatch.from_layouts([resolve_layout(
-        dict(gpus=64, tp=2, seq_len=8192, gbs_seqs=512))]))
+    ctx = CostContext(model=load_model("llama3-8b"),
+                      training=build_training(64, 8192, 512, flops_convention=convention),
+                      profile=load_profile("megatron"), parameters=PLAIN)
+    table = evaluate(*at(ctx, dict(gpus=64, tp=2, seq_len=8192, gbs_seqs=512)))
     tokens = 512 * 8192  # 4M = 4,194,304
     assert table["model_flops_per_step"][0] == pytest.approx(flops_per_token * tokens, rel=1e-15)
 
 
 def test_throughput_mfu_and_hfu():
-    ctx = CostContext(model=load_model("llama3-8b"), cluster=make_cluster(GPU, 64),
+    ctx = CostContext(model=load_model("llama3-8b"), training=build_training(64, 8192, 512),
                       profile=load_profile("megatron"), parameters=PLAIN)
-    table = evaluate(ctx, LayoutBatch.from_layouts([resolve_layout(
-        dict(gpus=64, tp=2, seq_len=8192, gbs_seqs=512, recompute="full"))]))
+    table = evaluate(*at(ctx, dict(gpus=64, tp=2, seq_len=8192, gbs_seqs=512, recompute="full")))
     step, tokens = table["step_time_s"][0], 512 * 8192
     tokens_per_s_per_gpu = tokens / (step * 64)
     assert table["tokens_per_s_per_gpu"][0] == pytest.approx(tokens_per_s_per_gpu, rel=1e-12)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autoplan.export import TRAINERS, ExportError, TrainingSetup, render
-from autoplan.layout import resolve_layout
+from autoplan.api import plan_from_record
+from autoplan.export import TRAINERS, ExportError, LaunchOptions, render
 from autoplan.specs.models import load_model
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "export"
@@ -25,7 +25,7 @@ RUNS = [(case, trainer) for case in CASES for trainer in case["trainers"]]
 
 
 def _render(case, trainer):
-    return render(trainer, load_model(case["model"]), resolve_layout(case["layout"]), TrainingSetup())
+    return render(trainer, load_model(case["model"]), *plan_from_record(case["layout"]), LaunchOptions())
 
 
 @pytest.mark.parametrize(("case", "trainer"), RUNS, ids=[f"{c['name']}-{t}" for c, t in RUNS])
@@ -74,30 +74,30 @@ def test_header_names_the_version_and_the_model_shape(case, trainer):
                                                 ("nanotron", "deepseek-v3"), ("nanotron", "gpt3-175b"),
                                                 ("nanotron", "qwen3-30b-a3b")])
 def test_architectures_a_trainer_cannot_build_are_refused(trainer, model):
-    layout = resolve_layout({"gpus": 8, "zero": 3 if trainer == "torchtitan" else 1, "seq_len": 2048,
+    layout = plan_from_record({"gpus": 8, "zero": 3 if trainer == "torchtitan" else 1, "seq_len": 2048,
                              "gbs_seqs": 64})
     with pytest.raises(ExportError, match="cannot express|no model builder"):
-        render(trainer, load_model(model), layout)
+        render(trainer, load_model(model), *layout)
 
 
 def test_unexpressible_knobs_become_warnings():
-    layout = resolve_layout({"gpus": 16, "tp": 2, "zero": 1, "seq_len": 4096, "gbs_seqs": 64,
+    layout = plan_from_record({"gpus": 16, "tp": 2, "zero": 1, "seq_len": 4096, "gbs_seqs": 64,
                              "recompute": "selective", "precision": "fp8", "placement": "tp-dp-cp-pp",
                              "cp": 1})
-    result = render("nanotron", load_model("llama2-7b"), layout)
+    result = render("nanotron", load_model("llama2-7b"), *layout)
     text = " ".join(result.warnings)
     assert "selective" in text and "fp8" in text
     # tp-dp-cp-pp equals nanotron's order when cp = 1: no placement warning
     assert "placement" not in text
-    cp_layout = resolve_layout({"gpus": 16, "tp": 2, "cp": 2, "zero": 0, "seq_len": 4096, "gbs_seqs": 64,
+    cp_layout = plan_from_record({"gpus": 16, "tp": 2, "cp": 2, "zero": 0, "seq_len": 4096, "gbs_seqs": 64,
                                 "placement": "tp-dp-cp-pp"})
-    megatron = render("megatron", load_model("llama3-8b"), cp_layout)
+    megatron = render("megatron", load_model("llama3-8b"), *cp_layout)
     assert any("placement tp-dp-cp-pp" in w for w in megatron.warnings)
 
 
 def test_tp_pp_dp_placement_uses_megatrons_mapping_flag():
-    layout = resolve_layout({"gpus": 32, "tp": 2, "pp": 2, "zero": 1, "seq_len": 4096, "gbs_seqs": 64,
+    layout = plan_from_record({"gpus": 32, "tp": 2, "pp": 2, "zero": 1, "seq_len": 4096, "gbs_seqs": 64,
                              "placement": "tp-pp-cp-dp"})
-    result = render("megatron", load_model("llama3-8b"), layout)
+    result = render("megatron", load_model("llama3-8b"), *layout)
     assert "--use-tp-pp-dp-mapping" in result.files["megatron_pretrain_gpt.sh"]
     assert not result.warnings

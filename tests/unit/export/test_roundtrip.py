@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autoplan.api import plan_from_record
 from autoplan.cost.stages import virtual_stage_layers
-from autoplan.export import TrainingSetup, render
+from autoplan.export import LaunchOptions, render
 from autoplan.export.megatron import pipeline_layout
-from autoplan.layout import resolve_layout
 from autoplan.specs.models import load_model
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "export"
@@ -204,17 +204,17 @@ def from_deepspeed(files, model) -> dict:
 
 @pytest.mark.parametrize(("model_name", "values", "trainer"), RUNS, ids=IDS)
 def test_files_parse_back_to_the_layout(model_name, values, trainer):
-    model, layout = load_model(model_name), resolve_layout(values)
-    files = render(trainer, model, layout, TrainingSetup(), allow_uneven_pp=True).files
-    expected = layout.to_dict()
+    model, (layout, training) = load_model(model_name), plan_from_record(values)
+    files = render(trainer, model, layout, training, LaunchOptions(), allow_uneven_pp=True).files
+    expected = layout.to_record(training)
     if trainer == "megatron":
         recovered = [(from_megatron(files, model), expected)]
     elif trainer == "torchtitan":
-        module = from_torchtitan_module(files, model, layout.gpus)
+        module = from_torchtitan_module(files, model, training.gpus)
         assert module.pop("plan") == expected
         # 0.2.2 always applies sequence parallel with TP (a warning when the plan says sp=false)
         recovered = [(module, expected),
-                     (from_torchtitan_toml(files, model, layout.gpus), {**expected, "sp": layout.tp > 1})]
+                     (from_torchtitan_toml(files, model, training.gpus), {**expected, "sp": layout.tp > 1})]
         if layout.dp == 1:  # one DP rank: replicate and shard are the same thing
             for got, _ in recovered:
                 got["zero"] = layout.zero
@@ -225,7 +225,7 @@ def test_files_parse_back_to_the_layout(model_name, values, trainer):
     else:
         got = from_deepspeed(files, model)
         if got["seq_len"] is None:  # plain DeepSpeed: the training script owns seq_len
-            got["seq_len"] = layout.seq_len
+            got["seq_len"] = training.seq_len
         plain_selective = layout.recompute == "selective" and layout.tp == layout.pp == 1
         recovered = [(got, {**expected, "precision": "bf16",
                             "recompute": "none" if plain_selective else layout.recompute})]
@@ -235,8 +235,8 @@ def test_files_parse_back_to_the_layout(model_name, values, trainer):
 
 def test_shell_words_survive_bash_quoting():
     """A value with spaces and quotes comes back as one word."""
-    training = TrainingSetup(data_path="/data/my set/it's \"here\"", tokenizer="a b")
-    layout = resolve_layout({"gpus": 8, "tp": 2, "seq_len": 4096, "gbs_seqs": 16})
-    script = render("megatron", load_model("llama3-8b"), layout, training).files["megatron_pretrain_gpt.sh"]
+    launch = LaunchOptions(data_path="/data/my set/it's \"here\"", tokenizer="a b")
+    plan = plan_from_record({"gpus": 8, "tp": 2, "seq_len": 4096, "gbs_seqs": 16})
+    script = render("megatron", load_model("llama3-8b"), *plan, launch).files["megatron_pretrain_gpt.sh"]
     f = flags(bash_words(script))
-    assert f["--data-path"] == training.data_path and f["--tokenizer-model"] == "a b"
+    assert f["--data-path"] == launch.data_path and f["--tokenizer-model"] == "a b"

@@ -10,33 +10,34 @@ import dataclasses
 
 import pytest
 
+from autoplan.api import plan_from_record
 from autoplan.errors import AutoplanError, LayoutError
 from autoplan.export import TRAINERS, TrainerRuleError, render
-from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.layout import LayoutBatch
 from autoplan.profiles import load_profile
 from autoplan.rules import RULES, RuleContext, broken_rules, check_layout
 from autoplan.specs.models import load_model
 
 
 def lay(**values):
+    """(layout, training) of a plan on 8 GPUs, seq 4096, gbs 64 unless ``values`` say otherwise."""
     base = {"gpus": 8, "seq_len": 4096, "gbs_seqs": 64}
-    return resolve_layout({**base, **values})
+    return plan_from_record({**base, **values})
 
 
-def broken(layout, **changes):
-    """A layout with fields changed after resolution (to break invariants resolve_layout checks)."""
-    return dataclasses.replace(layout, **changes)
+def broken(plan, **changes):
+    """A plan with layout fields changed after resolution (to break invariants resolve_layout checks)."""
+    layout, training = plan
+    return dataclasses.replace(layout, **changes), training
 
 
-def check(trainer, model, layout, *, allow_uneven_pp=False):
-    check_layout(RuleContext(model, load_profile(trainer), allow_uneven_pp=allow_uneven_pp), layout)
+def check(trainer, model, layout, training, *, allow_uneven_pp=False):
+    check_layout(RuleContext(model, load_profile(trainer), training, allow_uneven_pp=allow_uneven_pp), layout)
 
 
 # (rule, trainer, model, layout, text that must appear in the message)
 CASES = [
     ("degrees", "megatron", "llama3-8b", broken(lay(), dp=3), "dp(3)·tp(1)·pp(1)·cp(1) = 3 != gpus(8)"),
-    ("batch", "nanotron", "llama3-8b", broken(lay(), grad_acc=3),
-     "gbs_seqs(64) != dp(8)·mbs(1)·grad_acc(3) = 24"),
     ("tp_heads", "megatron", "llama3-8b", lay(gpus=16, tp=16), "heads=32, kv_heads=8, tp=16"),
     ("pp_layers", "megatron", "llama3.2-1b", lay(gpus=32, pp=32, gbs_seqs=32), "layers=16, pp(32)·vpp(1) = 32"),
     ("sp_needs_tp", "deepspeed", "llama3-8b", lay(sp=True), "sp=true, tp=1"),
@@ -58,8 +59,6 @@ CASES = [
     ("moe_tp_needs_sp", "megatron", "mixtral-8x7b", lay(tp=2, sp=False), "tp=2, sp=false"),
     ("ep_mesh", "torchtitan", "qwen3-30b-a3b", lay(ep=8, zero=0), "ep=8, dp_shard(1)·cp(1)·tp(1) = 1"),
     ("expert_tp", "nanotron", "mixtral-8x7b", lay(tp=2, etp=2), "etp=2"),
-    ("local_batch", "torchtitan", "llama3-8b", broken(lay(gpus=16, pp=2, zero=3), grad_acc=3),
-     "global_batch_size=64, local_batch_size=3, dp=8"),
     ("ep_divides_dp", "deepspeed", "mixtral-8x7b", lay(tp=2, ep=8), "ep=8, dp=4"),
     ("deepspeed_etp", "deepspeed", "mixtral-8x7b", lay(tp=2, ep=2, etp=4), "etp=4, tp=2"),
     ("seq_positions", "megatron", "gpt3-175b", lay(seq_len=4096), "seq_len=4096 > 2048"),
@@ -69,14 +68,15 @@ CASES = [
     ("trainer_vpp", "nanotron", "llama3-8b", lay(pp=2, vpp=2), "vpp=2; nanotron has no interleaved schedule"),
     ("trainer_cp", "deepspeed", "llama3-8b", lay(cp=2), "cp=2; deepspeed has no context parallelism"),
     ("trainer_ep", "nanotron", "mixtral-8x7b", lay(ep=2), "ep=2; nanotron has no expert parallelism"),
+    ("fp8_hardware", "megatron", "llama3-8b", plan_from_record(
+        {"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "precision": "fp8"}, hardware="a100-80gb"), "fp8"),
 ]
-HARDWARE_RULES = {"node_multiple", "fp8_hardware"}  # need the GPU; export does not know it
 
 
 @pytest.mark.parametrize(("rule", "trainer", "model", "layout", "values"), CASES, ids=[c[0] for c in CASES])
 def test_rule_refuses_with_the_values(rule, trainer, model, layout, values):
     with pytest.raises(TrainerRuleError) as info:
-        check(trainer, load_model(model), layout)
+        check(trainer, load_model(model), *layout)
     assert rule in [name for name, _ in info.value.broken]
     message = str(info.value)
     assert message.startswith(f"{trainer} refuses this plan: ")
@@ -88,36 +88,36 @@ def test_rule_refuses_with_the_values(rule, trainer, model, layout, values):
 @pytest.mark.parametrize(("rule", "trainer", "model", "layout", "values"), CASES, ids=[c[0] for c in CASES])
 def test_render_refuses_too(rule, trainer, model, layout, values):
     with pytest.raises(AutoplanError, match="refuses this plan"):
-        render(trainer, load_model(model), layout)
+        render(trainer, load_model(model), *layout)
 
 
 def test_every_rule_has_a_case():
-    tested = {case[0] for case in CASES} | HARDWARE_RULES
+    tested = {case[0] for case in CASES}
     assert tested == {rule.name for rule in RULES}
 
 
 def test_expert_parallel_rule_follows_the_profile():
     no_ep = dataclasses.replace(load_profile("megatron"), supports_ep=False)
     with pytest.raises(TrainerRuleError, match=r"ep=2; megatron has no expert parallelism"):
-        check_layout(RuleContext(load_model("mixtral-8x7b"), no_ep), lay(ep=2))
+        check_layout(RuleContext(load_model("mixtral-8x7b"), no_ep, lay(ep=2)[1]), lay(ep=2)[0])
 
 
 def test_error_is_a_layout_error_and_lists_every_broken_rule():
     layout = lay(gpus=16, tp=16, sp=False, vpp=2, zero=2)
-    ctx = RuleContext(load_model("llama3-8b"), load_profile("nanotron"))
-    found = [name for name, _ in broken_rules(ctx, LayoutBatch.from_layouts([layout]), 0)]
+    ctx = RuleContext(load_model("llama3-8b"), load_profile("nanotron"), layout[1])
+    found = [name for name, _ in broken_rules(ctx, LayoutBatch.from_layouts([layout[0]]), 0)]
     assert found == ["tp_heads", "vpp_needs_pp", "trainer_zero", "trainer_vpp"]
     with pytest.raises(LayoutError):
-        check("nanotron", load_model("llama3-8b"), layout)
+        check("nanotron", load_model("llama3-8b"), *layout)
     assert issubclass(TrainerRuleError, ValueError)
 
 
 def test_a_legal_plan_passes_every_trainer():
     layout = lay(tp=2, zero=0)
     for trainer in TRAINERS:
-        check(trainer, load_model("llama3-8b"), layout)
+        check(trainer, load_model("llama3-8b"), *layout)
 
 
 def test_unknown_trainer_suggests_the_near_miss():
     with pytest.raises(AutoplanError, match="did you mean 'megatron'"):
-        render("megatorn", load_model("llama3-8b"), lay())
+        render("megatorn", load_model("llama3-8b"), *lay())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from autoplan.api import build_context
+from autoplan.api import build_context, build_training
 from autoplan.cost.term_text import CODE_CONSTANTS, _field
 from autoplan.cost.terms import TERMS
 from autoplan.report.derivation import COMMAND, PAGE, efficiency_classes, field_docs, render_page
@@ -26,7 +26,7 @@ def test_page_shows_every_term_and_every_calibrated_parameter():
 def test_every_numeric_efficiency_parameter_is_used_by_a_term():
     """A calibrated parameter that no formula names is either dead or missing from terms.py."""
     named = {p for t in TERMS for p in t.parameters}
-    ctx = build_context("llama3-8b", 8)
+    ctx = build_context("llama3-8b", build_training(8, 8192, 64))
     for cls in efficiency_classes():
         for f in fields(cls):
             found, value = _field(ctx, f.name)
@@ -36,7 +36,7 @@ def test_every_numeric_efficiency_parameter_is_used_by_a_term():
 
 def test_code_constants_do_not_shadow_context_fields():
     """Once a constant becomes a profile parameter, its CODE_CONSTANTS entry must go."""
-    ctx = build_context("llama3-8b", 8)
+    ctx = build_context("llama3-8b", build_training(8, 8192, 64))
     for name in CODE_CONSTANTS:
         assert not _field(ctx, name)[0], f"{name} is now a field of the cost context: drop it from CODE_CONSTANTS"
 

@@ -10,11 +10,10 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
-from autoplan.api import build_context
+from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import AutoplanError
-from autoplan.layout import LayoutBatch, resolve_layout
-from autoplan.report.plots import layout_from_row
+from autoplan.layout import LayoutBatch, layout_from_record, resolve_layout
 from autoplan.report.html import PLOT_FILES, add_cost_columns, find_chosen_index, write_report
 from autoplan.units import GiB
 
@@ -26,8 +25,8 @@ LAYOUTS = [dict(tp=1), dict(tp=2, recompute="selective"), dict(tp=2, pp=2), dict
 @cache
 def frames():
     """(capacity GiB, all 8 layouts, the feasible ones fastest first); 8b on 64 H100s."""
-    ctx = build_context("llama3-8b", 64)
-    batch = LayoutBatch.from_layouts(resolve_layout(dict(gpus=64, seq_len=8192, gbs_seqs=512, **v))
+    ctx = build_context("llama3-8b", build_training(64, 8192, 512))
+    batch = LayoutBatch.from_layouts(resolve_layout(v, ctx.training)
                                      for v in LAYOUTS)
     frame = evaluate(ctx, batch).to_frame()
     top = frame[frame["fits"]].sort_values("tokens_per_s_per_gpu", ascending=False)
@@ -60,7 +59,7 @@ class _Collect(HTMLParser):
 def _write(tmp_path, **kwargs):
     capacity, frame, top = frames()
     top = add_cost_columns(top, gpu_hour_price_usd=2.5, train_tokens=15e12, num_gpus=64)
-    chosen = layout_from_row(top.iloc[0])
+    chosen = layout_from_record(top.iloc[0])
     summary = {"model": "llama3-8b", "GPUs": "64 × h100-sxm", "sequence length": 8192}
     path = write_report(tmp_path, frame, top, summary, capacity, chosen, **kwargs)
     parsed = _Collect()
@@ -105,7 +104,7 @@ def test_report_has_the_ranked_table(written):
     _, parsed, top = written
     assert {"summary", "ranked-plans", "rejections"} <= set(parsed.tables)
     for _, row in top.iterrows():
-        assert layout_from_row(row).describe() in parsed.cells
+        assert layout_from_record(row).describe() in parsed.cells
     for header in ("rank", "layout", "tokens/s/GPU", "peak memory (GiB)", "days to train", "cost (USD)"):
         assert header in parsed.cells
     best = f"{top['tokens_per_s_per_gpu'].iloc[0]:,.0f}"
@@ -121,7 +120,7 @@ def test_report_has_no_external_resources(written):
 
 def test_find_chosen_index():
     _, frame, top = frames()
-    assert find_chosen_index(frame, layout_from_row(top.iloc[1])) == top.index[1]
+    assert find_chosen_index(frame, layout_from_record(top.iloc[1])) == top.index[1]
 
 
 def test_cost_columns_arithmetic():

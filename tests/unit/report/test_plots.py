@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from autoplan.report import plots
-from autoplan.api import build_context
+from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import LayoutError
-from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.layout import LayoutBatch, layout_from_record, resolve_layout
 from autoplan.units import GiB
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -25,14 +25,14 @@ MIN_PNG_BYTES = 5_000
 @cache
 def frames():
     """(ctx, frame of a grid of layouts, frame of the 5 fastest feasible ones)."""
-    ctx = build_context("llama3-8b", 64)
+    ctx = build_context("llama3-8b", build_training(64, 8192, 512))
     layouts = []
     grid = itertools.product((1, 2, 4, 8), (1, 2, 4), (1, 2), ("none", "selective", "full"),
                              (0, 1, 3), (1, 2))
     for tp, pp, vpp, recompute, zero, mbs in grid:
         try:
-            layouts.append(resolve_layout(dict(gpus=64, tp=tp, pp=pp, vpp=vpp, recompute=recompute,
-                                               zero=zero, mbs=mbs, seq_len=8192, gbs_seqs=512)))
+            layouts.append(resolve_layout(dict(tp=tp, pp=pp, vpp=vpp, recompute=recompute,
+                                               zero=zero, mbs=mbs), ctx.training))
         except LayoutError:
             pass
     frame = evaluate(ctx, LayoutBatch.from_layouts(layouts)).to_frame()
@@ -87,7 +87,7 @@ def test_step_breakdown(tmp_path):
 @pytest.mark.parametrize("values", [dict(tp=2, pp=4), dict(tp=2, pp=4, vpp=2), dict(tp=8)],
                          ids=["1f1b", "interleaved", "no-pipeline"])
 def test_pipeline_schedule(tmp_path, values):
-    layout = resolve_layout(dict(gpus=64, seq_len=8192, gbs_seqs=512, **values))
+    layout = resolve_layout(values, build_training(64, 8192, 512))
     assert_nontrivial_png(plots.plot_pipeline_schedule(layout, tmp_path / "schedule.png"))
 
 
@@ -113,7 +113,7 @@ def test_rank_order_warmup_follows_megatron():
 
 
 def test_drawn_microbatches_capped():
-    layout = resolve_layout(dict(gpus=64, tp=1, pp=8, vpp=2, seq_len=8192, gbs_seqs=512))
+    layout = resolve_layout(dict(tp=1, pp=8, vpp=2), build_training(64, 8192, 512))
     assert layout.grad_acc == 64 and plots.drawn_microbatches(layout) == 16
 
 
@@ -124,9 +124,10 @@ def test_pareto_front():
     assert plots.pareto_front(memory, throughput).tolist() == [0, 1]
 
 
-def test_layout_from_row_round_trips():
-    _, frame, _ = frames()
+def test_a_results_row_round_trips_to_its_layout():
+    ctx, frame, _ = frames()
     row = frame.iloc[7]
-    layout = plots.layout_from_row(row)
+    layout = layout_from_record(row)  # a complete row: no training needed to read it back
+    assert layout == layout_from_record(row, ctx.training)
     assert layout == LayoutBatch.from_layouts([layout]).layout(0)
     assert layout.tp == row["tp"] and layout.recompute == row["recompute"]

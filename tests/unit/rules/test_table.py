@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from autoplan.api import build_context
+from autoplan.api import build_context, build_training
 from autoplan.layout import LayoutBatch, resolve_layout
 from autoplan.profiles import list_trainers, load_profile
 from autoplan.rules import (
@@ -24,6 +24,14 @@ from autoplan.rules import (
 from autoplan.specs.models import load_model
 
 
+def context(model: str, gpus: int, *, trainer: str = "megatron", seq_len: int = 4096, gbs_seqs: int = 96,
+            hardware: str = "h100-sxm"):
+    return build_context(model, build_training(gpus, seq_len, gbs_seqs, hardware=hardware), trainer=trainer)
+
+
+TRAINING_16 = build_training(16, 4096, 96)
+
+
 def test_every_rule_names_its_trainers_words_and_source():
     known = set(list_trainers())
     for rule in RULES:
@@ -34,16 +42,15 @@ def test_every_rule_names_its_trainers_words_and_source():
 
 def test_generic_rules_bind_every_trainer_including_hf():
     for trainer in list_trainers():
-        names = {rule.name for rule in rules_for(RuleContext(load_model("llama3-8b"), load_profile(trainer)))}
-        assert {"degrees", "tp_heads", "batch", "trainer_zero"} <= names, trainer
+        names = {rule.name for rule in rules_for(RuleContext(load_model("llama3-8b"), load_profile(trainer), TRAINING_16))}
+        assert {"degrees", "tp_heads", "trainer_zero"} <= names, trainer
 
 
-def test_hardware_rules_are_skipped_without_a_cluster():
-    model, profile = load_model("llama3-8b"), load_profile("megatron")
-    names = {rule.name for rule in rules_for(RuleContext(model, profile))}
-    assert "fp8_hardware" not in names and "node_multiple" not in names
-    ctx = build_context("llama3-8b", 8, hardware="a100-80gb")
-    assert "fp8_hardware" in {rule.name for rule in rules_for(ctx)}
+def test_hardware_rules_read_the_cluster():
+    h100, a100 = context("llama3-8b", 8), context("llama3-8b", 8, hardware="a100-80gb")
+    fp8 = LayoutBatch.from_layouts([resolve_layout(dict(precision="fp8"), h100.training)])
+    assert REASON_CODES[int(legality_codes(h100, fp8)[0])] == "ok"
+    assert REASON_CODES[int(legality_codes(a100, fp8)[0])] == "fp8_hardware"
 
 
 def _layouts():
@@ -52,8 +59,8 @@ def _layouts():
     for tp, pp, vpp, cp, ep, zero, mbs in itertools.product((1, 2, 16), (1, 3, 4), (1, 2), (1, 2), (1, 2, 8),
                                                              (0, 1, 2, 3), (1, 2)):
         try:
-            out.append(resolve_layout(dict(gpus=16, seq_len=4096, gbs_seqs=96, tp=tp, pp=pp, vpp=vpp, cp=cp,
-                                           ep=ep, zero=zero, mbs=mbs)))
+            out.append(resolve_layout(dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, zero=zero, mbs=mbs),
+                                      TRAINING_16))
         except Exception:  # degrees that do not divide are refused before the rules
             continue
     return out
@@ -62,7 +69,7 @@ def _layouts():
 @pytest.mark.parametrize("trainer", ["megatron", "torchtitan", "nanotron", "deepspeed", "hf"])
 @pytest.mark.parametrize("allow_uneven", [False, True])
 def test_batch_equals_one_by_one(trainer, allow_uneven):
-    ctx = build_context("mixtral-8x7b", 16, trainer=trainer)
+    ctx = build_context("mixtral-8x7b", TRAINING_16, trainer=trainer)
     layouts = _layouts()
     batch = LayoutBatch.from_layouts(layouts)
     codes = legality_codes(ctx, batch, allow_uneven=allow_uneven)
@@ -78,8 +85,8 @@ def test_batch_equals_one_by_one(trainer, allow_uneven):
 
 
 def test_messages_state_the_invariant_and_the_values():
-    ctx = build_context("llama3-8b", 16)
-    batch = LayoutBatch.from_layouts([resolve_layout(dict(gpus=16, seq_len=4096, gbs_seqs=64, tp=16))])
+    ctx = context("llama3-8b", 16, gbs_seqs=64)
+    batch = LayoutBatch.from_layouts([resolve_layout(dict(tp=16), ctx.training)])
     code = int(legality_codes(ctx, batch)[0])
     assert REASON_CODES[code] == "tp_heads"
     assert explain_reason(ctx, batch, 0, code) == ("attention heads and KV heads (query groups) must be "
@@ -96,16 +103,18 @@ def test_messages_state_the_invariant_and_the_values():
     ("torchtitan", dict(ep=8, zero=0), "try --zero 3 (FSDP makes dp part of the expert mesh)"),
 ])
 def test_suggest_fix_names_the_nearest_change(trainer, values, fix):
-    ctx = build_context("qwen3-30b-a3b", 40 if values.get("pp") == 5 else 16, trainer=trainer)
-    layout = resolve_layout({"gpus": ctx.cluster.num_gpus, "seq_len": 4096, "gbs_seqs": 96, **values})
+    values = dict(values)
+    ctx = context("qwen3-30b-a3b", 40 if values.get("pp") == 5 else 16, trainer=trainer,
+                  seq_len=values.pop("seq_len", 4096))
+    layout = resolve_layout(values, ctx.training)
     batch = LayoutBatch.from_layouts([layout])
     code = int(legality_codes(ctx, batch)[0])
     assert code and suggest_fix(ctx, batch, 0, code) == fix
 
 
 def test_codes_are_indices_of_the_first_broken_rule():
-    ctx = build_context("llama3-8b", 16, trainer="nanotron")
-    layout = resolve_layout(dict(gpus=16, seq_len=4096, gbs_seqs=64, tp=16, vpp=2, zero=2))
+    ctx = context("llama3-8b", 16, trainer="nanotron", gbs_seqs=64)
+    layout = resolve_layout(dict(tp=16, vpp=2, zero=2), ctx.training)
     batch = LayoutBatch.from_layouts([layout])
     names = [name for name, _ in broken_rules(ctx, batch, 0)]
     assert names == ["tp_heads", "vpp_needs_pp", "trainer_zero", "trainer_vpp"]

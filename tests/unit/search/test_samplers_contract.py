@@ -3,25 +3,27 @@ fitting plans come out, top-k is honoured, a seed fixes the result, the global b
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from autoplan.api import build_context
+from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import NoFeasiblePlanError
 from autoplan.layout import LayoutBatch
 from autoplan.search import SAMPLERS, SearchOptions, search
-from autoplan.space import BatchTarget, load_space
+from autoplan.space import load_space
 
 TRIALS = 48  # three ask/tell batches of 16
-TARGET = BatchTarget(gpus=64, seq_len=8192, gbs_seqs=256)
+TARGET = build_training(64, 8192, 256)
 # 4·3·2·2·3·2·3 = 1,728 layouts: small enough for exhaustive, large enough for the samplers to miss.
 SPACE = load_space("default").with_overrides(pp=(1, 2, 4), vpp=(1, 2), mbs=(1, 2))
 
 
 @pytest.fixture(scope="module")
 def ctx():
-    return build_context("8b", TARGET.gpus)
+    return build_context("8b", TARGET)
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +33,7 @@ def results(ctx):
 
     def run(sampler: str):
         if sampler not in cache:
-            cache[sampler] = search(ctx, SPACE, TARGET, SearchOptions(sampler=sampler, trials=TRIALS, seed=0))
+            cache[sampler] = search(ctx, SPACE, SearchOptions(sampler=sampler, trials=TRIALS, seed=0))
         return cache[sampler]
     return run
 
@@ -69,7 +71,7 @@ def test_top_k_is_honoured(results, sampler, k):
 @pytest.mark.parametrize("sampler", SAMPLERS)
 def test_deterministic_for_a_seed(ctx, results, sampler):
     first = results(sampler).to_frame()
-    second = search(ctx, SPACE, TARGET, SearchOptions(sampler=sampler, trials=TRIALS, seed=0)).to_frame()
+    second = search(ctx, SPACE, SearchOptions(sampler=sampler, trials=TRIALS, seed=0)).to_frame()
     assert first.equals(second)
 
 
@@ -104,13 +106,13 @@ def test_auto_is_exhaustive_on_a_small_space(results):
 def test_gbs_tolerance_accepts_a_nearby_batch(ctx):
     # tp·pp·cp <= 8·2·1 = 16 keeps dp >= 4, and 250 = 2·125 is no multiple of 4: no exact batch.
     space = SPACE.with_overrides(pp=(1, 2), cp=(1,))
-    loose = search(ctx, space, BatchTarget(gpus=64, seq_len=8192, gbs_seqs=250, gbs_tolerance=0.05))
+    loose = search(replace(ctx, training=build_training(64, 8192, 250, gbs_tolerance=0.05)), space)
     assert loose.feasible.any()
     for i in loose.plan_rows():
         layout = loose.table.batch.layout(int(i))
         assert layout.gbs_seqs == layout.dp * layout.mbs * layout.grad_acc
         assert abs(layout.gbs_seqs - 250) <= 0.05 * 250
-    strict = search(ctx, space, BatchTarget(gpus=64, seq_len=8192, gbs_seqs=250))
+    strict = search(replace(ctx, training=build_training(64, 8192, 250)), space)
     assert not strict.feasible.any()
     with pytest.raises(NoFeasiblePlanError, match="--gbs-tolerance"):
         strict.check_feasible()
@@ -118,8 +120,8 @@ def test_gbs_tolerance_accepts_a_nearby_batch(ctx):
 
 @pytest.mark.parametrize("sampler", ["exhaustive", "tpe"])
 def test_nothing_fits_explains_why(sampler):
-    ctx = build_context("405b", 8)
-    result = search(ctx, load_space("default"), BatchTarget(gpus=8, seq_len=8192, gbs_seqs=64),
+    ctx = build_context("405b", build_training(8, 8192, 64))
+    result = search(ctx, load_space("default"),
                     SearchOptions(sampler=sampler, trials=16))
     with pytest.raises(NoFeasiblePlanError) as info:
         result.check_feasible()

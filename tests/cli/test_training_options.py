@@ -1,0 +1,63 @@
+"""The shared training options: one spelling on every command, and the setup they build."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from autoplan.cli import main
+
+COMMANDS = ["search", "estimate", "explain", "compare", "export", "calibrate"]
+SHARED = ["--model", "-m", "--gpus", "-g", "--hardware", "--gpus-per-node", "--nic", "--seq-len",
+          "--gbs-seqs", "--gbs-tokens", "--gbs-tolerance", "--flops-convention"]
+
+
+def invoke(args: list[str]):
+    return CliRunner().invoke(main, args)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_spells_the_training_options_alike(command):
+    text = invoke([command, "--help"]).output
+    for flag in SHARED:
+        assert f"{flag} " in text or f"{flag}," in text or f"{flag}\n" in text, (command, flag)
+    assert "-n," not in text and "-n " not in text  # the old spelling works but is not advertised
+
+
+@pytest.mark.parametrize("flag", ["-g", "-n", "--gpus"])
+def test_the_old_short_flag_still_works(flag):
+    result = invoke(["estimate", "-m", "8b", flag, "16", "--gbs-seqs", "64", "--tp", "2", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)[0]["gpus"] == 16
+
+
+def test_search_on_gb200_exports_four_processes_per_node(tmp_path):
+    # GB200 NVL72 compute trays hold 4 GPUs: 16 GPUs launch as 4 nodes x 4 processes (was 8 x 2)
+    out = tmp_path / "run"
+    result = invoke(["search", "--hardware", "gb200-nvl72", "-m", "8b", "-g", "16", "--gbs-seqs", "64",
+                     "--top", "1", "--export", "megatron", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    script = (out / "configs" / "megatron_pretrain_gpt.sh").read_text()
+    assert "NPROC_PER_NODE=4\nNNODES=4\n" in script
+    assert "on 16 GPUs" in script
+
+
+def test_export_from_plans_json_takes_the_hardware(tmp_path):
+    out = tmp_path / "run"
+    searched = invoke(["search", "-m", "8b", "-g", "16", "--gbs-seqs", "64", "--top", "1", "--out", str(out)])
+    assert searched.exit_code == 0, searched.output
+    plans = str(out / "plans.json")
+    h100 = invoke(["export", plans, "--to", "megatron"]).stdout
+    gb200 = invoke(["export", plans, "--to", "megatron", "--hardware", "gb200-nvl72"]).stdout
+    assert "NPROC_PER_NODE=8\nNNODES=2\n" in h100 and "NPROC_PER_NODE=4\nNNODES=4\n" in gb200
+
+
+def test_compare_takes_the_shared_options(tmp_path):
+    (tmp_path / "in.csv").write_text("tp,pp\n2,1\n4,1\n", encoding="utf-8")
+    result = invoke(["compare", str(tmp_path / "in.csv"), "-m", "8b", "-g", "64", "--gbs-tokens", "2M",
+                     "--hardware", "h200"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3 and all(",True," in line for line in lines[1:])
