@@ -59,9 +59,3 @@ class NoFeasiblePlanError(AutoplanError):
     """The search found no layout that is legal, fits and reaches the batch size (exit code 1)."""
 
     exit_code = 1
-
-
-def check_positive(where: str, name: str, value: float) -> None:
-    """Raise if ``value`` is not a positive number."""
-    if not value > 0:
-        raise SpecError(where, f"{name} must be > 0, got {value!r}")

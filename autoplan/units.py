@@ -26,7 +26,6 @@ from autoplan.errors import AutoplanError
 KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
 KiB, MiB, GiB, TiB = 2.0**10, 2.0**20, 2.0**30, 2.0**40
 BITS_PER_BYTE = 8.0
-TERA = 1e12
 
 _BYTES = {"b": 1.0, "kb": KB, "mb": MB, "gb": GB, "tb": TB,
           "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB}

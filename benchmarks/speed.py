@@ -1,4 +1,4 @@
-"""Speed and optimality of `autoplan search` (issue 5); prints figures, asserts nothing.
+"""Speed and optimality of `autoplan search`; prints figures, asserts nothing.
 
     python benchmarks/speed.py                 # everything (about a minute on 2 cores)
     python benchmarks/speed.py --tpe-trials 0  # skip the TPE column of the optimality suite

@@ -50,7 +50,7 @@ FIT_PLAN: dict[Pair, tuple[str, ...]] = {
 # e.g. 8B tp2 pp8 on 8 nodes: 1.3% MFU with ZeRO-0, 31.9% with ZeRO-1): the Cauchy loss bounds
 # their pull on the fit. The other sources are clean tables: soft-L1.
 FIT_LOSS: dict[Pair, str] = {("nanotron", "h100-sxm"): "cauchy"}
-# Sources whose tokens/s MAPE is a target (issue 4); the sweep is judged by ranking instead.
+# Sources whose tokens/s MAPE is a target; the sweep is judged by ranking instead.
 TIME_SOURCES = ("sc21", "korthikanti", "megatron_core_h100", "llama3_405b", "torchtitan", "playbook_best")
 # playbook_best repeats sweep runs: it is never fitted on directly, a best row counts as fitted
 # when its twin in the sweep is.

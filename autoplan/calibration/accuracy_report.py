@@ -11,7 +11,7 @@
 * ``memory-unit`` (fits): the playbook's "GB" read as GB and as GiB, memory parameters refitted.
 * ``time``: tokens/s MAPE per source and overall (the six sources with a MAPE target).
 * ``ranking``: Spearman and top-1 regret within each (model, nodes) cell of the sweep.
-* ``issue8`` (fits): calibrate on a seeded 20% of the 8B sweep's ``ok`` runs and compare
+* ``sweep-refit`` (fits): calibrate on a seeded 20% of the 8B sweep's ``ok`` runs and compare
   held-out errors with the uncalibrated default and the shipped profile.
 * ``golden``: ZeRO paper Fig. 1 model-state GB per GPU.
 
@@ -192,7 +192,7 @@ def ranking_figures(sources: Mapping[str, Source],
                          100.0 * float(np.mean([c.regret for c in kept])))]
 
 
-def issue8_figures(seed: int = 0, shipped_fit_ids: set[str] | None = None) -> list[Figure]:
+def sweep_refit_figures(seed: int = 0, shipped_fit_ids: set[str] | None = None) -> list[Figure]:
     """Calibrate nanotron/h100-sxm on a seeded 20% of the 8B sweep's ``ok`` runs; held-out
     errors of the uncalibrated default, the shipped and the calibrated profile. The shipped
     profile was fitted on a split of this same sweep, so its figures are also given on the
@@ -218,12 +218,12 @@ def issue8_figures(seed: int = 0, shipped_fit_ids: set[str] | None = None) -> li
             for metric, value in (("tokens/s MAPE", _stat(et, "mean")), ("tokens/s median |error|", _stat(et, "median")),
                                   ("memory median |error|", _stat(em, "median"))):
                 values[label, metric] = value
-                out.append(Figure("issue8", f"{metric}: {label}", subset, len(members), value))
+                out.append(Figure("sweep-refit", f"{metric}: {label}", subset, len(members), value))
         cal = list(profiles)[-1]
         for metric in ("tokens/s MAPE", "tokens/s median |error|", "memory median |error|"):
             for ref in ("uncalibrated default", "shipped"):
                 mine, theirs = values[cal, metric], values[ref, metric]
-                out.append(Figure("issue8", f"{metric}: calibrated {mine:.1f} < {ref} {theirs:.1f}", subset,
+                out.append(Figure("sweep-refit", f"{metric}: calibrated {mine:.1f} < {ref} {theirs:.1f}", subset,
                                   len(members), mine - theirs, unit="pt", target="< 0", met=bool(mine < theirs)))
     return out
 
@@ -235,8 +235,8 @@ def golden_figures() -> list[Figure]:
             for stage, (e, g) in enumerate(zip(expected, zero_figure1_gb()))]
 
 
-SECTIONS = ("rows", "memory", "memory-unit", "time", "ranking", "issue8", "golden")
-REFIT_SECTIONS = ("memory-unit", "issue8")
+SECTIONS = ("rows", "memory", "memory-unit", "time", "ranking", "sweep-refit", "golden")
+REFIT_SECTIONS = ("memory-unit", "sweep-refit")
 
 
 def accuracy_report(sections: Sequence[str] = SECTIONS, *, seed: int = 0, split_seed: int = 0,
@@ -245,7 +245,7 @@ def accuracy_report(sections: Sequence[str] = SECTIONS, *, seed: int = 0, split_
     """The figures of ``sections``: with the shipped profiles, or ``eff`` where given (e.g.
     profiles refitted by ``benchmarks/accuracy.py --fit``). ``split_seed`` and ``fraction`` give
     the fit / held-out split (the shipped profiles were fitted on seed 0, 30%); ``seed`` is the
-    issue-8 check's. ``memory-unit`` and ``issue8`` fit parameters (~95% of the run time)."""
+    sweep refit check's. ``memory-unit`` and ``sweep-refit`` fit parameters (~95% of the run time)."""
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown:
         raise AutoplanError(f"unknown section(s) {unknown}; known: {', '.join(SECTIONS)}")
@@ -260,7 +260,7 @@ def accuracy_report(sections: Sequence[str] = SECTIONS, *, seed: int = 0, split_
                         lambda: unit_figures(fit_ids, eff)),
         "time": ("predicting tokens/s", lambda: time_figures(sources, fit_ids, eff)),
         "ranking": ("ranking the playbook sweep", lambda: ranking_figures(sources, eff)),
-        "issue8": ("issue 8: calibrating on 20% of the 8B sweep's ok runs", lambda: issue8_figures(seed, fit_ids)),
+        "sweep-refit": ("refit on 20% of the 8B sweep's ok runs, judged on the other 80%", lambda: sweep_refit_figures(seed, fit_ids)),
         "golden": ("", golden_figures),
     }
     figures = []

@@ -16,7 +16,7 @@ from autoplan.errors import AutoplanError
 
 LOG_FORMATS = ("megatron", "torchtitan", "nanotron")
 LOSSES = ("soft_l1", "cauchy")
-SECTIONS = ("rows", "memory", "memory-unit", "time", "ranking", "issue8", "golden")  # accuracy_report.SECTIONS
+SECTIONS = ("rows", "memory", "memory-unit", "time", "ranking", "sweep-refit", "golden")  # accuracy_report.SECTIONS
 
 
 class LayoutText(click.ParamType):
@@ -261,18 +261,18 @@ def calibrate_command(ctx: click.Context, **kw) -> None:
 @click.command("validate")
 @output_format_option()
 @click.option("--quick", is_flag=True,
-              help="Skip the two sections that refit parameters (memory-unit and issue8, ~95% of the run "
+              help="Skip the two sections that refit parameters (memory-unit and sweep-refit, ~95% of the run "
                    "time); every source is still evaluated with the shipped profiles.")
 @click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS),
-              help="Only these sections (repeatable), e.g. --section issue8.")
+              help="Only these sections (repeatable), e.g. --section sweep-refit.")
 @click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of the issue-8 check (its 20% split and random starts).")
+              help="Seed of the sweep refit check (its 20% split and random starts).")
 def validate_command(output_format, quick, sections, seed) -> None:
     """Accuracy of the shipped profiles against the published measurements in validation/.
 
     The figures of benchmarks/accuracy.py: memory and tokens/s errors on the rows the shipped
     profiles were fitted on and on the held-out rest, ranking of the playbook sweep, the
-    issue-8 calibration check and a golden ZeRO case.
+    sweep refit check (calibrate on 20% of the 8B sweep, judge on 80%) and a golden ZeRO case.
     """
     from autoplan.calibration.accuracy_report import REFIT_SECTIONS, accuracy_report
 

@@ -17,7 +17,6 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -317,8 +316,3 @@ def load_gpu(name_or_path: str | os.PathLike) -> GPUSpec:
         return by_name[text.lower()]
     known = {spelling for gpu in _presets()[1] for spelling in (gpu.name, *gpu.aliases)}
     raise UnknownNameError("hardware", text, known)
-
-
-def preset_path(name: str) -> Path:
-    """The YAML file of preset ``name`` (or alias)."""
-    return data_dir("hardware_db") / "gpus" / f"{load_gpu(name).name}.yaml"

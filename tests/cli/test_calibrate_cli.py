@@ -307,10 +307,10 @@ def test_validate_table_and_csv():
 
 
 @pytest.mark.slow
-def test_validate_full_includes_the_refits_and_the_issue8_check():
+def test_validate_full_includes_the_refits_and_the_sweep_refit_check():
     figures = json.loads(run(["validate", "--format", "json"]).stdout)["figures"]
-    issue8 = [f for f in figures if f["section"] == "issue8"]
-    verdicts = [f for f in issue8 if f["target"] == "< 0"]
-    assert {f["subset"] for f in issue8} == {"held-out 80%", "held-out 80%, not in the shipped fit"}
+    refit = [f for f in figures if f["section"] == "sweep-refit"]
+    verdicts = [f for f in refit if f["target"] == "< 0"]
+    assert {f["subset"] for f in refit} == {"held-out 80%", "held-out 80%, not in the shipped fit"}
     assert len(verdicts) == 12  # 3 metrics x 2 references x 2 subsets
     assert any("memory read as GiB" in f["figure"] for f in figures if f["section"] == "memory-unit")

@@ -1,6 +1,6 @@
 """Bad input never gives a traceback: exit code 2 (1 for 'no feasible plan') and one line.
 
-Table-driven (issue 9): every case runs the real CLI through click's CliRunner in a temporary
+Table-driven: every case runs the real CLI through click's CliRunner in a temporary
 folder holding the bad files below, and must exit with its code and print exactly one line on
 stderr, with no 'Traceback' anywhere. Cases marked xfail are known bugs, each with its reason.
 """

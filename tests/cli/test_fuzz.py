@@ -1,4 +1,4 @@
-"""A seeded fuzz of `autoplan estimate` / `explain` option combinations (issue 9).
+"""A seeded fuzz of `autoplan estimate` / `explain` option combinations.
 
 Each seed draws 100 command lines mixing plausible layouts (powers of two, real presets) with
 bad values (0, negatives, fractions, 1e30, words, unknown names). Every run must end without a

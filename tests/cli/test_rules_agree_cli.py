@@ -1,4 +1,4 @@
-"""Search, estimate, explain, compare and export agree on the rules (issue 12's two bugs)."""
+"""Search, estimate, explain, compare and export agree on the rules (the two disagreements the one rule table fixed)."""
 
 from __future__ import annotations
 

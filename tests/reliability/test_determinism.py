@@ -1,4 +1,4 @@
-"""The same inputs and seed give a byte-identical plans.csv (issue 9).
+"""The same inputs and seed give a byte-identical plans.csv.
 
 Two exhaustive runs are compared in tests/cli/test_search_cli.py
 (``test_plans_csv_has_every_candidate_ranked_and_is_reproducible``) and the exhaustive sampler

@@ -1,5 +1,5 @@
 """A study in SQLite killed with SIGKILL mid-run resumes with --study-name and loses no finished
-trial (issue 9), tested with a real process: ``python -m autoplan.cli search --sampler tpe`` with
+trial, tested with a real process: ``python -m autoplan.cli search --sampler tpe`` with
 far more trials than it can finish is killed once the database holds a few batches, then the
 same command resumes the study."""
 

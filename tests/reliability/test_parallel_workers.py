@@ -1,4 +1,4 @@
-"""``--workers N``: N processes on one study through its storage (issue 9).
+"""``--workers N``: N processes on one study through its storage.
 
 Every trial a worker finishes is stored exactly once (numbers 0..n-1, each worker's share), the
 workers see each other's trials, the exhaustive sampler gives the same ranked result however

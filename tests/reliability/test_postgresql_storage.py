@@ -1,4 +1,4 @@
-"""A study in a real PostgreSQL server, the storage for workers on several machines (issue 9).
+"""A study in a real PostgreSQL server, the storage for workers on several machines.
 
 A throw-away cluster is made with ``initdb`` and started with ``pg_ctl`` on a free port of
 127.0.0.1 (its unix socket in the cluster's folder), then ``autoplan search --workers 2

@@ -1,4 +1,4 @@
-"""spec -> YAML -> spec round-trips (issue 9), over random valid specs (hypothesis).
+"""spec -> YAML -> spec round-trips, over random valid specs (hypothesis).
 
 ModelSpec: ``model_to_hf_config`` writes the HF ``config.json`` fields of every model_type and
 ``model_from_hf_config`` (strict, as for a preset) reads the same spec back after a YAML dump.

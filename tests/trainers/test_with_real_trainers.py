@@ -115,7 +115,7 @@ def test_torchtitan_builds_the_config_and_mesh(case, tmp_path):
     _need("torchtitan")
     if case["layout"].get("precision") == "fp8":
         pytest.skip("torchtitan's Float8 converter needs an SM89+ GPU and torchao")
-    lay = _export(case, "torchtitan", tmp_path)
+    _export(case, "torchtitan", tmp_path)
     _check(TORCHTITAN, tmp_path, case["layout"]["gpus"])
 
 
@@ -193,5 +193,5 @@ def test_megatron_lm_parses_and_validates_the_arguments(case, tmp_path):
     if not (Path(root) / "megatron" / "training" / "arguments.py").exists():
         pytest.skip("set MEGATRON_LM to a Megatron-LM core_v0.15.3 checkout")
     _need("torch")
-    lay = _export(case, "megatron", tmp_path)
+    _export(case, "megatron", tmp_path)
     _check(MEGATRON_LM, tmp_path / "megatron_pretrain_gpt.sh", case["layout"]["gpus"])

@@ -186,7 +186,7 @@ def test_flags_on_a_bound_and_outside_the_plausible_range():
 
 
 def test_the_shipped_fits_that_stand_in_for_missing_mechanisms_are_flagged():
-    # The values issue 14 names: nanotron's 0.996 GEMM efficiency, 0.13 scale-out efficiency and
+    # The fitted values that stand in for missing mechanisms: nanotron's 0.996 GEMM efficiency, 0.13 scale-out efficiency and
     # 81× collective factor; Megatron A100's non-flash attention; torchtitan's 0.186 attention.
     nanotron = {f.name for f in flag_fitted(load_profile("nanotron").parameters["h100-sxm"])}
     assert {"gemm_efficiency_max", "scale_out_efficiency", "pp_collective_overhead_factor"} <= nanotron
