@@ -27,6 +27,7 @@ from autoplan.cost.evaluate import CostTable, evaluate
 from autoplan.errors import AutoplanError, NoFeasiblePlanError, UnknownNameError
 from autoplan.search import recipe
 from autoplan.search.recipe import RecipeCounts
+from autoplan.search.study import open_store
 from autoplan.space import KNOBS, SearchSpace, check_not_empty
 from autoplan.specs.training import TrainingSpec
 
@@ -128,8 +129,8 @@ class SearchResult:
         """The Optuna study holding every trial (built on first use for the exhaustive sampler
         without storage)."""
         if self.store is None:
-            self.store = _store_exhaustive(self, _open(self.ctx, self.space, self.options,
-                                                       "exhaustive"))
+            self.store = _store_exhaustive(self, open_store(self.ctx, self.space, self.options,
+                                                            "exhaustive"))
         return self.store.study
 
 
@@ -172,13 +173,13 @@ def _run(ctx, space, options: SearchOptions, sampler: str, progress, deadline):
         table, counts = run_exhaustive(ctx, space, allow_uneven=options.allow_uneven_pp,
                                        progress=progress, deadline=deadline)
     elif sampler == "exhaustive":
-        store = _open(ctx, space, options, sampler)
+        store = open_store(ctx, space, options, sampler)
         table, counts = parallel.run_exhaustive_parallel(ctx, space, options, store,
                                                          progress=progress, deadline=deadline)
     else:
         from autoplan.search.optuna_search import run_optuna
 
-        store = _open(ctx, space, options, sampler)
+        store = open_store(ctx, space, options, sampler)
         if options.workers > 1:
             table, counts = parallel.run_optuna_parallel(ctx, space, options, store, sampler=sampler,
                                                          progress=progress, deadline=deadline)
@@ -187,35 +188,6 @@ def _run(ctx, space, options: SearchOptions, sampler: str, progress, deadline):
                                        allow_uneven=options.allow_uneven_pp, progress=progress,
                                        deadline=deadline)
     return table, counts, store
-
-
-def study_meta(ctx: CostContext, space: SearchSpace) -> dict:
-    """What a stored study was made for; a resumed study must match it."""
-    target = ctx.training
-    return {"model": ctx.model.name, "gpu": ctx.cluster.gpu.name, "gpus": target.gpus,
-            "trainer": ctx.profile.name, "seq_len": target.seq_len, "gbs_seqs": target.gbs_seqs,
-            "gbs_tolerance": target.gbs_tolerance, "space": space.to_dict()}
-
-
-def default_study_name(ctx: CostContext, space: SearchSpace) -> str:
-    """Names every input, so a rerun of the same command resumes its own study: e.g.
-    ``autoplan-llama3-70b-512gpus-h100-sxm-megatron-seq8192-gbs512-default-1a2b3c4d``."""
-    import hashlib
-    import json
-
-    digest = hashlib.sha256(json.dumps(study_meta(ctx, space), sort_keys=True).encode()).hexdigest()
-    target = ctx.training
-    return (f"autoplan-{ctx.model.name}-{target.gpus}gpus-{ctx.cluster.gpu.name}-{ctx.profile.name}"
-            f"-seq{target.seq_len}-gbs{target.gbs_seqs}-{space.name}-{digest[:8]}")
-
-
-def _open(ctx, space, options: SearchOptions, sampler: str):
-    from autoplan.search.optuna_search import OBJECTIVES, make_sampler
-    from autoplan.search.storage import open_study
-
-    name = options.study_name or (default_study_name(ctx, space) if options.storage else None)
-    return open_study(options.storage, name, OBJECTIVES[sampler], make_sampler(sampler, options.seed),
-                      study_meta(ctx, space), load_trials=sampler != "exhaustive")
 
 
 def _store_exhaustive(result: SearchResult, store):

@@ -25,14 +25,6 @@ CHUNK_SIZE = 1 << 16
 Progress = Callable[[int, int], None]
 
 
-def compact(table: CostTable) -> CostTable:
-    """Drop the per-stage memory breakdown (``mem_first_*``, ``mem_last_*`` except the totals),
-    which a large search does not need to keep for every layout."""
-    keep = {k: v for k, v in table.columns.items()
-            if not (k.startswith(("mem_first_", "mem_last_")) and not k.endswith("_total_bytes"))}
-    return CostTable(batch=table.batch, columns=keep, training=table.training)
-
-
 def run_exhaustive(ctx: CostContext, space: SearchSpace, *,
                    allow_uneven: bool = False, chunk_size: int = CHUNK_SIZE,
                    progress: Progress | None = None,
@@ -69,7 +61,8 @@ def assess_chunks(ctx: CostContext, space: SearchSpace, numbers: Iterable[int], 
         index = np.arange(k * chunk_size, min((k + 1) * chunk_size, space.size), dtype=np.int64)
         batch, kept, reaches = layouts_from_values(indices_to_values(space, index), ctx.training)
         table = recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven)
-        parts.append((k, compact(table), recipe.count(table, dropped_degrees=int((~kept).sum()))))
+        counts = recipe.count(table, dropped_degrees=int((~kept).sum()))
+        parts.append((k, recipe.compact(table), counts))
         done += len(index)
         if progress is not None:
             progress(done, total)
@@ -90,8 +83,8 @@ def combine(space: SearchSpace, parts: Iterable[tuple[int, CostTable, RecipeCoun
 
 def store_layouts(store, space: SearchSpace, tables: Iterable[CostTable]) -> None:
     """Add the assessed layouts of ``tables`` that the study does not hold yet, in bulk."""
-    from autoplan.search.optuna_search import frozen_trials
     from autoplan.search.storage import bulk_add
+    from autoplan.search.trials import frozen_trials
     from autoplan.space import KNOBS
 
     study = store.persistent if store.persistent is not None else store.working

@@ -70,12 +70,12 @@ def run_optuna_parallel(ctx: CostContext, space: SearchSpace, options, store, *,
 
 def _optuna_worker(ctx, space, options, sampler: str, index: int, quota: int,
                    timeout_s: float | None) -> int:
-    from autoplan.search import _open
     from autoplan.search.optuna_search import ask_and_tell
+    from autoplan.search.study import open_store
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     seed = None if options.seed is None else options.seed + index
-    store = _open(ctx, space, replace(options, seed=seed), sampler)
+    store = open_store(ctx, space, replace(options, seed=seed), sampler)
     return ask_and_tell(ctx, space, store, sampler=sampler, trials=options.trials, quota=quota,
                         baselines_first=False, allow_uneven=options.allow_uneven_pp,
                         progress=_stop_if_orphaned(), deadline=deadline)
@@ -105,10 +105,10 @@ def run_exhaustive_parallel(ctx: CostContext, space: SearchSpace, options, store
 
 def _exhaustive_worker(ctx, space, options, numbers: range, chunk_size: int,
                        timeout_s: float | None) -> list:
-    from autoplan.search import _open
+    from autoplan.search.study import open_store
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    store = _open(ctx, space, options, "exhaustive")
+    store = open_store(ctx, space, options, "exhaustive")
     return _assess_and_store(ctx, space, store, numbers, chunk_size, options.allow_uneven_pp,
                              _stop_if_orphaned(), deadline)
 

@@ -50,8 +50,6 @@ def neighbours(space: SearchSpace, seeds: np.ndarray) -> np.ndarray:
 def polish(ctx: CostContext, space: SearchSpace, table: CostTable, *,
            allow_uneven: bool = False) -> CostTable:
     """The assessed layouts found around the best of ``table`` (none of which is in it)."""
-    from autoplan.search.exhaustive import compact
-
     known = flat_index(space, table.batch)
     index = {"flat": known, "tps": _feasible_speed(table)}
     expanded = np.zeros(0, dtype=np.int64)
@@ -66,7 +64,7 @@ def polish(ctx: CostContext, space: SearchSpace, table: CostTable, *,
         candidates = neighbours(space, seeds)
         candidates = candidates[~np.isin(candidates, index["flat"])]
         batch, kept, reaches = layouts_from_values(indices_to_values(space, candidates), ctx.training)
-        new = compact(recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven))
+        new = recipe.compact(recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven))
         found.append(new)
         index = {"flat": np.concatenate([index["flat"], candidates[kept]]),
                  "tps": np.concatenate([index["tps"], _feasible_speed(new)])}

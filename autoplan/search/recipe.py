@@ -109,6 +109,14 @@ def take(table: CostTable, index: np.ndarray) -> CostTable:
                      training=table.training)
 
 
+def compact(table: CostTable) -> CostTable:
+    """Drop the per-stage memory breakdown (``mem_first_*``, ``mem_last_*`` except the totals),
+    which a large search does not need to keep for every layout."""
+    keep = {k: v for k, v in table.columns.items()
+            if not (k.startswith(("mem_first_", "mem_last_")) and not k.endswith("_total_bytes"))}
+    return CostTable(batch=table.batch, columns=keep, training=table.training)
+
+
 def concat(tables: list[CostTable]) -> CostTable:
     """Tables with the same columns, one after the other."""
     if len(tables) == 1:

@@ -15,10 +15,11 @@ from click.testing import CliRunner
 
 from autoplan.api import build_context, build_training
 from autoplan.cli import main
-from autoplan.search import SearchOptions, _open, exhaustive, search
+from autoplan.search import SearchOptions, exhaustive, search
 from autoplan.search.optuna_search import BATCH_SIZE, ask_and_tell, baselines
 from autoplan.search.parallel import shares
 from autoplan.search.storage import WRITER_ATTR
+from autoplan.search.study import open_store
 from autoplan.space import load_space
 
 TARGET = build_training(64, 8192, 256)
@@ -71,7 +72,7 @@ def test_workers_see_each_others_trials(ctx, tmp_path):
     """StudyStore.sync copies the trials another process wrote, never its own."""
     options = SearchOptions(sampler="random", trials=16, storage=f"sqlite:///{tmp_path / 'study.db'}",
                             study_name="s")
-    one, two = (_open(ctx, SPACE, options, "random") for _ in range(2))
+    one, two = (open_store(ctx, SPACE, options, "random") for _ in range(2))
     ask_and_tell(ctx, SPACE, one, sampler="random", trials=16)
     assert two.sync() == 16 and one.sync() == 0
     assert len(two.working.get_trials(deepcopy=False)) == 16
