@@ -21,7 +21,8 @@ from autoplan.calibration.accuracy import (FIT_LOSS, FIT_PLAN, NOT_FITTED, TIME_
                                            predictions, shipped_flags)
 from autoplan.calibration.accuracy_report import SECTIONS, accuracy_report
 from autoplan.calibration.fit import CalibrationError, cross_validate
-from autoplan.calibration.validation import load_sources, row_context
+from autoplan.calibration.rows import row_context
+from autoplan.calibration.validation import load_sources
 from autoplan.profiles import PARAMETERS
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from autoplan.calibration.fit import FitReport, fit_efficiency, predict_rows, split_rows
 from autoplan.cost.context import CostContext
 from autoplan.profiles import CalibratedParameters, Flag, flag_fitted, list_trainers, load_profile
-from autoplan.calibration.validation import Row, Source, row_context
+from autoplan.calibration.rows import Row, Source, row_context
 
 Pair = tuple[str, str]  # (trainer, hardware)
 

@@ -34,7 +34,8 @@ from autoplan.errors import AutoplanError
 from autoplan.profiles import CalibratedParameters, load_profile
 from autoplan.specs.hardware import load_gpu
 from autoplan.units import GB, GiB
-from autoplan.calibration.validation import Row, Source, load_playbook_sweep, load_sources, row_context
+from autoplan.calibration.rows import Row, Source, row_context
+from autoplan.calibration.validation import load_playbook_sweep, load_sources
 
 SUBSETS = ("fit", "held-out", "all")
 ISSUE8_FRACTION = 0.2

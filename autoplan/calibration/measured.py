@@ -38,7 +38,7 @@ from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
 from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
-from autoplan.calibration.validation import Row
+from autoplan.calibration.rows import Row
 
 MEASURED_COLUMNS = ("tokens_per_s_per_gpu", "peak_memory_gib")
 KNOWN_COLUMNS = RECORD_FIELDS + MEASURED_COLUMNS + ("model",)

@@ -18,7 +18,7 @@ from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.models import load_model
 from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
-from autoplan.calibration.validation import Row
+from autoplan.calibration.rows import Row
 
 MODEL = load_model("usp-1b")
 START = load_defaults()  # where every fit starts (the uncalibrated defaults)

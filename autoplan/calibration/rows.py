@@ -1,0 +1,92 @@
+"""A measured run as a row autoplan can predict, and the cost context it is predicted in.
+
+:class:`Row` is what both sources of measurements yield: the published reference files
+(:mod:`autoplan.calibration.validation`) and a user's MEASURED.csv
+(:mod:`autoplan.calibration.measured`); :class:`Source` groups the rows of one published file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from autoplan.cost.context import CostContext
+from autoplan.profiles import load_profile
+from autoplan.specs.hardware import load_gpu, make_cluster
+from autoplan.specs.model import ModelSpec
+from autoplan.specs.training import TrainingSpec
+
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measurement (published, or a user's own run) and everything needed to predict it.
+
+    ``layout`` is a record (:func:`autoplan.layout.layout_from_record`): the layout knobs and
+    the setup's gpus, seq_len and gbs_seqs. A missing measured
+    figure is NaN. ``cell`` groups rows a ranking is compared within (playbook: model/nodes).
+    """
+
+    source: str
+    row_id: str
+    model: ModelSpec
+    hardware: str
+    trainer: str
+    layout: dict[str, Any] = field(hash=False, compare=False)
+    tokens_per_s_per_gpu: float = NAN
+    peak_memory_bytes: float = NAN
+    status: str = "ok"
+    mfu: float = NAN
+    cell: str = ""
+    allow_uneven: bool = False
+    derived: str = ""
+
+    @property
+    def num_gpus(self) -> int:
+        return int(self.layout["gpus"])
+
+    @property
+    def setup(self) -> tuple[int, int, int]:
+        """(gpus, seq_len, gbs_seqs): the training setup of the run."""
+        return int(self.layout["gpus"]), int(self.layout["seq_len"]), int(self.layout["gbs_seqs"])
+
+    @property
+    def context_key(self) -> tuple:
+        return (self.model.name, self.hardware, self.trainer, *self.setup)
+
+    @property
+    def has_time(self) -> bool:
+        return math.isfinite(self.tokens_per_s_per_gpu)
+
+    @property
+    def has_memory(self) -> bool:
+        return math.isfinite(self.peak_memory_bytes)
+
+
+@dataclass(frozen=True)
+class Source:
+    """The rows of one reference file, the rows left out (row id, reason) and its citation."""
+
+    name: str
+    file: str
+    rows: tuple[Row, ...]
+    excluded: tuple[tuple[str, str], ...] = ()
+    notes: str = ""
+
+
+@lru_cache(maxsize=None)
+def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, int, int]) -> CostContext:
+    gpu = load_gpu(hardware)
+    profile = load_profile(trainer)
+    num_gpus, seq_len, gbs_seqs = setup
+    training = TrainingSpec(make_cluster(gpu, num_gpus), seq_len, gbs_seqs)
+    return CostContext(model=model, training=training, profile=profile,
+                       parameters=profile.parameters_for(gpu.name))
+
+
+def row_context(row: Row) -> CostContext:
+    """The cost context of a row (its setup) with the shipped profile's parameters for its GPU."""
+    return _context(row.model, row.hardware, row.trainer, row.setup)
