@@ -23,29 +23,6 @@ def _evaluate_one(kwargs):
     return ctx, batch, evaluate(ctx, batch, allow_uneven=kwargs["allow_uneven_pp"])
 
 
-def _why_not(ctx, batch, table, allow_uneven: bool) -> str:
-    from autoplan.rules import explain_reason, suggest_fix
-
-    code = int(table["reason_code"][0])
-    if code:
-        fix = suggest_fix(ctx, batch, 0, code)
-        return explain_reason(ctx, batch, 0, code) + (f": {fix}" if fix else "")
-    if not table["fits"][0]:
-        stage = "first" if table["peak_stage"][0] == 0 else "last"
-        from autoplan.cost.memory import MEMORY_TERMS
-
-        biggest = max(MEMORY_TERMS, key=lambda t: table[f"mem_{stage}_{t}_bytes"][0])
-        from autoplan.report.whynot import nearest_fitting_change
-
-        over = -table["memory_headroom_gib"][0]
-        fix = nearest_fitting_change(ctx, batch.layout(0), allow_uneven=allow_uneven)
-        return (f"out of memory: peak {table['peak_memory_gib'][0]:.1f} GiB on the {stage} stage is "
-                f"{over:.1f} GiB over the usable {ctx.cluster.gpu.usable_memory_bytes / 2**30:.1f} GiB; "
-                f"largest term: {biggest} ({table[f'mem_{stage}_{biggest}_bytes'][0] / 2**30:.1f} GiB)"
-                + (f"; {fix}" if fix else ""))
-    return ""
-
-
 @click.command("estimate")
 @training_options
 @trainer_options
@@ -54,11 +31,14 @@ def _why_not(ctx, batch, table, allow_uneven: bool) -> str:
 @output_format_option()
 def estimate_command(output_format, **kwargs) -> None:
     """Predict memory, step time, tokens/s and MFU of one layout."""
+    from autoplan.report.whynot import why_not
+
     ctx, batch, table = _evaluate_one(kwargs)
+    reason = why_not(ctx, batch, table, allow_uneven=kwargs["allow_uneven_pp"])
     if int(table["reason_code"][0]):  # a rule is broken: the layout cannot run at all
-        raise LayoutError(f"layout breaks a rule: {_why_not(ctx, batch, table, kwargs['allow_uneven_pp'])}")
+        raise LayoutError(f"layout breaks a rule: {reason}")
     record = table.record(0)
-    record["infeasible_reason"] = _why_not(ctx, batch, table, kwargs["allow_uneven_pp"])
+    record["infeasible_reason"] = reason
     record.update(model=ctx.model.name, hardware=ctx.cluster.gpu.name, trainer=ctx.profile.name)
     if output_format != "table":
         emit_records([record], output_format, columns=list(record))
@@ -84,6 +64,7 @@ def estimate_command(output_format, **kwargs) -> None:
 def explain_command(output_format, **kwargs) -> None:
     """Every memory and time term of one layout, with its formula, parameter values and source."""
     from autoplan.report.explain import bottleneck, explain_terms
+    from autoplan.report.whynot import why_not
 
     ctx, batch, table = _evaluate_one(kwargs)
     rows = explain_terms(ctx, table, 0)
@@ -93,7 +74,7 @@ def explain_command(output_format, **kwargs) -> None:
                  formatters={"value": "{:.4g}".format}, json_key="terms")
     if output_format == "table":
         click.echo(f"Bottleneck: {bottleneck(table, 0)}")
-        reason = _why_not(ctx, batch, table, kwargs["allow_uneven_pp"])
+        reason = why_not(ctx, batch, table, allow_uneven=kwargs["allow_uneven_pp"])
         if reason:
             click.echo(f"Why not: {reason}")
 

@@ -1,4 +1,4 @@
-"""Why a layout does not fit, and the nearest single-knob change that makes it fit."""
+"""Why a layout cannot run or does not fit, and the nearest single-knob change that makes it fit."""
 
 from __future__ import annotations
 
@@ -7,10 +7,37 @@ import dataclasses
 import numpy as np
 
 from autoplan.cost.context import CostContext
-from autoplan.cost.evaluate import evaluate
+from autoplan.cost.evaluate import CostTable, evaluate
+from autoplan.cost.memory import MEMORY_TERMS
 from autoplan.errors import LayoutError
 from autoplan.layout import Layout, LayoutBatch, resolve_layout
-from autoplan.rules import legality_codes
+from autoplan.rules import explain_reason, legality_codes, suggest_fix
+from autoplan.units import GiB
+
+
+def why_not(ctx: CostContext, batch: LayoutBatch, table: CostTable, i: int = 0, *,
+            allow_uneven: bool = False) -> str:
+    """Why layout ``i`` of ``table`` (evaluated from ``batch``) cannot run or does not fit, with
+    the nearest fix; '' when it is legal and fits.
+
+    A broken rule: the rule's reason and its suggested fix. Out of memory: the peak, the excess
+    over the usable memory, the largest memory term on the peak stage and
+    :func:`nearest_fitting_change`.
+    """
+    code = int(table["reason_code"][i])
+    if code:
+        fix = suggest_fix(ctx, batch, i, code)
+        return explain_reason(ctx, batch, i, code) + (f": {fix}" if fix else "")
+    if table["fits"][i]:
+        return ""
+    stage = "first" if table["peak_stage"][i] == 0 else "last"
+    biggest = max(MEMORY_TERMS, key=lambda t: table[f"mem_{stage}_{t}_bytes"][i])
+    over = -table["memory_headroom_gib"][i]
+    fix = nearest_fitting_change(ctx, batch.layout(i), allow_uneven=allow_uneven)
+    return (f"out of memory: peak {table['peak_memory_gib'][i]:.1f} GiB on the {stage} stage is "
+            f"{over:.1f} GiB over the usable {ctx.cluster.gpu.usable_memory_bytes / GiB:.1f} GiB; "
+            f"largest term: {biggest} ({table[f'mem_{stage}_{biggest}_bytes'][i] / GiB:.1f} GiB)"
+            + (f"; {fix}" if fix else ""))
 
 
 def _neighbours(ctx: CostContext, lay: Layout) -> list[tuple[str, Layout]]:
