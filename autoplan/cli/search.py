@@ -111,7 +111,10 @@ def search_command(**kw) -> None:
     if kw["export_to"]:
         written += _export(result, kw["export_to"], out, kw["allow_uneven_pp"])
     if kw["report"]:
-        written.append(_report(result, kw, out))
+        from autoplan.report.results import write_search_report
+
+        written.append(write_search_report(result, out, top=kw["top_k"], train_tokens=kw["train_tokens"],
+                                           gpu_hour_price_usd=kw["gpu_hour_price"]).name)
     click.echo(f"Wrote {out}/ ({', '.join(written)})", err=True)
     uneven = result.counts.reasons.get("pp_uneven", 0)
     if uneven and not kw["allow_uneven_pp"]:
@@ -146,32 +149,6 @@ def _export(result, trainers: str, out: str, allow_uneven_pp: bool) -> list[str]
     paths = export_plan(record, result.ctx.model, trainers, Path(out) / "configs", result.training,
                         allow_uneven_pp=allow_uneven_pp)
     return [str(Path(p).relative_to(out)) for p in paths]
-
-
-def _report(result, kw: dict, out: str) -> str:
-    """Plots and report.html for the run."""
-    from autoplan.report.html import write_report
-    from autoplan.report.results import MAX_CSV_ROWS
-
-    from autoplan.cost.evaluate import evaluate
-    from autoplan.report.html import add_cost_columns
-
-    frame_all = result.to_frame(min(len(result.table), MAX_CSV_ROWS))
-    rows = result.plan_rows(kw["top_k"])
-    # The search keeps lean columns; the plots want every memory term of the top plans.
-    frame_top = evaluate(result.ctx, result.table.batch.take(rows),
-                         allow_uneven=result.options.allow_uneven_pp).to_frame()
-    frame_top.insert(0, "rank", rows + 1)
-    if kw["train_tokens"] is not None:
-        frame_top = add_cost_columns(frame_top, gpu_hour_price_usd=kw["gpu_hour_price"],
-                                     train_tokens=kw["train_tokens"])
-    summary = {"model": result.ctx.model.name, "GPUs": f"{result.training.gpus} x {result.ctx.cluster.gpu.name}",
-               "trainer": result.ctx.profile.name, "global batch": f"{result.training.gbs_seqs} x "
-               f"{result.training.seq_len} tokens", "recipe": recipe_line(result).removeprefix("Recipe: ")}
-    capacity = result.ctx.cluster.gpu.usable_memory_bytes / 2**30
-    path = write_report(out, frame_all, frame_top, summary, capacity,
-                        result.table.batch.layout(int(rows[0])), chosen_index=int(rows[0]))
-    return path.name
 
 
 class _progress_bar:
@@ -210,7 +187,7 @@ def _emit(result, output_format: str, top_k: int, costs=None) -> None:
     import json
 
     from autoplan.report.columns import plain_dictionary
-    from autoplan.report.results import CSV_FLOAT_FORMAT, clean_json, summary
+    from autoplan.report.results import CSV_FLOAT_FORMAT, clean_json, recipe_line, summary
 
     if output_format == "json":
         doc = summary(result, top_k)
@@ -229,16 +206,6 @@ def _emit(result, output_format: str, top_k: int, costs=None) -> None:
         click.echo(recipe_line(result), err=True)
 
 
-def recipe_line(result) -> str:
-    """'Recipe: 3240 candidates -> 1392 legal -> 438 fit in 79.6 GiB -> 435 reach gbs 512 ...'."""
-    c, t = result.counts, result.training
-    capacity = result.ctx.cluster.gpu.usable_memory_bytes / 2**30
-    examined = f"{c.candidates} candidates" + (f" (of {c.space_size})" if c.candidates < c.space_size else "")
-    return (f"Recipe: {examined} -> {c.legal} legal -> {c.fit} fit in {capacity:.1f} GiB -> "
-            f"{c.reach_batch} reach gbs {t.gbs_seqs} x {t.seq_len} tokens "
-            f"({result.sampler}, {result.elapsed_s:.2f} s)")
-
-
 def describe(layout) -> str:
     """``Layout.describe()`` plus the placement when it is not the default one."""
     from autoplan.layout import DEFAULT_PLACEMENT
@@ -252,6 +219,7 @@ def print_table(result, top_k: int, costs=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from autoplan.report.results import recipe_line
     from autoplan.units import format_time
 
     console = Console(highlight=False)

@@ -1,6 +1,7 @@
 """A search's result folder: plans.csv (every evaluated layout, ranked), plans.json (the top
 plans as flat records, with a ``columns`` dictionary), columns.md (what each column means, its
-unit and formula) and manifest.json (inputs, versions, seed, command line).
+unit and formula) and manifest.json (inputs, versions, seed, command line); on request the
+figures and report.html (:func:`write_search_report`).
 
 plans.csv holds no timestamp and writes floats with a fixed format, so identical inputs and
 seed give a byte-identical file; the manifest carries the run's time and duration.
@@ -16,8 +17,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from autoplan.cost.evaluate import evaluate
 from autoplan.report.columns import columns_markdown, plain_dictionary
 from autoplan.search import SearchResult
+from autoplan.units import GiB
 
 CSV_FLOAT_FORMAT = "%.9g"
 # plans.csv keeps every evaluated layout up to this many rows (pandas writes ~10^4 rows/s with
@@ -100,6 +103,45 @@ def write_results(result: SearchResult, out_dir: str | Path, *, top: int, inputs
     _write_json(out / "plans.json", summary(result, top))
     _write_json(out / "manifest.json", manifest(result, inputs, command_line))
     return out
+
+
+def recipe_line(result: SearchResult) -> str:
+    """'Recipe: 3240 candidates -> 1392 legal -> 438 fit in 79.6 GiB -> 435 reach gbs 512 ...'."""
+    c, t = result.counts, result.training
+    capacity = result.ctx.cluster.gpu.usable_memory_bytes / GiB
+    examined = f"{c.candidates} candidates" + (f" (of {c.space_size})" if c.candidates < c.space_size else "")
+    return (f"Recipe: {examined} -> {c.legal} legal -> {c.fit} fit in {capacity:.1f} GiB -> "
+            f"{c.reach_batch} reach gbs {t.gbs_seqs} x {t.seq_len} tokens "
+            f"({result.sampler}, {result.elapsed_s:.2f} s)")
+
+
+def write_search_report(result: SearchResult, out_dir: str | Path, *, top: int,
+                        train_tokens: float | None = None,
+                        gpu_hour_price_usd: float | None = None) -> Path:
+    """Write the figures and report.html of a search into ``out_dir``; return the HTML's path.
+
+    The page shows every layout of plans.csv and the ``top`` plans (with the cost to train on
+    ``train_tokens`` tokens when given, :func:`autoplan.report.html.add_cost_columns`); the
+    chosen plan is the best one. Raises ``NoFeasiblePlanError`` when no plan is feasible.
+    """
+    from autoplan.report.html import add_cost_columns, write_report
+
+    result.check_feasible()
+    frame_all = result.to_frame(min(len(result.table), MAX_CSV_ROWS))
+    rows = result.plan_rows(top)
+    # The search keeps lean columns; the plots want every memory term of the top plans.
+    frame_top = evaluate(result.ctx, result.table.batch.take(rows),
+                         allow_uneven=result.options.allow_uneven_pp).to_frame()
+    frame_top.insert(0, "rank", rows + 1)
+    if train_tokens is not None:
+        frame_top = add_cost_columns(frame_top, gpu_hour_price_usd=gpu_hour_price_usd,
+                                     train_tokens=train_tokens)
+    t, ctx = result.training, result.ctx
+    planned = {"model": ctx.model.name, "GPUs": f"{t.gpus} x {ctx.cluster.gpu.name}",
+               "trainer": ctx.profile.name, "global batch": f"{t.gbs_seqs} x {t.seq_len} tokens",
+               "recipe": recipe_line(result).removeprefix("Recipe: ")}
+    return write_report(out_dir, frame_all, frame_top, planned, ctx.cluster.gpu.usable_memory_bytes / GiB,
+                        result.table.batch.layout(int(rows[0])), chosen_index=int(rows[0]))
 
 
 def _write_json(path: Path, data: Any) -> None:
