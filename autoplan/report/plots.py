@@ -18,6 +18,7 @@ import numpy as np
 from autoplan.cost.memory import MEMORY_TERMS
 from autoplan.cost.terms import time_terms
 from autoplan.layout import Layout, layout_from_record
+from autoplan.search.recipe import pareto_indices
 from autoplan.units import GiB
 
 TIME_TERMS = tuple(t.term for t in time_terms())  # the step-time terms, in explain's order
@@ -269,18 +270,6 @@ def _schedule_legend(ax, vpp: int) -> None:
 
 # --- throughput vs memory ---------------------------------------------------------------------
 
-def pareto_front(memory_gib: np.ndarray, throughput: np.ndarray) -> np.ndarray:
-    """Indices of the points no other point beats on both axes (less memory, more throughput),
-    ordered by memory. Ties in memory keep the higher throughput only."""
-    order = np.lexsort((-throughput, memory_gib))
-    front, best = [], -np.inf
-    for i in order:
-        if throughput[i] > best:
-            front.append(i)
-            best = throughput[i]
-    return np.asarray(front, dtype=int)
-
-
 def plot_throughput_vs_memory(frame_all, capacity_gib: float, chosen_index, path: str | Path) -> Path:
     """Tokens/s per GPU against peak memory per GPU for every evaluated layout.
 
@@ -303,7 +292,7 @@ def plot_throughput_vs_memory(frame_all, capacity_gib: float, chosen_index, path
                label=f"feasible ({good.sum():,})", rasterized=True)
     if good.any():
         idx = np.flatnonzero(good)
-        front = idx[pareto_front(memory[idx], throughput[idx])]
+        front = idx[pareto_indices(memory[idx], throughput[idx])]
         ax.step(memory[front], throughput[front], where="post", color="#1b9e77", linewidth=2,
                 marker="o", markersize=4 if len(front) <= 30 else 0, label=f"Pareto front ({len(front)})")
     ax.axvline(capacity_gib, color="#c00000", linestyle="--", linewidth=1.5,

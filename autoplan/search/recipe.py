@@ -127,16 +127,24 @@ def concat(tables: list[CostTable]) -> CostTable:
 
 
 def pareto_front(table: CostTable) -> np.ndarray:
-    """Feasible rows not dominated in (tokens/s/GPU, memory headroom), both maximised."""
+    """Feasible rows not dominated in (tokens/s/GPU, memory headroom), both maximised (a mask)."""
     feasible = np.flatnonzero(table["feasible"])
-    tps, room = table["tokens_per_s_per_gpu"][feasible], table["memory_headroom_gib"][feasible]
-    order = np.lexsort((-room, -tps))
-    best_room = np.maximum.accumulate(room[order])
-    previous = np.concatenate([[-np.inf], best_room[:-1]])
-    keep = room[order] > previous
     front = np.zeros(len(table), dtype=bool)
-    front[feasible[order[keep]]] = True
+    front[feasible[pareto_indices(-table["memory_headroom_gib"][feasible],
+                                  table["tokens_per_s_per_gpu"][feasible])]] = True
     return front
+
+
+def pareto_indices(lower: np.ndarray, higher: np.ndarray) -> np.ndarray:
+    """Indices of the points that no other point beats on both axes (``lower`` smaller or equal
+    and ``higher`` larger or equal), ordered by ``lower``; of identical points the first only.
+
+    E.g. peak memory and tokens/s: sorted by memory (higher throughput first on ties), a point is
+    on the front when its throughput exceeds that of every point before it.
+    """
+    order = np.lexsort((-higher, lower))
+    best_before = np.concatenate([[-np.inf], np.fmax.accumulate(higher[order])[:-1]])
+    return order[higher[order] > best_before]
 
 
 def infeasible_message(ctx: CostContext, table: CostTable, counts: RecipeCounts,

@@ -117,13 +117,6 @@ def test_drawn_microbatches_capped():
     assert layout.grad_acc == 64 and plots.drawn_microbatches(layout) == 16
 
 
-def test_pareto_front():
-    memory = np.array([10.0, 20.0, 15.0, 30.0, 20.0])
-    throughput = np.array([1.0, 3.0, 0.5, 2.0, 2.5])
-    # 10 GiB/1.0 and 20 GiB/3.0 are not beaten; 15/0.5, 30/2.0 and 20/2.5 are.
-    assert plots.pareto_front(memory, throughput).tolist() == [0, 1]
-
-
 def test_a_results_row_round_trips_to_its_layout():
     ctx, frame, _ = frames()
     row = frame.iloc[7]
