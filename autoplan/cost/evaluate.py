@@ -17,11 +17,6 @@ from autoplan.rules import REASON_CODES, legality_codes
 from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
 
-PREDICTION_FIELDS = ("fits", "peak_memory_bytes", "peak_memory_gib", "memory_headroom_gib",
-                     "step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
-                     "hardware_tflops_per_gpu", "hfu", "bubble_fraction", "infeasible_reason")
-
-
 @dataclass
 class CostTable:
     """Predictions for a batch of layouts: ``columns[name]`` is an array over layouts."""

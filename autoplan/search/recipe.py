@@ -18,15 +18,13 @@ import numpy as np
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable, evaluate
 from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch
-from autoplan.rules import REASON_CODES, REASON_MESSAGES, explain_reason
+from autoplan.rules import REASON_CODES, explain_reason
 from autoplan.space import KNOBS
 from autoplan.units import GiB
 
 FEASIBLE, NO_BATCH, OUT_OF_MEMORY, ILLEGAL = 0, 1, 2, 3
 EXPOSED_COMM_COLUMNS = ("time_tp_exposed_s", "time_cp_exposed_s", "time_ep_exposed_s",
                         "time_pp_exposed_s", "time_dp_exposed_s")
-REASON_TEXT = {**REASON_MESSAGES, "out_of_memory": "peak memory exceeds the GPU's usable memory",
-               "batch": "the global batch is not a multiple of dp·mbs (see --gbs-tolerance)"}
 
 
 @dataclass
