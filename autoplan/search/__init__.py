@@ -28,7 +28,7 @@ from autoplan.errors import AutoplanError, NoFeasiblePlanError, UnknownNameError
 from autoplan.search import recipe
 from autoplan.search.recipe import RecipeCounts
 from autoplan.search.study import open_store
-from autoplan.space import KNOBS, SearchSpace, check_not_empty
+from autoplan.space import SearchSpace, check_not_empty
 from autoplan.specs.training import TrainingSpec
 
 SAMPLERS = ("auto", "exhaustive", "tpe", "nsga2", "random")
