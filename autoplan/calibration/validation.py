@@ -67,6 +67,7 @@ class Row:
     cell: str = ""
     allow_uneven: bool = False
     derived: str = ""
+    attention_kernel: str = "flash"  # 'eager' for the 2021-22 Megatron runs (softmax scores saved)
 
     @property
     def num_gpus(self) -> int:
@@ -79,7 +80,7 @@ class Row:
 
     @property
     def context_key(self) -> tuple:
-        return (self.model.name, self.hardware, self.trainer, *self.setup)
+        return (self.model.name, self.hardware, self.trainer, *self.setup, self.attention_kernel)
 
     @property
     def has_time(self) -> bool:
@@ -260,7 +261,8 @@ def load_torchtitan() -> Source:
 # --- Megatron on A100 80GB (Selene): SC'21 Table 1, Korthikanti 2022 Table 5 -------------------
 
 def load_sc21() -> Source:
-    """SC'21 Table 1 (weak scaling, full recompute, interleaved 1F1B where the script used it).
+    """SC'21 Table 1 (weak scaling, full recompute, interleaved 1F1B where the script used it;
+    Megatron's non-fused softmax of the time: attention_kernel 'eager').
 
     tokens/s per GPU is derived: achieved TFLOP/s / (96·l·h²·(1 + s/6h + V/16lh)). fp16 runs as
     autoplan's 16-bit precision ('bf16'); no distributed optimizer (zero 0) and no sequence
@@ -281,7 +283,8 @@ def load_sc21() -> Source:
         rows.append(Row(source="sc21", row_id=f"sc21:{r['model']}", model=model, hardware="a100-80gb",
                         trainer="megatron", layout=layout,
                         tokens_per_s_per_gpu=tflops / sc21_flops_per_token(h, layers, vocab, seq),
-                        cell=r["model"], derived="TFLOP/s / 96·l·h²·(1 + s/6h + V/16lh)"))
+                        cell=r["model"], derived="TFLOP/s / 96·l·h²·(1 + s/6h + V/16lh)",
+                        attention_kernel="eager"))
     return Source("sc21", file, tuple(rows), notes="derived tokens/s from hardware TFLOP/s")
 
 
@@ -292,7 +295,8 @@ def _korthikanti_configs() -> dict[str, dict[str, str]]:
 def load_korthikanti() -> Source:
     """Korthikanti et al. 2022 Table 5: selective recompute + SP rows and full-recompute rows
     (the paper's baseline: tensor parallelism without SP). tokens/s/GPU = gbs·seq/(time·gpus);
-    configurations from Table 3 (530B at DP=8 keeps the per-replica batch: gbs = 8 x 280)."""
+    configurations from Table 3 (530B at DP=8 keeps the per-replica batch: gbs = 8 x 280); the
+    runs predate fused attention in Megatron (Table 2's 5as² terms): attention_kernel 'eager'."""
     file = "korthikanti2022_table5_end_to_end.csv"
     configs = _korthikanti_configs()
     rows, excluded = [], []
@@ -318,7 +322,7 @@ def load_korthikanti() -> Source:
                             model=model, hardware="a100-80gb", trainer="megatron",
                             layout={**base, "recompute": mode, "sp": sp},
                             tokens_per_s_per_gpu=gbs * seq / (seconds * gpus), cell=r["model"],
-                            derived="gbs·seq / (iteration time·gpus)"))
+                            derived="gbs·seq / (iteration time·gpus)", attention_kernel="eager"))
         if not found:
             excluded.append((f"korthikanti:{i + 2}", f"no iteration time ({r['note']})"))
     return Source("korthikanti", file, tuple(rows), tuple(excluded))
@@ -405,15 +409,16 @@ def load_sources(names: Iterable[str] | None = None) -> dict[str, Source]:
 
 
 @lru_cache(maxsize=None)
-def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, int, int]) -> CostContext:
+def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, int, int],
+             attention_kernel: str = "flash") -> CostContext:
     gpu = load_gpu(hardware)
     profile = load_profile(trainer)
     num_gpus, seq_len, gbs_seqs = setup
-    training = TrainingSpec(make_cluster(gpu, num_gpus), seq_len, gbs_seqs)
+    training = TrainingSpec(make_cluster(gpu, num_gpus), seq_len, gbs_seqs, attention_kernel=attention_kernel)
     return CostContext(model=model, training=training, profile=profile,
                        parameters=profile.parameters_for(gpu.name))
 
 
 def row_context(row: Row) -> CostContext:
     """The cost context of a row (its setup) with the shipped profile's parameters for its GPU."""
-    return _context(row.model, row.hardware, row.trainer, row.setup)
+    return _context(row.model, row.hardware, row.trainer, row.setup, row.attention_kernel)
