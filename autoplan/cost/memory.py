@@ -97,16 +97,51 @@ def _block_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: Layou
             + c.tok / h_div + c.s2 * heads * ctx.training.seq_len / (b.tp * b.cp))
 
 
+# Megatron-Core's all-to-all dispatcher holds two copies of the routed tokens (k·T·h bf16 each)
+# while a MoE layer dispatches or combines: the permuted send buffer and the received buffer
+# (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher.token_dispatch
+# and token_combine, after moe_utils.permute); with ep = 1 only the permutation copy.
+MOE_DISPATCH_COPIES = 2.0
+
+
+def routed_token_factor(ctx: CostContext) -> float:
+    """Routed-token slots per token and top-k choice that the expert buffers hold.
+
+    Dropless (``moe_capacity_factor`` None, Megatron's default): exactly k·T routed tokens.
+    With a capacity factor c and padding to capacity (Megatron ``--moe-expert-capacity-factor``
+    with ``--moe-pad-expert-input-to-capacity``; megatron/core/transformer/moe/moe_utils.py
+    ``topk_softmax_with_capacity``), every expert holds c·k·T/E slots: c·k·T in all.
+    """
+    factor = ctx.training.moe_capacity_factor
+    return 1.0 if factor is None else float(factor)
+
+
 def _moe_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: LayoutBatch) -> np.ndarray:
-    """Routed-expert terms of a MoE block per token (actmem README, Mixtral grouped_mm fit)."""
+    """Routed-expert terms of a MoE block per token (actmem README, Mixtral grouped_mm fit):
+    routed-token buffers at the top-k fan-out (moe_kh·k·h expert inputs, moe_kf·k·f_e expert
+    FC1/activation outputs, times ``routed_token_factor``), router logits and probabilities
+    (moe_e·E) and per-choice indices and weights (moe_k·k)."""
     moe = ctx.model.moe
     if moe is None:
         return np.zeros_like(b.tp)
     k, h_div = float(moe.num_experts_per_token), np.where(b.sp > 0, b.tp, 1.0)
+    routed = routed_token_factor(ctx)
     # Tokens stay sharded over TP·SP into the dispatcher (Megatron-Core token dispatcher), so
     # per-token terms divide by h_div; ETP shards the expert FFN width.
-    return (c.moe_kh * k * ctx.model.hidden_size + c.moe_kf * k * moe.expert_ffn_hidden_size / b.etp
+    return (routed * (c.moe_kh * k * ctx.model.hidden_size + c.moe_kf * k * moe.expert_ffn_hidden_size / b.etp)
             + c.moe_e * moe.num_experts + c.moe_k * k + c.moe_tok) / h_div
+
+
+def moe_dispatch_bytes(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
+    """Transient all-to-all buffers of one MoE layer on a stage that has MoE layers (bytes):
+    MOE_DISPATCH_COPIES (1 when ep = 1) · routed_token_factor · k · tokens/h_div · h · BF16_BYTES."""
+    moe = ctx.model.moe
+    if moe is None:
+        return np.zeros_like(b.tp)
+    h_div = np.where(b.sp > 0, b.tp, 1.0)
+    copies = np.where(b.ep > 1, MOE_DISPATCH_COPIES, 1.0)
+    routed = routed_token_factor(ctx) * moe.num_experts_per_token * tokens / h_div
+    return np.where(moe_layers > 0, copies * routed * ctx.model.hidden_size * BF16_BYTES, 0.0)
 
 
 def _fp8_input_saving(ctx: CostContext, b: LayoutBatch) -> float:
@@ -284,7 +319,7 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     one_layer_params = (dense_params + expert_params) / np.maximum(n_layers, 1.0)
     zero3 = np.where(b.zero >= 3, zero3_gathered_bytes(p, one_layer_params), 0.0)
     tp_buffer = np.where(b.tp > 1, tokens * m.hidden_size * BF16_BYTES, 0.0)
-    terms["communication_buffers"] = zero3 + tp_buffer
+    terms["communication_buffers"] = zero3 + tp_buffer + moe_dispatch_bytes(ctx, b, tokens, n_layers - n_dense)
     tracked = sum(terms.values())
     terms["reserve"] = c.allocator_overhead * tracked + c.memory_reserve_bytes
     return terms

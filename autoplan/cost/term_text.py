@@ -110,6 +110,8 @@ VARIANTS: dict[str, Variant] = {
 # uses: (module, attribute or None for a bare number, its value then, meaning).
 CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
     "BF16_BYTES": ("autoplan.cost.time", "BF16_BYTES", 2.0, "bytes of one bf16 element"),
+    "MOE_DISPATCH_COPIES": ("autoplan.cost.memory", "MOE_DISPATCH_COPIES", 2.0,
+                            "routed-token copies an all-to-all dispatch holds at once (send and receive buffers)"),
     "ATTENTION_BACKWARD_FACTOR": ("autoplan.cost.time", "ATTENTION_BACKWARD_FACTOR", 2.5,
                                   "flash-attention backward time over its forward (FlashAttention-2 Sec. 3)"),
     "REPLICATED_ELEMENTWISE_SHARE": ("autoplan.cost.time", "REPLICATED_ELEMENTWISE_SHARE", 10.0 / 34.0,

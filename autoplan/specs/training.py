@@ -52,6 +52,9 @@ class TrainingSpec:
     ``grad_reduce_in_bf16`` keeps the gradient buffers in bf16 instead of the profile's fp32
     (Megatron ``--grad-reduce-in-bf16``, NeMo 1 ``optim.grad_sync_dtype: bf16``, NeMo 2
     ``grad_reduce_in_fp32=False``); it changes the gradient memory only, not the reduction time.
+    ``moe_capacity_factor`` is None for dropless MoE (Megatron's default) or the capacity factor
+    c of a trainer that drops tokens and pads each expert to capacity (Megatron
+    ``--moe-expert-capacity-factor c --moe-pad-expert-input-to-capacity``); memory only.
     """
 
     cluster: Cluster
@@ -63,6 +66,7 @@ class TrainingSpec:
     fp8_recipe: str = "tensorwise"
     fp8_param_gather: bool = False
     grad_reduce_in_bf16: bool = False
+    moe_capacity_factor: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.cluster, Cluster):
@@ -82,6 +86,9 @@ class TrainingSpec:
         for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", FP8_RECIPES)):
             if getattr(self, name) not in allowed:
                 raise TrainingSpecError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        factor = self.moe_capacity_factor
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
+            raise TrainingSpecError(f"moe_capacity_factor must be None (dropless) or > 0, got {factor!r}")
         for name in ("fp8_param_gather", "grad_reduce_in_bf16"):
             if not isinstance(getattr(self, name), bool):
                 raise TrainingSpecError(f"{name} must be true or false, got {getattr(self, name)!r}")

@@ -95,3 +95,31 @@ def test_deepspeed_caps_gathered_parameters_and_gradient_buckets():
     assert zero3_gathered_bytes(load_profile("deepspeed"), layer)[0] == 3.0e9
     small = np.array([1.0e8])  # below both caps: two whole layers, 2·(2e8 + 2e8) = 8e8 B
     assert zero3_gathered_bytes(load_profile("deepspeed"), small)[0] == 8.0e8
+
+
+# --- MoE: routed-token buffers, dispatch copies, capacity factor -------------------------------
+
+def _mixtral(**setup):
+    training = dataclasses.replace(build_training(8, SEQ, 8), **setup)
+    ctx = build_context("mixtral-8x7b", training)
+    batch = LayoutBatch.from_layouts([resolve_layout({"mbs": 1, "ep": 8}, training)])
+    return ctx, batch
+
+
+def test_moe_dispatch_holds_two_copies_of_the_routed_tokens():
+    """Mixtral 8x7B, ep 8, one 4096-token sequence: 2 copies · k 2 · 4096 · h 4096 · 2 B
+    = 134,217,728 bytes in the communication buffers of every stage with MoE layers."""
+    from autoplan.cost.evaluate import evaluate
+
+    table = evaluate(*_mixtral())
+    assert table["mem_first_communication_buffers_bytes"][0] == 2 * 2 * SEQ * 4096 * 2 == 134_217_728
+
+
+def test_capacity_factor_scales_the_routed_token_buffers():
+    """Routed terms per token of the megatron profile: (moe_kh 2·k·h + moe_kf 6·k·f_e)
+    = 2·2·4096 + 6·2·14336 = 188,416 B; capacity factor 1.25 adds a quarter: 47,104 B per token."""
+    dropless = layer_activation_bytes(*_mixtral(), "none")[1][0]
+    padded = layer_activation_bytes(*_mixtral(moe_capacity_factor=1.25), "none")[1][0]
+    assert padded - dropless == pytest.approx(0.25 * (2 * 2 * 4096 + 6 * 2 * 14336) * SEQ)
+    with pytest.raises(TrainingSpecError, match="moe_capacity_factor"):
+        _mixtral(moe_capacity_factor=0)
