@@ -18,12 +18,14 @@ from autoplan.units import parse_bandwidth
 
 def build_training(num_gpus: int, seq_len: int, gbs_seqs: int, *, hardware: str = "h100-sxm",
                    gpus_per_node: int | None = None, nic: str | None = None, gbs_tolerance: float = 0.0,
-                   flops_convention: str = "playbook") -> TrainingSpec:
-    """Load the GPU, build its cluster of ``num_gpus`` and the ``TrainingSpec`` around it."""
+                   flops_convention: str = "playbook", **settings: Any) -> TrainingSpec:
+    """Load the GPU, build its cluster of ``num_gpus`` and the ``TrainingSpec`` around it;
+    ``settings`` are the setup's other fields (attention_kernel, fp8_recipe, fp8_param_gather,
+    grad_reduce_in_bf16, moe_capacity_factor)."""
     cluster = make_cluster(load_gpu(hardware), num_gpus, gpus_per_node=gpus_per_node,
                            nic_bytes_per_s=parse_bandwidth(nic) if nic else None)
     return TrainingSpec(cluster=cluster, seq_len=seq_len, gbs_seqs=gbs_seqs, gbs_tolerance=gbs_tolerance,
-                        flops_convention=flops_convention)
+                        flops_convention=flops_convention, **settings)
 
 
 def build_context(model: str | ModelSpec, training: TrainingSpec, *, trainer: str = "megatron",

@@ -43,6 +43,7 @@ class Row:
     cell: str = ""
     allow_uneven: bool = False
     derived: str = ""
+    attention_kernel: str = "flash"  # 'eager' for the 2021-22 Megatron runs (softmax scores saved)
 
     @property
     def num_gpus(self) -> int:
@@ -55,7 +56,7 @@ class Row:
 
     @property
     def context_key(self) -> tuple:
-        return (self.model.name, self.hardware, self.trainer, *self.setup)
+        return (self.model.name, self.hardware, self.trainer, *self.setup, self.attention_kernel)
 
     @property
     def has_time(self) -> bool:
@@ -78,15 +79,16 @@ class Source:
 
 
 @lru_cache(maxsize=None)
-def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, int, int]) -> CostContext:
+def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, int, int],
+             attention_kernel: str = "flash") -> CostContext:
     gpu = load_gpu(hardware)
     profile = load_profile(trainer)
     num_gpus, seq_len, gbs_seqs = setup
-    training = TrainingSpec(make_cluster(gpu, num_gpus), seq_len, gbs_seqs)
+    training = TrainingSpec(make_cluster(gpu, num_gpus), seq_len, gbs_seqs, attention_kernel=attention_kernel)
     return CostContext(model=model, training=training, profile=profile,
                        parameters=profile.parameters_for(gpu.name))
 
 
 def row_context(row: Row) -> CostContext:
     """The cost context of a row (its setup) with the shipped profile's parameters for its GPU."""
-    return _context(row.model, row.hardware, row.trainer, row.setup)
+    return _context(row.model, row.hardware, row.trainer, row.setup, row.attention_kernel)

@@ -199,7 +199,8 @@ def load_torchtitan() -> Source:
 # --- Megatron on A100 80GB (Selene): SC'21 Table 1, Korthikanti 2022 Table 5 -------------------
 
 def load_sc21() -> Source:
-    """SC'21 Table 1 (weak scaling, full recompute, interleaved 1F1B where the script used it).
+    """SC'21 Table 1 (weak scaling, full recompute, interleaved 1F1B where the script used it;
+    Megatron's non-fused softmax of the time: attention_kernel 'eager').
 
     tokens/s per GPU is derived: achieved TFLOP/s / (96·l·h²·(1 + s/6h + V/16lh)). fp16 runs as
     autoplan's 16-bit precision ('bf16'); no distributed optimizer (zero 0) and no sequence
@@ -220,7 +221,8 @@ def load_sc21() -> Source:
         rows.append(Row(source="sc21", row_id=f"sc21:{r['model']}", model=model, hardware="a100-80gb",
                         trainer="megatron", layout=layout,
                         tokens_per_s_per_gpu=tflops / sc21_flops_per_token(h, layers, vocab, seq),
-                        cell=r["model"], derived="TFLOP/s / 96·l·h²·(1 + s/6h + V/16lh)"))
+                        cell=r["model"], derived="TFLOP/s / 96·l·h²·(1 + s/6h + V/16lh)",
+                        attention_kernel="eager"))
     return Source("sc21", file, tuple(rows), notes="derived tokens/s from hardware TFLOP/s")
 
 
@@ -231,7 +233,8 @@ def _korthikanti_configs() -> dict[str, dict[str, str]]:
 def load_korthikanti() -> Source:
     """Korthikanti et al. 2022 Table 5: selective recompute + SP rows and full-recompute rows
     (the paper's baseline: tensor parallelism without SP). tokens/s/GPU = gbs·seq/(time·gpus);
-    configurations from Table 3 (530B at DP=8 keeps the per-replica batch: gbs = 8 x 280)."""
+    configurations from Table 3 (530B at DP=8 keeps the per-replica batch: gbs = 8 x 280); the
+    runs predate fused attention in Megatron (Table 2's 5as² terms): attention_kernel 'eager'."""
     file = "korthikanti2022_table5_end_to_end.csv"
     configs = _korthikanti_configs()
     rows, excluded = [], []
@@ -257,7 +260,7 @@ def load_korthikanti() -> Source:
                             model=model, hardware="a100-80gb", trainer="megatron",
                             layout={**base, "recompute": mode, "sp": sp},
                             tokens_per_s_per_gpu=gbs * seq / (seconds * gpus), cell=r["model"],
-                            derived="gbs·seq / (iteration time·gpus)"))
+                            derived="gbs·seq / (iteration time·gpus)", attention_kernel="eager"))
         if not found:
             excluded.append((f"korthikanti:{i + 2}", f"no iteration time ({r['note']})"))
     return Source("korthikanti", file, tuple(rows), tuple(excluded))

@@ -201,7 +201,7 @@ def _import_log(ctx: click.Context, kw: dict) -> None:
 
 @click.command("calibrate")
 @click.argument("measured_csv", required=False, type=click.Path(dir_okay=False))
-@training_options(model_required=False, gpus_required=False)
+@training_options(model_required=False, gpus_required=False, settings=False)
 @click.option("--trainer", default="megatron", show_default=True, help="Trainer profile.")
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
               help="Profile YAML to write [default: results/calibrated-<trainer>-<hardware>.yaml].")

@@ -7,8 +7,8 @@ import difflib
 import click
 
 from autoplan.cli.layout_options import layout_options, layout_values
-from autoplan.cli.options import (allow_uneven_option, context_from_options, output_format_option, trainer_options,
-                                  training_options)
+from autoplan.cli.options import (allow_uneven_option, context_from_options, output_format_option, setup_settings,
+                                  trainer_options, training_options)
 from autoplan.cli.render import emit_records
 from autoplan.errors import AutoplanError, LayoutError
 
@@ -125,7 +125,7 @@ def compare_command(layouts_csv, precision, output_path, **kw) -> None:
     out = compare_layouts(frame, kw["model_name"], trainer=kw["trainer"], profile_path=kw["profile_path"],
                           hardware=kw["hardware"], gpus_per_node=kw["gpus_per_node"], nic=kw["nic"],
                           flops_convention=kw["flops_convention"], defaults=defaults,
-                          allow_uneven=kw["allow_uneven_pp"])
+                          allow_uneven=kw["allow_uneven_pp"], settings=setup_settings(kw))
     text = out.to_csv(index=False, lineterminator="\n")
     if output_path:
         with open(output_path, "w", encoding="utf-8") as handle:

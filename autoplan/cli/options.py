@@ -93,15 +93,38 @@ class HiddenAliasOption(click.Option):
             self.opts = shown
 
 
+def setup_settings(kw: dict) -> dict:
+    """The trainer settings of the setup (TrainingSpec fields) from the --attention-kernel,
+    --fp8-recipe, --fp8-param-gather, --grad-reduce-in-bf16 and --moe-capacity-factor options."""
+    return {name: kw[name] for name in SETUP_SETTINGS if name in kw}
+
+
+SETUP_SETTINGS = ("attention_kernel", "fp8_recipe", "fp8_param_gather", "grad_reduce_in_bf16", "moe_capacity_factor")
+SETUP_SETTING_OPTIONS = [
+    click.option("--attention-kernel", type=click.Choice(["flash", "eager"]), default="flash", show_default=True,
+                 help="Attention kernel: flash/fused (no s² scores saved) or eager (scores saved)."),
+    click.option("--fp8-recipe", type=click.Choice(["tensorwise", "blockwise", "mxfp8"]), default="tensorwise",
+                 show_default=True, help="FP8 scaling recipe of fp8 layouts (memory of FP8 tensors and scales)."),
+    click.option("--fp8-param-gather", is_flag=True,
+                 help="FP8 primary weights, no bf16 copy (Megatron --fp8-param-gather)."),
+    click.option("--grad-reduce-in-bf16", is_flag=True,
+                 help="bf16 gradient buffers instead of fp32 (Megatron --grad-reduce-in-bf16)."),
+    click.option("--moe-capacity-factor", type=click.FloatRange(0.0, min_open=True), default=None,
+                 help="Expert capacity factor with padding [default: dropless]."),
+]
+
+
 def training_options(func: Callable | None = None, *, model_required: bool = True,
-                     gpus_required: bool = True) -> Callable:
+                     gpus_required: bool = True, settings: bool = True) -> Callable:
     """The model, the cluster and the training setup, spelled the same on every command:
     --model/-m, --gpus/-g, --hardware, --gpus-per-node, --nic, --seq-len, --gbs-seqs,
-    --gbs-tokens, --gbs-tolerance, --flops-convention. ``gpus_required=False`` (compare, export)
-    lets a file give the GPU count and the batch instead (``model_required=False``: the model
-    too). Build the setup with :func:`training_from_options`."""
+    --gbs-tokens, --gbs-tolerance, --flops-convention, and (``settings``) the SETUP_SETTING_OPTIONS.
+    ``gpus_required=False`` (compare, export) lets a file give the GPU count and the batch
+    instead (``model_required=False``: the model too). Build the setup with
+    :func:`training_from_options`."""
     if func is None:
-        return functools.partial(training_options, model_required=model_required, gpus_required=gpus_required)
+        return functools.partial(training_options, model_required=model_required, gpus_required=gpus_required,
+                                 settings=settings)
     options = [
         click.option("--model", "-m", "model_name", required=model_required,
                      help="Model preset or alias (see `autoplan models`), or a config.json / YAML path."),
@@ -124,6 +147,7 @@ def training_options(func: Callable | None = None, *, model_required: bool = Tru
         click.option("--flops-convention", type=click.Choice(["playbook", "causal", "megatron"]),
                      default="playbook", show_default=True,
                      help="How model FLOPs (for MFU) are counted; see docs/conventions.md."),
+        *(SETUP_SETTING_OPTIONS if settings else []),
     ]
     return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
 
@@ -155,7 +179,8 @@ def training_from_options(kw: dict, model_seq_len: int, **overrides):
         raise AutoplanError("the GPU count is missing: give --gpus (-g)")
     seq_len, gbs_seqs = resolve_batch(kw["seq_len"], kw["gbs_seqs"], kw["gbs_tokens"], model_seq_len)
     return build_training(kw["gpus"], seq_len, gbs_seqs, hardware=kw["hardware"], gpus_per_node=kw["gpus_per_node"],
-                          nic=kw["nic"], gbs_tolerance=kw["gbs_tolerance"], flops_convention=kw["flops_convention"])
+                          nic=kw["nic"], gbs_tolerance=kw["gbs_tolerance"], flops_convention=kw["flops_convention"],
+                          **setup_settings(kw))
 
 
 def context_from_options(kw: dict):

@@ -16,6 +16,8 @@ Terms (bytes per GPU), each a numpy array over layouts:
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from autoplan.cost.context import CostContext
@@ -25,17 +27,63 @@ from autoplan.profiles import ActivationCoefficients
 
 BF16_BYTES = 2.0
 
-# GPT-style layers (GELU MLP, LayerNorm, dropout; Korthikanti et al. 2022 eq. 1: 34sbh + 5as²b):
-# attention 11sbh + 5as²b + LayerNorm input 2sbh; MLP 19sbh + LayerNorm input 2sbh; plus CUDA's
-# fp32 LayerNorm mean/rstd (8 bytes per token per layer, which the paper leaves out).
-GPT_ATTENTION = {
+# GPT-style layers (GELU MLP, LayerNorm, dropout; Korthikanti et al. 2022 eq. 1: 34sbh + 5as²b)
+# under eager attention: attention 11sbh + 5as²b + LayerNorm input 2sbh; MLP 19sbh + LayerNorm
+# input 2sbh; plus CUDA's fp32 LayerNorm mean/rstd (8 bytes per token per layer, which the paper
+# leaves out). Megatron of 2021-22 (SC'21, Korthikanti) ran this non-fused softmax.
+GPT_ATTENTION_EAGER = {
     "none": ActivationCoefficients(h=5, q=4, kv=4, s2=5, tok=4),
     "selective": ActivationCoefficients(h=5, q=4, kv=4, tok=4),
 }
+# The same layer under fused/flash attention (Transformer Engine DotProductAttention ->
+# FusedAttention / FlashAttention, transformer_engine/pytorch/attention/dot_product_attention/
+# backends.py, FusedAttnFunc.forward saves q, k, v, out and the softmax statistics): the
+# softmax output, its dropout mask and dropout output (5as² bytes) are never stored; the kernel
+# keeps the fp32 log-sum-exp per head (4 bytes per head per token) and draws the dropout mask
+# again from the RNG state in backward.
+GPT_ATTENTION_FLASH = {mode: ActivationCoefficients(h=5, q=4, kv=4, lse=4, tok=4)
+                       for mode in ("none", "selective")}
 GPT_MLP = {
     "none": ActivationCoefficients(h=5, f=4, tok=4),
     "selective": ActivationCoefficients(h=5, f=4, tok=4),
 }
+# Eager attention in a family without attention dropout (Llama-style) saves the bf16 softmax
+# output a·s² per sequence for the score backward (megatron/core/transformer/
+# dot_product_attention.py, DotProductAttention.forward: FusedScaleMaskSoftmax then bmm), and
+# no log-sum-exp.
+EAGER_SOFTMAX_BYTES = 2.0
+
+
+def attention_coefficients(ctx: CostContext, mode: str) -> ActivationCoefficients:
+    """Attention-block coefficients for recompute ``mode`` under the setup's attention kernel.
+
+    ``training.attention_kernel == 'flash'`` (the default): the profile's coefficients (every trainer
+    profile describes flash/fused attention), GPT_ATTENTION_FLASH for GELU models. ``'eager'``:
+    the s² terms come back, 5·a·s² bytes per sequence for GELU/dropout models (Korthikanti eq. 1)
+    and EAGER_SOFTMAX_BYTES·a·s² for the others, and selective recompute drops them again.
+    """
+    eager = ctx.training.attention_kernel == "eager"
+    if ctx.model.activation == "gelu":
+        return (GPT_ATTENTION_EAGER if eager else GPT_ATTENTION_FLASH)[mode]
+    c = ctx.profile.attention[mode]
+    if not eager:
+        return c
+    return dataclasses.replace(c, lse=0.0, s2=EAGER_SOFTMAX_BYTES if mode == "none" else 0.0)
+
+
+# Bytes per element of an FP8 tensor as Transformer Engine keeps it, by recipe (specs.training.
+# FP8_RECIPES): the fp8 byte plus its share of the scales. Activations: per-tensor scaling has
+# one scale per tensor; Float8BlockScaling an fp32 scale per 1x128 block (+4/128); MXFP8 an E8M0
+# scale per 32 elements (+1/32). Weights: 128x128 blocks (+4/16384) under blockwise.
+# (transformer_engine/pytorch/tensor/{float8,float8_blockwise,mxfp8}_tensor.py, the quantizers.)
+FP8_ACTIVATION_ELEMENT_BYTES = {"tensorwise": 1.0, "blockwise": 1.0 + 4.0 / 128, "mxfp8": 1.0 + 1.0 / 32}
+FP8_WEIGHT_ELEMENT_BYTES = {"tensorwise": 1.0, "blockwise": 1.0 + 4.0 / 128**2, "mxfp8": 1.0 + 1.0 / 32}
+# Linear-layer inputs per token (elements, in the profile's coefficient form) that a TE layer
+# saves for backward: the LayerNorm output into QKV (h) and into FC1 (h), the attention output
+# into the projection (q), the activation output into FC2 (f); in MoE layers the routed tokens
+# into the expert FC1 (k·h) and the expert activation output into FC2 (k·f_e).
+TE_LINEAR_INPUTS_ATTENTION = ActivationCoefficients(h=1, q=1)
+TE_LINEAR_INPUTS_MLP = ActivationCoefficients(h=1, f=1, moe_kh=1, moe_kf=1)
 
 
 def _block_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: LayoutBatch,
@@ -49,16 +97,66 @@ def _block_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: Layou
             + c.tok / h_div + c.s2 * heads * ctx.training.seq_len / (b.tp * b.cp))
 
 
+# Megatron-Core's all-to-all dispatcher holds two copies of the routed tokens (k·T·h bf16 each)
+# while a MoE layer dispatches or combines: the permuted send buffer and the received buffer
+# (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher.token_dispatch
+# and token_combine, after moe_utils.permute); with ep = 1 only the permutation copy.
+MOE_DISPATCH_COPIES = 2.0
+
+
+def routed_token_factor(ctx: CostContext) -> float:
+    """Routed-token slots per token and top-k choice that the expert buffers hold.
+
+    Dropless (``moe_capacity_factor`` None, Megatron's default): exactly k·T routed tokens.
+    With a capacity factor c and padding to capacity (Megatron ``--moe-expert-capacity-factor``
+    with ``--moe-pad-expert-input-to-capacity``; megatron/core/transformer/moe/moe_utils.py
+    ``topk_softmax_with_capacity``), every expert holds c·k·T/E slots: c·k·T in all.
+    """
+    factor = ctx.training.moe_capacity_factor
+    return 1.0 if factor is None else float(factor)
+
+
 def _moe_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: LayoutBatch) -> np.ndarray:
-    """Routed-expert terms of a MoE block per token (actmem README, Mixtral grouped_mm fit)."""
+    """Routed-expert terms of a MoE block per token (actmem README, Mixtral grouped_mm fit):
+    routed-token buffers at the top-k fan-out (moe_kh·k·h expert inputs, moe_kf·k·f_e expert
+    FC1/activation outputs, times ``routed_token_factor``), router logits and probabilities
+    (moe_e·E) and per-choice indices and weights (moe_k·k)."""
     moe = ctx.model.moe
     if moe is None:
         return np.zeros_like(b.tp)
     k, h_div = float(moe.num_experts_per_token), np.where(b.sp > 0, b.tp, 1.0)
+    routed = routed_token_factor(ctx)
     # Tokens stay sharded over TP·SP into the dispatcher (Megatron-Core token dispatcher), so
     # per-token terms divide by h_div; ETP shards the expert FFN width.
-    return (c.moe_kh * k * ctx.model.hidden_size + c.moe_kf * k * moe.expert_ffn_hidden_size / b.etp
+    return (routed * (c.moe_kh * k * ctx.model.hidden_size + c.moe_kf * k * moe.expert_ffn_hidden_size / b.etp)
             + c.moe_e * moe.num_experts + c.moe_k * k + c.moe_tok) / h_div
+
+
+def moe_dispatch_bytes(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
+    """Transient all-to-all buffers of one MoE layer on a stage that has MoE layers (bytes):
+    MOE_DISPATCH_COPIES (1 when ep = 1) · routed_token_factor · k · tokens/h_div · h · BF16_BYTES."""
+    moe = ctx.model.moe
+    if moe is None:
+        return np.zeros_like(b.tp)
+    h_div = np.where(b.sp > 0, b.tp, 1.0)
+    copies = np.where(b.ep > 1, MOE_DISPATCH_COPIES, 1.0)
+    routed = routed_token_factor(ctx) * moe.num_experts_per_token * tokens / h_div
+    return np.where(moe_layers > 0, copies * routed * ctx.model.hidden_size * BF16_BYTES, 0.0)
+
+
+def _fp8_input_saving(ctx: CostContext, b: LayoutBatch) -> float:
+    """Bytes saved per linear-input element when the layer runs in FP8 (0 where it does not).
+
+    Transformer Engine quantizes each GEMM input once and, after the forward GEMM, keeps one usage
+    of it for the weight-gradient GEMM (transformer_engine/pytorch/module/linear.py,
+    ``_Linear.forward``: "Discard row-wise data since it is not needed in backward pass";
+    layernorm_linear.py and layernorm_mlp.py alike): FP8_ACTIVATION_ELEMENT_BYTES instead of
+    BF16_BYTES. Profiles without ``fp8_saves_quantized_inputs`` keep bf16 inputs under fp8.
+    """
+    if not ctx.profile.fp8_saves_quantized_inputs:
+        return np.zeros_like(b.tp)
+    per_element = BF16_BYTES - FP8_ACTIVATION_ELEMENT_BYTES[ctx.training.fp8_recipe]
+    return np.where(b.precision == 1, per_element, 0.0)
 
 
 def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple[np.ndarray, np.ndarray]:
@@ -68,7 +166,7 @@ def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple
     """
     m, p = ctx.model, ctx.profile
     gpt = m.activation == "gelu"
-    att = (GPT_ATTENTION if gpt else p.attention)[mode]
+    att = attention_coefficients(ctx, mode)
     mlp = (GPT_MLP if gpt else p.mlp)[mode]
     tokens = b.mbs * ctx.training.seq_len / b.cp
     attention = _block_bytes_per_token(att, ctx, b, 0.0)
@@ -77,6 +175,13 @@ def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple
     shared_ffn = 0.0 if moe is None else float(moe.num_shared_experts * moe.shared_expert_ffn_hidden_size)
     moe_layer = (attention + _block_bytes_per_token(mlp, ctx, b, shared_ffn)
                  + _moe_bytes_per_token(mlp, ctx, b))
+    fp8 = _fp8_input_saving(ctx, b)
+    attention_inputs = _block_bytes_per_token(TE_LINEAR_INPUTS_ATTENTION, ctx, b, 0.0)
+    dense = dense - fp8 * (attention_inputs + _block_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b,
+                                                                     float(m.ffn_hidden_size)))
+    moe_layer = moe_layer - fp8 * (attention_inputs
+                                   + _block_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b, shared_ffn)
+                                   + _moe_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b))
     return tokens * dense, tokens * moe_layer
 
 
@@ -117,24 +222,60 @@ def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.
     return dp_group, np.maximum(dp_group * b.tp / (b.ep * b.etp), 1.0)
 
 
+def _weight_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """Bytes per parameter of the compute weights: bf16, plus the FP8 copies under fp8.
+
+    Under fp8 Transformer Engine keeps ``fp8_weight_extra_bytes`` per parameter of FP8 data (the
+    row-wise copy and its transpose or column-wise copy, transformer_engine/pytorch/module/base.py
+    ``get_weight_workspace``), scaled by the recipe's FP8_WEIGHT_ELEMENT_BYTES. With
+    ``fp8_param_gather`` (Megatron ``--fp8-param-gather``: TE ``fp8_model_init``, primary weights
+    stored as FP8 tensors, megatron/core/fp8_utils.py) the bf16 compute copy is gone.
+    """
+    p, t = ctx.profile, ctx.training
+    fp8 = b.precision == 1
+    fp8_copies = p.fp8_weight_extra_bytes * FP8_WEIGHT_ELEMENT_BYTES[t.fp8_recipe]
+    bf16_copy = np.where(fp8 & t.fp8_param_gather, 0.0, p.weight_bytes)
+    return bf16_copy + np.where(fp8, fp8_copies, 0.0)
+
+
 def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,
                       expert_params: np.ndarray) -> dict[str, np.ndarray]:
     """Weights, gradients, master weights and optimizer states per GPU (ZeRO paper, Fig. 1)."""
     p = ctx.profile
     dp_group, expert_group = zero_shard_groups(ctx, b)
-    weight_bytes = p.weight_bytes + np.where(b.precision == 1, p.fp8_weight_extra_bytes, 0.0)
+    weight_bytes = _weight_bytes_per_param(ctx, b)
     out = {}
     # ZeRO-3 with a pipeline: some trainers keep the compute copy and its gradient unsharded
     # (torchtitan: reshard_after_forward=False when PP is on); written as bytes that the
     # ZeRO-3 divisor below cancels. With nothing to shard over, FSDP is not applied at all.
     keeps = (b.zero >= 3) & (b.pp > 1) & (dp_group > 1)
     weight_bytes = weight_bytes + np.where(keeps, p.zero3_pp_unsharded_bytes * dp_group, 0.0)
-    for name, per_param, stage in (("weights", weight_bytes, 3), ("gradients", p.grad_bytes, 2),
+    # Megatron --grad-reduce-in-bf16: the main_grad buffer takes the parameters' dtype
+    # (megatron/core/distributed/distributed_data_parallel.py, grad_dtype of the param_and_grad_buffer).
+    grad_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else p.grad_bytes
+    for name, per_param, stage in (("weights", weight_bytes, 3), ("gradients", grad_bytes, 2),
                                    ("master_weights", p.master_bytes, 1),
                                    ("optimizer_states", p.optimizer_bytes, 1)):
         out[name] = per_param * (dense_params / _shard(b.zero, stage, dp_group)
                                  + expert_params / _shard(b.zero, stage, expert_group))
     return out
+
+
+def zero3_gathered_bytes(p, one_layer_params: np.ndarray) -> np.ndarray:
+    """Unsharded bf16 weights and gradients that ZeRO-3 / FSDP holds at its peak (bytes per GPU).
+
+    FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, ``FSDPParamGroup``) gathers
+    whole layers: the current one and the prefetched next one (``zero3_prefetch_layers``), with
+    the current layer's unsharded gradient before its reduce-scatter. DeepSpeed caps both
+    (deepspeed/runtime/zero/partitioned_param_coordinator.py ``fetch_sub_module``: gathered
+    parameters stay below ``stage3_max_live_parameters``, default 1e9 elements; gradients are
+    reduce-scattered through ``reduce_bucket_size``, default 5e8 elements, deepspeed/runtime/zero/
+    stage3.py ``DeepSpeedZeroOptimizer_Stage3``): ``zero3_max_live_params`` and
+    ``zero3_grad_bucket_params``, infinite where the trainer has no such cap.
+    """
+    layers = p.zero3_prefetch_layers * one_layer_params
+    return BF16_BYTES * (np.minimum(layers, p.zero3_max_live_params)
+                         + np.minimum(layers, p.zero3_grad_bucket_params))
 
 
 def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: bool,
@@ -176,10 +317,9 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     logits = tokens * m.vocab_size / b.tp * p.logits_bytes_per_vocab
     terms["logits_and_loss"] = logits if not first else np.where(b.pp == 1, logits, 0.0)
     one_layer_params = (dense_params + expert_params) / np.maximum(n_layers, 1.0)
-    # ZeRO-3 / FSDP gathers whole layers (bf16 weights and, in backward, their bf16 gradients).
-    zero3 = np.where(b.zero >= 3, p.zero3_prefetch_layers * one_layer_params * 2 * BF16_BYTES, 0.0)
+    zero3 = np.where(b.zero >= 3, zero3_gathered_bytes(p, one_layer_params), 0.0)
     tp_buffer = np.where(b.tp > 1, tokens * m.hidden_size * BF16_BYTES, 0.0)
-    terms["communication_buffers"] = zero3 + tp_buffer
+    terms["communication_buffers"] = zero3 + tp_buffer + moe_dispatch_bytes(ctx, b, tokens, n_layers - n_dense)
     tracked = sum(terms.values())
     terms["reserve"] = c.allocator_overhead * tracked + c.memory_reserve_bytes
     return terms

@@ -43,7 +43,8 @@ def _shard(stage: int, expert: bool) -> Variant:
 def _weight_bytes(ctx, lay) -> str:
     text = "weight_bytes"
     if lay.precision == "fp8":
-        text += " + fp8_weight_extra_bytes"
+        recipe = f"fp8_weight_extra_bytes·FP8_WEIGHT_ELEMENT_BYTES[{ctx.training.fp8_recipe}]"
+        text = recipe if ctx.training.fp8_param_gather else f"{text} + {recipe}"
     if lay.zero >= 3 and lay.pp > 1:
         group = _zero_group(ctx, lay)
         text += f" + zero3_pp_unsharded_bytes·{group} (when {group} > 1)"
@@ -78,7 +79,8 @@ VARIANTS: dict[str, Variant] = {
     "z1": _shard(1, False), "z1e": _shard(1, True),
     "z2": _shard(2, False), "z2e": _shard(2, True),
     "z3": _shard(3, False), "z3e": _shard(3, True),
-    "weight_bytes": Variant("(weight_bytes + fp8_weight_extra_bytes under fp8 + zero3_pp_unsharded_bytes·G "
+    "weight_bytes": Variant("(weight_bytes (none under fp8 with fp8_param_gather) + fp8_weight_extra_bytes·"
+                            "FP8_WEIGHT_ELEMENT_BYTES[fp8_recipe] under fp8 + zero3_pp_unsharded_bytes·G "
                             "when zero ≥ 3, pp > 1 and G > 1)", _weight_bytes),
     "passes": Variant("passes (= 2: forward and backward; 3 under full recompute)",
                       _if(lambda lay: lay.recompute == "full", "3", "2")),
@@ -108,6 +110,8 @@ VARIANTS: dict[str, Variant] = {
 # uses: (module, attribute or None for a bare number, its value then, meaning).
 CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
     "BF16_BYTES": ("autoplan.cost.time", "BF16_BYTES", 2.0, "bytes of one bf16 element"),
+    "MOE_DISPATCH_COPIES": ("autoplan.cost.memory", "MOE_DISPATCH_COPIES", 2.0,
+                            "routed-token copies an all-to-all dispatch holds at once (send and receive buffers)"),
     "ATTENTION_BACKWARD_FACTOR": ("autoplan.cost.time", "ATTENTION_BACKWARD_FACTOR", 2.5,
                                   "flash-attention backward time over its forward (FlashAttention-2 Sec. 3)"),
     "REPLICATED_ELEMENTWISE_SHARE": ("autoplan.cost.time", "REPLICATED_ELEMENTWISE_SHARE", 10.0 / 34.0,
@@ -153,7 +157,7 @@ def _field(obj: Any, name: str) -> tuple[bool, Any]:
 
 def parameter_value(ctx: Any, name: str) -> Any:
     """The value of a parameter a formula names: a field of the context, or a code constant."""
-    for source in (ctx.efficiency, ctx.profile, ctx.cluster, ctx.cluster.gpu, ctx):
+    for source in (ctx.efficiency, ctx.profile, ctx.cluster, ctx.cluster.gpu, ctx.training, ctx):
         found, value = _field(source, name)
         if found:
             return value

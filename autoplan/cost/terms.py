@@ -63,11 +63,14 @@ MODEL_STATE = ("zero_shards_over_cp",)
 MEMORY_TERMS_DEFINED = [
     *_stage_memory("weights", "compute copy of the parameters held per GPU",
                    "{weight_bytes} × (P_dense / {z3} + P_expert / {z3e}), G = {G}",
-                   f"{ZERO}; trainer profile", ("weight_bytes", "fp8_weight_extra_bytes", "zero3_pp_unsharded_bytes",
-                                                *MODEL_STATE)),
+                   f"{ZERO}; trainer profile; transformer_engine/pytorch/module/base.py (FP8 weight copies); "
+                   "megatron/core/fp8_utils.py (--fp8-param-gather)",
+                   ("weight_bytes", "fp8_weight_extra_bytes", "fp8_recipe", "fp8_param_gather",
+                    "zero3_pp_unsharded_bytes", *MODEL_STATE)),
     *_stage_memory("gradients", "gradient buffers per GPU",
-                   "grad_bytes × (P_dense / {z2} + P_expert / {z2e}), G = {G}",
-                   f"{ZERO}; trainer profile", ("grad_bytes", *MODEL_STATE)),
+                   "grad_bytes (BF16_BYTES under grad_reduce_in_bf16) × (P_dense / {z2} + P_expert / {z2e}), G = {G}",
+                   f"{ZERO}; trainer profile; megatron/core/distributed/distributed_data_parallel.py "
+                   "(--grad-reduce-in-bf16)", ("grad_bytes", "grad_reduce_in_bf16", "BF16_BYTES", *MODEL_STATE)),
     *_stage_memory("master_weights", "fp32 master weights per GPU",
                    "master_bytes × (P_dense / {z1} + P_expert / {z1e}), G = {G}",
                    f"{ZERO}; megatron/training/theoretical_memory_usage.py", ("master_bytes", *MODEL_STATE)),
@@ -76,12 +79,18 @@ MEMORY_TERMS_DEFINED = [
                    f"{ZERO} (Adam: K = 12 with the master weights)", ("optimizer_bytes", *MODEL_STATE)),
     *_stage_memory("activations", "activations saved for backward at the stage's peak",
                    "a × in_flight + working; {layer_bytes}; A_mode = tokens × the profile's per-token "
-                   "coefficients (attention, mlp; GPT-style models: memory.GPT_ATTENTION, GPT_MLP) averaged over the stage's dense and MoE layers; in_flight = "
+                   "coefficients (attention, mlp; GPT-style models: memory.GPT_ATTENTION_FLASH, GPT_MLP; under "
+                   "attention_kernel = eager the s² scores: GPT_ATTENTION_EAGER, else s2 = EAGER_SOFTMAX_BYTES) "
+                   "minus, under fp8 where the profile has fp8_saves_quantized_inputs, (BF16_BYTES − "
+                   "FP8_ACTIVATION_ELEMENT_BYTES[fp8_recipe]) per linear-layer input element "
+                   "(memory.TE_LINEAR_INPUTS_*); MoE routed-token terms × moe_capacity_factor (1 when dropless); "
+                   "averaged over the stage's dense and MoE layers; in_flight = "
                    "in_flight_layers(L_S, pp, vpp, grad_acc, stage rank, pp_schedule) + (pp > 1) "
                    "pp_extra_layers_per_microbatch × micro-batches in flight; {working}",
                    f"{KORTHIKANTI} Table 2, Sec. 4.2.3; megatron/core/pipeline_parallel/schedules.py",
                    ("attention", "mlp", "full_recompute_input_bytes_per_h", "pp_schedule",
-                    "pp_extra_layers_per_microbatch")),
+                    "pp_extra_layers_per_microbatch", "attention_kernel", "fp8_recipe",
+                    "fp8_saves_quantized_inputs", "moe_capacity_factor")),
     *_stage_memory("embedding_output", "embedding output buffer",
                    "tokens·h·BF16_BYTES/h_div on the first stage, 0 on the last",
                    "Megatron embedding output (first pipeline stage)", ("BF16_BYTES",)),
@@ -89,10 +98,17 @@ MEMORY_TERMS_DEFINED = [
                    "tokens·V/tp·logits_bytes_per_vocab on the last stage (on the first only when pp = 1)",
                    "trainer cross-entropy (vocab-parallel over TP)", ("logits_bytes_per_vocab",)),
     *_stage_memory("communication_buffers", "gathered ZeRO-3 layers and the TP all-gather buffer",
-                   "(zero ≥ 3) zero3_prefetch_layers·(P_dense + P_expert)/L_S·2·BF16_BYTES "
+                   "(zero ≥ 3) BF16_BYTES·(min(Λ, zero3_max_live_params) + min(Λ, zero3_grad_bucket_params)), "
+                   "Λ = zero3_prefetch_layers·(P_dense + P_expert)/L_S; + (stage has MoE layers) "
+                   "MOE_DISPATCH_COPIES (1 if ep = 1)·c·k·tokens/h_div·h·BF16_BYTES, c = moe_capacity_factor "
+                   "(1 dropless) "
                    "+ (tp > 1) tokens·h·BF16_BYTES",
-                   "FSDP2 prefetch (torch.distributed.fsdp); Megatron sequence-parallel all-gather",
-                   ("zero3_prefetch_layers", "BF16_BYTES")),
+                   "FSDP2 prefetch (torch.distributed.fsdp); DeepSpeed stage3_max_live_parameters and "
+                   "reduce_bucket_size (deepspeed/runtime/zero/partitioned_param_coordinator.py); "
+                   "Megatron sequence-parallel all-gather; megatron/core/transformer/moe/token_dispatcher.py "
+                   "(MoEAlltoAllTokenDispatcher)",
+                   ("zero3_prefetch_layers", "zero3_max_live_params", "zero3_grad_bucket_params", "BF16_BYTES",
+                    "MOE_DISPATCH_COPIES", "moe_capacity_factor")),
     *_stage_memory("reserve", "allocator fragmentation, CUDA context, NCCL and library workspaces",
                    "allocator_overhead × (sum of the stage's other memory terms) + memory_reserve_bytes",
                    "calibrated per trainer and GPU (profiles/*.yaml)", ("allocator_overhead", "memory_reserve_bytes")),

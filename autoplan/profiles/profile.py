@@ -65,6 +65,9 @@ class TrainerProfile:
     full_recompute_input_bytes_per_h: float  # layer input kept per token per h under full
     logits_bytes_per_vocab: float  # peak bytes per token per vocab entry of logits + loss
     zero3_prefetch_layers: float  # unsharded layers held by ZeRO-3 (current + prefetch)
+    zero3_max_live_params: float  # cap on gathered parameters (DeepSpeed stage3_max_live_parameters)
+    zero3_grad_bucket_params: float  # cap on unsharded gradients (DeepSpeed reduce_bucket_size)
+    fp8_saves_quantized_inputs: bool  # TE keeps fp8 linear inputs for backward under fp8
     zero3_pp_unsharded_bytes: float  # per param kept unsharded by ZeRO-3 when pp > 1
     selective_recompute_matmul_fraction: float  # share of layer matmul FLOPs recomputed
     selective_recomputes_attention: bool  # Megatron 'core_attn': attention scores recomputed

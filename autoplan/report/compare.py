@@ -40,13 +40,14 @@ def read_layouts_csv(path: str):
 def compare_layouts(frame, model: str, *, trainer: str = "megatron", profile_path: str | None = None,
                     hardware: str = "h100-sxm", gpus_per_node: int | None = None, nic: str | None = None,
                     flops_convention: str = "playbook", defaults: Mapping[str, Any] | None = None,
-                    allow_uneven: bool = False):
+                    allow_uneven: bool = False, settings: Mapping[str, Any] | None = None):
     """Prediction columns appended to ``frame``; a bad row gets fits=False and a reason.
 
     Each row is a record (:func:`autoplan.layout.layout_from_record`) with its own training
     setup from its gpus, seq_len and gbs_seqs columns; ``defaults`` fill blank cells (gpus,
     seq_len, gbs_seqs, precision; the sequence length defaults to the model's). Rows that share
-    a setup are evaluated as one batch.
+    a setup are evaluated as one batch; ``settings`` are the setup's trainer settings
+    (:func:`autoplan.api.build_training`).
     """
     from autoplan.specs.hardware import load_gpu
     from autoplan.specs.models import load_model
@@ -56,7 +57,7 @@ def compare_layouts(frame, model: str, *, trainer: str = "megatron", profile_pat
     load_gpu(hardware), nic and parse_bandwidth(nic)  # a bad option fails the file, not each row
     fill = {"seq_len": spec.seq_len, **{k: v for k, v in (defaults or {}).items() if v is not None}}
     cluster = {"hardware": hardware, "gpus_per_node": gpus_per_node, "nic": nic,
-               "flops_convention": flops_convention}
+               "flops_convention": flops_convention, **(settings or {})}
     trainings: dict[tuple, TrainingSpec] = {}
     groups: dict[tuple, list[tuple[int, Layout]]] = {}
     reasons = [""] * len(frame)

@@ -15,6 +15,14 @@ from autoplan.errors import AutoplanError
 from autoplan.specs.hardware import Cluster
 
 FLOPS_CONVENTIONS = ("playbook", "causal", "megatron")
+# How attention is computed: "flash" (fused kernels that keep only Q, K, V, the output and the
+# softmax log-sum-exp: Transformer Engine's FusedAttention/FlashAttention, PyTorch SDPA) or
+# "eager" (the s×s scores are materialised and saved: Megatron's non-fused softmax of 2021-22).
+ATTENTION_KERNELS = ("flash", "eager")
+# FP8 scaling recipes (Transformer Engine transformer_engine/common/recipe/__init__.py):
+# per-tensor ("tensorwise": DelayedScaling or Float8CurrentScaling), "blockwise"
+# (Float8BlockScaling, 1x128 activations / 128x128 weights) and "mxfp8" (MXFP8BlockScaling).
+FP8_RECIPES = ("tensorwise", "blockwise", "mxfp8")
 MAX_COUNT = 2**40  # the largest sequence length or batch accepted, as for layout degrees
 
 
@@ -36,6 +44,17 @@ class TrainingSpec:
       Megatron-Core's published MFU (refdata README).
     * ``causal``: the same with the attention term halved (causal masking).
     * ``megatron``: Megatron's ``num_floating_point_operations`` (no embedding lookup in N).
+
+    ``attention_kernel`` is the attention kernel (:data:`ATTENTION_KERNELS`; memory only: ``eager``
+    saves the s×s score activations). ``fp8_recipe`` and ``fp8_param_gather`` say how layouts
+    with precision fp8 keep their tensors (:data:`FP8_RECIPES`; Megatron's
+    ``--fp8-recipe`` and ``--fp8-param-gather``); both only change memory.
+    ``grad_reduce_in_bf16`` keeps the gradient buffers in bf16 instead of the profile's fp32
+    (Megatron ``--grad-reduce-in-bf16``, NeMo 1 ``optim.grad_sync_dtype: bf16``, NeMo 2
+    ``grad_reduce_in_fp32=False``); it changes the gradient memory only, not the reduction time.
+    ``moe_capacity_factor`` is None for dropless MoE (Megatron's default) or the capacity factor
+    c of a trainer that drops tokens and pads each expert to capacity (Megatron
+    ``--moe-expert-capacity-factor c --moe-pad-expert-input-to-capacity``); memory only.
     """
 
     cluster: Cluster
@@ -43,6 +62,11 @@ class TrainingSpec:
     gbs_seqs: int
     gbs_tolerance: float = 0.0
     flops_convention: str = "playbook"
+    attention_kernel: str = "flash"
+    fp8_recipe: str = "tensorwise"
+    fp8_param_gather: bool = False
+    grad_reduce_in_bf16: bool = False
+    moe_capacity_factor: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.cluster, Cluster):
@@ -59,6 +83,15 @@ class TrainingSpec:
         if self.flops_convention not in FLOPS_CONVENTIONS:
             raise TrainingSpecError(f"flops_convention must be one of {', '.join(FLOPS_CONVENTIONS)}, "
                                     f"got {self.flops_convention!r}")
+        for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", FP8_RECIPES)):
+            if getattr(self, name) not in allowed:
+                raise TrainingSpecError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        factor = self.moe_capacity_factor
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
+            raise TrainingSpecError(f"moe_capacity_factor must be None (dropless) or > 0, got {factor!r}")
+        for name in ("fp8_param_gather", "grad_reduce_in_bf16"):
+            if not isinstance(getattr(self, name), bool):
+                raise TrainingSpecError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
     @property
     def gpus(self) -> int:

@@ -17,8 +17,8 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
 from autoplan.cost.memory import MEMORY_TERMS, layer_activation_bytes, model_state_bytes
 from autoplan.cost.stages import in_flight_layers, stage_layers
-from autoplan.api import plan_from_record
-from autoplan.layout import LayoutBatch
+from autoplan.api import build_context, build_training, plan_from_record
+from autoplan.layout import LayoutBatch, resolve_layout
 from autoplan.profiles import load_profile
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import ModelSpec, MoESpec
@@ -59,8 +59,11 @@ S, B, H, A = 2048, 2, 1024, 16  # sb = 4096, sbh = 4,194,304, 5as/h = 5·16·204
 SB, SBH = S * B, S * B * H
 
 
-def gpt_layer_bytes(mode: str = "none", **layout) -> float:
-    dense, _moe = layer_activation_bytes(*at(ctx_for(gpt()), seq_len=S, gbs_seqs=B, mbs=B, **layout),
+def gpt_layer_bytes(mode: str = "none", attention_kernel: str = "eager", **layout) -> float:
+    """One GPT layer's activation bytes; Korthikanti's Table 2 is Megatron's eager (non-fused) softmax."""
+    ctx, batch = at(ctx_for(gpt()), seq_len=S, gbs_seqs=B, mbs=B, **layout)
+    ctx = dataclasses.replace(ctx, training=dataclasses.replace(ctx.training, attention_kernel=attention_kernel))
+    dense, _moe = layer_activation_bytes(ctx, batch,
                                          mode)
     return float(dense[0])
 
@@ -84,6 +87,27 @@ def test_gpt_layer_tensor_and_sequence_parallel():
     t = 4
     expected = SBH * (34 / t + 5 * A * S / (H * t)) + 8 * SB / t
     assert gpt_layer_bytes(tp=t, sp=True) == expected == 203_431_936
+
+
+def test_gpt_layer_flash_attention_stores_no_scores():
+    """Fused/flash attention (the default kernel) never stores the 5as²b scores; it keeps the
+    fp32 log-sum-exp per head instead: 34sbh + 8sb + 4·a·sb
+    = 142,606,336 + 32,768 + 262,144 = 142,901,248."""
+    assert gpt_layer_bytes(attention_kernel="flash") == 34 * SBH + 8 * SB + 4 * A * SB == 142_901_248
+    # Selective recompute has nothing left to drop under flash attention.
+    assert gpt_layer_bytes("selective", attention_kernel="flash") == 142_901_248
+
+
+def test_eager_attention_adds_the_softmax_scores_to_swiglu_layers():
+    """A Llama-style layer under eager attention saves the bf16 softmax output 2·a·s² per sequence
+    (no dropout) and no log-sum-exp: Δ per token = 2·a·s − 4·a = 2·32·4096 − 4·32 = 262,144 − 128 = 262,016."""
+    ctx = build_context("llama3-8b", build_training(8, 4096, 8))
+    batch = LayoutBatch.from_layouts([resolve_layout({"mbs": 1}, ctx.training)])
+    flash = layer_activation_bytes(ctx, batch, "none")[0][0]
+    eager_ctx = dataclasses.replace(ctx, training=dataclasses.replace(ctx.training, attention_kernel="eager"))
+    eager = layer_activation_bytes(eager_ctx, batch, "none")[0][0]
+    assert eager - flash == 4096 * (2 * 32 * 4096 - 4 * 32) == 4096 * 262_016
+    assert layer_activation_bytes(eager_ctx, batch, "selective")[0][0] == flash - 4096 * 4 * 32
 
 
 def test_gpt_layer_sequence_parallel_width_terms_exact():

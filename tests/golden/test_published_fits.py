@@ -1,0 +1,80 @@
+"""Configurations published as having run on their GPU are predicted to fit (published_fits.yaml).
+
+Each case names the validation/ row its layout comes from; the row's parallel degrees, batch and
+sequence length must equal the case's layout, so a case cannot drift from the data it cites.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autoplan.api import build_context, plan_from_record
+from autoplan.cost.evaluate import evaluate
+from autoplan.layout import LayoutBatch
+from autoplan.paths import data_dir
+
+CASES = yaml.safe_load(Path(__file__).with_name("published_fits.yaml").read_text(encoding="utf-8"))
+
+# CSV column -> layout key, per validation file; an empty cell reads as 1.
+COLUMNS = {
+    "nemo_megatron_bridge_perf.csv": {"num_gpus": "gpus", "tp": "tp", "pp": "pp", "cp": "cp", "vp": "vpp",
+                                      "mbs": "mbs", "gbs": "gbs_seqs", "seq_len": "seq_len"},
+    "megatron_moe_reference_mappings.csv": {"num_gpus": "gpus", "tp": "tp", "ep": "ep", "pp": "pp", "vp": "vpp",
+                                            "mbs": "mbs", "gbs_sequences": "gbs_seqs", "seq_len": "seq_len"},
+    "llama3_405b_table4_scaling.csv": {"gpus": "gpus", "tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp",
+                                       "seq_len": "seq_len"},
+}
+
+
+def _row(file: str, line: int) -> dict[str, str]:
+    """The CSV record on ``line`` (the header is line 1; no record in these files spans lines)."""
+    with open(data_dir("validation") / file, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))[line - 2]
+
+
+def _cases():
+    """Every case, with a strict xfail where the case names the mechanism it still lacks."""
+    out = []
+    for case in CASES:
+        marks = ([pytest.mark.xfail(strict=True, raises=AssertionError, reason=case["xfail"])]
+                 if "xfail" in case else [])
+        out.append(pytest.param(case, id=case["name"], marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["file"]], ids=lambda c: c["name"])
+def test_case_layout_is_the_published_row(case):
+    row = _row(case["file"], case["line"])
+    for column, key in COLUMNS.get(case["file"], {}).items():
+        cell = row[column].strip()
+        assert int(cell or 1) == case["layout"].get(key, 1), (column, cell, case["name"])
+
+
+@pytest.mark.parametrize("case", _cases())
+def test_published_configuration_fits(case):
+    layout, training = plan_from_record(case["layout"], hardware=case["hardware"])
+    training = dataclasses.replace(training, **case["setup"])
+    ctx = build_context(case["model"], training, trainer=case["trainer"])
+    table = evaluate(ctx, LayoutBatch.from_layouts([layout]))
+    record = table.record(0)
+    assert record["reason_code"] == 0, f"{case['name']}: illegal (reason {record['reason_code']})"
+    assert record["fits"], (f"{case['name']}: predicted {record['peak_memory_gib']:.1f} GiB, "
+                            f"{-record['memory_headroom_gib']:.1f} GiB over usable memory")
+
+
+def test_every_torchtitan_benchmark_row_fits():
+    """torchtitan's published benchmark rows (validation/torchtitan_benchmarks.csv, the rows the
+    accuracy benchmark uses, each with the settings its row states) all ran: all must fit."""
+    from autoplan.calibration.fit import predict_rows
+    from autoplan.calibration.validation import load_source
+
+    rows = list(load_source("torchtitan").rows)
+    predicted = predict_rows(rows)
+    over = [f"{row.row_id}: {peak / 2**30:.1f} GiB" for row, peak, fits
+            in zip(rows, predicted["peak_memory_bytes"], predicted["fits"]) if not fits]
+    assert len(rows) >= 20 and not over, over
