@@ -65,7 +65,7 @@ class Row:
     status: str = "ok"
     mfu: float = NAN
     cell: str = ""
-    allow_uneven: bool = False
+    allow_uneven: bool = True
     derived: str = ""
 
     @property

@@ -79,7 +79,7 @@ def search_command(**kw) -> None:
     The recipe: (1) fit in memory, (2) reach the global batch, (3) rank by tokens/s/GPU.
       autoplan search --model 70b --gpus 512 --gbs-tokens 4M
       autoplan search -m 8b -g 64 --gbs-seqs 512 --tp 1,2 --recompute selective,full
-      autoplan search -m deepseek-v3 -g 2048 --gbs-tokens 16M --allow-uneven-pp
+      autoplan search -m deepseek-v3 -g 2048 --hardware h800 --gbs-tokens 16M --export megatron
     """
     if kw["gpu_hour_price"] is not None and kw["train_tokens"] is None:
         fail("--gpu-hour-price needs --train-tokens (e.g. --train-tokens 15T) to price a training run")
@@ -113,12 +113,23 @@ def search_command(**kw) -> None:
     if kw["report"]:
         written.append(_report(result, kw, out))
     click.echo(f"Wrote {out}/ ({', '.join(written)})", err=True)
-    uneven = result.counts.reasons.get("pp_uneven", 0)
-    if uneven and not kw["allow_uneven_pp"]:
-        click.echo(f"Note: {uneven} layouts were dropped because {result.ctx.model.num_layers} layers do not "
-                   "divide into pp·vpp stages; --allow-uneven-pp considers them", err=True)
+    _uneven_note(result)
     if len(result.table) > MAX_CSV_ROWS:
         click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {len(result.table)} ranked layouts", err=True)
+
+
+def _uneven_note(result) -> None:
+    """One line on the layouts dropped for unequal stages: by --even-stages-only, or because the
+    trainer cannot run them."""
+    layers, trainer = result.ctx.model.num_layers, result.ctx.profile.name
+    opted_out = result.counts.reasons.get("pp_uneven", 0)
+    if opted_out:
+        click.echo(f"Note: {opted_out} layouts were dropped because {layers} layers do not divide into "
+                   "pp·vpp stages; without --even-stages-only they are considered", err=True)
+    unable = result.counts.reasons.get("trainer_uneven_pp", 0)
+    if unable:
+        click.echo(f"Note: {unable} layouts were dropped because {layers} layers do not divide into "
+                   f"pp·vpp stages and {trainer} cannot run unequal stages there", err=True)
 
 
 def _costs(result, kw: dict):

@@ -80,7 +80,7 @@ def heavier_stage_params(params: dict[str, tuple]) -> dict[str, np.ndarray]:
             "expert": np.where(use_first, first[1], last[1])}
 
 
-def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = False) -> CostTable:
+def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True) -> CostTable:
     """Legality, memory, time, FLOPs and utilisation of every layout in ``batch``.
 
     Layouts that break a rule are still costed where the arithmetic is defined (so a user

@@ -40,7 +40,7 @@ def read_layouts_csv(path: str):
 def compare_layouts(frame, model: str, *, trainer: str = "megatron", profile_path: str | None = None,
                     hardware: str = "h100-sxm", gpus_per_node: int | None = None, nic: str | None = None,
                     flops_convention: str = "playbook", defaults: Mapping[str, Any] | None = None,
-                    allow_uneven: bool = False):
+                    allow_uneven: bool = True):
     """Prediction columns appended to ``frame``; a bad row gets fits=False and a reason.
 
     Each row is a record (:func:`autoplan.layout.layout_from_record`) with its own training

@@ -54,7 +54,7 @@ class RecipeCounts:
 
 
 def assess(ctx: CostContext, batch: LayoutBatch, reaches: np.ndarray, *,
-           allow_uneven: bool = False) -> CostTable:
+           allow_uneven: bool = True) -> CostTable:
     """Evaluate ``batch`` and add the recipe columns: ``stage`` (0 feasible, 1 batch not
     reached, 2 out of memory, 3 illegal), ``feasible``, ``reaches_batch`` and
     ``exposed_comm_fraction`` (exposed communication time / step time)."""

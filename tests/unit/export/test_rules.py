@@ -88,7 +88,7 @@ def test_rule_refuses_with_the_values(rule, trainer, model, layout, values):
 @pytest.mark.parametrize(("rule", "trainer", "model", "layout", "values"), CASES, ids=[c[0] for c in CASES])
 def test_render_refuses_too(rule, trainer, model, layout, values):
     with pytest.raises(AutoplanError, match="refuses this plan"):
-        render(trainer, load_model(model), *layout)
+        render(trainer, load_model(model), *layout, allow_uneven_pp=rule != "pp_uneven")
 
 
 def test_every_rule_has_a_case():
