@@ -27,6 +27,13 @@ def knob_options(func):
         click.option("--mbs", type=IntList(), default=None, help="Micro-batch size(s) in sequences."),
         click.option("--recompute", type=ChoiceList(RECOMPUTE), default=None,
                      help=f"Activation recompute mode(s): {', '.join(RECOMPUTE)}."),
+        click.option("--recompute-layers", type=IntList(minimum=0), default=None,
+                     help="Full recompute of N layers per stage, e.g. 0,4,8 (0 = every layer)."),
+        click.option("--recompute-modules", multiple=True, metavar="M1,M2",
+                     help="A set of selective-recompute modules; repeat for several sets "
+                          "('' = the trainer's own selective recompute)."),
+        click.option("--offload-layers", type=IntList(minimum=0), default=None,
+                     help="Layers per stage whose activations are offloaded to the host, e.g. 0,8."),
         click.option("--precision", type=ChoiceList(PRECISIONS), default=None,
                      help=f"Precision(s): {', '.join(PRECISIONS)}."),
         click.option("--placement", type=ChoiceList(PLACEMENTS), default=None,
@@ -93,7 +100,7 @@ def search_command(**kw) -> None:
 
     ctx = context_from_options(kw)
     space = load_space(kw["space_name"] or ("moe" if ctx.model.is_moe else "default"))
-    space = space.with_overrides(**{k: kw[k] for k in KNOBS})
+    space = space.with_overrides(**{k: kw[k] or None for k in KNOBS})
     options = SearchOptions(sampler=kw["sampler"], trials=kw["trials"], timeout_s=kw["timeout_s"],
                             seed=kw["seed"], storage=kw["storage"], study_name=kw["study_name"],
                             allow_uneven_pp=kw["allow_uneven_pp"], workers=kw["workers"])

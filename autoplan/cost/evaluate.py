@@ -12,7 +12,7 @@ from autoplan.cost.flops import model_flops_per_token, recompute_flops_per_token
 from autoplan.cost.memory import memory_table, stage_param_counts
 from autoplan.cost.stages import stage_layers
 from autoplan.cost.time import time_table
-from autoplan.layout import CODE_FIELDS, RECORD_FIELDS, LayoutBatch
+from autoplan.layout import CODE_FIELDS, RECORD_FIELDS, LayoutBatch, modules_texts
 from autoplan.rules import REASON_CODES, legality_codes
 from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
@@ -65,6 +65,8 @@ class CostTable:
                 data[name] = np.asarray(CODE_FIELDS[name], dtype=object)[values.astype(int)]
             elif name == "sp":
                 data[name] = values > 0
+            elif name == "recompute_modules":
+                data[name] = modules_texts(values)
             else:
                 data[name] = values.astype(np.int64)
         data.update(self.columns)

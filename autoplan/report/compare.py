@@ -16,7 +16,8 @@ OUTPUT_COLUMNS = ("fits", "infeasible_reason", "peak_memory_bytes", "peak_memory
                   "step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
                   "hardware_tflops_per_gpu", "hfu", "bubble_fraction", "time_compute_s",
                   "time_recompute_s", "time_tp_exposed_s", "time_cp_exposed_s", "time_ep_exposed_s",
-                  "time_pp_exposed_s", "time_dp_exposed_s", "time_bubble_s", "time_optimizer_s")
+                  "time_pp_exposed_s", "time_offload_exposed_s", "time_dp_exposed_s", "time_bubble_s",
+                  "time_optimizer_s")
 
 
 def read_layouts_csv(path: str):

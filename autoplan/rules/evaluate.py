@@ -15,12 +15,12 @@ import numpy as np
 
 from autoplan.errors import LayoutError
 from autoplan.layout import Layout, LayoutBatch
-from autoplan.rules import capabilities, common, deepspeed, megatron, stages, torchtitan
+from autoplan.rules import capabilities, common, deepspeed, megatron, recompute, stages, torchtitan
 from autoplan.rules.table import Rule, RuleContext
 
 RULES: list[Rule] = [
     *common.RULES, *stages.RULES, *common.PIPELINE_RULES,
-    *megatron.RULES, *torchtitan.RULES, *capabilities.RULES, *deepspeed.RULES,
+    *megatron.RULES, *torchtitan.RULES, *capabilities.RULES, *deepspeed.RULES, *recompute.RULES,
     *common.BATCH_RULES, *capabilities.PROFILE_RULES,
 ]
 REASON_CODES = ["ok"] + [rule.name for rule in RULES]

@@ -17,7 +17,7 @@ import numpy as np
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable, evaluate
-from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch
+from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch, modules_text
 from autoplan.rules import REASON_CODES, REASON_MESSAGES, explain_reason
 from autoplan.space import KNOBS
 from autoplan.units import GiB
@@ -176,4 +176,6 @@ def _closest(table: CostTable, mask: np.ndarray, distance: np.ndarray) -> int:
 
 def describe_knob(knob: str, code: float) -> object:
     """A knob's code as the value the user writes (e.g. 2.0 -> 'full' for recompute)."""
+    if knob == "recompute_modules":
+        return modules_text(code)
     return CODE_FIELDS[knob][int(code)] if knob in CODE_FIELDS else int(code)

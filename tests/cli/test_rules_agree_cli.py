@@ -118,3 +118,39 @@ def test_production_top_plans_export_their_uneven_stages(tmp_path, model, gpus, 
     assert result.exit_code == 0, result.output
     script = (out / "configs" / "megatron_pretrain_gpt.sh").read_text()
     assert f"--pipeline-model-parallel-layout '{layout}'" in script
+
+
+def test_megatron_exports_recompute_of_n_layers_and_of_named_modules():
+    block = run("export", "--to", "megatron", "-m", "llama3-8b", "-n", 16, "--pp", 2, "--gbs-seqs", 32,
+                "--recompute", "full", "--recompute-layers", 4)
+    assert block.exit_code == 0, block.output
+    assert "--recompute-method block" in block.stdout and "--recompute-num-layers 4" in block.stdout
+    named = run("export", "--to", "megatron", "-m", "llama3-8b", "-n", 8, "--gbs-seqs", 32,
+                "--recompute", "selective", "--recompute-modules", "mlp,layernorm")
+    assert named.exit_code == 0, named.output
+    assert "--recompute-modules mlp layernorm" in named.stdout  # nargs='*': one word per module
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (("--to", "torchtitan", "--zero", 3, "--recompute", "full", "--recompute-layers", 4),
+     "full recompute of N layers per stage (recompute_layers) is Megatron-LM only"),
+    (("--to", "megatron", "--offload-layers", 4), "no --cpu-offloading-num-layers"),
+])
+def test_a_trainer_that_cannot_express_recompute_or_offload_refuses_it(args, text):
+    result = run("export", "-m", "llama3-8b", "-n", 8, "--gbs-seqs", 32, *args)
+    assert result.exit_code != 0 and text in result.output
+
+
+def test_compare_has_the_recompute_and_offload_columns(tmp_path):
+    csv = tmp_path / "layouts.csv"
+    csv.write_text("gpus,gbs_seqs,recompute,recompute_layers,recompute_modules,offload_layers\n"
+                   "8,32,full,4,,0\n8,32,selective,0,\"mlp,layernorm\",0\n8,32,none,0,,8\n")
+    result = run("compare", csv, "-m", "llama3-8b")
+    assert result.exit_code == 0, result.output
+    import csv as csv_module
+    import io
+    rows = list(csv_module.DictReader(io.StringIO(result.stdout)))
+    assert [r["recompute_layers"] for r in rows] == ["4", "0", "0"]
+    assert [r["recompute_modules"] for r in rows] == ["", "mlp,layernorm", ""]
+    assert [r["offload_layers"] for r in rows] == ["0", "0", "8"]
+    assert "cannot offload activations" in rows[2]["infeasible_reason"]
