@@ -66,9 +66,11 @@ def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     attention = m.num_layers * attention_score_flops_per_token(ctx, ctx.training.seq_len) / 2.0
     own = p.selective_recompute_matmul_fraction * matmul + np.where(
         p.selective_recomputes_attention, attention, 0.0)
-    dense_share, moe_share = module_matmul_share(ctx, b)
-    named = (ctx.params.num_dense_layers * dense * dense_share + ctx.params.num_moe_layers * moe * moe_share
-             + module_bit(b.recompute_modules, "core_attn") * own)
-    selective = np.where(b.recompute_modules > 0, named, own)
+    selective = own
+    if b.recompute_modules.any():  # (the same result without the module arithmetic otherwise)
+        dense_share, moe_share = module_matmul_share(ctx, b)
+        named = (ctx.params.num_dense_layers * dense * dense_share + ctx.params.num_moe_layers * moe * moe_share
+                 + module_bit(b.recompute_modules, "core_attn") * own)
+        selective = np.where(b.recompute_modules > 0, named, own)
     full = full_recompute_share(b, m.num_layers / b.pp) * (matmul + attention)
     return np.select([b.recompute == 2, b.recompute == 1], [full, selective], 0.0)
