@@ -27,11 +27,18 @@ DEFAULT_PLACEMENT = PLACEMENTS[0]
 
 INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_acc")
 CODE_FIELDS = {"recompute": RECOMPUTE, "precision": PRECISIONS, "placement": PLACEMENTS}
-FIELDS = INT_FIELDS + ("sp",) + tuple(CODE_FIELDS)
+# Megatron-Core's selective-recompute modules (core_v0.15.3 transformer_config.py,
+# ``recompute_modules``), in the bit order of their code: a set of modules is stored in a
+# LayoutBatch as the sum of 2**index.
+RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe", "moe_act", "shared_experts", "mla_up_proj")
+# Recompute and offload as production runs them (see ``Layout``), with the value that means
+# "as before": full recompute of every layer, the trainer's own selective set, no offload.
+PRODUCTION_DEFAULTS = {"recompute_layers": 0, "recompute_modules": "", "offload_layers": 0}
+FIELDS = INT_FIELDS + ("sp",) + tuple(CODE_FIELDS) + tuple(PRODUCTION_DEFAULTS)
 # The columns of a plan record (CSV, JSON, plans.json): the layout plus the training setup's
 # gpus, seq_len and the layout's batch, in the order results files have always used.
 SETUP_FIELDS = ("gpus", "seq_len", "gbs_seqs")
-RECORD_FIELDS = ("gpus", *INT_FIELDS, "seq_len", "gbs_seqs", "sp", *CODE_FIELDS)
+RECORD_FIELDS = ("gpus", *INT_FIELDS, "seq_len", "gbs_seqs", "sp", *CODE_FIELDS, *PRODUCTION_DEFAULTS)
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,19 @@ class Layout:
 
     The training setup (GPUs, sequence length, global batch) is a ``TrainingSpec`` of its own;
     ``precision`` stays a layout knob because the search explores bf16 and fp8.
+
+    Recompute and offload as production uses them (Megatron-Core core_v0.15.3
+    ``transformer_config.py``, ``TransformerBlock._checkpointed_forward``):
+
+    * ``recompute_layers`` (full recompute only): 0 recomputes every layer (``--recompute-method
+      uniform --recompute-num-layers 1``); N > 0 recomputes the first N layers of each (virtual)
+      stage and keeps the others' activations (``--recompute-method block
+      --recompute-num-layers N``).
+    * ``recompute_modules`` (selective only): comma-separated ``RECOMPUTE_MODULES``
+      (``--recompute-modules``); empty is the trainer's own selective recompute (Megatron's
+      default ``core_attn``).
+    * ``offload_layers``: activations of N layers per stage go to host memory during forward
+      and come back for backward (``TransformerConfig.cpu_offloading_num_layers``).
     """
 
     dp: int
@@ -56,6 +76,9 @@ class Layout:
     recompute: str = "none"
     precision: str = "bf16"
     placement: str = DEFAULT_PLACEMENT
+    recompute_layers: int = 0
+    recompute_modules: str = ""
+    offload_layers: int = 0
 
     def describe(self) -> str:
         """'tp=8 pp=4 vpp=2 cp=1 dp=16 ... ' in a stable order, for tables and messages."""
@@ -68,6 +91,12 @@ class Layout:
             parts += [f"ep={self.ep}", f"etp={self.etp}"]
         parts += [f"dp={self.dp}", f"zero={self.zero}", f"mbs={self.mbs}", f"ga={self.grad_acc}",
                   f"rc={self.recompute}"]
+        if self.recompute_layers:
+            parts.append(f"rc_layers={self.recompute_layers}")
+        if self.recompute_modules:
+            parts.append(f"rc_modules={self.recompute_modules}")
+        if self.offload_layers:
+            parts.append(f"offload={self.offload_layers}")
         if self.precision != "bf16":
             parts.append(self.precision)
         if not self.sp and self.tp > 1:
@@ -112,6 +141,55 @@ def _as_bool(name: str, value: Any) -> bool:
     if text in ("0", "false", "no", "off"):
         return False
     raise LayoutError(f"{name} must be true or false, got {value!r}")
+
+
+def modules_code(value: Any) -> int:
+    """The code of a set of recompute modules ('mlp,core_attn', a list, or '' for none)."""
+    names = value if isinstance(value, (list, tuple)) else str(value).replace(" ", ",").split(",")
+    code = 0
+    for name in (str(n).strip().lower() for n in names):
+        if not name:
+            continue
+        if name not in RECOMPUTE_MODULES:
+            raise LayoutError(f"recompute_modules: {name!r} is not one of {', '.join(RECOMPUTE_MODULES)}")
+        code |= 1 << RECOMPUTE_MODULES.index(name)
+    return code
+
+
+def modules_text(code: float) -> str:
+    """The comma-separated modules of a code, in ``RECOMPUTE_MODULES`` order ('' for none)."""
+    return ",".join(name for i, name in enumerate(RECOMPUTE_MODULES) if int(code) >> i & 1)
+
+
+def modules_texts(codes: np.ndarray) -> np.ndarray:
+    """``modules_text`` of an array of codes, as an object array (one lookup, no loop over rows)."""
+    table = np.asarray([modules_text(c) for c in range(2 ** len(RECOMPUTE_MODULES))], dtype=object)
+    return table[np.asarray(codes).astype(int)]
+
+
+def module_bit(codes: np.ndarray, name: str) -> np.ndarray:
+    """1.0 where the module set ``codes`` (a LayoutBatch's ``recompute_modules``) holds ``name``."""
+    if not codes.any():  # the common batch names no module: the same zeros, without the arithmetic
+        return np.zeros_like(codes)
+    return np.floor(codes / 2.0 ** RECOMPUTE_MODULES.index(name)) % 2.0
+
+
+def _production_knobs(v: Mapping[str, Any], recompute: str) -> dict[str, Any]:
+    """recompute_layers, recompute_modules and offload_layers of a layout, checked against
+    ``recompute`` (layers only with full, modules only with selective)."""
+    out: dict[str, Any] = {}
+    for name in ("recompute_layers", "offload_layers"):
+        out[name] = _as_int(name, v.get(name, 0))
+        if out[name] < 0:
+            raise LayoutError(f"{name} must be >= 0, got {out[name]}")
+    out["recompute_modules"] = modules_text(modules_code(v.get("recompute_modules", "")))
+    if out["recompute_layers"] and recompute != "full":
+        raise LayoutError(f"recompute_layers ({out['recompute_layers']}) needs recompute = full, "
+                          f"got recompute = {recompute}")
+    if out["recompute_modules"] and recompute != "selective":
+        raise LayoutError(f"recompute_modules ({out['recompute_modules']}) needs recompute = selective, "
+                          f"got recompute = {recompute}")
+    return out
 
 
 def derive_batch_knobs(values: Mapping[str, Any], training: TrainingSpec) -> dict[str, np.ndarray]:
@@ -179,6 +257,7 @@ def resolve_layout(values: Mapping[str, Any], training: TrainingSpec) -> Layout:
         if value not in choices:
             raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {v.get(name)!r}")
         out[name] = value
+    out.update(_production_knobs(v, out["recompute"]))
     return Layout(**out)
 
 
@@ -246,7 +325,8 @@ def layout_from_record(record: Mapping[str, Any], training: TrainingSpec | None 
 
 
 def _complete_layout(record: Mapping[str, Any]) -> Layout:
-    missing = [name for name in FIELDS if name not in record or _blank(record[name])]
+    missing = [name for name in FIELDS if name not in PRODUCTION_DEFAULTS
+               and (name not in record or _blank(record[name]))]
     if missing:
         raise LayoutError(f"a record without its training setup must hold every layout field; "
                           f"missing {', '.join(missing)}")
@@ -256,6 +336,8 @@ def _complete_layout(record: Mapping[str, Any]) -> Layout:
         values[name] = str(record[name]).strip().lower()
         if values[name] not in choices:
             raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {record[name]!r}")
+    given = {k: record[k] for k in PRODUCTION_DEFAULTS if k in record and not _blank(record[k])}
+    values.update(_production_knobs(given, values["recompute"]))
     return Layout(**values)
 
 
@@ -263,12 +345,13 @@ class LayoutBatch:
     """A struct of arrays: ``batch.tp`` is a float64 array with one entry per layout."""
 
     def __init__(self, arrays: Mapping[str, np.ndarray]):
-        missing = [name for name in FIELDS if name not in arrays]
+        missing = [name for name in FIELDS if name not in arrays and name not in PRODUCTION_DEFAULTS]
         assert not missing, f"LayoutBatch is missing fields {missing}"
-        size = {np.shape(arrays[name]) for name in FIELDS}
+        size = {np.shape(arrays[name]) for name in FIELDS if name in arrays}
         assert len(size) == 1, f"LayoutBatch fields differ in shape: {size}"
-        for name in FIELDS:
-            setattr(self, name, np.asarray(arrays[name], dtype=np.float64))
+        for name in FIELDS:  # recompute and offload knobs left out take their defaults (codes 0)
+            value = arrays[name] if name in arrays else np.zeros(np.shape(arrays["tp"]))
+            setattr(self, name, np.asarray(value, dtype=np.float64))
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -286,6 +369,8 @@ class LayoutBatch:
             if name in CODE_FIELDS:
                 codes = CODE_FIELDS[name]
                 arrays[name] = np.array([codes.index(getattr(x, name)) for x in layouts], dtype=np.float64)
+            elif name == "recompute_modules":
+                arrays[name] = np.array([modules_code(x.recompute_modules) for x in layouts], dtype=np.float64)
             else:
                 arrays[name] = np.array([float(getattr(x, name)) for x in layouts], dtype=np.float64)
         return cls(arrays)
@@ -305,6 +390,8 @@ class LayoutBatch:
                 values[f.name] = CODE_FIELDS[f.name][int(raw)]
             elif f.name == "sp":
                 values[f.name] = bool(raw)
+            elif f.name == "recompute_modules":
+                values[f.name] = modules_text(raw)
             else:
                 values[f.name] = int(raw)
         return Layout(**values)

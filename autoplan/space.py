@@ -18,20 +18,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autoplan.errors import AutoplanError, SpecError, UnknownNameError
-from autoplan.layout import CODE_FIELDS, DEFAULT_PLACEMENT, FIELDS, LayoutBatch, derive_batch_knobs
+from autoplan.errors import LayoutError
+from autoplan.layout import (CODE_FIELDS, DEFAULT_PLACEMENT, FIELDS, LayoutBatch, derive_batch_knobs, modules_code,
+                             modules_text)
 from autoplan.paths import data_dir
 from autoplan.specs.yaml_io import check_keys, read_mapping
 
 if TYPE_CHECKING:
     from autoplan.specs.training import TrainingSpec
 
-INT_KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs")
+INT_KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "recompute_layers", "offload_layers")
 CHOICE_KNOBS = ("recompute", "precision", "placement")
-KNOBS = INT_KNOBS + CHOICE_KNOBS
+MODULE_KNOBS = ("recompute_modules",)  # each value a comma-separated set of modules ('' = none)
+KNOBS = INT_KNOBS + CHOICE_KNOBS + MODULE_KNOBS
+ZERO_BASED = ("zero", "recompute_layers", "offload_layers")  # knobs whose values may be 0
 # A knob a space file leaves out takes this single value.
 KNOB_DEFAULTS: dict[str, tuple] = {"tp": (1,), "pp": (1,), "vpp": (1,), "cp": (1,), "ep": (1,),
                                    "etp": (1,), "zero": (1,), "mbs": (1,), "recompute": ("none",),
-                                   "precision": ("bf16",), "placement": (DEFAULT_PLACEMENT,)}
+                                   "precision": ("bf16",), "placement": (DEFAULT_PLACEMENT,),
+                                   "recompute_layers": (0,), "offload_layers": (0,), "recompute_modules": ("",)}
 MAX_DEGREE = 2**20
 
 
@@ -74,6 +79,8 @@ class SearchSpace:
         """The knob's candidates as float64 (categorical knobs as their ``layout`` codes)."""
         if knob in CODE_FIELDS:
             return np.array([CODE_FIELDS[knob].index(v) for v in self.values[knob]], dtype=np.float64)
+        if knob in MODULE_KNOBS:
+            return np.array([modules_code(v) for v in self.values[knob]], dtype=np.float64)
         return np.array(self.values[knob], dtype=np.float64)
 
     def to_dict(self) -> dict[str, list]:
@@ -92,7 +99,12 @@ def _check_values(knob: str, raw: Any, where: str) -> tuple:
         if bad:
             raise SpecError(where, f"{knob}: {bad[0]!r} is not one of {', '.join(choices)}")
         return tuple(c for c in choices if c in names)
-    low = 0 if knob == "zero" else 1
+    if knob in MODULE_KNOBS:
+        try:
+            return tuple(dict.fromkeys(modules_text(modules_code(v)) for v in items))
+        except LayoutError as exc:
+            raise SpecError(where, str(exc)) from None
+    low = 0 if knob in ZERO_BASED else 1
     high = 3 if knob == "zero" else MAX_DEGREE
     for v in items:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not low <= v <= high:
@@ -148,6 +160,8 @@ def params_to_values(space: SearchSpace, params: Sequence[Mapping[str, Any]]) ->
         column = [p[k] for p in params]
         if k in CODE_FIELDS:
             out[k] = np.array([CODE_FIELDS[k].index(v) for v in column], dtype=np.float64)
+        elif k in MODULE_KNOBS:
+            out[k] = np.array([modules_code(v) for v in column], dtype=np.float64)
         else:
             out[k] = np.array(column, dtype=np.float64)
     return out

@@ -113,7 +113,7 @@ def end_to_end() -> None:
     first, best = wall(["search", "--model", "70b", "--gpus", "512", "--gbs-tokens", "4M"])
     print(f"2. `autoplan search --model 70b --gpus 512 --gbs-tokens 4M`: {first:.2f} s first run, "
           f"{best:.2f} s best of 3 (target <= 3 s)")
-    for extra in ([], ["--allow-uneven-pp"]):
+    for extra in ([], ["--even-stages-only"]):
         args = ["search", "--model", "deepseek-v3", "--gpus", "2048", "--gbs-seqs", "15360", *extra]
         first, best = wall(args, repeats=2)
         print(f"3. `autoplan {' '.join(args)}` (MoE space): {first:.2f} s first, {best:.2f} s best "

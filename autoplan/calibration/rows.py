@@ -41,7 +41,7 @@ class Row:
     status: str = "ok"
     mfu: float = NAN
     cell: str = ""
-    allow_uneven: bool = False
+    allow_uneven: bool = True
     derived: str = ""
     attention_kernel: str = "flash"  # 'eager' for the 2021-22 Megatron runs (softmax scores saved)
 

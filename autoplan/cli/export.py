@@ -36,8 +36,8 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, train_steps,
     """Write the config that TRAINER launches from, for one plan.
 
     \b
-    PLAN is a plans.json (from `autoplan search`); --rank picks the plan, and a search run with
-    --allow-uneven-pp exports with it too. Without PLAN, give the layout with the estimate
+    PLAN is a plans.json (from `autoplan search`); --rank picks the plan. Unequal pipeline
+    stages are exported wherever the trainer can run them (--even-stages-only refuses them). Without PLAN, give the layout with the estimate
     options (--model, --gpus, --tp, ...). The launch line starts the hardware's GPUs per node
     (--gpus-per-node overrides it). Plans a trainer would
     refuse are refused with the rule and the values; knobs the trainer cannot express are
@@ -46,8 +46,7 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, train_steps,
     from autoplan.export import LaunchOptions, render
 
     if plan:
-        model, layout, training, searched_uneven = _from_plan(ctx, plan, rank, trainer, kwargs)
-        allow_uneven_pp = allow_uneven_pp or searched_uneven  # as the search that ranked it
+        model, layout, training = _from_plan(ctx, plan, rank, trainer, kwargs)
     else:
         model, layout, training = _from_options(kwargs)
     launch = LaunchOptions(train_steps=train_steps, tokenizer=tokenizer, data_path=data_path)
@@ -58,7 +57,7 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, train_steps,
 
 
 def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: dict):
-    """(model, layout, training, searched with --allow-uneven-pp) of the plan of ``rank`` in a
+    """(model, layout, training) of the plan of ``rank`` in a
     plans.json; the setup is the record's gpus, seq_len and gbs_seqs on the hardware options."""
     from autoplan.export import read_plans, select_plan
     from autoplan.layout import layout_from_record, record_setup
@@ -87,8 +86,7 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: d
         raise AutoplanError(f"{plan}: plan of rank {rank} has no {' or '.join(missing)}")
     training = training_from_options(kwargs, model.seq_len, gpus=setup["gpus"], gbs_seqs=setup["gbs_seqs"],
                                      seq_len=setup.get("seq_len"), gbs_tokens=None)
-    return (model, layout_from_record(record, training), training,
-            bool(data.get("allow_uneven_pp", False)))
+    return model, layout_from_record(record, training), training
 
 
 def _from_options(kwargs: dict):

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE
+from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES
 
 
 def layout_options(func: Callable) -> Callable:
@@ -28,6 +28,13 @@ def layout_options(func: Callable) -> Callable:
         click.option("--grad-acc", type=pos, default=None, help="Micro-batches per step (default from the batch)."),
         click.option("--recompute", type=click.Choice(RECOMPUTE), default="none", show_default=True,
                      help="Activation recomputation."),
+        click.option("--recompute-layers", type=click.IntRange(0), default=0, show_default=True,
+                     help="Full recompute of this many layers per (virtual) stage (0 = every layer)."),
+        click.option("--recompute-modules", default="", metavar="M1,M2",
+                     help=f"Selective recompute of these modules: {', '.join(RECOMPUTE_MODULES)} "
+                          "[default: the trainer's own selective recompute]."),
+        click.option("--offload-layers", type=click.IntRange(0), default=0, show_default=True,
+                     help="Layers per stage whose activations are offloaded to host memory."),
         click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True,
                      help="Matmul precision: bf16, or fp8 (needs FP8 tensor cores)."),
         click.option("--sp/--no-sp", default=None, help="Sequence parallel (default: on when tp > 1)."),
@@ -38,7 +45,7 @@ def layout_options(func: Callable) -> Callable:
 
 
 LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "zero", "mbs", "grad_acc", "recompute",
-               "precision", "sp", "placement")
+               "precision", "sp", "placement", "recompute_layers", "recompute_modules", "offload_layers")
 
 
 def layout_values(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -153,10 +153,18 @@ def training_options(func: Callable | None = None, *, model_required: bool = Tru
 
 
 def allow_uneven_option(func: Callable) -> Callable:
-    """--allow-uneven-pp, with one meaning in search, estimate, explain, compare and export."""
-    return click.option("--allow-uneven-pp", is_flag=True,
-                        help="Allow layers not divisible by pp·vpp (unequal pipeline stages, extra "
-                             "layers on early stages) for trainers that can run them.")(func)
+    """--even-stages-only (the keyword ``allow_uneven_pp`` is its negation), with one meaning in
+    search, estimate, explain, compare and export. Uneven stages are legal by default wherever
+    the trainer can run them; ``--allow-uneven-pp``, the old opt-in, stays a hidden no-op so that
+    old command lines still work."""
+    func = click.option("--allow-uneven-pp", is_flag=True, hidden=True, expose_value=False,
+                        help="Accepted for old command lines; uneven stages are the default.")(func)
+    return click.option("--even-stages-only", "allow_uneven_pp", flag_value=False, default=True,
+                        help="Only layers that divide into pp·vpp equal stages (by default, unequal "
+                             "stages are allowed where the trainer can run them, extra layers on "
+                             "early stages).")(func)
+
+
 def trainer_options(func: Callable) -> Callable:
     """--trainer and --profile: whose implementation the cost model predicts."""
     options = [

@@ -27,6 +27,13 @@ def knob_options(func):
         click.option("--mbs", type=IntList(), default=None, help="Micro-batch size(s) in sequences."),
         click.option("--recompute", type=ChoiceList(RECOMPUTE), default=None,
                      help=f"Activation recompute mode(s): {', '.join(RECOMPUTE)}."),
+        click.option("--recompute-layers", type=IntList(minimum=0), default=None,
+                     help="Full recompute of N layers per stage, e.g. 0,4,8 (0 = every layer)."),
+        click.option("--recompute-modules", multiple=True, metavar="M1,M2",
+                     help="A set of selective-recompute modules; repeat for several sets "
+                          "('' = the trainer's own selective recompute)."),
+        click.option("--offload-layers", type=IntList(minimum=0), default=None,
+                     help="Layers per stage whose activations are offloaded to the host, e.g. 0,8."),
         click.option("--precision", type=ChoiceList(PRECISIONS), default=None,
                      help=f"Precision(s): {', '.join(PRECISIONS)}."),
         click.option("--placement", type=ChoiceList(PLACEMENTS), default=None,
@@ -79,7 +86,7 @@ def search_command(**kw) -> None:
     The recipe: (1) fit in memory, (2) reach the global batch, (3) rank by tokens/s/GPU.
       autoplan search --model 70b --gpus 512 --gbs-tokens 4M
       autoplan search -m 8b -g 64 --gbs-seqs 512 --tp 1,2 --recompute selective,full
-      autoplan search -m deepseek-v3 -g 2048 --gbs-tokens 16M --allow-uneven-pp
+      autoplan search -m deepseek-v3 -g 2048 --hardware h800 --gbs-tokens 16M --export megatron
     """
     if kw["gpu_hour_price"] is not None and kw["train_tokens"] is None:
         fail("--gpu-hour-price needs --train-tokens (e.g. --train-tokens 15T) to price a training run")
@@ -93,7 +100,7 @@ def search_command(**kw) -> None:
 
     ctx = context_from_options(kw)
     space = load_space(kw["space_name"] or ("moe" if ctx.model.is_moe else "default"))
-    space = space.with_overrides(**{k: kw[k] for k in KNOBS})
+    space = space.with_overrides(**{k: kw[k] or None for k in KNOBS})
     options = SearchOptions(sampler=kw["sampler"], trials=kw["trials"], timeout_s=kw["timeout_s"],
                             seed=kw["seed"], storage=kw["storage"], study_name=kw["study_name"],
                             allow_uneven_pp=kw["allow_uneven_pp"], workers=kw["workers"])
@@ -116,12 +123,23 @@ def search_command(**kw) -> None:
         written.append(write_search_report(result, out, top=kw["top_k"], train_tokens=kw["train_tokens"],
                                            gpu_hour_price_usd=kw["gpu_hour_price"]).name)
     click.echo(f"Wrote {out}/ ({', '.join(written)})", err=True)
-    uneven = result.counts.reasons.get("pp_uneven", 0)
-    if uneven and not kw["allow_uneven_pp"]:
-        click.echo(f"Note: {uneven} layouts were dropped because {result.ctx.model.num_layers} layers do not "
-                   "divide into pp·vpp stages; --allow-uneven-pp considers them", err=True)
+    _uneven_note(result)
     if len(result.table) > MAX_CSV_ROWS:
         click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {len(result.table)} ranked layouts", err=True)
+
+
+def _uneven_note(result) -> None:
+    """One line on the layouts dropped for unequal stages: by --even-stages-only, or because the
+    trainer cannot run them."""
+    layers, trainer = result.ctx.model.num_layers, result.ctx.profile.name
+    opted_out = result.counts.reasons.get("pp_uneven", 0)
+    if opted_out:
+        click.echo(f"Note: {opted_out} layouts were dropped because {layers} layers do not divide into "
+                   "pp·vpp stages; without --even-stages-only they are considered", err=True)
+    unable = result.counts.reasons.get("trainer_uneven_pp", 0)
+    if unable:
+        click.echo(f"Note: {unable} layouts were dropped because {layers} layers do not divide into "
+                   f"pp·vpp stages and {trainer} cannot run unequal stages there", err=True)
 
 
 def _costs(result, kw: dict):

@@ -12,7 +12,7 @@ from autoplan.cost.flops import model_flops_per_token, recompute_flops_per_token
 from autoplan.cost.memory import memory_table, stage_param_counts
 from autoplan.cost.stages import stage_layers
 from autoplan.cost.time import time_table
-from autoplan.layout import CODE_FIELDS, RECORD_FIELDS, LayoutBatch
+from autoplan.layout import CODE_FIELDS, RECORD_FIELDS, LayoutBatch, modules_texts
 from autoplan.rules import REASON_CODES, legality_codes
 from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
@@ -60,6 +60,8 @@ class CostTable:
                 data[name] = np.asarray(CODE_FIELDS[name], dtype=object)[values.astype(int)]
             elif name == "sp":
                 data[name] = values > 0
+            elif name == "recompute_modules":
+                data[name] = modules_texts(values)
             else:
                 data[name] = values.astype(np.int64)
         data.update(self.columns)
@@ -75,7 +77,7 @@ def heavier_stage_params(params: dict[str, tuple]) -> dict[str, np.ndarray]:
             "expert": np.where(use_first, first[1], last[1])}
 
 
-def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = False) -> CostTable:
+def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True) -> CostTable:
     """Legality, memory, time, FLOPs and utilisation of every layout in ``batch``.
 
     Layouts that break a rule are still costed where the arithmetic is defined (so a user

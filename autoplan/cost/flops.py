@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost.context import CostContext
-from autoplan.layout import LayoutBatch
+from autoplan.cost.recompute import full_recompute_share, module_matmul_share
+from autoplan.layout import LayoutBatch, module_bit
 
 
 def attention_score_flops_per_token(ctx: CostContext, seq_len: np.ndarray) -> np.ndarray:
@@ -53,14 +54,23 @@ def model_flops_per_token(ctx: CostContext, seq_len: np.ndarray) -> np.ndarray:
 def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """Extra forward FLOPs per token that recomputation adds (for HFU).
 
-    full: one more forward of every layer; selective: what the trainer recomputes
+    full: one more forward of the layers it covers (``recompute.full_recompute_share`` of a rank's
+    L/pp layers; every layer with recompute_layers = 0); selective: what the trainer recomputes
     (``selective_recompute_matmul_fraction`` of the layer matmuls and, for Megatron's
-    ``core_attn``, the attention scores).
+    ``core_attn``, the attention scores), or with ``recompute_modules`` the named modules'
+    matmul share (``recompute.module_matmul_share``) plus core_attn's as before.
     """
     m, p = ctx.model, ctx.profile
     dense, moe = layer_matmul_flops_per_token(ctx)
     matmul = ctx.params.num_dense_layers * dense + ctx.params.num_moe_layers * moe
     attention = m.num_layers * attention_score_flops_per_token(ctx, ctx.training.seq_len) / 2.0
-    selective = p.selective_recompute_matmul_fraction * matmul + np.where(
+    own = p.selective_recompute_matmul_fraction * matmul + np.where(
         p.selective_recomputes_attention, attention, 0.0)
-    return np.select([b.recompute == 2, b.recompute == 1], [matmul + attention, selective], 0.0)
+    selective = own
+    if b.recompute_modules.any():  # (the same result without the module arithmetic otherwise)
+        dense_share, moe_share = module_matmul_share(ctx, b)
+        named = (ctx.params.num_dense_layers * dense * dense_share + ctx.params.num_moe_layers * moe * moe_share
+                 + module_bit(b.recompute_modules, "core_attn") * own)
+        selective = np.where(b.recompute_modules > 0, named, own)
+    full = full_recompute_share(b, m.num_layers / b.pp) * (matmul + attention)
+    return np.select([b.recompute == 2, b.recompute == 1], [full, selective], 0.0)

@@ -21,8 +21,10 @@ import dataclasses
 import numpy as np
 
 from autoplan.cost.context import CostContext
+from autoplan.cost.recompute import (OFFLOAD_STAGING_LAYERS, full_recompute_share, module_dropped_bytes_per_token,
+                                     offloaded_share)
 from autoplan.cost.stages import StageLayers, in_flight_layers, stage_layers
-from autoplan.layout import LayoutBatch
+from autoplan.layout import LayoutBatch, module_bit
 from autoplan.profiles import ActivationCoefficients
 
 BF16_BYTES = 2.0
@@ -185,6 +187,26 @@ def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple
     return tokens * dense, tokens * moe_layer
 
 
+def selective_module_bytes(ctx: CostContext, b: LayoutBatch,
+                           acts: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """(dense layer, MoE layer) activation bytes per micro-batch under selective recompute: the
+    profile's own selective set when ``recompute_modules`` is empty, else 'none' less what the
+    named modules drop (``recompute.module_dropped_bytes_per_token``; ``core_attn`` drops the
+    profile's none-minus-selective difference), never below the layer input full recompute keeps."""
+    none, sel = acts["none"], acts["selective"]
+    if not b.recompute_modules.any():  # no layout names modules: the profile's own set, faster
+        return sel
+    h_div = np.where(b.sp > 0, b.tp, 1.0)
+    tokens = b.mbs * ctx.training.seq_len / b.cp
+    floor = tokens * ctx.profile.full_recompute_input_bytes_per_h * ctx.model.hidden_size / h_div
+    core = module_bit(b.recompute_modules, "core_attn")
+    out = []
+    for i, dropped in enumerate(module_dropped_bytes_per_token(ctx, b)):
+        named = np.maximum(none[i] - tokens * dropped - core * (none[i] - sel[i]), np.minimum(floor, none[i]))
+        out.append(np.where(b.recompute_modules > 0, named, sel[i]))
+    return out[0], out[1]
+
+
 def _params_on_stage(ctx: CostContext, b: LayoutBatch, dense_layers: np.ndarray,
                      moe_layers: np.ndarray, first: bool) -> tuple[np.ndarray, np.ndarray]:
     """(non-expert, expert) parameters held by one GPU of a stage (element counts)."""
@@ -298,7 +320,10 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     tokens = b.mbs * ctx.training.seq_len / b.cp
     full_input = tokens * p.full_recompute_input_bytes_per_h * m.hidden_size / h_div
-    per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], full_input)
+    # Full recompute keeps only the input of its share of the stage's layers (recompute_layers).
+    full_share = full_recompute_share(b, n_layers)
+    mean_full = full_share * full_input + (1.0 - full_share) * mean_none
+    per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)
     rank = np.zeros_like(b.pp) if first else b.pp - 1.0
     flying = in_flight_layers(n_layers, b.pp, b.vpp, b.grad_acc, rank, p.pp_schedule)
     # A correction (Corrections.pp_extra_layers_per_microbatch): extra layer-activations per
@@ -308,9 +333,15 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     flying = flying + np.where(b.pp > 1, c.pp_extra_layers_per_microbatch * micro_in_flight, 0.0)
     # Recompute re-materialises one layer's dropped activations at a time during backward:
     # full keeps the layer input and rebuilds the rest; selective rebuilds what it dropped.
-    working = np.select([b.recompute == 2, b.recompute == 1],
+    working = np.select([(b.recompute == 2) & (full_share > 0), b.recompute == 1],
                         [np.maximum(mean_none - full_input, 0.0), mean_none - mean_sel], 0.0)
-    terms["activations"] = per_layer * flying + working
+    # Offload (offload_layers): the offloaded layers' activations leave the GPU but for the one
+    # layer in transfer (recompute.OFFLOAD_STAGING_LAYERS).
+    kept = flying
+    if b.offload_layers.any():  # (the same result without the arithmetic when nothing is offloaded)
+        staging = np.where(b.offload_layers > 0, OFFLOAD_STAGING_LAYERS, 0.0)
+        kept = flying * (1.0 - offloaded_share(b, n_layers)) + staging
+    terms["activations"] = per_layer * kept + working
 
     embedding_output = tokens * m.hidden_size * BF16_BYTES / h_div
     terms["embedding_output"] = embedding_output if first else np.zeros_like(embedding_output)
@@ -341,6 +372,7 @@ def memory_table(ctx: CostContext, b: LayoutBatch, layers: StageLayers | None = 
     layers = layers if layers is not None else stage_layers(ctx.model, b.pp)
     params = params if params is not None else stage_param_counts(ctx, b, layers)
     acts = {mode: layer_activation_bytes(ctx, b, mode) for mode in ("none", "selective")}
+    acts["selective"] = selective_module_bytes(ctx, b, acts)
     out: dict[str, np.ndarray] = {}
     totals = {}
     for stage_name, first in (("first", True), ("last", False)):

@@ -35,8 +35,8 @@ class StageLayers:
 def stage_layers(model: ModelSpec, pp: np.ndarray) -> StageLayers:
     """Split ``L`` layers over ``pp`` stages as evenly as possible, extra layers to early stages.
 
-    Trainers require L divisible by pp·vpp unless uneven stages are configured (allowed by
-    ``--allow-uneven-pp`` where the trainer can run them, ``autoplan.rules.stages``); an uneven
+    Trainers require L divisible by pp·vpp unless uneven stages are configured (legal by default
+    where the trainer can run them, ``autoplan.rules.stages``); an uneven
     split puts ceil(L/pp) on the first stage and floor(L/pp) on the last, the split the
     exporters write (``virtual_stage_layers``). With pp = 1 the one stage is both first and last.
     """

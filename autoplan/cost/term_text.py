@@ -61,9 +61,11 @@ def _if(condition: Callable[[Any], bool], yes: str, no: str = "") -> Callable[[A
 
 def _selective_share(ctx, lay) -> str:
     attention = 1 if ctx.profile.selective_recomputes_attention else 0
+    if lay.recompute == "selective" and lay.recompute_modules:
+        return f"the modules {lay.recompute_modules}' forward (recompute.module_recompute_s)"
     return _by_recompute("(f_mm, f_att, f_ew) = 0",
                          f"(f_mm, f_att, f_ew) = (selective_recompute_matmul_fraction, {attention}, 0)",
-                         "(f_mm, f_att, f_ew) = (1, 1, 1)")(ctx, lay)
+                         "(f_mm, f_att, f_ew) = (s, s, s)")(ctx, lay)
 
 
 def _dp_collectives(ctx, lay) -> str:
@@ -88,14 +90,20 @@ VARIANTS: dict[str, Variant] = {
     "fp8": Variant("(× fp8_gemm_speedup under fp8)", _if(lambda lay: lay.precision == "fp8", "× fp8_gemm_speedup")),
     "pp_factor": Variant("(× pp_collective_overhead_factor if pp > 1)",
                          _if(lambda lay: lay.pp > 1, "× pp_collective_overhead_factor")),
-    "layer_bytes": Variant("a = A_none (no recompute), A_selective (selective), "
-                           "tokens·full_recompute_input_bytes_per_h·h/h_div (full)",
+    "layer_bytes": Variant("a = A_none (no recompute), A_selective (selective: the profile's own set, or with "
+                           "recompute_modules A_none less each named module's bytes, recompute.py), "
+                           "s·tokens·full_recompute_input_bytes_per_h·h/h_div + (1 − s)·A_none (full; s = 1, "
+                           "or min(recompute_layers·vpp, L_S)/L_S with recompute_layers)",
                            _by_recompute("a = A_none", "a = A_selective",
-                                         "a = tokens·full_recompute_input_bytes_per_h·h/h_div")),
-    "working": Variant("working = max(A_none − a, 0) under full, A_none − A_selective under selective, else 0",
-                       _by_recompute("working = 0", "working = A_none − A_selective", "working = max(A_none − a, 0)")),
-    "recompute_share": Variant("(f_mm, f_att, f_ew) = (1, 1, 1) under full; (selective_recompute_matmul_fraction, "
-                               "1 if selective_recomputes_attention else 0, 0) under selective; else 0",
+                                         "a = s·tokens·full_recompute_input_bytes_per_h·h/h_div + (1 − s)·A_none")),
+    "working": Variant("working = max(A_none − tokens·full_recompute_input_bytes_per_h·h/h_div, 0) under full, "
+                       "A_none − A_selective under selective, else 0",
+                       _by_recompute("working = 0", "working = A_none − A_selective",
+                                     "working = max(A_none − tokens·full_recompute_input_bytes_per_h·h/h_div, 0)")),
+    "recompute_share": Variant("(f_mm, f_att, f_ew) = (s, s, s) under full (s as for the activations, per stage); "
+                               "(selective_recompute_matmul_fraction, 1 if selective_recomputes_attention else 0, 0) "
+                               "under selective, or with recompute_modules each named module's matmul share of t_mm "
+                               "(norms and SwiGLU at HBM speed); else 0",
                                _selective_share),
     "dp_collectives": Variant("R = AR(P·grad_reduce_bytes) under zero 0, RS(P·grad_reduce_bytes) under zero 1–2; "
                               "Gth = AG(P·BF16_BYTES) under zero 1–2; Z3 = 2·AG(P·BF16_BYTES) + "
@@ -121,6 +129,8 @@ CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
                                 "TP collectives per layer and pass (2 all-gathers + 2 reduce-scatters)"),
     "BACKWARD_MATMUL_FACTOR": ("autoplan.cost.time", "BACKWARD_MATMUL_FACTOR", 2.0,
                                "matmul backward time over its forward (input and weight gradients; SC'21 Sec. 5.1)"),
+    "OFFLOAD_STAGING_LAYERS": ("autoplan.cost.recompute", "OFFLOAD_STAGING_LAYERS", 1.0,
+                               "layers of activations an offloading stage keeps in transfer (TE's double buffer)"),
 }
 
 

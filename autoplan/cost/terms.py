@@ -78,7 +78,8 @@ MEMORY_TERMS_DEFINED = [
                    "optimizer_bytes × (P_dense / {z1} + P_expert / {z1e}), G = {G}",
                    f"{ZERO} (Adam: K = 12 with the master weights)", ("optimizer_bytes", *MODEL_STATE)),
     *_stage_memory("activations", "activations saved for backward at the stage's peak",
-                   "a × in_flight + working; {layer_bytes}; A_mode = tokens × the profile's per-token "
+                   "a × (in_flight × (1 − o) + OFFLOAD_STAGING_LAYERS if offload_layers > 0) + working, o = "
+                   "min(offload_layers, L_S)/L_S; {layer_bytes}; A_mode = tokens × the profile's per-token "
                    "coefficients (attention, mlp; GPT-style models: memory.GPT_ATTENTION_FLASH, GPT_MLP; under "
                    "attention_kernel = eager the s² scores: GPT_ATTENTION_EAGER, else s2 = EAGER_SOFTMAX_BYTES) "
                    "minus, under fp8 where the profile has fp8_saves_quantized_inputs, (BF16_BYTES − "
@@ -87,10 +88,13 @@ MEMORY_TERMS_DEFINED = [
                    "averaged over the stage's dense and MoE layers; in_flight = "
                    "in_flight_layers(L_S, pp, vpp, grad_acc, stage rank, pp_schedule) + (pp > 1) "
                    "pp_extra_layers_per_microbatch × micro-batches in flight; {working}",
-                   f"{KORTHIKANTI} Table 2, Sec. 4.2.3; megatron/core/pipeline_parallel/schedules.py",
+                   f"{KORTHIKANTI} Table 2, Sec. 4.2.3; megatron/core/pipeline_parallel/schedules.py; "
+                   "Megatron-Core core_v0.15.3 transformer_block.py _checkpointed_forward (recompute_method "
+                   "block), transformer_config.py (recompute_modules, cpu_offloading_num_layers); "
+                   "transformer_engine/pytorch/cpu_offload.py (AsyncDoubleBufferGroupOffloadHandler)",
                    ("attention", "mlp", "full_recompute_input_bytes_per_h", "pp_schedule",
                     "pp_extra_layers_per_microbatch", "attention_kernel", "fp8_recipe",
-                    "fp8_saves_quantized_inputs", "moe_capacity_factor")),
+                    "fp8_saves_quantized_inputs", "moe_capacity_factor", "OFFLOAD_STAGING_LAYERS")),
     *_stage_memory("embedding_output", "embedding output buffer",
                    "tokens·h·BF16_BYTES/h_div on the first stage, 0 on the last",
                    "Megatron embedding output (first pipeline stage)", ("BF16_BYTES",)),
@@ -158,8 +162,17 @@ TIME_TERMS_DEFINED = [
           f"{SC21} Sec. 5.1 (backward = 2 × forward); FlashAttention-2 (Dao 2023) Sec. 3", GEMM),
     _time("recompute", "forward work recomputed in backward",
           "grad_acc × Σ_layers (f_mm·t_mm + f_att·t_att + f_ew·t_ew); {recompute_share}",
-          f"{KORTHIKANTI} Sec. 5, Appendix A",
+          f"{KORTHIKANTI} Sec. 5, Appendix A; Megatron-Core core_v0.15.3 transformer_block.py "
+          "_checkpointed_forward, transformer_config.py recompute_modules",
           ("selective_recompute_matmul_fraction", "selective_recomputes_attention", *GEMM)),
+    _time("offload_exposed", "activation offload traffic over the host link not hidden by compute",
+          "grad_acc × min(offload_layers, L_S) × (max(0, x − t_l/(1 + BACKWARD_MATMUL_FACTOR)) + max(0, x − "
+          "BACKWARD_MATMUL_FACTOR·t_l/(1 + BACKWARD_MATMUL_FACTOR))); x = A_none/host_bytes_per_s (one "
+          "layer's activations each way), t_l = the stage's compute of one micro-batch / L_S: out behind "
+          "the next layer's forward, back behind the previous layer's backward",
+          "Megatron-Core cpu_offloading_num_layers; transformer_engine/pytorch/cpu_offload.py "
+          "(AsyncDoubleBufferGroupOffloadHandler: one layer in transfer while the next computes)",
+          ("host_bytes_per_s", "BACKWARD_MATMUL_FACTOR")),
     _time("tp_exposed", "tensor-parallel communication not hidden by compute",
           "grad_acc × L_S × ({passes}·2·(AG + RS)(tokens·h·BF16_BYTES) over tp × (1 − tp_overlap) "
           "+ (tp > 1) {passes}·TP_COLLECTIVES_PER_PASS·collective_overhead_s {pp_factor})",

@@ -15,7 +15,9 @@ import numpy as np
 
 from autoplan.cost import comm
 from autoplan.cost.context import CostContext
-from autoplan.cost.memory import zero_shard_groups
+from autoplan.cost.memory import layer_activation_bytes, zero_shard_groups
+from autoplan.cost.recompute import (full_recompute_share, module_extra_passes, module_recompute_s,
+                                     offload_exposed_s)
 from autoplan.cost.flops import attention_score_flops_per_token, layer_matmul_flops_per_token
 from autoplan.cost.stages import StageLayers, stage_layers
 from autoplan.layout import LayoutBatch
@@ -84,7 +86,11 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
     """Communication of one layer for one micro-batch, forward + backward (+ recompute)."""
     m = ctx.model
     tokens = b.mbs * ctx.training.seq_len / b.cp
-    passes = 2.0 + np.where(b.recompute == 2, 1.0, 0.0)  # fwd, bwd, recomputed fwd
+    # fwd, bwd, and the recomputed fwd of the layers under full recompute (the share on a rank
+    # of L/pp layers) or of the modules that hold TP and EP collectives (mlp, moe).
+    full = full_recompute_share(b, m.num_layers / b.pp)
+    module_tp, module_ep = module_extra_passes(b)
+    passes = 2.0 + full + np.where(b.recompute == 1, module_tp, 0.0)
     activation_bytes = tokens * m.hidden_size * BF16_BYTES
     tp_link = comm.group_link(ctx, b.tp, st["tp"])
     # Sequence parallel: 2 all-gathers + 2 reduce-scatters per pass (= 2 all-reduces without SP).
@@ -98,14 +104,15 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
     cp_link = comm.group_link(ctx, b.cp, st["cp"])
     kv_step_bytes = 2.0 * tokens * m.kv_size / b.tp * BF16_BYTES
     # Ring attention: cp-1 K/V exchanges forward, K/V and their gradients backward (2×).
-    cp = (1.0 + 2.0 + np.where(b.recompute == 2, 1.0, 0.0)) * (b.cp - 1) * (
+    cp = (1.0 + 2.0 + full) * (b.cp - 1) * (
         kv_step_bytes / cp_link.bus_bytes_per_s + cp_link.latency_s)
     ep = np.zeros_like(b.tp)
     if m.moe is not None:
         ep_link = comm.group_link(ctx, b.ep, b.etp)
         h_div = np.where(b.sp > 0, b.tp, 1.0)
         routed = tokens / h_div * m.moe.num_experts_per_token * m.hidden_size * BF16_BYTES
-        ep = passes * 2.0 * comm.all_to_all_s(ctx, ep_link, routed)  # dispatch + combine
+        ep_passes = 2.0 + full + np.where(b.recompute == 1, module_ep, 0.0)
+        ep = ep_passes * 2.0 * comm.all_to_all_s(ctx, ep_link, routed)  # dispatch + combine
     return {"tp": tp, "tp_fixed": overhead, "cp": cp, "ep": ep}
 
 
@@ -132,24 +139,46 @@ def _dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndar
     return {"grads": step_grads, "gathers": step_gathers, "per_micro": per_micro}
 
 
+def _layer_compute_s(fwd: dict[str, np.ndarray], matmul_s: np.ndarray) -> np.ndarray:
+    """Forward + backward of one layer: matmuls 1 + BACKWARD_MATMUL_FACTOR, attention
+    1 + ATTENTION_BACKWARD_FACTOR, element-wise work 3 passes."""
+    return ((1 + BACKWARD_MATMUL_FACTOR) * matmul_s + (1 + ATTENTION_BACKWARD_FACTOR) * fwd["attention"]
+            + 3 * fwd["elementwise"])
+
+
+def _layer_recompute_s(ctx: CostContext, b: LayoutBatch, fwd: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Recomputed forward seconds of one (dense, MoE) layer: under full recompute the whole
+    forward (scaled per stage by ``full_recompute_share``); under selective, the profile's own
+    set (``selective_recompute_matmul_fraction`` of the matmuls, attention for Megatron's
+    core_attn) or the named ``recompute_modules`` (``recompute.module_recompute_s``)."""
+    p = ctx.profile
+    core = [p.selective_recompute_matmul_fraction * fwd[k] + float(p.selective_recomputes_attention) * fwd["attention"]
+            for k in ("dense_matmul", "moe_matmul")]
+    named = module_recompute_s(ctx, b, fwd, (core[0], core[1])) if b.recompute_modules.any() else core
+    selective = b.recompute == 1
+    out = {}
+    for i, kind in enumerate(("dense", "moe")):
+        out[f"{kind}_full"] = fwd[f"{kind}_matmul"] + fwd["attention"] + fwd["elementwise"]
+        out[f"{kind}_selective"] = np.where(selective, np.where(b.recompute_modules > 0, named[i], core[i]), 0.0)
+    return out
+
+
+def _layer_bytes(ctx: CostContext, b: LayoutBatch, n: np.ndarray, n_dense: np.ndarray) -> np.ndarray:
+    """Activation bytes of one layer (mean over the stage's dense and MoE layers) of one
+    micro-batch without recompute: what offload moves each way."""
+    dense, moe = layer_activation_bytes(ctx, b, "none")
+    dense_share = n_dense / np.maximum(n, 1.0)
+    return dense_share * dense + (1.0 - dense_share) * moe
+
+
 def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
                layers: StageLayers | None = None) -> dict[str, np.ndarray]:
     """Every time term (seconds per step) and the step time."""
     e, p, m = ctx.efficiency, ctx.profile, ctx.model
     layers = layers if layers is not None else stage_layers(m, b.pp)
     fwd = _layer_forward_s(ctx, b)
-    sel_mm = np.where(b.recompute == 1, p.selective_recompute_matmul_fraction, 0.0)
-    sel_att = np.where((b.recompute == 1) & p.selective_recomputes_attention, 1.0, 0.0)
-    full = np.where(b.recompute == 2, 1.0, 0.0)
-
-    def layer_time(mm):
-        compute = ((1 + BACKWARD_MATMUL_FACTOR) * mm + (1 + ATTENTION_BACKWARD_FACTOR) * fwd["attention"]
-                   + 3 * fwd["elementwise"])
-        recompute = (full + sel_mm) * mm + (full + sel_att) * fwd["attention"] + full * fwd["elementwise"]
-        return compute, recompute
-
-    dense_c, dense_r = layer_time(fwd["dense_matmul"])
-    moe_c, moe_r = layer_time(fwd["moe_matmul"])
+    dense_c, moe_c = (_layer_compute_s(fwd, fwd[k]) for k in ("dense_matmul", "moe_matmul"))
+    recompute_s = _layer_recompute_s(ctx, b, fwd)
     tokens = b.mbs * ctx.training.seq_len / b.cp
     head = 3.0 * 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp / (
         ctx.cluster.gpu.peak_bf16_flops_per_s * gemm_efficiency(ctx, 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp))
@@ -161,12 +190,17 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
                                     ("last", layers.last, layers.last_dense, head)):
         n_moe = n - n_dense
         compute = n_dense * dense_c + n_moe * moe_c + extra
-        recompute = n_dense * dense_r + n_moe * moe_r
+        full = full_recompute_share(b, n)
+        recompute = (n_dense * (full * recompute_s["dense_full"] + recompute_s["dense_selective"])
+                     + n_moe * (full * recompute_s["moe_full"] + recompute_s["moe_selective"]))
+        forward = compute / (1.0 + BACKWARD_MATMUL_FACTOR)
+        offload = (offload_exposed_s(ctx, b, _layer_bytes(ctx, b, n, n_dense), n, forward, compute - forward)
+                   if b.offload_layers.any() else np.zeros_like(compute))  # 0 without offload, faster
         attention_share = n * (1 + ATTENTION_BACKWARD_FACTOR) * fwd["attention"]
         tp = n * (lc["tp"] * (1.0 - e.tp_overlap) + lc["tp_fixed"])
         cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
         ep = n_moe * lc["ep"] * (1.0 - e.ep_overlap)
-        stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep)
+        stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload)
     # The slowest stage by work (compute + recompute) sets the pace; choosing by work keeps
     # compute + recompute monotone in the recompute mode.
     work = {k: stage_time[k]["compute"] + stage_time[k]["recompute"] for k in stage_time}
@@ -179,7 +213,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     dp = _dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"])
     micro_compute = parts["compute"] + parts["recompute"]
     zero3_exposed = np.maximum(0.0, dp["per_micro"] - e.fsdp_overlap * micro_compute)
-    t_micro = micro_compute + parts["tp"] + parts["cp"] + parts["ep"] + pp_send + zero3_exposed
+    t_micro = micro_compute + parts["tp"] + parts["cp"] + parts["ep"] + parts["offload"] + pp_send + zero3_exposed
     m_count = b.grad_acc
     bubble = (b.pp - 1.0) / b.vpp * t_micro
     # Gradient reduction hides behind the last micro-batch's backward; the parameter all-gather
@@ -203,6 +237,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
         "time_cp_exposed_s": m_count * parts["cp"],
         "time_ep_exposed_s": m_count * parts["ep"],
         "time_pp_exposed_s": m_count * pp_send,
+        "time_offload_exposed_s": m_count * parts["offload"],
         "time_dp_exposed_s": dp_exposed + m_count * zero3_exposed,
         "time_bubble_s": bubble,
         "time_optimizer_s": optimizer,

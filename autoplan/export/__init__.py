@@ -47,11 +47,11 @@ VERSIONS = {
 
 
 def render(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSpec,
-           launch: LaunchOptions | None = None, *, allow_uneven_pp: bool = False) -> ExportResult:
+           launch: LaunchOptions | None = None, *, allow_uneven_pp: bool = True) -> ExportResult:
     """The files of ``layout`` for ``trainer``; refuses a plan that breaks the trainer's rules.
 
     The rules are those the search applies (``autoplan.rules``, on a batch of one);
-    ``allow_uneven_pp`` is --allow-uneven-pp. Raises ``TrainerRuleError``.
+    ``allow_uneven_pp`` is False under --even-stages-only. Raises ``TrainerRuleError``.
     """
     names = parse_trainers(trainer)
     if len(names) != 1:
@@ -84,7 +84,7 @@ def parse_trainers(text: str | Iterable[str]) -> list[str]:
 
 def export_plan(plan_record: Mapping[str, Any], model: ModelSpec | str, trainers: str | Iterable[str],
                 out_dir: str | Path, training: TrainingSpec, launch: LaunchOptions | None = None, *,
-                allow_uneven_pp: bool = False) -> list[Path]:
+                allow_uneven_pp: bool = True) -> list[Path]:
     """Write the files of one plan for each trainer into ``out_dir``; returns the paths written.
 
     ``plan_record`` is a flat record (a row of ``plans.json``); its gpus, seq_len and gbs_seqs

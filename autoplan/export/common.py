@@ -111,11 +111,14 @@ def launch_shape(training: TrainingSpec) -> tuple[int, int]:
 
 
 def shell_args(args: Sequence[tuple[str, object]]) -> list[str]:
-    """``[('--tp', 2), ('--bf16', None)]`` -> ``['--tp 2', '--bf16']``, every value quoted."""
+    """``[('--tp', 2), ('--bf16', None)]`` -> ``['--tp 2', '--bf16']``, every value quoted; a
+    list value gives one word per item (``nargs='*'`` flags)."""
     lines = []
     for flag, value in args:
         if value is None:
             lines.append(shlex.quote(flag))
+        elif isinstance(value, (list, tuple)):
+            lines.append(" ".join([shlex.quote(flag), *(shlex.quote(format_value(v)) for v in value)]))
         else:
             lines.append(f"{shlex.quote(flag)} {shlex.quote(format_value(value))}")
     return lines

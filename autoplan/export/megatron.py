@@ -16,9 +16,12 @@ zero 1             --use-distributed-optimizer
 zero 3             Megatron-FSDP: --use-megatron-fsdp --data-parallel-sharding-strategy
                    optim_grads_params (+ the flags its docs require)
 mbs, gbs           --micro-batch-size, --global-batch-size (grad_acc = gbs/(mbs·dp))
-recompute          selective: --recompute-granularity selective (core_attn);
+recompute          selective: --recompute-granularity selective (Megatron's default core_attn),
+                   with recompute_modules --recompute-modules m1 m2 ...;
                    full: --recompute-granularity full --recompute-method uniform
-                   --recompute-num-layers 1
+                   --recompute-num-layers 1, with recompute_layers N --recompute-method block
+                   --recompute-num-layers N (N layers of each virtual stage)
+offload_layers     refused by the rules: core_v0.15.3 has no --cpu-offloading-num-layers
 precision          --bf16, and --fp8-format hybrid for fp8
 placement          default order tp-cp-ep-dp-pp, or --use-tp-pp-dp-mapping (tp-cp-ep-pp-dp)
 =================  ===========================================================================
@@ -99,7 +102,11 @@ def batch_args(lay: Layout, training: TrainingSpec) -> Args:
 
 def recompute_args(lay: Layout) -> Args:
     if lay.recompute == "selective":
-        return [("--recompute-granularity", "selective")]
+        modules: Args = [("--recompute-modules", lay.recompute_modules.split(","))] if lay.recompute_modules else []
+        return [("--recompute-granularity", "selective"), *modules]
+    if lay.recompute == "full" and lay.recompute_layers:
+        return [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                ("--recompute-num-layers", lay.recompute_layers)]
     if lay.recompute == "full":
         return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                 ("--recompute-num-layers", 1)]

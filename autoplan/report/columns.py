@@ -33,6 +33,11 @@ LAYOUT_COLUMNS = {
     "recompute": ("code", "mode", "activation recomputation: none, selective or full"),
     "precision": ("code", "format", "matmul precision: bf16 or fp8"),
     "placement": ("code", "order", "rank order of the parallel dimensions, innermost first"),
+    "recompute_layers": ("count", "layers", "full recompute of this many layers per (virtual) stage "
+                                            "(0: every layer; Megatron --recompute-method block)"),
+    "recompute_modules": ("code", "modules", "selective recompute of these modules, comma-separated "
+                                             "(empty: the trainer's own; Megatron --recompute-modules)"),
+    "offload_layers": ("count", "layers", "layers per stage whose activations go to host memory (0: none)"),
 }
 SEARCH_COLUMNS = {
     "reaches_batch": ("flag", "bool", "the layout reaches the global batch within the tolerance"),

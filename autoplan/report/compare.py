@@ -16,7 +16,8 @@ OUTPUT_COLUMNS = ("fits", "infeasible_reason", "peak_memory_bytes", "peak_memory
                   "step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
                   "hardware_tflops_per_gpu", "hfu", "bubble_fraction", "time_compute_s",
                   "time_recompute_s", "time_tp_exposed_s", "time_cp_exposed_s", "time_ep_exposed_s",
-                  "time_pp_exposed_s", "time_dp_exposed_s", "time_bubble_s", "time_optimizer_s")
+                  "time_pp_exposed_s", "time_offload_exposed_s", "time_dp_exposed_s", "time_bubble_s",
+                  "time_optimizer_s")
 
 
 def read_layouts_csv(path: str):
@@ -40,7 +41,7 @@ def read_layouts_csv(path: str):
 def compare_layouts(frame, model: str, *, trainer: str = "megatron", profile_path: str | None = None,
                     hardware: str = "h100-sxm", gpus_per_node: int | None = None, nic: str | None = None,
                     flops_convention: str = "playbook", defaults: Mapping[str, Any] | None = None,
-                    allow_uneven: bool = False, settings: Mapping[str, Any] | None = None):
+                    allow_uneven: bool = True, settings: Mapping[str, Any] | None = None):
     """Prediction columns appended to ``frame``; a bad row gets fits=False and a reason.
 
     Each row is a record (:func:`autoplan.layout.layout_from_record`) with its own training

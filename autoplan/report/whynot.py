@@ -66,7 +66,7 @@ def _neighbours(ctx: CostContext, lay: Layout) -> list[tuple[str, Layout]]:
     return out
 
 
-def nearest_fitting_change(ctx: CostContext, lay: Layout, *, allow_uneven: bool = False) -> str:
+def nearest_fitting_change(ctx: CostContext, lay: Layout, *, allow_uneven: bool = True) -> str:
     """'try --recompute full (71.2 GiB, 812 tokens/s/GPU)' or '' when no single change fits.
 
     Candidates are evaluated as one batch; the legal one that fits with the highest predicted

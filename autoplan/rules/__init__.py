@@ -4,7 +4,8 @@
 binds, the invariant in words, a predicate over a ``LayoutBatch`` (True = broken), the values to
 show, a nearest fix and the trainer source it restates. Generic rules live in ``common``, the
 capability facts of the trainer profiles in ``capabilities``, uneven pipeline stages in
-``stages``, and each trainer's own checks in ``megatron``, ``torchtitan`` and ``deepspeed``.
+``stages``, recompute and offload knobs in ``recompute``, and each trainer's own checks in
+``megatron``, ``torchtitan`` and ``deepspeed``.
 """
 
 from autoplan.rules.evaluate import (

@@ -15,12 +15,12 @@ import numpy as np
 
 from autoplan.errors import LayoutError
 from autoplan.layout import Layout, LayoutBatch
-from autoplan.rules import capabilities, common, deepspeed, megatron, stages, torchtitan
+from autoplan.rules import capabilities, common, deepspeed, megatron, recompute, stages, torchtitan
 from autoplan.rules.table import Rule, RuleContext
 
 RULES: list[Rule] = [
     *common.RULES, *stages.RULES, *common.PIPELINE_RULES,
-    *megatron.RULES, *torchtitan.RULES, *capabilities.RULES, *deepspeed.RULES,
+    *megatron.RULES, *torchtitan.RULES, *capabilities.RULES, *deepspeed.RULES, *recompute.RULES,
     *common.BATCH_RULES, *capabilities.PROFILE_RULES,
 ]
 REASON_CODES = ["ok"] + [rule.name for rule in RULES]
@@ -45,10 +45,10 @@ def rules_for(ctx: Any) -> list[Rule]:
     return [rule for rule in RULES if rule.binds(rctx)]
 
 
-def legality_codes(ctx: Any, batch: LayoutBatch, *, allow_uneven: bool = False) -> np.ndarray:
+def legality_codes(ctx: Any, batch: LayoutBatch, *, allow_uneven: bool | None = None) -> np.ndarray:
     """Index into ``REASON_CODES`` of the first broken rule per layout (0 = legal).
 
-    ``ctx`` is a ``CostContext`` or a ``RuleContext``; ``allow_uneven`` is --allow-uneven-pp.
+    ``ctx`` is a ``CostContext`` or a ``RuleContext``; ``allow_uneven`` is False under --even-stages-only.
     """
     rctx = RuleContext.of(ctx, allow_uneven)
     codes = np.zeros(len(batch), dtype=np.int64)
@@ -59,7 +59,7 @@ def legality_codes(ctx: Any, batch: LayoutBatch, *, allow_uneven: bool = False) 
     return codes
 
 
-def broken_rules(ctx: Any, batch: LayoutBatch, i: int, *, allow_uneven: bool = False) -> list[tuple[str, str]]:
+def broken_rules(ctx: Any, batch: LayoutBatch, i: int, *, allow_uneven: bool | None = None) -> list[tuple[str, str]]:
     """(rule name, 'invariant (values)') for every rule layout ``i`` breaks, in table order."""
     rctx = RuleContext.of(ctx, allow_uneven)
     one, layout = batch.take(np.array([i])), batch.layout(i)

@@ -4,8 +4,9 @@ One meaning everywhere (search, estimate, explain, compare, export): the stages 
 split as ``autoplan.cost.stages.stage_layers`` splits them, as evenly as possible with the extra
 layers on the early stages (with vpp, the pp·vpp virtual stages are split that way and virtual
 stage ``k·pp + r`` runs on rank ``r``, so the ranks again hold ceil(L/pp) or floor(L/pp) layers,
-the early ranks the more). Such a layout is legal when the user allows uneven stages
-(``--allow-uneven-pp``) and the trainer can run that exact split:
+the early ranks the more). Such a layout is legal wherever the trainer can run that exact split,
+by default; ``--even-stages-only`` keeps to layers that divide into pp·vpp stages
+(``--allow-uneven-pp``, the old opt-in, is accepted and does nothing):
 
 * Megatron-LM core_v0.15.3: yes. ``--pipeline-model-parallel-layout`` (``megatron/training/
   arguments.py``; ``megatron/core/transformer/pipeline_parallel_layer_layout.py``) places any
@@ -72,7 +73,7 @@ def fix_pp(ctx: RuleContext, x) -> str:
 
 def _fix_uneven(ctx: RuleContext, x) -> str:
     fix = fix_pp(ctx, x)
-    return f"{fix} or --allow-uneven-pp" if fix else "try --allow-uneven-pp"
+    return f"{fix} or drop --even-stages-only" if fix else "drop --even-stages-only"
 
 
 def _values(ctx: RuleContext, x) -> str:
@@ -82,7 +83,7 @@ def _values(ctx: RuleContext, x) -> str:
 
 RULES = [
     Rule("pp_uneven", tuple(UNEVEN_SUPPORT),
-         "layers must be divisible by pp·vpp unless uneven stages are allowed (--allow-uneven-pp)",
+         "layers must be divisible by pp·vpp under --even-stages-only",
          lambda c, b: uneven(c, b) & (not c.allow_uneven_pp) & trainer_splits_unevenly(c, b),
          _values, "; ".join(UNEVEN_SUPPORT.values()), fix=_fix_uneven),
     Rule("trainer_uneven_pp", ALL,

@@ -6,8 +6,8 @@ search checks 10^6 layouts in one call, and export checks its one plan with the 
 batch of one (STYLE.md §2, "one rule, one place").
 
 Rules read a ``RuleContext``: the model, the trainer profile (its capability facts: ZeRO stages,
-vpp, cp, ep), the training setup (cluster, GPU count, sequence length) and whether the user
-allowed uneven pipeline stages.
+vpp, cp, ep), the training setup (cluster, GPU count, sequence length) and whether uneven pipeline stages are
+allowed (the default; ``--even-stages-only`` turns them off).
 """
 
 from __future__ import annotations
@@ -34,18 +34,22 @@ class RuleContext:
     model: ModelSpec
     profile: TrainerProfile
     training: TrainingSpec
-    allow_uneven_pp: bool = False  # --allow-uneven-pp: layers need not divide into pp·vpp stages
+    allow_uneven_pp: bool = True  # False under --even-stages-only: layers must divide into pp·vpp stages
 
     @property
     def cluster(self) -> Cluster:
         return self.training.cluster
 
     @classmethod
-    def of(cls, ctx: Any, allow_uneven_pp: bool = False) -> RuleContext:
-        """A ``RuleContext`` from a ``CostContext`` (or another ``RuleContext``)."""
+    def of(cls, ctx: Any, allow_uneven_pp: bool | None = None) -> RuleContext:
+        """A ``RuleContext`` from a ``CostContext`` (or another ``RuleContext``); ``None`` keeps a
+        ``RuleContext``'s choice and allows uneven stages for a ``CostContext``."""
         if isinstance(ctx, RuleContext):
-            return ctx if not allow_uneven_pp else replace(ctx, allow_uneven_pp=True)
-        return cls(model=ctx.model, profile=ctx.profile, training=ctx.training, allow_uneven_pp=allow_uneven_pp)
+            if allow_uneven_pp is None or ctx.allow_uneven_pp == allow_uneven_pp:
+                return ctx
+            return replace(ctx, allow_uneven_pp=allow_uneven_pp)
+        return cls(model=ctx.model, profile=ctx.profile, training=ctx.training,
+                   allow_uneven_pp=True if allow_uneven_pp is None else allow_uneven_pp)
 
 
 Predicate = Callable[[RuleContext, LayoutBatch], Any]  # bool array (or scalar) over layouts

@@ -45,7 +45,7 @@ class SearchOptions:
     seed: int | None = 0
     storage: str | None = None
     study_name: str | None = None
-    allow_uneven_pp: bool = False
+    allow_uneven_pp: bool = True
     workers: int = 1  # processes sharing the study (needs a storage when > 1)
 
     def __post_init__(self) -> None:

@@ -26,7 +26,7 @@ Progress = Callable[[int, int], None]
 
 
 def run_exhaustive(ctx: CostContext, space: SearchSpace, *,
-                   allow_uneven: bool = False, chunk_size: int = CHUNK_SIZE,
+                   allow_uneven: bool = True, chunk_size: int = CHUNK_SIZE,
                    progress: Progress | None = None,
                    deadline: float | None = None) -> tuple[CostTable, RecipeCounts]:
     """Assess every layout of ``space`` (until ``deadline``, a ``time.monotonic()`` value).
@@ -45,7 +45,7 @@ def num_chunks(space: SearchSpace, chunk_size: int = CHUNK_SIZE) -> int:
 
 
 def assess_chunks(ctx: CostContext, space: SearchSpace, numbers: Iterable[int], *,
-                  chunk_size: int = CHUNK_SIZE, allow_uneven: bool = False,
+                  chunk_size: int = CHUNK_SIZE, allow_uneven: bool = True,
                   progress: Progress | None = None,
                   deadline: float | None = None) -> list[tuple[int, CostTable, RecipeCounts]]:
     """(chunk number, assessed table, counts) of chunks ``numbers`` of the product (chunk k

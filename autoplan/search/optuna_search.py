@@ -60,7 +60,7 @@ def baselines(ctx: CostContext, space: SearchSpace) -> list[dict]:
 
 
 def run_optuna(ctx: CostContext, space: SearchSpace, store: StudyStore, *,
-               sampler: str, trials: int, allow_uneven: bool = False,
+               sampler: str, trials: int, allow_uneven: bool = True,
                progress: Callable[[int, int], None] | None = None,
                deadline: float | None = None) -> tuple[CostTable, RecipeCounts]:
     """Ask and tell until the study holds ``trials`` finished trials (resumed ones count) or the
@@ -72,7 +72,7 @@ def run_optuna(ctx: CostContext, space: SearchSpace, store: StudyStore, *,
 
 def ask_and_tell(ctx: CostContext, space: SearchSpace, store: StudyStore, *,
                  sampler: str, trials: int, quota: int | None = None, baselines_first: bool = True,
-                 allow_uneven: bool = False, progress: Callable[[int, int], None] | None = None,
+                 allow_uneven: bool = True, progress: Callable[[int, int], None] | None = None,
                  deadline: float | None = None) -> int:
     """Ask, evaluate and tell trials in batches until the study holds ``trials`` finished
     trials, this process has asked ``quota`` of them, or the deadline passes. With a storage,
@@ -108,7 +108,7 @@ def ask_and_tell(ctx: CostContext, space: SearchSpace, store: StudyStore, *,
 
 
 def finish(ctx: CostContext, space: SearchSpace, store: StudyStore, *,
-           sampler: str, allow_uneven: bool = False) -> tuple[CostTable, RecipeCounts]:
+           sampler: str, allow_uneven: bool = True) -> tuple[CostTable, RecipeCounts]:
     """Assess every layout the study has tried; tpe adds its local polish (the improvements go
     into the study too)."""
     import optuna
@@ -162,7 +162,7 @@ def _fail_unfinished(work, asked) -> None:
 
 
 def assess_params(ctx: CostContext, space: SearchSpace, params: list[dict], *,
-                  allow_uneven: bool = False) -> tuple[CostTable, RecipeCounts]:
+                  allow_uneven: bool = True) -> tuple[CostTable, RecipeCounts]:
     """Assess the distinct layouts among ``params``, in a canonical order (so the numbers do
     not depend on the order trials came in)."""
     keys = sorted({tuple(p[k] for k in KNOBS) for p in params},

@@ -48,7 +48,7 @@ def neighbours(space: SearchSpace, seeds: np.ndarray) -> np.ndarray:
 
 
 def polish(ctx: CostContext, space: SearchSpace, table: CostTable, *,
-           allow_uneven: bool = False) -> CostTable:
+           allow_uneven: bool = True) -> CostTable:
     """The assessed layouts found around the best of ``table`` (none of which is in it)."""
     known = flat_index(space, table.batch)
     index = {"flat": known, "tps": _feasible_speed(table)}

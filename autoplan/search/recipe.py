@@ -17,7 +17,7 @@ import numpy as np
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable, evaluate
-from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch
+from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch, modules_text
 from autoplan.rules import REASON_CODES, explain_reason
 from autoplan.space import KNOBS
 from autoplan.units import GiB
@@ -52,7 +52,7 @@ class RecipeCounts:
 
 
 def assess(ctx: CostContext, batch: LayoutBatch, reaches: np.ndarray, *,
-           allow_uneven: bool = False) -> CostTable:
+           allow_uneven: bool = True) -> CostTable:
     """Evaluate ``batch`` and add the recipe columns: ``stage`` (0 feasible, 1 batch not
     reached, 2 out of memory, 3 illegal), ``feasible``, ``reaches_batch`` and
     ``exposed_comm_fraction`` (exposed communication time / step time)."""
@@ -190,4 +190,6 @@ def _closest(table: CostTable, mask: np.ndarray, distance: np.ndarray) -> int:
 
 def describe_knob(knob: str, code: float) -> object:
     """A knob's code as the value the user writes (e.g. 2.0 -> 'full' for recompute)."""
+    if knob == "recompute_modules":
+        return modules_text(code)
     return CODE_FIELDS[knob][int(code)] if knob in CODE_FIELDS else int(code)

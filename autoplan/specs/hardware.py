@@ -31,7 +31,10 @@ _BOTH_DIRECTIONS_WORDS = ("both", "bidir", "duplex")
 _REQUIRED_KEYS = ("name", "memory", "usable_memory", "peak_bf16", "peak_fp8", "hbm_bandwidth",
                   "scale_up_bandwidth", "scale_up_domain", "nic_bandwidth", "gpus_per_node",
                   "scale_up_latency", "scale_out_latency", "sources")
-_OPTIONAL_KEYS = ("aliases", "description", "notes")
+_OPTIONAL_KEYS = ("aliases", "description", "notes", "host_link")
+# The GPU's link to host memory when a file does not state one: PCIe Gen5 x16, 32 GT/s per lane
+# × 16 lanes, 64 GB/s per direction nominal (PCI-SIG PCIe 5.0 Base Specification).
+PCIE_GEN5_X16_BYTES_PER_S = 64e9
 _PRESET_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -60,6 +63,7 @@ class GPUSpec:
     scale_up_latency_s: float
     scale_out_latency_s: float
     sources: tuple[str, ...]
+    host_bytes_per_s: float = PCIE_GEN5_X16_BYTES_PER_S  # GPU <-> host memory, per direction
 
     def __post_init__(self) -> None:
         problem = _gpu_problem(self)
@@ -75,7 +79,8 @@ _YAML_KEYS = {"memory_bytes": "memory", "usable_memory_bytes": "usable_memory",
               "peak_bf16_flops_per_s": "peak_bf16", "peak_fp8_flops_per_s": "peak_fp8",
               "hbm_bytes_per_s": "hbm_bandwidth", "scale_up_bytes_per_s": "scale_up_bandwidth",
               "scale_up_domain_size": "scale_up_domain", "nic_bytes_per_s": "nic_bandwidth",
-              "scale_up_latency_s": "scale_up_latency", "scale_out_latency_s": "scale_out_latency"}
+              "scale_up_latency_s": "scale_up_latency", "scale_out_latency_s": "scale_out_latency",
+              "host_bytes_per_s": "host_link"}
 
 
 def _gpu_problem(gpu: Any, names: Mapping[str, str] | None = None) -> str | None:
@@ -228,7 +233,9 @@ def gpu_from_mapping(data: dict, where: str) -> GPUSpec:
                                    directional=True),
         gpus_per_node=get_int(data, "gpus_per_node", where),
         scale_up_latency_s=times["scale_up_latency"], scale_out_latency_s=times["scale_out_latency"],
-        sources=_strings(data, "sources", where))
+        sources=_strings(data, "sources", where),
+        host_bytes_per_s=(_bandwidth(data, "host_link", where, "64 GB/s per direction", directional=True)
+                          if "host_link" in data else PCIE_GEN5_X16_BYTES_PER_S))
     problem = _gpu_problem(SimpleNamespace(**kwargs), _YAML_KEYS)
     if problem:
         raise SpecError(where, problem)
@@ -246,6 +253,7 @@ _WRITE_UNITS: dict[str, tuple[tuple[tuple[str, float], ...], str]] = {
     "peak_fp8": ((("TFLOP/s", 1e12), ("FLOP/s", 1.0)), ""),
     "hbm_bandwidth": ((("TB/s", TB), ("GB/s", GB), ("GiB/s", GiB)), ""),
     "scale_up_bandwidth": ((("GB/s", GB), ("GiB/s", GiB)), " " + PER_DIRECTION),
+    "host_link": ((("GB/s", GB), ("GiB/s", GiB)), " " + PER_DIRECTION),
     "nic_bandwidth": ((("Gb/s", GB / BITS_PER_BYTE), ("GB/s", GB), ("GiB/s", GiB)), " " + PER_DIRECTION),
     "scale_up_latency": ((("us", 1e-6), ("s", 1.0)), ""),
     "scale_out_latency": ((("us", 1e-6), ("s", 1.0)), ""),

@@ -163,7 +163,7 @@ def test_sampler_choices_match_the_library():
 def test_help():
     result = CliRunner().invoke(main, ["search", "--help"])
     assert result.exit_code == 0
-    for option in ("--gbs-tokens", "--sampler", "--storage", "--space", "--allow-uneven-pp"):
+    for option in ("--gbs-tokens", "--sampler", "--storage", "--space", "--even-stages-only"):
         assert option in result.output
 
 

@@ -474,3 +474,74 @@ def test_more_tp_never_raises_weight_bytes_at_fixed_dp(data):
     for stage in STAGES:
         weights = table[f"mem_{stage}_weights_bytes"]
         assert weights[1] <= weights[0] * (1 + 1e-12), (stage, weights, lay)
+
+
+# --- recompute and offload as production runs them (issue 13) ----------------------------
+
+MODULE_CHAIN = ("mlp", "mlp,layernorm", "core_attn,mlp,layernorm", "core_attn,mlp,layernorm,moe_act",
+                "core_attn,mlp,layernorm,moe_act,shared_experts", "core_attn,mlp,layernorm,moe,moe_act,shared_experts")
+
+
+def _monotone(table, lay, *, compute_rises: bool = True) -> None:
+    """Along the rows: activation bytes never rise, step time (and one stage's compute +
+    recompute) never falls."""
+    step = table["step_time_s"]
+    assert np.all(np.diff(step) >= -1e-12 * step[0]), (step, lay)
+    work = table["time_compute_s"] + table["time_recompute_s"]
+    if lay.pp == 1 and compute_rises:
+        assert np.all(np.diff(work) >= -1e-12 * work[0]), (work, lay)
+    for stage in STAGES:
+        acts = table[f"mem_{stage}_activations_bytes"]
+        assert np.all(np.diff(acts) <= 1e-12 * acts[0]), (stage, acts, lay)
+
+
+@FAST
+@given(model_and_layouts(max_size=3, trainer="megatron"))
+def test_more_recompute_layers_or_modules_never_raise_activations_nor_lower_compute(case):
+    """Full recompute of N = 1, 2, ... layers per stage, then every layer; selective recompute
+    of a growing set of modules."""
+    model, trainer, lays = case
+    ctx = make_ctx(model, trainer)
+    for lay in lays:
+        per_stage = -(-model.num_layers // (lay.pp * lay.vpp))
+        counts = sorted({1, min(2, per_stage), per_stage})
+        full = [dataclasses.replace(lay, recompute="full", recompute_layers=n) for n in counts]
+        _monotone(table_of(ctx, full), lay)
+        named = [dataclasses.replace(lay, recompute="selective", recompute_modules=m) for m in MODULE_CHAIN]
+        _monotone(table_of(ctx, named), lay)
+
+
+@FAST
+@given(model_and_layouts(max_size=3, trainer="megatron"))
+def test_recompute_layers_of_a_whole_stage_equal_full_recompute_of_every_layer(case):
+    """recompute_layers = ceil(L/(pp·vpp)) covers every layer of every stage: today's full."""
+    model, trainer, lays = case
+    ctx = make_ctx(model, trainer)
+    for lay in lays:
+        every = dataclasses.replace(lay, recompute="full", recompute_layers=0)
+        whole = dataclasses.replace(every, recompute_layers=-(-model.num_layers // (lay.pp * lay.vpp)))
+        table = table_of(ctx, [every, whole])
+        for column in table.columns:
+            assert np.allclose(table[column][0], table[column][1], rtol=1e-12, equal_nan=True), column
+
+
+@FAST
+@given(model_and_layouts(max_size=3, trainer="megatron"))
+def test_no_offload_equals_a_layout_without_the_knob_and_more_offload_keeps_less(case):
+    """offload_layers = 0 is the layout as before (a batch without the new fields); offloading
+    1, 2, ... layers keeps fewer activations and never makes a step faster."""
+    model, trainer, lays = case
+    ctx = make_ctx(model, trainer)
+    for lay in lays:
+        base = dataclasses.replace(lay, recompute="none")
+        training = setup(lay.gpus, lay.seq_len, lay.gbs_seqs)
+        batch = LayoutBatch.from_layouts([base])
+        old = {k: v for k, v in batch.arrays().items()
+               if k not in ("recompute_layers", "recompute_modules", "offload_layers")}
+        sub = dataclasses.replace(ctx, training=training)
+        before, now = evaluate(sub, LayoutBatch(old)), evaluate(sub, batch)
+        for column in now.columns:
+            assert np.array_equal(before[column], now[column], equal_nan=True), column
+        counts = [1, 2] if model.num_layers > 2 else [1]
+        offloaded = [dataclasses.replace(base, offload_layers=n) for n in counts]
+        _monotone(table_of(ctx, offloaded), lay, compute_rises=False)

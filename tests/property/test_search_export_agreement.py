@@ -1,8 +1,8 @@
 """Search and export agree: every layout the search keeps for a trainer exports for it (hypothesis).
 
 Random model presets (dense and MoE: Llama, Qwen3, Mixtral, DeepSeek-V3, GPT-3), random GPU
-counts, random small spaces, each trainer with an exporter, with and without
---allow-uneven-pp. The property covers every *legal* layout the search evaluates (a superset of
+counts, random small spaces, each trainer with an exporter, with uneven stages (the default)
+and under --even-stages-only. The property covers every *legal* layout the search evaluates (a superset of
 the feasible ones: memory and batch do not enter the trainers' rules), so large models on few
 GPUs still test something. A model whose architecture an exporter cannot write at all is
 refused for every layout (an ``ExportError``, not a rule) and is left out for that trainer.
@@ -109,7 +109,7 @@ def test_every_legal_searched_layout_exports_all_of_them(case):
 
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_uneven_layouts_that_search_allows_export(trainer):
-    """32 layers on pp = 3: legal under --allow-uneven-pp only where the trainer can run it."""
+    """32 layers on pp = 3: legal (by default) only where the trainer can run it."""
     space = SearchSpace("uneven", {"pp": (3,), "vpp": (1, 2), "zero": (0, 1, 3)})
     n = legal_layouts_export(trainer, "llama3-8b", space, build_training(24, 4096, 96), True, None)
     assert (n > 0) == (trainer in ("megatron", "torchtitan", "nanotron"))

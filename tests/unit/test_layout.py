@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -211,3 +213,37 @@ def test_a_complete_record_reads_back_without_its_training():
     assert layout_from_record(lay.to_record(training)) == lay
     with pytest.raises(LayoutError, match="must hold every layout field; missing dp, vpp, cp"):
         layout_from_record(dict(tp=2, pp=1))
+
+
+def test_recompute_and_offload_knobs_parse_and_round_trip():
+    layout, training = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "recompute": "selective",
+                                         "recompute_modules": "MLP, core_attn"})
+    assert layout.recompute_modules == "core_attn,mlp"  # RECOMPUTE_MODULES order
+    assert (layout.recompute_layers, layout.offload_layers) == (0, 0)
+    assert "rc_modules=core_attn,mlp" in layout.describe()
+    batch = LayoutBatch.from_layouts([layout])
+    assert batch.recompute_modules[0] == 3.0 and batch.layout(0) == layout  # bits 0 and 1
+    record = layout.to_record(training)
+    assert list(record)[-3:] == ["recompute_layers", "recompute_modules", "offload_layers"]
+    full, _ = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "recompute": "full",
+                                "recompute_layers": 4, "offload_layers": 0})
+    assert full.recompute_layers == 4 and "rc_layers=4" in full.describe()
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"recompute": "none", "recompute_layers": 2}, "recompute_layers (2) needs recompute = full"),
+    ({"recompute": "full", "recompute_modules": "mlp"}, "recompute_modules (mlp) needs recompute = selective"),
+    ({"recompute": "selective", "recompute_modules": "attn"}, "'attn' is not one of core_attn, mlp"),
+    ({"offload_layers": -1}, "offload_layers must be >= 0"),
+])
+def test_recompute_knobs_refuse_what_megatron_refuses(values, message):
+    with pytest.raises(LayoutError, match=re.escape(message)):
+        plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, **values})
+
+
+def test_records_without_the_recompute_knobs_still_read():
+    """plans.json and CSV files written before these knobs existed."""
+    layout, training = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64})
+    record = {k: v for k, v in layout.to_record(training).items()
+              if k not in ("recompute_layers", "recompute_modules", "offload_layers")}
+    assert layout_from_record(record) == layout

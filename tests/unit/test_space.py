@@ -129,3 +129,11 @@ def test_default_space_for_70b_on_512_gpus_enumerates_fast():
     batch, _ = enumerate_space(load_space("default"), target)
     assert time.perf_counter() - start < 0.5
     assert len(batch) > 1000
+
+
+def test_production_space_adds_the_recompute_knobs_and_the_default_stays_as_it_was():
+    default, production = load_space("default"), load_space("production")
+    assert default.size == 3240  # 4·5·3·2·3·3·3, unchanged by the recompute knobs
+    assert production.size == default.size * 4 * 4  # × recompute_layers × recompute_modules
+    assert production.values["recompute_modules"] == ("", "mlp", "layernorm", "mlp,layernorm")
+    assert production.values["offload_layers"] == (0,)

@@ -60,6 +60,21 @@ CASES = [
     ("ep_mesh", "torchtitan", "qwen3-30b-a3b", lay(ep=8, zero=0), "ep=8, dp_shard(1)·cp(1)·tp(1) = 1"),
     ("expert_tp", "nanotron", "mixtral-8x7b", lay(tp=2, etp=2), "etp=2"),
     ("ep_divides_dp", "deepspeed", "mixtral-8x7b", lay(tp=2, ep=8), "ep=8, dp=4"),
+    ("recompute_knobs", "megatron", "llama3-8b", broken(lay(recompute="none"), recompute_layers=2),
+     "recompute=none, recompute_layers=2"),
+    # llama3-8b: 32 layers on pp 2 → 16 per stage
+    ("recompute_layers_stage", "megatron", "llama3-8b", lay(pp=2, recompute="full", recompute_layers=17),
+     "recompute_layers=17, layers=32, pp·vpp=2, largest stage 16"),
+    ("trainer_recompute_layers", "torchtitan", "llama3-8b", lay(zero=3, recompute="full", recompute_layers=4),
+     "recompute_layers=4, trainer torchtitan"),
+    ("trainer_recompute_modules", "nanotron", "llama3-8b", lay(recompute="selective", recompute_modules="mlp"),
+     "recompute_modules=mlp, trainer nanotron"),
+    ("recompute_mla_up_proj", "megatron", "llama3-8b", lay(recompute="selective", recompute_modules="mla_up_proj"),
+     "model 'llama3-8b' has no MLA"),
+    ("recompute_fp8_delayed", "megatron", "llama3-8b",
+     lay(recompute="selective", recompute_modules="layernorm", precision="fp8"), "precision=fp8"),
+    ("offload_megatron", "megatron", "llama3-8b", lay(pp=2, offload_layers=4), "offload_layers=4, pp=2"),
+    ("trainer_offload", "megatron", "llama3-8b", lay(offload_layers=4), "no --cpu-offloading-num-layers"),
     ("deepspeed_etp", "deepspeed", "mixtral-8x7b", lay(tp=2, ep=2, etp=4), "etp=4, tp=2"),
     ("seq_positions", "megatron", "gpt3-175b", lay(seq_len=4096), "seq_len=4096 > 2048"),
     ("trainer_zero", "torchtitan", "llama3-8b", lay(zero=1), "zero=1, torchtitan supports [0, 3]"),
@@ -88,7 +103,7 @@ def test_rule_refuses_with_the_values(rule, trainer, model, layout, values):
 @pytest.mark.parametrize(("rule", "trainer", "model", "layout", "values"), CASES, ids=[c[0] for c in CASES])
 def test_render_refuses_too(rule, trainer, model, layout, values):
     with pytest.raises(AutoplanError, match="refuses this plan"):
-        render(trainer, load_model(model), *layout)
+        render(trainer, load_model(model), *layout, allow_uneven_pp=rule != "pp_uneven")
 
 
 def test_every_rule_has_a_case():

@@ -56,7 +56,7 @@ def test_each_trainer_says_whether_it_splits_unevenly(trainer, values, supported
     layout, training = _uneven_layout(**values)
     batch = LayoutBatch.from_layouts([layout])
     ctx = RuleContext(model, load_profile(trainer), training)
-    refused = REASON_CODES[int(legality_codes(ctx, batch)[0])]
+    refused = REASON_CODES[int(legality_codes(ctx, batch, allow_uneven=False)[0])]
     allowed = REASON_CODES[int(legality_codes(ctx, batch, allow_uneven=True)[0])]
     assert refused == ("pp_uneven" if supported else "trainer_uneven_pp")
     assert allowed == ("ok" if supported else "trainer_uneven_pp")

@@ -98,7 +98,7 @@ def test_messages_state_the_invariant_and_the_values():
     ("torchtitan", dict(zero=1), "try --zero 3"),
     ("deepspeed", dict(pp=2, zero=3), "try --zero 1"),
     ("megatron", dict(cp=2, seq_len=4097), "try --seq-len 4100 or a smaller --cp"),
-    ("megatron", dict(pp=5), "try --pp 4 or --allow-uneven-pp"),
+    ("megatron", dict(pp=5), "try --pp 4 or drop --even-stages-only"),
     ("deepspeed", dict(pp=5), "try --pp 4"),
     ("torchtitan", dict(ep=8, zero=0), "try --zero 3 (FSDP makes dp part of the expert mesh)"),
 ])
@@ -108,7 +108,7 @@ def test_suggest_fix_names_the_nearest_change(trainer, values, fix):
                   seq_len=values.pop("seq_len", 4096))
     layout = resolve_layout(values, ctx.training)
     batch = LayoutBatch.from_layouts([layout])
-    code = int(legality_codes(ctx, batch)[0])
+    code = int(legality_codes(ctx, batch, allow_uneven=False)[0])
     assert code and suggest_fix(ctx, batch, 0, code) == fix
 
 

@@ -282,3 +282,21 @@ def test_errors_are_value_errors():
         load_gpu("no-such-gpu")
     assert issubclass(SpecError, ValueError)
     assert GPUSpec.__dataclass_params__.frozen and Cluster.__dataclass_params__.frozen
+
+
+@pytest.mark.parametrize("path", sorted(data_dir("hardware_db/gpus").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_preset_states_its_host_link_with_a_source(path):
+    """The GPU <-> host link that activation offload uses: PCIe Gen5 x16 (64 GB/s each way),
+    Gen4 x16 on A100 (32 GB/s), NVLink-C2C on Grace (900 GB/s both ways = 450 each way)."""
+    data = yaml.safe_load(path.read_text())
+    assert "per direction" in data["host_link"]
+    words = "PCI Express" if "C2C" not in path.read_text() else "NVLink-C2C"
+    assert any(words in source for source in data["sources"])
+    expected = {"a100-40gb": 32e9, "a100-80gb": 32e9, "gb200-nvl72": 450e9, "gb300-nvl72": 450e9}
+    assert load_gpu(path.stem).host_bytes_per_s == expected.get(path.stem, 64e9)
+
+
+def test_a_file_without_host_link_gets_pcie_gen5_x16(tmp_path):
+    data = yaml.safe_load((data_dir("hardware_db/gpus") / "h100-sxm.yaml").read_text())
+    del data["host_link"]
+    assert gpu_from_mapping(data, "x.yaml").host_bytes_per_s == 64e9

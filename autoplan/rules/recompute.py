@@ -1,0 +1,87 @@
+"""Which trainer can express which recompute and offload knobs (``autoplan.layout.Layout``).
+
+* ``recompute_layers`` (full recompute of N layers per stage) and ``recompute_modules``
+  (selective recompute of named modules): Megatron-LM only (core_v0.15.3
+  ``megatron/training/arguments.py``: ``--recompute-method block --recompute-num-layers N``,
+  ``--recompute-modules``; the rules of ``megatron/core/transformer/transformer_config.py``
+  ``__post_init__``). torchtitan 0.3.0's ``ActivationCheckpoint`` has ``mode`` full/selective
+  with ``selective_ac_option`` 'op' or every N-th layer, nanotron a ``recompute_layer`` switch,
+  the DeepSpeed export checkpoints every layer: none of them names N layers per stage or
+  Megatron's modules.
+* ``offload_layers``: no exporter's pinned trainer can express it. Megatron-Core has
+  ``TransformerConfig.cpu_offloading_num_layers``, but ``pretrain_gpt.py`` at core_v0.15.3 has no
+  flag for it (``--cpu-offloading-num-layers`` arrives in core_v0.16.0's arguments.py), and
+  ``__post_init__`` allows it only with pp = 1, no recompute and fewer layers than the model's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.layout import module_bit
+from autoplan.rules.table import ALL, Rule, RuleContext
+
+MEGATRON = ("megatron",)
+OTHERS = ("torchtitan", "nanotron", "deepspeed", "hf")
+ARGS = "Megatron-LM core_v0.15.3 megatron/training/arguments.py"
+CONFIG = "Megatron-LM core_v0.15.3 megatron/core/transformer/transformer_config.py (__post_init__)"
+NO_LAYERS = ("torchtitan 0.3.0 torchtitan/config/job_config.py ActivationCheckpoint (mode, "
+             "selective_ac_option); nanotron recompute_layer; DeepSpeed export: every layer")
+FP8_DELAYED_MODULES = ("moe_act", "layernorm")  # transformer_config.py: not with fp8 delayed scaling
+
+
+def _stage_layers(ctx: RuleContext, x) -> object:
+    """Layers of the largest (virtual) stage: ceil(L/(pp·vpp))."""
+    return np.ceil(ctx.model.num_layers / (x.pp * x.vpp))
+
+
+def _fp8_delayed(b) -> np.ndarray:
+    hit = sum(module_bit(b.recompute_modules, name) for name in FP8_DELAYED_MODULES)
+    return (b.precision == 1) & (b.recompute == 1) & (hit > 0)
+
+
+RULES = [
+    Rule("recompute_knobs", ALL,
+         "recompute_layers needs recompute = full and recompute_modules needs recompute = selective",
+         lambda c, b: ((b.recompute_layers > 0) & (b.recompute != 2)) | ((b.recompute_modules > 0) & (b.recompute != 1)),
+         lambda c, x: f"recompute={x.recompute}, recompute_layers={x.recompute_layers}, "
+                      f"recompute_modules={x.recompute_modules or '(none)'}",
+         f"{CONFIG}: recompute_num_layers must be None for selective; recompute_modules apply to selective"),
+    Rule("recompute_layers_stage", MEGATRON,
+         "recompute_layers must not exceed the layers of a (virtual) pipeline stage",
+         lambda c, b: b.recompute_layers > _stage_layers(c, b),
+         lambda c, x: f"recompute_layers={x.recompute_layers}, layers={c.model.num_layers}, "
+                      f"pp·vpp={x.pp * x.vpp}, largest stage {int(_stage_layers(c, x))}",
+         f"{CONFIG}: recompute_num_layers between 1 and num_layers_per_pipeline_rank",
+         fix=lambda c, x: f"try --recompute-layers {int(_stage_layers(c, x))}"),
+    Rule("trainer_recompute_layers", OTHERS,
+         "full recompute of N layers per stage (recompute_layers) is Megatron-LM only",
+         lambda c, b: b.recompute_layers > 0,
+         lambda c, x: f"recompute_layers={x.recompute_layers}, trainer {c.profile.name}", NO_LAYERS,
+         fix=lambda c, x: "try --recompute-layers 0 or --trainer megatron"),
+    Rule("trainer_recompute_modules", OTHERS,
+         "selective recompute of named modules (recompute_modules) is Megatron-LM only",
+         lambda c, b: b.recompute_modules > 0,
+         lambda c, x: f"recompute_modules={x.recompute_modules}, trainer {c.profile.name}", NO_LAYERS,
+         fix=lambda c, x: "leave --recompute-modules empty (the trainer's own selective recompute)"),
+    Rule("recompute_mla_up_proj", MEGATRON, "mla_up_proj recompute needs multi-latent attention",
+         lambda c, b: (module_bit(b.recompute_modules, "mla_up_proj") > 0) & (c.model.mla is None),
+         lambda c, x: f"recompute_modules={x.recompute_modules}, model '{c.model.name}' has no MLA", CONFIG),
+    Rule("recompute_fp8_delayed", MEGATRON,
+         "moe_act and layernorm recompute do not work with fp8 delayed scaling (the export's recipe)",
+         lambda c, b: _fp8_delayed(b),
+         lambda c, x: f"recompute_modules={x.recompute_modules}, precision={x.precision}", CONFIG),
+    Rule("offload_megatron", MEGATRON,
+         "activation offload needs pp = 1, no recompute and fewer offloaded layers than the model's",
+         lambda c, b: (b.offload_layers > 0) & ((b.pp > 1) | (b.recompute != 0)
+                                                | (b.offload_layers >= c.model.num_layers)),
+         lambda c, x: f"offload_layers={x.offload_layers}, pp={x.pp}, recompute={x.recompute}, "
+                      f"layers={c.model.num_layers}", CONFIG),
+    Rule("trainer_offload", ALL, "the exported trainer version cannot offload activations (offload_layers)",
+         lambda c, b: b.offload_layers > 0,
+         lambda c, x: f"offload_layers={x.offload_layers}, trainer {c.profile.name}"
+                      + ("; pretrain_gpt.py at core_v0.15.3 has no --cpu-offloading-num-layers (core_v0.16.0 "
+                         "adds it)" if c.profile.name == "megatron" else "; no activation offload option"),
+         f"{ARGS} (no cpu-offloading flag; core_v0.16.0 adds --cpu-offloading-num-layers); {NO_LAYERS}",
+         fix=lambda c, x: "try --offload-layers 0"),
+]
