@@ -78,8 +78,8 @@ def attention_coefficients(ctx: CostContext, mode: str) -> ActivationCoefficient
 # one scale per tensor; Float8BlockScaling an fp32 scale per 1x128 block (+4/128); MXFP8 an E8M0
 # scale per 32 elements (+1/32). Weights: 128x128 blocks (+4/16384) under blockwise.
 # (transformer_engine/pytorch/tensor/{float8,float8_blockwise,mxfp8}_tensor.py, the quantizers.)
-FP8_ACTIVATION_ELEMENT_BYTES = {"tensorwise": 1.0, "blockwise": 1.0 + 4.0 / 128, "mxfp8": 1.0 + 1.0 / 32}
-FP8_WEIGHT_ELEMENT_BYTES = {"tensorwise": 1.0, "blockwise": 1.0 + 4.0 / 128**2, "mxfp8": 1.0 + 1.0 / 32}
+FP8_ACTIVATION_ELEMENT_BYTES = {"tensorwise": 1.0, "delayed": 1.0, "blockwise": 1.0 + 4.0 / 128, "mxfp8": 1.0 + 1.0 / 32}
+FP8_WEIGHT_ELEMENT_BYTES = {"tensorwise": 1.0, "delayed": 1.0, "blockwise": 1.0 + 4.0 / 128**2, "mxfp8": 1.0 + 1.0 / 32}
 # Linear-layer inputs per token (elements, in the profile's coefficient form) that a TE layer
 # saves for backward: the LayerNorm output into QKV (h) and into FC1 (h), the attention output
 # into the projection (q), the activation output into FC2 (f); in MoE layers the routed tokens

@@ -59,7 +59,7 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     per_node, nodes = launch_shape(training)
     warnings = _warnings(model, layout)
     args = (parallel_args(layout) + batch_args(layout, training) + recompute_args(layout)
-            + precision_args(layout) + model_args(model, layout, training) + vocab_args(model, layout, launch)
+            + precision_args(layout, training) + model_args(model, layout, training) + vocab_args(model, layout, launch)
             + data_args(launch) + schedule_args(launch))
     commands = [f"MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..{nodes - 1}> MASTER_ADDR=<node 0> "
               f"bash {FILE_NAME}  (on each of the {nodes} node(s))"]
@@ -113,10 +113,19 @@ def recompute_args(lay: Layout) -> Args:
     return []
 
 
-def precision_args(lay: Layout) -> Args:
+def precision_args(lay: Layout, training: TrainingSpec) -> Args:
+    """bf16 with, under fp8, the setup's recipe; the memory settings the prediction assumed:
+    ``--fp8-param-gather``, ``--grad-reduce-in-bf16`` and the attention backend (eager ->
+    ``unfused``, Megatron's AttnBackend; flash -> ``auto``, its default: fused or flash)."""
     args: Args = [("--bf16", None)]
     if lay.precision == "fp8":
-        args.append(("--fp8-format", "hybrid"))
+        args += [("--fp8-format", "hybrid"), ("--fp8-recipe", training.fp8_recipe)]
+        if training.fp8_param_gather:
+            args.append(("--fp8-param-gather", None))
+    if training.grad_reduce_in_bf16:
+        args.append(("--grad-reduce-in-bf16", None))
+    if training.attention_kernel == "eager":
+        args.append(("--attention-backend", "unfused"))
     return args
 
 
@@ -133,7 +142,7 @@ def model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
     if m.mla is None and m.head_dim * m.num_attention_heads != m.hidden_size:
         args.append(("--kv-channels", m.head_dim))
     args.append(("--max-position-embeddings", max(m.max_position_embeddings, training.seq_len)))
-    args += _architecture_args(m) + _mla_args(m) + _moe_args(m, lay)
+    args += _architecture_args(m) + _mla_args(m) + _moe_args(m, lay, training)
     return args
 
 
@@ -175,7 +184,7 @@ def _mla_args(m: ModelSpec) -> Args:
                    ("--qk-pos-emb-head-dim", mla.qk_rope_head_dim), ("--v-head-dim", mla.v_head_dim)]
 
 
-def _moe_args(m: ModelSpec, lay: Layout) -> Args:
+def _moe_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
     if m.moe is None:
         return []
     moe = m.moe
@@ -192,6 +201,9 @@ def _moe_args(m: ModelSpec, lay: Layout) -> Args:
                      f"([0]*{moe.num_dense_layers}+[1]*{m.num_layers - moe.num_dense_layers})"))
     if moe.router_bias:
         args += [("--moe-router-enable-expert-bias", None), ("--moe-router-score-function", "sigmoid")]
+    if training.moe_capacity_factor is not None:  # the cost model pads to capacity (memory.py)
+        args += [("--moe-expert-capacity-factor", float(training.moe_capacity_factor)),
+                 ("--moe-pad-expert-input-to-capacity", None)]
     return args
 
 

@@ -11,4 +11,11 @@ RULES = [
          "Megatron-LM core_v0.15.3 megatron/core/transformer/moe/moe_layer.py and "
          "megatron/training/arguments.py",
          fix=lambda c, x: "drop --no-sp"),
+    Rule("fp8_param_gather_optimizer", ("megatron",),
+         "--fp8-param-gather needs the distributed optimizer (zero >= 1)",
+         lambda c, b: (b.precision == 1) & c.training.fp8_param_gather & (b.zero == 0),
+         lambda c, x: f"fp8_param_gather=true, zero={x.zero}",
+         "Megatron-LM core_v0.15.3 megatron/training/arguments.py (validate_args: --fp8-param-gather only "
+         "supported with distributed optimizer, torch fsdp2, megatron fsdp)",
+         fix=lambda c, x: "try --zero 1"),
 ]

@@ -35,9 +35,9 @@ def _stage_layers(ctx: RuleContext, x) -> object:
     return np.ceil(ctx.model.num_layers / (x.pp * x.vpp))
 
 
-def _fp8_delayed(b) -> np.ndarray:
+def _fp8_delayed(ctx: RuleContext, b) -> np.ndarray:
     hit = sum(module_bit(b.recompute_modules, name) for name in FP8_DELAYED_MODULES)
-    return (b.precision == 1) & (b.recompute == 1) & (hit > 0)
+    return (b.precision == 1) & (b.recompute == 1) & (hit > 0) & (ctx.training.fp8_recipe == "delayed")
 
 
 RULES = [
@@ -68,9 +68,11 @@ RULES = [
          lambda c, b: (module_bit(b.recompute_modules, "mla_up_proj") > 0) & (c.model.mla is None),
          lambda c, x: f"recompute_modules={x.recompute_modules}, model '{c.model.name}' has no MLA", CONFIG),
     Rule("recompute_fp8_delayed", MEGATRON,
-         "moe_act and layernorm recompute do not work with fp8 delayed scaling (the export's recipe)",
-         lambda c, b: _fp8_delayed(b),
-         lambda c, x: f"recompute_modules={x.recompute_modules}, precision={x.precision}", CONFIG),
+         "moe_act and layernorm recompute do not work with fp8 delayed scaling",
+         lambda c, b: _fp8_delayed(c, b),
+         lambda c, x: f"recompute_modules={x.recompute_modules}, precision={x.precision}, "
+                      f"fp8_recipe={c.training.fp8_recipe}", CONFIG,
+         fix=lambda c, x: "try --fp8-recipe tensorwise"),
     Rule("offload_megatron", MEGATRON,
          "activation offload needs pp = 1, no recompute and fewer offloaded layers than the model's",
          lambda c, b: (b.offload_layers > 0) & ((b.pp > 1) | (b.recompute != 0)

@@ -22,7 +22,7 @@ ATTENTION_KERNELS = ("flash", "eager")
 # FP8 scaling recipes (Transformer Engine transformer_engine/common/recipe/__init__.py):
 # per-tensor ("tensorwise": DelayedScaling or Float8CurrentScaling), "blockwise"
 # (Float8BlockScaling, 1x128 activations / 128x128 weights) and "mxfp8" (MXFP8BlockScaling).
-FP8_RECIPES = ("tensorwise", "blockwise", "mxfp8")
+FP8_RECIPES = ("tensorwise", "delayed", "blockwise", "mxfp8")  # Megatron --fp8-recipe choices
 MAX_COUNT = 2**40  # the largest sequence length or batch accepted, as for layout degrees
 
 

@@ -35,6 +35,18 @@ def check(trainer, model, layout, training, *, allow_uneven_pp=False):
     check_layout(RuleContext(model, load_profile(trainer), training, allow_uneven_pp=allow_uneven_pp), layout)
 
 
+def delayed(plan):
+    """The plan under Megatron's delayed-scaling FP8 recipe."""
+    layout, training = plan
+    return layout, dataclasses.replace(training, fp8_recipe="delayed")
+
+
+def gather_fp8(plan):
+    """The plan with FP8 primary weights (--fp8-param-gather)."""
+    layout, training = plan
+    return layout, dataclasses.replace(training, fp8_param_gather=True)
+
+
 # (rule, trainer, model, layout, text that must appear in the message)
 CASES = [
     ("degrees", "megatron", "llama3-8b", broken(lay(), dp=3), "dp(3)·tp(1)·pp(1)·cp(1) = 3 != gpus(8)"),
@@ -72,7 +84,10 @@ CASES = [
     ("recompute_mla_up_proj", "megatron", "llama3-8b", lay(recompute="selective", recompute_modules="mla_up_proj"),
      "model 'llama3-8b' has no MLA"),
     ("recompute_fp8_delayed", "megatron", "llama3-8b",
-     lay(recompute="selective", recompute_modules="layernorm", precision="fp8"), "precision=fp8"),
+     delayed(lay(recompute="selective", recompute_modules="layernorm", precision="fp8")),
+     "precision=fp8, fp8_recipe=delayed"),
+    ("fp8_param_gather_optimizer", "megatron", "llama3-8b",
+     gather_fp8(lay(precision="fp8", zero=0)), "fp8_param_gather=true, zero=0"),
     ("offload_megatron", "megatron", "llama3-8b", lay(pp=2, offload_layers=4), "offload_layers=4, pp=2"),
     ("trainer_offload", "megatron", "llama3-8b", lay(offload_layers=4), "no --cpu-offloading-num-layers"),
     ("deepspeed_etp", "deepspeed", "mixtral-8x7b", lay(tp=2, ep=2, etp=4), "etp=4, tp=2"),

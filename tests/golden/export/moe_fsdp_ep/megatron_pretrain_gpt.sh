@@ -25,6 +25,7 @@ ARGS=(
     --recompute-granularity selective
     --bf16
     --fp8-format hybrid
+    --fp8-recipe tensorwise
     --num-layers 48
     --hidden-size 2048
     --ffn-hidden-size 6144

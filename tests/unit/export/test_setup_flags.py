@@ -1,0 +1,36 @@
+"""The Megatron launch script carries the memory settings the prediction assumed (TrainingSpec)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+from autoplan.api import plan_from_record
+from autoplan.export import render
+from autoplan.specs.models import load_model
+
+
+def _words(model: str, record: dict, **setup) -> list[str]:
+    layout, training = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, **record})
+    text = render("megatron", load_model(model), layout, dataclasses.replace(training, **setup)).files[
+        "megatron_pretrain_gpt.sh"]
+    return shlex.split(text, comments=True)
+
+
+def test_fp8_recipe_param_gather_and_bf16_gradients_are_written():
+    words = _words("llama3-8b", {"precision": "fp8", "zero": 1}, fp8_recipe="blockwise", fp8_param_gather=True,
+                   grad_reduce_in_bf16=True)
+    assert words[words.index("--fp8-recipe") + 1] == "blockwise"
+    assert "--fp8-param-gather" in words and "--grad-reduce-in-bf16" in words
+
+
+def test_bf16_plan_writes_no_fp8_flags_and_flash_attention_keeps_megatrons_default():
+    words = _words("llama3-8b", {})
+    assert not {"--fp8-recipe", "--fp8-param-gather", "--grad-reduce-in-bf16", "--attention-backend"} & set(words)
+
+
+def test_eager_attention_and_capacity_factor():
+    words = _words("mixtral-8x7b", {"ep": 8}, attention_kernel="eager", moe_capacity_factor=1.25)
+    assert words[words.index("--attention-backend") + 1] == "unfused"
+    assert words[words.index("--moe-expert-capacity-factor") + 1] == "1.25"
+    assert "--moe-pad-expert-input-to-capacity" in words
