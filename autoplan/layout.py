@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autoplan.errors import LayoutError
+from autoplan.errors import LayoutError, shown
 
 if TYPE_CHECKING:
     from autoplan.specs.training import TrainingSpec
@@ -26,6 +26,7 @@ PLACEMENTS = ("tp-cp-dp-pp", "tp-dp-cp-pp", "tp-pp-cp-dp", "cp-tp-dp-pp")
 DEFAULT_PLACEMENT = PLACEMENTS[0]
 
 INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_acc")
+MAX_DEGREE = 2**20  # the largest parallel degree or micro-batch accepted (options, space files)
 CODE_FIELDS = {"recompute": RECOMPUTE, "precision": PRECISIONS, "placement": PLACEMENTS}
 FIELDS = INT_FIELDS + ("sp",) + tuple(CODE_FIELDS)
 # The columns of a plan record (CSV, JSON, plans.json): the layout plus the training setup's
@@ -91,15 +92,17 @@ class Layout:
 
 def _as_int(name: str, value: Any) -> int:
     if isinstance(value, bool):
-        raise LayoutError(f"{name} must be an integer, got {value!r}")
+        raise LayoutError(f"{name} must be an integer, got {shown(value)}")
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise LayoutError(f"{name} must be an integer, got {value!r}") from None
+        raise LayoutError(f"{name} must be an integer, got {shown(value)}") from None
+    except OverflowError:  # an int beyond float64
+        raise LayoutError(f"{name} = {shown(value)} is absurdly large") from None
     if not np.isfinite(number) or number != int(number):
-        raise LayoutError(f"{name} must be an integer, got {value!r}")
+        raise LayoutError(f"{name} must be an integer, got {shown(value)}")
     if abs(number) > 2**40:
-        raise LayoutError(f"{name} = {value!r} is absurdly large")
+        raise LayoutError(f"{name} = {shown(value)} is absurdly large")
     return int(number)
 
 
@@ -111,7 +114,7 @@ def _as_bool(name: str, value: Any) -> bool:
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise LayoutError(f"{name} must be true or false, got {value!r}")
+    raise LayoutError(f"{name} must be true or false, got {shown(value)}")
 
 
 def derive_batch_knobs(values: Mapping[str, Any], training: TrainingSpec) -> dict[str, np.ndarray]:
@@ -177,7 +180,7 @@ def resolve_layout(values: Mapping[str, Any], training: TrainingSpec) -> Layout:
     for name, choices in CODE_FIELDS.items():
         value = str(v.get(name, choices[0])).strip().lower()
         if value not in choices:
-            raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {v.get(name)!r}")
+            raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {shown(v.get(name))}")
         out[name] = value
     return Layout(**out)
 
@@ -255,7 +258,7 @@ def _complete_layout(record: Mapping[str, Any]) -> Layout:
     for name, choices in CODE_FIELDS.items():
         values[name] = str(record[name]).strip().lower()
         if values[name] not in choices:
-            raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {record[name]!r}")
+            raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {shown(record[name])}")
     return Layout(**values)
 
 
