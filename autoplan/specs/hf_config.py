@@ -344,8 +344,8 @@ def model_to_hf_config(spec: ModelSpec) -> dict[str, Any]:
     back = model_from_hf_config(config, f"model '{spec.name}'", strict=True)
     differ = [f.name for f in dataclasses.fields(ModelSpec) if getattr(back, f.name) != getattr(spec, f.name)]
     if differ:
-        shown = ", ".join(f"{k}={shown(getattr(spec, k))}" for k in differ)
-        raise SpecError(f"model '{spec.name}'", f"a {spec.model_type} config.json cannot express {shown}")
+        values = ", ".join(f"{k}={shown(getattr(spec, k))}" for k in differ)
+        raise SpecError(f"model '{spec.name}'", f"a {spec.model_type} config.json cannot express {values}")
     return config
 
 

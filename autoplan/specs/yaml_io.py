@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,9 @@ def parse_mapping(text: str, where: str, *, is_json: bool = False) -> dict[str, 
 
 
 MAX_NAME_CHARS = 255  # a name becomes part of a file name (result folders, exported configs)
+# Unicode categories refused in names: control characters, lone surrogates (not encodable as
+# UTF-8), line and paragraph separators; a name is one line that a terminal shows as written.
+_NOT_IN_NAMES = ("Cc", "Cs", "Zl", "Zp")
 
 
 def check_name(value: Any, key: str, where: str) -> str:
@@ -110,8 +114,8 @@ def check_name(value: Any, key: str, where: str) -> str:
     text = value.strip()
     if len(text) > MAX_NAME_CHARS:
         raise SpecError(where, f"{key}: at most {MAX_NAME_CHARS} characters, got {len(text)}: {shown(text)}")
-    if not text.isprintable():
-        bad = next(c for c in text if not c.isprintable())
+    bad = next((c for c in text if unicodedata.category(c) in _NOT_IN_NAMES), None)
+    if bad is not None:
         raise SpecError(where, f"{key}: control or invalid character {shown(bad)} in {shown(text)}")
     return text
 
