@@ -14,6 +14,23 @@ class AutoplanError(ValueError):
     """Bad user input: the message says what was wrong, where, and what would be valid."""
 
 
+SHOWN_CHARS = 80  # a value echoed in a message is cut to this many characters
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` for a message: control characters escaped, cut to ``limit`` characters
+    with an ellipsis, so a 300 MB value or a terminal escape never reaches the terminal whole."""
+    if isinstance(value, int) and value.bit_length() > 1000:  # repr() refuses over 4,300 digits
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    text = repr(value) if isinstance(value, str) else escape(repr(value))
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def escape(text: str) -> str:
+    """``text`` with control characters (and lone surrogates) as escapes, for a terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class UnknownNameError(AutoplanError):
     """A name (model, hardware, trainer, sampler ...) that is not in the registry."""
 
@@ -21,8 +38,8 @@ class UnknownNameError(AutoplanError):
         known = sorted(set(known))
         match = suggest(name, known)
         hint = f" (did you mean '{match}'?)" if match else ""
-        shown = ", ".join(known[:30]) + (" ..." if len(known) > 30 else "")
-        super().__init__(f"unknown {kind} '{name}'{hint}; known: {shown}")
+        listed = ", ".join(known[:30]) + (" ..." if len(known) > 30 else "")
+        super().__init__(f"unknown {kind} {shown(name)}{hint}; known: {listed}")
         self.name = name
         self.known = known
 
@@ -47,7 +64,8 @@ class SpecError(AutoplanError):
     """A model, hardware, search-space or profile file (or dict) that is malformed."""
 
     def __init__(self, where: str, message: str):
-        super().__init__(f"{where}: {message}")
+        shown_where = escape(where) if len(where) <= 200 else escape(where[:199]) + "…"
+        super().__init__(f"{shown_where}: {message}")
         self.where = where
 
 

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autoplan.errors import LayoutError
+from autoplan.errors import LayoutError, shown
+from autoplan.recompute_modules import (  # noqa: F401 - re-exported for the layout's callers
+    RECOMPUTE_MODULES, module_bit, modules_code, modules_text, modules_texts)
 
 if TYPE_CHECKING:
     from autoplan.specs.training import TrainingSpec
@@ -26,11 +28,8 @@ PLACEMENTS = ("tp-cp-dp-pp", "tp-dp-cp-pp", "tp-pp-cp-dp", "cp-tp-dp-pp")
 DEFAULT_PLACEMENT = PLACEMENTS[0]
 
 INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_acc")
+MAX_DEGREE = 2**20  # the largest parallel degree or micro-batch accepted (options, space files)
 CODE_FIELDS = {"recompute": RECOMPUTE, "precision": PRECISIONS, "placement": PLACEMENTS}
-# Megatron-Core's selective-recompute modules (core_v0.15.3 transformer_config.py,
-# ``recompute_modules``), in the bit order of their code: a set of modules is stored in a
-# LayoutBatch as the sum of 2**index.
-RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe", "moe_act", "shared_experts", "mla_up_proj")
 # Recompute and offload as production runs them (see ``Layout``), with the value that means
 # "as before": full recompute of every layer, the trainer's own selective set, no offload.
 PRODUCTION_DEFAULTS = {"recompute_layers": 0, "recompute_modules": "", "offload_layers": 0}
@@ -120,15 +119,17 @@ class Layout:
 
 def _as_int(name: str, value: Any) -> int:
     if isinstance(value, bool):
-        raise LayoutError(f"{name} must be an integer, got {value!r}")
+        raise LayoutError(f"{name} must be an integer, got {shown(value)}")
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise LayoutError(f"{name} must be an integer, got {value!r}") from None
+        raise LayoutError(f"{name} must be an integer, got {shown(value)}") from None
+    except OverflowError:  # an int beyond float64
+        raise LayoutError(f"{name} = {shown(value)} is absurdly large") from None
     if not np.isfinite(number) or number != int(number):
-        raise LayoutError(f"{name} must be an integer, got {value!r}")
+        raise LayoutError(f"{name} must be an integer, got {shown(value)}")
     if abs(number) > 2**40:
-        raise LayoutError(f"{name} = {value!r} is absurdly large")
+        raise LayoutError(f"{name} = {shown(value)} is absurdly large")
     return int(number)
 
 
@@ -140,38 +141,7 @@ def _as_bool(name: str, value: Any) -> bool:
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise LayoutError(f"{name} must be true or false, got {value!r}")
-
-
-def modules_code(value: Any) -> int:
-    """The code of a set of recompute modules ('mlp,core_attn', a list, or '' for none)."""
-    names = value if isinstance(value, (list, tuple)) else str(value).replace(" ", ",").split(",")
-    code = 0
-    for name in (str(n).strip().lower() for n in names):
-        if not name:
-            continue
-        if name not in RECOMPUTE_MODULES:
-            raise LayoutError(f"recompute_modules: {name!r} is not one of {', '.join(RECOMPUTE_MODULES)}")
-        code |= 1 << RECOMPUTE_MODULES.index(name)
-    return code
-
-
-def modules_text(code: float) -> str:
-    """The comma-separated modules of a code, in ``RECOMPUTE_MODULES`` order ('' for none)."""
-    return ",".join(name for i, name in enumerate(RECOMPUTE_MODULES) if int(code) >> i & 1)
-
-
-def modules_texts(codes: np.ndarray) -> np.ndarray:
-    """``modules_text`` of an array of codes, as an object array (one lookup, no loop over rows)."""
-    table = np.asarray([modules_text(c) for c in range(2 ** len(RECOMPUTE_MODULES))], dtype=object)
-    return table[np.asarray(codes).astype(int)]
-
-
-def module_bit(codes: np.ndarray, name: str) -> np.ndarray:
-    """1.0 where the module set ``codes`` (a LayoutBatch's ``recompute_modules``) holds ``name``."""
-    if not codes.any():  # the common batch names no module: the same zeros, without the arithmetic
-        return np.zeros_like(codes)
-    return np.floor(codes / 2.0 ** RECOMPUTE_MODULES.index(name)) % 2.0
+    raise LayoutError(f"{name} must be true or false, got {shown(value)}")
 
 
 def _production_knobs(v: Mapping[str, Any], recompute: str) -> dict[str, Any]:
@@ -255,7 +225,7 @@ def resolve_layout(values: Mapping[str, Any], training: TrainingSpec) -> Layout:
     for name, choices in CODE_FIELDS.items():
         value = str(v.get(name, choices[0])).strip().lower()
         if value not in choices:
-            raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {v.get(name)!r}")
+            raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {shown(v.get(name))}")
         out[name] = value
     out.update(_production_knobs(v, out["recompute"]))
     return Layout(**out)
@@ -335,7 +305,7 @@ def _complete_layout(record: Mapping[str, Any]) -> Layout:
     for name, choices in CODE_FIELDS.items():
         values[name] = str(record[name]).strip().lower()
         if values[name] not in choices:
-            raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {record[name]!r}")
+            raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {shown(record[name])}")
     given = {k: record[k] for k in PRODUCTION_DEFAULTS if k in record and not _blank(record[k])}
     values.update(_production_knobs(given, values["recompute"]))
     return Layout(**values)

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autoplan.errors import AutoplanError, SpecError, UnknownNameError
-from autoplan.errors import LayoutError
-from autoplan.layout import (CODE_FIELDS, DEFAULT_PLACEMENT, FIELDS, LayoutBatch, derive_batch_knobs, modules_code,
-                             modules_text)
+from autoplan.errors import AutoplanError, LayoutError, SpecError, UnknownNameError, shown
+from autoplan.files import exists
+from autoplan.layout import (CODE_FIELDS, DEFAULT_PLACEMENT, FIELDS, MAX_DEGREE, LayoutBatch, derive_batch_knobs,
+                             modules_code, modules_text)
 from autoplan.paths import data_dir
 from autoplan.specs.yaml_io import check_keys, read_mapping
 
@@ -37,7 +37,6 @@ KNOB_DEFAULTS: dict[str, tuple] = {"tp": (1,), "pp": (1,), "vpp": (1,), "cp": (1
                                    "etp": (1,), "zero": (1,), "mbs": (1,), "recompute": ("none",),
                                    "precision": ("bf16",), "placement": (DEFAULT_PLACEMENT,),
                                    "recompute_layers": (0,), "offload_layers": (0,), "recompute_modules": ("",)}
-MAX_DEGREE = 2**20
 
 
 class EmptySpaceError(AutoplanError):
@@ -97,7 +96,7 @@ def _check_values(knob: str, raw: Any, where: str) -> tuple:
         names = [str(v).strip().lower() for v in items]
         bad = [v for v in names if v not in choices]
         if bad:
-            raise SpecError(where, f"{knob}: {bad[0]!r} is not one of {', '.join(choices)}")
+            raise SpecError(where, f"{knob}: {shown(bad[0])} is not one of {', '.join(choices)}")
         return tuple(c for c in choices if c in names)
     if knob in MODULE_KNOBS:
         try:
@@ -108,7 +107,7 @@ def _check_values(knob: str, raw: Any, where: str) -> tuple:
     high = 3 if knob == "zero" else MAX_DEGREE
     for v in items:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not low <= v <= high:
-            raise SpecError(where, f"{knob}: values must be integers in [{low}, {high}], got {v!r}")
+            raise SpecError(where, f"{knob}: values must be integers in [{low}, {high}], got {shown(v)}")
     return tuple(sorted({int(v) for v in items}))
 
 
@@ -123,7 +122,7 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
     path = Path(text)
     if "/" not in text and "\\" not in text and not text.lower().endswith((".yaml", ".yml")):
         path = data_dir("search_spaces") / f"{text}.yaml"
-        if not path.is_file():
+        if not exists(path):
             raise UnknownNameError("search space", text, list_spaces())
     data = read_mapping(path)
     check_keys(data, str(path), required=[], optional=["description", *KNOBS])

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 
-from autoplan.errors import AutoplanError
+from autoplan.errors import AutoplanError, shown
 
 KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
 KiB, MiB, GiB, TiB = 2.0**10, 2.0**20, 2.0**30, 2.0**40
@@ -40,27 +40,32 @@ _COUNT_DECIMAL = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12}
 _QUANTITY = re.compile(r"^\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+)\s*([A-Za-zµ/]*)\s*(.*)$")
 
 
+PER_DIRECTION = "per direction"  # the one qualifier a bandwidth may carry
+
+
 class UnitError(AutoplanError):
     """A quantity that could not be read; the message shows the expected form."""
 
 
 def _split(text: object, kind: str, example: str) -> tuple[float, str, str]:
     if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-        raise UnitError(f"expected {kind} like '{example}', got {text!r}")
+        raise UnitError(f"expected {kind} like '{example}', got {shown(text)}")
     if isinstance(text, (int, float)):
-        raise UnitError(f"expected {kind} like '{example}' (with a unit), got a bare number {text!r}")
+        raise UnitError(f"expected {kind} like '{example}' (with a unit), got a bare number {shown(text)}")
     match = _QUANTITY.match(text)
     if not match:
-        raise UnitError(f"expected {kind} like '{example}', got {text!r}")
+        raise UnitError(f"expected {kind} like '{example}', got {shown(text)}")
     value = float(match.group(1))
     if not math.isfinite(value):
-        raise UnitError(f"expected a finite {kind}, got {text!r}")
+        raise UnitError(f"expected a finite {kind}, got {shown(text)}")
     return value, match.group(2), match.group(3).strip()
 
 
-def _parse(text: object, table: dict[str, float], kind: str, example: str) -> float:
+def _parse(text: object, table: dict[str, float], kind: str, example: str,
+           qualifiers: tuple[str, ...] | None = ("",)) -> float:
+    """``text`` in the unit of ``table``; the words after the unit must be one of ``qualifiers``
+    (compared lower-case, '-' as a space; ``None``: any, the caller checks them)."""
     value, unit, rest = _split(text, kind, example)
-    # 'per direction' and similar qualifiers are allowed after a bandwidth; the caller checks them.
     key = unit.lower()
     if key == "gb/s" and unit.startswith("Gb"):
         key = "gbit/s"
@@ -70,11 +75,13 @@ def _parse(text: object, table: dict[str, float], kind: str, example: str) -> fl
         key = "mbit/s"
     if key not in table:
         units = ", ".join(sorted({u for u in table if u}))
-        raise UnitError(f"expected {kind} like '{example}' (units: {units}), got {text!r}")
-    if rest and kind != "a bandwidth":
-        raise UnitError(f"expected {kind} like '{example}', got trailing text {rest!r} in {text!r}")
+        raise UnitError(f"expected {kind} like '{example}' (units: {units}), got {shown(text)}")
+    if qualifiers is not None and normalise_qualifier(rest) not in qualifiers:
+        allowed = " or ".join(repr(q) for q in qualifiers if q)
+        raise UnitError(f"expected {kind} like '{example}', got trailing text {shown(rest)} in {shown(text)}"
+                        + (f" (only {allowed} may follow the unit)" if allowed else ""))
     if value < 0:
-        raise UnitError(f"{kind} must not be negative, got {text!r}")
+        raise UnitError(f"{kind} must not be negative, got {shown(text)}")
     return value * table[key]
 
 
@@ -83,9 +90,16 @@ def parse_bytes(text: object) -> float:
     return _parse(text, _BYTES, "a size", "80 GiB")
 
 
-def parse_bandwidth(text: object) -> float:
-    """'450 GB/s' -> 4.5e11 bytes/s; '400 Gb/s' (bits) -> 5e10 bytes/s."""
-    return _parse(text, _BANDWIDTH, "a bandwidth", "400 Gb/s")
+def parse_bandwidth(text: object, qualifiers: tuple[str, ...] | None = ("", PER_DIRECTION)) -> float:
+    """'450 GB/s' -> 4.5e11 bytes/s; '400 Gb/s' (bits) -> 5e10 bytes/s; '400 Gb/s per direction'
+    too. Other words after the unit ('bidirectional', typos) are refused; ``qualifiers=None``
+    leaves them to the caller (hardware files, which explain 'bidirectional')."""
+    return _parse(text, _BANDWIDTH, "a bandwidth", "400 Gb/s", qualifiers)
+
+
+def normalise_qualifier(text: str) -> str:
+    """'Per-Direction ' -> 'per direction'."""
+    return " ".join(text.lower().replace("-", " ").split())
 
 
 def bandwidth_qualifier(text: str) -> str:
@@ -109,20 +123,20 @@ def parse_count(text: object, *, binary: bool = True, what: str = "a token count
     Plain integers ('4096') and scientific notation ('4e6') are literal. Suffixes: K, M, G/B, T.
     """
     if isinstance(text, bool):
-        raise UnitError(f"expected {what} like '4M' or '4194304', got {text!r}")
+        raise UnitError(f"expected {what} like '4M' or '4194304', got {shown(text)}")
     if isinstance(text, (int, float)):
         value = float(text)
     else:
         match = re.match(r"^\s*(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+)\s*([A-Za-z]?)\s*$", str(text))
         if not match:
-            raise UnitError(f"expected {what} like '4M' or '4194304', got {text!r}")
+            raise UnitError(f"expected {what} like '4M' or '4194304', got {shown(text)}")
         table = _COUNT_BINARY if binary else _COUNT_DECIMAL
         suffix = match.group(2).lower()
         if suffix not in table:
-            raise UnitError(f"expected {what} like '4M' (suffixes K, M, G, T), got {text!r}")
+            raise UnitError(f"expected {what} like '4M' (suffixes K, M, G, T), got {shown(text)}")
         value = float(match.group(1)) * table[suffix]
     if not math.isfinite(value) or value <= 0:
-        raise UnitError(f"{what} must be a positive number, got {text!r}")
+        raise UnitError(f"{what} must be a positive number, got {shown(text)}")
     return value
 
 

@@ -52,7 +52,6 @@ from autoplan.errors import AutoplanError
 from autoplan.units import GiB, MiB
 
 LOG_FORMATS = ("megatron", "torchtitan", "nanotron")
-MAX_LOG_BYTES = 512 * 2**20
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _HUMAN_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _HUMAN = re.compile(r"^([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)([KMBTPE]?)$")
@@ -184,12 +183,9 @@ def _nanotron(lines: Iterable[tuple[int, str]], gpus: int | None) -> tuple[list[
 
 def read_log_lines(path: str | Path) -> list[tuple[int, str]]:
     """(line number, text without ANSI colour codes) of a log file."""
-    path = Path(path)
-    if not path.is_file():
-        raise LogImportError(f"{path}: no such log file")
-    if path.stat().st_size > MAX_LOG_BYTES:
-        raise LogImportError(f"{path}: log is larger than {MAX_LOG_BYTES // 2**20} MiB; pass an excerpt")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    from autoplan.files import MAX_LOG_BYTES, read_user_text
+
+    text = read_user_text(path, max_bytes=MAX_LOG_BYTES, errors="replace")
     return [(i + 1, _ANSI.sub("", line)) for i, line in enumerate(text.splitlines())]
 
 

@@ -29,6 +29,7 @@ from autoplan.calibration.fit import (DEFAULT_PARAMS, MEMORY_PARAMS, Calibration
                                 cross_validate, error_summary, fit_efficiency, predict, prepare)
 from autoplan.cost.context import CostContext
 from autoplan.errors import AutoplanError, LayoutError, SpecError
+from autoplan.files import MAX_CSV_BYTES, exists, read_user_bytes, read_user_csv
 from autoplan.layout import RECORD_FIELDS, SETUP_FIELDS, LayoutBatch, layout_from_record, record_setup
 from autoplan.profiles import PARAMETERS, CalibratedParameters, Flag
 from autoplan.profiles.efficiency import CORRECTIONS, PHYSICAL
@@ -42,7 +43,6 @@ from autoplan.calibration.rows import Row
 
 MEASURED_COLUMNS = ("tokens_per_s_per_gpu", "peak_memory_gib")
 KNOWN_COLUMNS = RECORD_FIELDS + MEASURED_COLUMNS + ("model",)
-MAX_CSV_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -121,24 +121,7 @@ def _measurement(raw: dict[str, str], column: str, line: int, where: str) -> flo
 
 
 def read_csv_records(path: str | Path) -> list[dict[str, str]]:
-    path = Path(path)
-    if not path.is_file():
-        raise SpecError(str(path), "no such file")
-    if path.stat().st_size > MAX_CSV_BYTES:
-        raise SpecError(str(path), f"larger than {MAX_CSV_BYTES // 2**20} MiB")
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            records = [{(k or "").strip(): (v or "") for k, v in r.items() if k is not None} for r in reader]
-            columns = [c.strip() for c in reader.fieldnames or []]
-    except UnicodeDecodeError:
-        raise SpecError(str(path), "not UTF-8 text") from None
-    except csv.Error as exc:
-        raise SpecError(str(path), f"not a valid CSV ({exc})") from None
-    if not columns:
-        raise SpecError(str(path), "file is empty")
-    if not records:
-        raise SpecError(str(path), "has a header but no rows")
+    columns, records = read_user_csv(path)
     check_columns(columns, str(path))
     return records
 
@@ -267,7 +250,7 @@ def profile_mapping(cal: Calibration, measured: Measured, *, loss: str) -> dict[
         low, high = p.bounds
         sections[p.kind][name] = min(high, max(low, cal.parameters.value(name)))
     r = cal.report
-    digest = hashlib.sha256(Path(measured.path).read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(read_user_bytes(measured.path, max_bytes=MAX_CSV_BYTES)).hexdigest()[:16]
     fitted_on = (f"autoplan calibrate {Path(measured.path).name}: {r.num_time_rows} tokens/s rows, "
                  f"{r.num_memory_rows} memory rows, seed {r.seed}, {loss} loss")
     return {
@@ -314,11 +297,8 @@ def append_records(path: str | Path, records: list[dict[str, Any]]) -> int:
     path = Path(path)
     old: list[dict[str, str]] = []
     columns: list[str] = []
-    if path.exists() and path.stat().st_size:
-        with open(path, newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            old = list(reader)
-            columns = list(reader.fieldnames or [])
+    if exists(path) and (not path.is_file() or path.stat().st_size):  # a FIFO or device is refused
+        columns, old = read_user_csv(path, allow_no_rows=True)
     for record in records:
         columns += [k for k in record if k not in columns]
     path.parent.mkdir(parents=True, exist_ok=True)

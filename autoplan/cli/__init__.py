@@ -15,7 +15,16 @@ import sys
 import click
 
 from autoplan import __version__
-from autoplan.errors import AutoplanError
+from autoplan.errors import AutoplanError, escape
+
+MAX_MESSAGE_CHARS = 1000  # an error line longer than this is cut (a value echoed whole by a library)
+
+
+def error_line(message: str) -> str:
+    """One line for stderr: control characters escaped (nothing a terminal would act on), cut
+    to ``MAX_MESSAGE_CHARS`` with an ellipsis."""
+    text = escape(" ".join(str(message).splitlines()))
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS - 1] + "…"
 
 # (module, command names) registered on the group; each module defines those click commands.
 _COMMAND_MODULES = [
@@ -57,7 +66,7 @@ class AutoplanGroup(click.Group):
             hint = ""
             if isinstance(exc, click.UsageError) and exc.ctx is not None:
                 hint = f" (see '{exc.ctx.command_path} --help')"
-            click.echo(f"Error: {' '.join(exc.format_message().split())}{hint}", err=True)
+            click.echo(error_line(f"Error: {' '.join(exc.format_message().split())}") + hint, err=True)
             sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("Aborted.", err=True)
@@ -67,10 +76,10 @@ class AutoplanGroup(click.Group):
         try:
             return super().invoke(ctx)
         except AutoplanError as exc:
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(error_line(f"Error: {exc}"), err=True)
             ctx.exit(getattr(exc, "exit_code", 2))
         except FileNotFoundError as exc:
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(error_line(f"Error: {exc}"), err=True)
             ctx.exit(2)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
@@ -80,8 +89,8 @@ class AutoplanGroup(click.Group):
         except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
             if os.environ.get("AUTOPLAN_DEBUG"):
                 raise
-            click.echo(f"Internal error: {type(exc).__name__}: {exc} "
-                       "(set AUTOPLAN_DEBUG=1 for the traceback, and please report it)", err=True)
+            click.echo(error_line(f"Internal error: {type(exc).__name__}: {exc}")
+                       + " (set AUTOPLAN_DEBUG=1 for the traceback, and please report it)", err=True)
             ctx.exit(3)
 
 

@@ -10,7 +10,7 @@ import time
 import click
 
 from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options
-from autoplan.cli.options import output_format_option, training_options
+from autoplan.cli.options import SEED, output_format_option, training_options
 from autoplan.cli.render import emit_records
 from autoplan.errors import AutoplanError
 
@@ -210,7 +210,7 @@ def _import_log(ctx: click.Context, kw: dict) -> None:
                    "parameters gemm_efficiency_max, "
                    "gemm_half_flops, scale_out_efficiency, dp_overlap if any row has tokens/s; "
                    "memory_reserve_bytes, allocator_overhead if any row has memory].")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random starts and the folds.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random starts and the folds.")
 @click.option("--folds", type=click.IntRange(2, 100), default=5, show_default=True,
               help="Cross-validation folds (held-out error).")
 @click.option("--loss", type=click.Choice(LOSSES), default="soft_l1", show_default=True,
@@ -265,7 +265,7 @@ def calibrate_command(ctx: click.Context, **kw) -> None:
                    "time); every source is still evaluated with the shipped profiles.")
 @click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS),
               help="Only these sections (repeatable), e.g. --section sweep-refit.")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seed of the sweep refit check (its 20% split and random starts).")
 def validate_command(output_format, quick, sections, seed) -> None:
     """Accuracy of the shipped profiles against the published measurements in validation/.

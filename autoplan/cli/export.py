@@ -10,7 +10,7 @@ from click.core import ParameterSource
 
 from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_values
 from autoplan.cli.options import allow_uneven_option, training_from_options, training_options
-from autoplan.errors import AutoplanError
+from autoplan.errors import AutoplanError, shown
 
 TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
 
@@ -74,9 +74,10 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: d
     if not model_ref:
         raise AutoplanError(f"{plan} names no model at top level; give it with --model")
     if model_name and data.get("model") and str(data["model"]) != model_name:
-        click.echo(f"note: using --model {model_name} instead of the plan's model {data['model']}", err=True)
+        click.echo(f"note: using --model {shown(model_name)} instead of the plan's model {shown(str(data['model']))}",
+                   err=True)
     if data.get("trainer") and str(data["trainer"]) != trainer:
-        click.echo(f"note: the plan was searched for trainer '{data['trainer']}'; its predictions assume "
+        click.echo(f"note: the plan was searched for trainer {shown(str(data['trainer']))}; its predictions assume "
                    f"that trainer's implementation, not {trainer}'s", err=True)
     record = select_plan(data["plans"], rank, where=plan)
     model = load_model(str(model_ref))

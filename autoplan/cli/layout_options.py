@@ -8,12 +8,12 @@ from typing import Any
 
 import click
 
-from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES
+from autoplan.layout import MAX_DEGREE, PLACEMENTS, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES
 
 
 def layout_options(func: Callable) -> Callable:
     """The knobs of one layout; unspecified ones take resolve_layout's defaults."""
-    pos = click.IntRange(1, 2**20)
+    pos = click.IntRange(1, MAX_DEGREE)
     options = [
         click.option("--tp", type=pos, default=1, show_default=True, help="Tensor-parallel size."),
         click.option("--pp", type=pos, default=1, show_default=True, help="Pipeline-parallel size."),

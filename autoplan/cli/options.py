@@ -7,8 +7,26 @@ from collections.abc import Callable
 
 import click
 
-from autoplan.errors import AutoplanError
-from autoplan.units import UnitError, parse_count
+from autoplan.errors import AutoplanError, shown
+from autoplan.layout import MAX_DEGREE
+from autoplan.specs.training import MAX_GBS_SEQS, MAX_GPUS, MAX_SEQ_LEN
+from autoplan.units import UnitError, parse_bandwidth, parse_count
+
+MAX_SEED = 2**32 - 1  # numpy's and Optuna's seeds are unsigned 32-bit
+SEED = click.IntRange(0, MAX_SEED)
+
+
+class Bandwidth(click.ParamType):
+    """'400 Gb/s' or '50 GB/s per direction', checked when parsed; the text is kept."""
+
+    name = "BANDWIDTH"
+
+    def convert(self, value, param, ctx):
+        try:
+            parse_bandwidth(value)
+        except UnitError as exc:
+            self.fail(str(exc), param, ctx)
+        return value
 
 
 class TokenCount(click.ParamType):
@@ -33,8 +51,8 @@ class IntList(click.ParamType):
 
     name = "N[,N...]"
 
-    def __init__(self, minimum: int = 1):
-        self.minimum = minimum
+    def __init__(self, minimum: int = 1, maximum: int = MAX_DEGREE):
+        self.minimum, self.maximum = minimum, maximum
 
     def convert(self, value, param, ctx):
         if isinstance(value, tuple):
@@ -45,9 +63,9 @@ class IntList(click.ParamType):
             try:
                 number = int(part)
             except ValueError:
-                self.fail(f"expected integers like '4' or '4,8', got {value!r}", param, ctx)
-            if number < self.minimum or number > 2**31:
-                self.fail(f"values must lie in [{self.minimum}, 2^31], got {number}", param, ctx)
+                self.fail(f"expected integers like '4' or '4,8', got {shown(value)}", param, ctx)
+            if number < self.minimum or number > self.maximum:
+                self.fail(f"values must lie in [{self.minimum}, {self.maximum}], got {shown(number)}", param, ctx)
             items.append(number)
         return tuple(items)
 
@@ -129,16 +147,16 @@ def training_options(func: Callable | None = None, *, model_required: bool = Tru
         click.option("--model", "-m", "model_name", required=model_required,
                      help="Model preset or alias (see `autoplan models`), or a config.json / YAML path."),
         click.option("--gpus", "-g", "-n", "gpus", cls=HiddenAliasOption, hidden_aliases=("-n",),
-                     type=click.IntRange(1, 10**7), required=gpus_required, default=None, help="Number of GPUs."),
+                     type=click.IntRange(1, MAX_GPUS), required=gpus_required, default=None, help="Number of GPUs."),
         click.option("--hardware", default="h100-sxm", show_default=True,
                      help="GPU preset (see `autoplan hardware`) or a YAML path."),
-        click.option("--gpus-per-node", type=int, default=None,
+        click.option("--gpus-per-node", type=click.IntRange(1, MAX_GPUS), default=None,
                      help="Override the GPUs per node (processes per node in exported launch lines)."),
-        click.option("--nic", "nic", default=None,
+        click.option("--nic", "nic", type=Bandwidth(), default=None,
                      help="Override the NIC bandwidth per GPU per direction, e.g. '400 Gb/s'."),
-        click.option("--seq-len", type=click.IntRange(1, 10**8), default=None,
+        click.option("--seq-len", type=click.IntRange(1, MAX_SEQ_LEN), default=None,
                      help="Training sequence length [default: the model's]."),
-        click.option("--gbs-seqs", type=click.IntRange(1, 10**9), default=None,
+        click.option("--gbs-seqs", type=click.IntRange(1, MAX_GBS_SEQS), default=None,
                      help="Global batch size in sequences."),
         click.option("--gbs-tokens", type=TokenCount(), default=None,
                      help="Global batch size in tokens, e.g. 4M (= 4·2^20, binary suffixes)."),

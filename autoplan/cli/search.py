@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from autoplan.cli.options import (ChoiceList, IntList, TokenCount, allow_uneven_option, context_from_options, fail,
-                                  output_format_option, trainer_options, training_options)
+from autoplan.cli.options import (SEED, ChoiceList, IntList, TokenCount, allow_uneven_option, context_from_options,
+                                  fail, output_format_option, trainer_options, training_options)
 from autoplan.errors import NoFeasiblePlanError
 from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE
 
@@ -23,7 +23,7 @@ def knob_options(func):
                                  "(replaces the space's list).")
                for k, v in INT_KNOB_HELP.items()]
     options += [
-        click.option("--zero", type=IntList(minimum=0), default=None, help="ZeRO stage(s): 0, 1, 2, 3."),
+        click.option("--zero", type=IntList(minimum=0, maximum=3), default=None, help="ZeRO stage(s): 0, 1, 2, 3."),
         click.option("--mbs", type=IntList(), default=None, help="Micro-batch size(s) in sequences."),
         click.option("--recompute", type=ChoiceList(RECOMPUTE), default=None,
                      help=f"Activation recompute mode(s): {', '.join(RECOMPUTE)}."),
@@ -58,7 +58,7 @@ def knob_options(func):
               help="Optuna samplers: finished trials in the study (resumed ones count).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.0, min_open=True), default=None,
               help="Stop searching after this many seconds.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Sampler seed.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Sampler seed.")
 @click.option("--storage", default=None,
               help="Optuna storage (resumable, shared by --workers): an RDB URL such as "
                    "sqlite:///results/study.db or postgresql://user@host/db, or a journal file path.")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -136,11 +135,11 @@ def safe_join(root: Path, name: str) -> Path:
 def read_plans(path: str | Path) -> dict[str, Any]:
     """A ``plans.json``: an object with ``plans`` (a list of flat records) and optional ``model``,
     ``hardware``, ``trainer``."""
+    from autoplan.files import read_user_text
+    from autoplan.specs.yaml_io import parse_json
+
     where = str(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise AutoplanError(f"{where}: not valid JSON ({exc})") from None
+    data = parse_json(read_user_text(path), where)
     if not isinstance(data, dict) or not isinstance(data.get("plans"), list):
         raise AutoplanError(f"{where}: expected an object with a 'plans' list (as written by "
                             "`autoplan search --format json` or its plans.json)")

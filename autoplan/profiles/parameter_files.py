@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from autoplan.errors import SpecError
+from autoplan.errors import SpecError, shown
 from autoplan.profiles.efficiency import (CORRECTIONS, PARAMETERS, PHYSICAL, SECTIONS, CalibratedParameters,
                                           Corrections, PhysicalEfficiency)
 from autoplan.specs.yaml_io import check_keys, read_mapping
@@ -30,7 +30,7 @@ def checked_value(name: str, value: Any, where: str) -> float:
     """``value`` of parameter ``name`` as a float inside its bounds, else a SpecError naming it."""
     key = f"{PARAMETERS[name].kind}.{name}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(where, f"{key}: expected a number, got {value!r}")
+        raise SpecError(where, f"{key}: expected a number, got {shown(value)}")
     low, high = PARAMETERS[name].bounds
     if not low <= float(value) <= high:
         raise SpecError(where, f"{key}: must lie in [{low:g}, {high:g}], got {value}")
@@ -40,7 +40,7 @@ def checked_value(name: str, value: Any, where: str) -> float:
 def _section(data: Mapping, kind: str, where: str) -> Mapping:
     block = data.get(kind) or {}
     if not isinstance(block, Mapping):
-        raise SpecError(where, f"{kind}: expected a mapping of parameter: value, got {block!r}")
+        raise SpecError(where, f"{kind}: expected a mapping of parameter: value, got {shown(block)}")
     misplaced = [k for k in block if k in PARAMETERS and PARAMETERS[k].kind != kind]
     if misplaced:
         other = PARAMETERS[misplaced[0]].kind
@@ -66,7 +66,7 @@ def sourced_values(data: Mapping, where: str) -> dict[str, float]:
     for kind in SECTIONS:
         for name, entry in _section(data, kind, where).items():
             if not isinstance(entry, Mapping):
-                raise SpecError(where, f"{kind}.{name}: expected {{value: ..., source: '...'}}, got {entry!r}")
+                raise SpecError(where, f"{kind}.{name}: expected {{value: ..., source: '...'}}, got {shown(entry)}")
             check_keys(entry, f"{where}: {kind}.{name}", required=["value", "source"])
             if not str(entry["source"] or "").strip():
                 raise SpecError(where, f"{kind}.{name}: source: must say where the value comes from")
@@ -105,7 +105,7 @@ def profile_parameters(data: Mapping, where: str) -> dict[str, CalibratedParamet
     out = {"default": default}
     calibrated = data.get("calibrated") or {}
     if not isinstance(calibrated, Mapping):
-        raise SpecError(where, f"calibrated: expected a mapping of GPU name: parameters, got {calibrated!r}")
+        raise SpecError(where, f"calibrated: expected a mapping of GPU name: parameters, got {shown(calibrated)}")
     for gpu, block in calibrated.items():
         at = f"{where}: calibrated.{gpu}"
         if not isinstance(block, Mapping) or not str(block.get("fitted_on") or "").strip():

@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from autoplan.errors import SpecError, UnknownNameError
+from autoplan.errors import SpecError, UnknownNameError, shown
 from autoplan.profiles.efficiency import CalibratedParameters
 from autoplan.profiles.parameter_files import DEFAULTS_PATH, profile_parameters
 from autoplan.specs.yaml_io import check_keys, read_mapping
@@ -88,7 +88,7 @@ _PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:
     if not isinstance(data, dict):
-        raise SpecError(where, f"expected a mapping of coefficients, got {data!r}")
+        raise SpecError(where, f"expected a mapping of coefficients, got {shown(data)}")
     check_keys(data, where, required=[], optional=_COEF_KEYS)
     return ActivationCoefficients(**{k: float(v) for k, v in data.items()})
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from autoplan.api import build_context, build_training
-from autoplan.errors import AutoplanError, SpecError
+from autoplan.errors import AutoplanError
 from autoplan.layout import RECORD_FIELDS, SETUP_FIELDS, Layout, LayoutBatch, layout_from_record, record_setup
 from autoplan.specs.training import TrainingSpec
 
@@ -21,21 +21,14 @@ OUTPUT_COLUMNS = ("fits", "infeasible_reason", "peak_memory_bytes", "peak_memory
 
 
 def read_layouts_csv(path: str):
+    """The CSV's rows as a frame of text cells, so the input columns come back exactly as given
+    (:func:`autoplan.files.read_user_csv` refuses duplicate columns and rows with extra fields)."""
     import pandas as pd
 
-    try:
-        # Read every cell as text so the input columns come back exactly as given.
-        frame = pd.read_csv(path, encoding="utf-8", dtype=str, keep_default_na=False)
-    except UnicodeDecodeError:
-        raise SpecError(path, "not UTF-8 text") from None
-    except pd.errors.EmptyDataError:
-        raise SpecError(path, "file is empty") from None
-    except pd.errors.ParserError as exc:
-        raise SpecError(path, f"not a valid CSV ({exc})") from None
-    frame.columns = [str(c).strip() for c in frame.columns]
-    if frame.empty:
-        raise SpecError(path, "has a header but no rows")
-    return frame
+    from autoplan.files import read_user_csv
+
+    columns, rows = read_user_csv(path)
+    return pd.DataFrame(rows, columns=columns, dtype=str)
 
 
 def compare_layouts(frame, model: str, *, trainer: str = "megatron", profile_path: str | None = None,

@@ -20,13 +20,13 @@ from functools import lru_cache
 from types import SimpleNamespace
 from typing import Any
 
-from autoplan.errors import AutoplanError, SpecError, UnknownNameError
+from autoplan.errors import AutoplanError, SpecError, UnknownNameError, shown
 from autoplan.paths import data_dir
-from autoplan.specs.yaml_io import check_keys, get_int, read_mapping
-from autoplan.units import (BITS_PER_BYTE, GB, TB, GiB, MiB, UnitError, bandwidth_qualifier, format_bytes,
-                            parse_bandwidth, parse_bytes, parse_flops_rate, parse_time)
+from autoplan.specs.yaml_io import check_keys, check_name, get_int, read_mapping
+from autoplan.units import (BITS_PER_BYTE, GB, PER_DIRECTION, TB, GiB, MiB, UnitError, bandwidth_qualifier,
+                            format_bytes, normalise_qualifier, parse_bandwidth, parse_bytes, parse_flops_rate,
+                            parse_time)
 
-PER_DIRECTION = "per direction"
 _BOTH_DIRECTIONS_WORDS = ("both", "bidir", "duplex")
 _REQUIRED_KEYS = ("name", "memory", "usable_memory", "peak_bf16", "peak_fp8", "hbm_bandwidth",
                   "scale_up_bandwidth", "scale_up_domain", "nic_bandwidth", "gpus_per_node",
@@ -88,24 +88,24 @@ def _gpu_problem(gpu: Any, names: Mapping[str, str] | None = None) -> str | None
     message naming each field as ``names`` spells it (YAML keys when read from a file)."""
     names = names or {}
     if not isinstance(gpu.name, str) or not gpu.name.strip():
-        return f"name must be a non-empty string, got {gpu.name!r}"
+        return f"name must be a non-empty string, got {shown(gpu.name)}"
     for f in fields(GPUSpec):
         value, label = getattr(gpu, f.name), names.get(f.name, f.name)
         if f.name in ("scale_up_domain_size", "gpus_per_node"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                return f"{label} must be an integer >= 1, got {value!r}"
+                return f"{label} must be an integer >= 1, got {shown(value)}"
         elif f.name.endswith(("_bytes", "_s")):
             zero_ok = f.name == "peak_fp8_flops_per_s"
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
                 bound = ">= 0 (0 means no FP8)" if zero_ok else "> 0"
-                return f"{label} must be a finite number {bound}, got {value!r}"
+                return f"{label} must be a finite number {bound}, got {shown(value)}"
     if gpu.usable_memory_bytes > gpu.memory_bytes:
         return ("usable_memory <= memory must hold, got usable_memory="
                 f"{format_bytes(gpu.usable_memory_bytes)}, memory={format_bytes(gpu.memory_bytes)} "
                 "(note 'GB' is 10^9 bytes and 'GiB' 2^30: HBM sizes sold as '80 GB' are 80 GiB)")
     if not gpu.sources or not all(isinstance(s, str) and s.strip() for s in gpu.sources):
-        return f"sources must be a non-empty list of non-empty strings, got {gpu.sources!r}"
+        return f"sources must be a non-empty list of non-empty strings, got {shown(gpu.sources)}"
     return None
 
 
@@ -133,10 +133,10 @@ def _check_cluster(c: Cluster) -> None:
     for name in ("num_gpus", "gpus_per_node", "scale_up_domain_size"):
         value = getattr(c, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SpecError("cluster", f"{name} must be an integer >= 1, got {value!r}")
+            raise SpecError("cluster", f"{name} must be an integer >= 1, got {shown(value)}")
     nic = c.nic_bytes_per_s
     if isinstance(nic, bool) or not isinstance(nic, (int, float)) or not math.isfinite(nic) or nic <= 0:
-        raise SpecError("cluster", f"nic_bytes_per_s must be a finite number > 0, got {nic!r}")
+        raise SpecError("cluster", f"nic_bytes_per_s must be a finite number > 0, got {shown(nic)}")
     if c.num_gpus > c.gpus_per_node and c.num_gpus % c.gpus_per_node:
         below = c.num_gpus // c.gpus_per_node * c.gpus_per_node
         raise SpecError("cluster", f"num_gpus ({c.num_gpus}) must be a multiple of gpus_per_node "
@@ -163,7 +163,7 @@ def _quantity(data: Mapping[str, Any], key: str, where: str, parse: Callable[[ob
               kind: str, example: str) -> float:
     value = data[key]
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        raise SpecError(where, f"{key}: expected {kind} like '{example}', got {value!r} "
+        raise SpecError(where, f"{key}: expected {kind} like '{example}', got {shown(value)} "
                                "(a bare number: state the unit)")
     try:
         parsed = parse(value)
@@ -171,7 +171,7 @@ def _quantity(data: Mapping[str, Any], key: str, where: str, parse: Callable[[ob
         raise SpecError(where, f"{key}: {exc}") from None
     limit = _PLAUSIBLE_MAX.get(kind)
     if limit is not None and parsed > limit[0]:
-        raise SpecError(where, f"{key}: {value!r} is implausibly large (more than {limit[1]})")
+        raise SpecError(where, f"{key}: {shown(value)} is implausibly large (more than {limit[1]})")
     return parsed
 
 
@@ -183,20 +183,20 @@ _PLAUSIBLE_MAX = {"a size": (2.0**50, "1 PiB"), "a compute rate": (1e18, "1 EFLO
 def _bandwidth(data: Mapping[str, Any], key: str, where: str, example: str, *,
                directional: bool) -> float:
     """A bandwidth; a link's must end in 'per direction', HBM's must carry no qualifier."""
-    rate = _quantity(data, key, where, parse_bandwidth, "a bandwidth", example)
-    qualifier = " ".join(bandwidth_qualifier(data[key]).lower().replace("-", " ").split())
+    rate = _quantity(data, key, where, lambda text: parse_bandwidth(text, qualifiers=None), "a bandwidth", example)
+    qualifier = normalise_qualifier(bandwidth_qualifier(data[key]))
     if not directional:
         if qualifier:
             raise SpecError(where, f"{key}: expected a bandwidth like '{example}' with nothing "
-                                   f"after the unit, got {data[key]!r}")
+                                   f"after the unit, got {shown(data[key])}")
         return rate
     if any(word in qualifier.replace(" ", "") for word in _BOTH_DIRECTIONS_WORDS):
-        raise SpecError(where, f"{key}: {data[key]!r} adds both directions; autoplan wants the "
+        raise SpecError(where, f"{key}: {shown(data[key])} adds both directions; autoplan wants the "
                                f"bandwidth per direction: halve it, e.g. "
                                f"'{rate / 2 / GB:g} GB/s {PER_DIRECTION}'")
     if qualifier != PER_DIRECTION:
         raise SpecError(where, f"{key}: say which direction, like '{example}' (vendor figures "
-                               f"often add both directions: halve those), got {data[key]!r}")
+                               f"often add both directions: halve those), got {shown(data[key])}")
     return rate
 
 
@@ -204,7 +204,7 @@ def _strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
     value = data.get(key, [])
     if isinstance(value, str) or not isinstance(value, list) or not all(
             isinstance(item, str) and item.strip() for item in value):
-        raise SpecError(where, f"{key}: expected a list of non-empty strings, got {value!r}")
+        raise SpecError(where, f"{key}: expected a list of non-empty strings, got {shown(value)}")
     return tuple(item.strip() for item in value)
 
 
@@ -213,7 +213,7 @@ def gpu_from_mapping(data: dict, where: str) -> GPUSpec:
     check_keys(data, where, required=_REQUIRED_KEYS, optional=_OPTIONAL_KEYS)
     for key in ("name", "description", "notes"):
         if key in data and not isinstance(data[key], str):
-            raise SpecError(where, f"{key}: expected a string, got {data[key]!r}")
+            raise SpecError(where, f"{key}: expected a string, got {shown(data[key])}")
     sizes = {key: _quantity(data, key, where, parse_bytes, "a size", example)
              for key, example in (("memory", "80 GiB"), ("usable_memory", "81559 MiB"))}
     flops = {key: _quantity(data, key, where, parse_flops_rate, "a compute rate", example)
@@ -221,7 +221,8 @@ def gpu_from_mapping(data: dict, where: str) -> GPUSpec:
     times = {key: _quantity(data, key, where, parse_time, "a time", example)
              for key, example in (("scale_up_latency", "3 us"), ("scale_out_latency", "10 us"))}
     kwargs = dict(
-        name=data["name"].strip(), aliases=_strings(data, "aliases", where),
+        name=check_name(data["name"], "name", where),
+        aliases=tuple(check_name(alias, "aliases", where) for alias in _strings(data, "aliases", where)),
         description=data.get("description", "").strip(),
         memory_bytes=sizes["memory"], usable_memory_bytes=sizes["usable_memory"],
         peak_bf16_flops_per_s=flops["peak_bf16"], peak_fp8_flops_per_s=flops["peak_fp8"],
@@ -315,7 +316,7 @@ def load_gpu(name_or_path: str | os.PathLike) -> GPUSpec:
     if isinstance(name_or_path, os.PathLike):
         return gpu_from_mapping(read_mapping(name_or_path), os.fspath(name_or_path))
     if not isinstance(name_or_path, str) or not name_or_path.strip():
-        raise AutoplanError(f"expected a GPU name or a file path, got {name_or_path!r}")
+        raise AutoplanError(f"expected a GPU name or a file path, got {shown(name_or_path)}")
     text = name_or_path.strip()
     if text.lower().endswith(_PRESET_SUFFIXES) or "/" in text or "\\" in text:
         return gpu_from_mapping(read_mapping(text), text)

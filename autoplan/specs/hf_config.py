@@ -49,9 +49,9 @@ import difflib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from autoplan.errors import SpecError
+from autoplan.errors import SpecError, shown
 from autoplan.specs.model import MLASpec, ModelSpec, MoESpec
-from autoplan.specs.yaml_io import check_keys, get_int
+from autoplan.specs.yaml_io import check_keys, check_name, get_int
 
 AUTOPLAN_KEYS = ("name", "aliases", "sources", "seq_len", "description")
 DEFAULT_SEQ_LEN = 4096
@@ -113,7 +113,7 @@ def _model_type(config: Mapping[str, Any], where: str) -> str:
     if model_type not in HF_KEYS:
         close = difflib.get_close_matches(str(model_type), SUPPORTED_MODEL_TYPES, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise SpecError(where, f"model_type {model_type!r} is not supported{hint}; "
+        raise SpecError(where, f"model_type {shown(model_type)} is not supported{hint}; "
                                f"supported: {supported}")
     return model_type
 
@@ -132,14 +132,14 @@ def _bool(config: Mapping[str, Any], key: str, where: str, default: bool) -> boo
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise SpecError(where, f"{key}: expected true or false, got {value!r}")
+        raise SpecError(where, f"{key}: expected true or false, got {shown(value)}")
     return value
 
 
 def _str_list(config: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
     value = config.get(key) or []
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise SpecError(where, f"{key}: expected a list of non-empty strings, got {value!r}")
+        raise SpecError(where, f"{key}: expected a list of non-empty strings, got {shown(value)}")
     return tuple(value)
 
 
@@ -235,7 +235,7 @@ def _qwen3_moe_dense_layers(config: Mapping[str, Any], where: str, num_layers: i
     mlp_only = config.get("mlp_only_layers") or []
     if not isinstance(mlp_only, list) or not all(type(i) is int for i in mlp_only):
         raise SpecError(where, "mlp_only_layers: expected a list of layer indices, "
-                               f"got {mlp_only!r}")
+                               f"got {shown(mlp_only)}")
     dense = [i for i in range(num_layers) if i in mlp_only or (i + 1) % step]
     if dense != list(range(len(dense))):
         raise SpecError(where, "only leading dense layers are supported (ModelSpec puts its "
@@ -315,17 +315,17 @@ def _autoplan_fields(config: Mapping[str, Any], where: str, name: str | None, mo
     """name, aliases, sources, seq_len (``description`` is checked and not kept)."""
     if name is None:
         name = config["name"] if "name" in config else config.get("_name_or_path") or model_type
-    if not isinstance(name, str) or not name.strip():
-        raise SpecError(where, f"name: expected a non-empty string, got {name!r}")
+    name = check_name(name, "name", where)
     description = config.get("description", "")
     if not isinstance(description, str):
-        raise SpecError(where, f"description: expected a string, got {description!r}")
+        raise SpecError(where, f"description: expected a string, got {shown(description)}")
     max_positions = fields["max_position_embeddings"]
     seq_len = _int(config, "seq_len", where, default=min(DEFAULT_SEQ_LEN, max_positions))
     if fields.get("position_embedding") == "learned" and seq_len > max_positions:
         raise SpecError(where, f"seq_len <= n_positions must hold with learned positions, "
                                f"got ({seq_len}, {max_positions})")
-    return dict(name=name.strip(), aliases=_str_list(config, "aliases", where),
+    aliases = tuple(check_name(alias, "aliases", where) for alias in _str_list(config, "aliases", where))
+    return dict(name=name, aliases=aliases,
                 sources=_str_list(config, "sources", where), seq_len=seq_len)
 
 
@@ -344,8 +344,8 @@ def model_to_hf_config(spec: ModelSpec) -> dict[str, Any]:
     back = model_from_hf_config(config, f"model '{spec.name}'", strict=True)
     differ = [f.name for f in dataclasses.fields(ModelSpec) if getattr(back, f.name) != getattr(spec, f.name)]
     if differ:
-        shown = ", ".join(f"{k}={getattr(spec, k)!r}" for k in differ)
-        raise SpecError(f"model '{spec.name}'", f"a {spec.model_type} config.json cannot express {shown}")
+        values = ", ".join(f"{k}={shown(getattr(spec, k))}" for k in differ)
+        raise SpecError(f"model '{spec.name}'", f"a {spec.model_type} config.json cannot express {values}")
     return config
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autoplan.errors import SpecError
+from autoplan.errors import SpecError, shown
 
 ACTIVATIONS = ("swiglu", "gelu")
 NORMS = ("rmsnorm", "layernorm")
@@ -79,14 +79,14 @@ class ModelSpec:
                      "num_kv_heads", "head_dim", "vocab_size", "seq_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise SpecError(where, f"{name} must be a positive integer, got {value!r}")
+                raise SpecError(where, f"{name} must be a positive integer, got {shown(value)}")
         if self.num_attention_heads % self.num_kv_heads:
             raise SpecError(where, "num_attention_heads must be a multiple of num_kv_heads, got "
                                    f"({self.num_attention_heads}, {self.num_kv_heads})")
         for name, allowed in (("activation", ACTIVATIONS), ("norm", NORMS),
                               ("position_embedding", POSITION_EMBEDDINGS)):
             if getattr(self, name) not in allowed:
-                raise SpecError(where, f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+                raise SpecError(where, f"{name} must be one of {allowed}, got {shown(getattr(self, name))}")
         if self.moe is not None:
             moe = self.moe
             if not 0 < moe.num_experts_per_token <= moe.num_experts:

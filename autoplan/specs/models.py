@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from autoplan.errors import SpecError, UnknownNameError
+from autoplan.errors import SpecError, UnknownNameError, shown
+from autoplan.files import exists
 from autoplan.paths import data_dir
 from autoplan.specs.hf_config import model_from_hf_config
 from autoplan.specs.model import ModelSpec
@@ -32,7 +33,7 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         raise UnknownNameError("model", "(empty)", known_names(presets))
     if not _looks_like_path(text) and text.lower() in index:
         return presets[index[text.lower()]]
-    if _looks_like_path(text) or Path(text).exists():
+    if _looks_like_path(text) or exists(text):
         return load_model_file(text)
     raise UnknownNameError("model", text, known_names(presets))
 
@@ -98,7 +99,7 @@ def _read_preset(path: Path, where: str) -> ModelSpec:
     config = read_mapping(path)
     if config.get("name") != path.stem:
         raise SpecError(where, f"name must equal the file name '{path.stem}', "
-                               f"got {config.get('name')!r}")
+                               f"got {shown(config.get('name'))}")
     if not config.get("sources"):
         raise SpecError(where, "sources: a preset must say where its values come from "
                                "(e.g. the config.json it was copied from)")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoplan.errors import AutoplanError
+from autoplan.errors import AutoplanError, shown
 from autoplan.specs.hardware import Cluster
 
 FLOPS_CONVENTIONS = ("playbook", "causal", "megatron")
@@ -23,7 +23,11 @@ ATTENTION_KERNELS = ("flash", "eager")
 # per-tensor ("tensorwise": DelayedScaling or Float8CurrentScaling), "blockwise"
 # (Float8BlockScaling, 1x128 activations / 128x128 weights) and "mxfp8" (MXFP8BlockScaling).
 FP8_RECIPES = ("tensorwise", "delayed", "blockwise", "mxfp8")  # Megatron --fp8-recipe choices
-MAX_COUNT = 2**40  # the largest sequence length or batch accepted, as for layout degrees
+# The largest values accepted, one bound per quantity: the options of every command use these too.
+# Far above any real job; they keep counts exact in float64 (STYLE.md §2) and int64 casts safe.
+MAX_GPUS = 10**7
+MAX_SEQ_LEN = 10**8
+MAX_GBS_SEQS = 2**40
 
 
 class TrainingSpecError(AutoplanError):
@@ -71,27 +75,29 @@ class TrainingSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.cluster, Cluster):
             raise TrainingSpecError(f"cluster must be a Cluster, got {type(self.cluster).__name__}")
-        for name in ("seq_len", "gbs_seqs"):
+        for name, maximum in (("seq_len", MAX_SEQ_LEN), ("gbs_seqs", MAX_GBS_SEQS)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise TrainingSpecError(f"{name} >= 1 must hold for an integer {name}, got {name}={value!r}")
-            if value > MAX_COUNT:
-                raise TrainingSpecError(f"{name} = {value!r} is absurdly large (more than 2^40)")
+                raise TrainingSpecError(f"{name} >= 1 must hold for an integer {name}, got {name}={shown(value)}")
+            if value > maximum:
+                raise TrainingSpecError(f"{name} <= {maximum:,} must hold, got {name}={shown(value)}")
+        if self.cluster.num_gpus > MAX_GPUS:
+            raise TrainingSpecError(f"gpus <= {MAX_GPUS:,} must hold, got gpus={self.cluster.num_gpus}")
         tolerance = self.gbs_tolerance
         if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0.0 <= tolerance < 1.0:
-            raise TrainingSpecError(f"0 <= gbs_tolerance < 1 must hold, got gbs_tolerance={tolerance!r}")
+            raise TrainingSpecError(f"0 <= gbs_tolerance < 1 must hold, got gbs_tolerance={shown(tolerance)}")
         if self.flops_convention not in FLOPS_CONVENTIONS:
             raise TrainingSpecError(f"flops_convention must be one of {', '.join(FLOPS_CONVENTIONS)}, "
-                                    f"got {self.flops_convention!r}")
+                                    f"got {shown(self.flops_convention)}")
         for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", FP8_RECIPES)):
             if getattr(self, name) not in allowed:
-                raise TrainingSpecError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+                raise TrainingSpecError(f"{name} must be one of {', '.join(allowed)}, got {shown(getattr(self, name))}")
         factor = self.moe_capacity_factor
         if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
-            raise TrainingSpecError(f"moe_capacity_factor must be None (dropless) or > 0, got {factor!r}")
+            raise TrainingSpecError(f"moe_capacity_factor must be None (dropless) or > 0, got {shown(factor)}")
         for name in ("fp8_param_gather", "grad_reduce_in_bf16"):
             if not isinstance(getattr(self, name), bool):
-                raise TrainingSpecError(f"{name} must be true or false, got {getattr(self, name)!r}")
+                raise TrainingSpecError(f"{name} must be true or false, got {shown(getattr(self, name))}")
 
     @property
     def gpus(self) -> int:
@@ -117,6 +123,9 @@ def resolve_batch(seq_len: int | None, gbs_seqs: int | None, gbs_tokens: float |
         raise TrainingSpecError("--gbs-tokens and --gbs-seqs are mutually exclusive: give one, not both "
                                 f"(got --gbs-seqs {gbs_seqs} and --gbs-tokens {gbs_tokens:.0f})")
     if gbs_tokens is not None:
+        if gbs_tokens > MAX_GBS_SEQS * seq:
+            raise TrainingSpecError(f"--gbs-tokens ({gbs_tokens:.4g}) must be at most {MAX_GBS_SEQS:,} sequences "
+                                    f"of {seq} tokens ({MAX_GBS_SEQS * seq:.4g})")
         if gbs_tokens != int(gbs_tokens):
             raise TrainingSpecError(f"--gbs-tokens must be a whole number of tokens, got {gbs_tokens:g}")
         if gbs_tokens % seq:

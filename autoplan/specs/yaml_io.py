@@ -3,56 +3,121 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import unicodedata
+from collections.abc import Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from autoplan.errors import SpecError
-
-MAX_FILE_BYTES = 16 * 2**20  # a spec file larger than this is refused, not parsed
-
+from autoplan.errors import SpecError, shown
+from autoplan.files import read_user_text
 
 def read_mapping(path: str | Path) -> dict[str, Any]:
-    """Read a YAML or JSON file whose top level is a mapping, with clear errors."""
-    path = Path(path)
-    where = str(path)
+    """Read a YAML or JSON file whose top level is a mapping, with clear errors (a regular file
+    of at most 16 MiB: :func:`autoplan.files.read_user_text`)."""
+    text = read_user_text(path)
+    return parse_mapping(text, str(path), is_json=Path(path).suffix.lower() == ".json")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``safe_load`` that refuses aliases (nested aliases expand to gigabytes: the "billion
+    laughs") and a key given twice in one mapping (YAML would keep the last silently)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed in "
+                                              "autoplan files; write the value out", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader refuses it with its own message
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {shown(key)} appears twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object; a key given twice is refused (``json`` would keep the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {shown(key)} appears twice")
+        out[key] = value
+    return out
+
+
+def parse_json(text: str, where: str) -> Any:
+    """JSON text, strictly: no duplicate keys, no NaN, nesting and numbers of sane size."""
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise SpecError(where, f"cannot read file ({exc.strerror or exc})") from None
-    if path.is_dir():
-        raise SpecError(where, "is a folder, expected a file")
-    if size > MAX_FILE_BYTES:
-        raise SpecError(where, f"file is {size} bytes, larger than the {MAX_FILE_BYTES} bytes allowed")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(where, f"not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise SpecError(where, f"cannot read file ({exc.strerror or exc})") from None
-    return parse_mapping(text, where, is_json=path.suffix.lower() == ".json")
+        return json.loads(text, object_pairs_hook=_json_object, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise SpecError(where, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise SpecError(where, "invalid JSON: nesting too deep") from None
+    except ValueError as exc:  # a duplicate key, or an integer over Python's 4,300 digits
+        raise SpecError(where, f"invalid JSON: {_short(exc)}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    if "integer string conversion" in text:
+        return "an integer too long to be a number (over 4,300 digits)"
+    return text
 
 
 def parse_mapping(text: str, where: str, *, is_json: bool = False) -> dict[str, Any]:
     """Parse YAML (or JSON) text whose top level must be a mapping."""
     if not text.strip():
         raise SpecError(where, "file is empty")
-    try:
-        data = json.loads(text) if is_json else yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(where, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "syntax error"
-        raise SpecError(where, f"invalid YAML{at}: {problem}") from None
-    except RecursionError:
-        raise SpecError(where, "nesting too deep") from None
+    if is_json:
+        data = parse_json(text, where)
+    else:
+        try:
+            data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or "syntax error"
+            raise SpecError(where, f"invalid YAML{at}: {problem}") from None
+        except RecursionError:
+            raise SpecError(where, "invalid YAML: nesting too deep") from None
+        except ValueError as exc:  # an integer over Python's 4,300 digits
+            raise SpecError(where, f"invalid YAML: {_short(exc)}") from None
     if not isinstance(data, Mapping):
         raise SpecError(where, f"expected a mapping at the top level, got {type(data).__name__}")
     return dict(data)
+
+
+MAX_NAME_CHARS = 255  # a name becomes part of a file name (result folders, exported configs)
+# Unicode categories refused in names: control characters, lone surrogates (not encodable as
+# UTF-8), line and paragraph separators; a name is one line that a terminal shows as written.
+_NOT_IN_NAMES = ("Cc", "Cs", "Zl", "Zp")
+
+
+def check_name(value: Any, key: str, where: str) -> str:
+    """A name (of a model, GPU, alias): a non-empty single line of printable text of at most
+    255 characters, stripped."""
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(where, f"{key}: expected a non-empty string, got {shown(value)}")
+    text = value.strip()
+    if len(text) > MAX_NAME_CHARS:
+        raise SpecError(where, f"{key}: at most {MAX_NAME_CHARS} characters, got {len(text)}: {shown(text)}")
+    bad = next((c for c in text if unicodedata.category(c) in _NOT_IN_NAMES), None)
+    if bad is not None:
+        raise SpecError(where, f"{key}: control or invalid character {shown(bad)} in {shown(text)}")
+    return text
 
 
 def check_keys(data: Mapping[str, Any], where: str, *, required: Iterable[str],
@@ -64,9 +129,9 @@ def check_keys(data: Mapping[str, Any], where: str, *, required: Iterable[str],
     known = required + optional
     for key in data:
         if key not in known:
-            close = difflib.get_close_matches(str(key), known, n=1)
+            close = difflib.get_close_matches(key, known, n=1) if isinstance(key, str) else []
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise SpecError(where, f"unknown key '{key}'{hint}")
+            raise SpecError(where, f"unknown key {shown(key)}{hint}")
     missing = [key for key in required if key not in data]
     if missing:
         raise SpecError(where, f"missing required key(s): {', '.join(missing)}")
@@ -83,12 +148,12 @@ def get_int(data: Mapping[str, Any], key: str, where: str, *, default: int | Non
         raise SpecError(where, f"missing required key '{key}'")
     if isinstance(value, float) and value.is_integer():
         if abs(value) > MAX_INT:
-            raise SpecError(where, f"{key}: must be <= {MAX_INT}, got {value:.3g}")
+            raise SpecError(where, f"{key}: must be <= {MAX_INT}, got {shown(value)}")
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(where, f"{key}: expected an integer, got {value!r}")
+        raise SpecError(where, f"{key}: expected an integer, got {shown(value)}")
     if value < minimum:
-        raise SpecError(where, f"{key}: must be >= {minimum}, got {value}")
+        raise SpecError(where, f"{key}: must be >= {minimum}, got {shown(value)}")
     if value > maximum:
-        raise SpecError(where, f"{key}: must be <= {maximum}, got {value:.3g}")
+        raise SpecError(where, f"{key}: must be <= {maximum}, got {shown(value)}")
     return value

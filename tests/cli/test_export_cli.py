@@ -121,8 +121,8 @@ def test_help_lists_the_trainers():
 
 # --- quoting: nothing a user typed can run ---------------------------------------------------
 
-def _evil_model(tmp_path) -> Path:
-    config = {"model_type": "llama", "name": EVIL + "\ntouch pwned_by_name", "num_hidden_layers": 4,
+def _evil_model(tmp_path, name: str = EVIL + " touch pwned_by_name") -> Path:
+    config = {"model_type": "llama", "name": name, "num_hidden_layers": 4,
               "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8,
               "num_key_value_heads": 8, "vocab_size": 1024}
     path = tmp_path / "evil.json"
@@ -140,7 +140,7 @@ def test_scripts_pass_hostile_values_as_single_words(tmp_path, trainer):
     (stub / "torchrun").write_text('#!/usr/bin/env bash\n'
                                    'python3 -c "import json,sys; json.dump(sys.argv[1:], open(\'argv.json\',\'w\'))" "$@"\n')
     (stub / "torchrun").chmod(0o755)
-    data = "$(touch pwned_by_data); `touch pwned_by_tick`"
+    data = "$(touch pwned_by_data);\n`touch pwned_by_tick`"
     tokenizer = "'; touch pwned_by_tokenizer; '"
     result = run("export", "--to", trainer, "-m", str(_evil_model(tmp_path)), "-n", "8", "--tp", "2",
                  "--gbs-seqs", "16", "--seq-len", "256", "--data-path", data, "--tokenizer", tokenizer,
@@ -151,8 +151,7 @@ def test_scripts_pass_hostile_values_as_single_words(tmp_path, trainer):
     subprocess.run(["bash", str(script)], cwd=work, env=env, check=True, timeout=30)
     argv = json.loads((work / "argv.json").read_text())
     assert not list(work.glob("pwned*")) and not list(tmp_path.glob("pwned*"))
-    assert data in argv and tokenizer in argv  # each arrived as exactly one argument
-    assert "\ntouch" not in script.read_text()  # the model name's newline stayed inside the comment
+    assert data in argv and tokenizer in argv  # each arrived as exactly one argument, newline and all
 
 
 def test_python_and_toml_outputs_quote_hostile_values(tmp_path):
@@ -167,7 +166,16 @@ def test_python_and_toml_outputs_quote_hostile_values(tmp_path):
     assert EVIL in [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)]
     job = tomllib.loads((tmp_path / "tt" / "torchtitan_job.toml").read_text())
     assert job["training"]["dataset"] == EVIL
-    assert EVIL + "\ntouch pwned_by_name" in job["job"]["description"]
+    assert EVIL + " touch pwned_by_name" in job["job"]["description"]
+
+
+def test_names_with_control_characters_are_refused_before_export(tmp_path):
+    # a newline or a terminal escape in a model name never reaches a script, a comment or the terminal
+    for name in (EVIL + "\ntouch pwned_by_name", "x\x1b[31mred"):
+        result = run("export", "--to", "megatron", "-m", str(_evil_model(tmp_path, name)), "-n", "8",
+                     "--gbs-seqs", "16", "--seq-len", "256")
+        assert result.exit_code == 2, result.output
+        assert "name: control or invalid character" in result.stderr and "\x1b" not in result.stderr
 
 
 # --- paths: output never escapes the chosen folder --------------------------------------------

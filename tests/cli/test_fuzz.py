@@ -117,3 +117,148 @@ def test_estimate_fuzz(seed, tmp_path, monkeypatch):
             _check_json(args, result.stdout)
     # the generator must reach both outcomes, or the fuzz tests nothing
     assert codes.get(0, 0) >= 5 and codes.get(2, 0) >= 5, codes
+
+
+# --- every command (issue 18): options and files drawn from good, bad and hostile values --------
+
+HOSTILE = ["", "-1", "0", "1e30", "9" * 60, "x\x1b[31m", "a\nb", "\ud800", "nan", "inf", "m" * 300, "8,", ",", "1,,2"]
+FILES = {  # name -> content (str, bytes); FIFO and the link to /dev/zero are made by the fixture
+    "model.json": json.dumps(dict(model_type="llama", num_hidden_layers=2, hidden_size=256, intermediate_size=512,
+                                  num_attention_heads=4, vocab_size=1000)),
+    "dup.json": '{"model_type": "llama", "model_type": "gpt2"}',
+    "alias.yaml": "a: &a [1, 2]\nb: *a\n",
+    "binary.yaml": b"\xff\xfe\x00garbage",
+    "empty.yaml": "",
+    "tiny_space.yaml": "tp: [1, 2]\npp: [1, 2]\nmbs: [1]\nrecompute: [none, full]\n",
+    "plans.json": json.dumps({"model": "llama3.2-1b", "plans": [
+        {"rank": 1, "gpus": 8, "tp": 1, "pp": 1, "dp": 8, "mbs": 1, "gbs_seqs": 8, "seq_len": 4096}]}),
+    "deep.json": '{"plans": ' + "[" * 3000 + "]" * 3000 + "}",
+    "layouts.csv": "tp,pp,gpus,gbs_seqs\n1,1,8,8\n2,1,8,8\n",
+    "bom.csv": "\ufefftp,pp,gpus,gbs_seqs\n1,1,8,8\n",
+    "extra.csv": "tp,pp,gpus,gbs_seqs\n1,1,8,8,9\n",
+    "measured.csv": "gpus,tp,gbs_seqs,tokens_per_s_per_gpu\n8,1,64,9000\n8,2,64,8500\n8,4,64,8000\n",
+    "train.log": "iteration 10/100 | elapsed time per iteration (ms): 1000.0 | global batch size: 8 |\n" * 5,
+}
+SPECIAL = ["fifo.yaml", "zero.yaml", "nowhere.json", "."]
+TINY = ["--tp", "1,2", "--pp", "1", "--mbs", "1", "--recompute", "none", "--precision", "bf16"]
+
+
+def _value(rng: random.Random, good: list[str], p_bad: float = 0.15) -> str:
+    return rng.choice(HOSTILE) if rng.random() < p_bad else rng.choice(good)
+
+
+def _file(rng: random.Random, good: list[str]) -> str:
+    return rng.choice(list(FILES) + SPECIAL) if rng.random() < 0.3 else rng.choice(good)
+
+
+def _setup(rng: random.Random) -> list[str]:
+    model = _value(rng, ["llama3.2-1b", "8b", "model.json"]) if rng.random() < 0.9 else rng.choice(list(FILES) + SPECIAL)
+    args = ["-m", model,
+            "-g", _value(rng, ["8", "16"]), "--gbs-seqs", _value(rng, ["8", "16", "64"])]
+    for option, good in (("--nic", ["400 Gb/s", "50 GB/s per direction", "400 Gb/s lol"]),
+                         ("--hardware", ["h100-sxm", "a100-80gb", "model.json", "alias.yaml"]),
+                         ("--seq-len", ["2048", "4096"]), ("--gpus-per-node", ["4", "8"]),
+                         ("--trainer", ["megatron", "torchtitan", "hf"]), ("--profile", ["dup.json", "zero.yaml"])):
+        if rng.random() < 0.1:
+            args += [option, _value(rng, good)]
+    return args
+
+
+def _search(rng: random.Random) -> list[str]:
+    args = ["search", *_setup(rng), "--out", "out", "--format", rng.choice(["json", "csv", "table"])]
+    args += ["--space", _file(rng, ["tiny_space.yaml"])] if rng.random() < 0.5 else TINY
+    args += ["--sampler", rng.choice(["exhaustive", "random", "tpe"]), "--trials", _value(rng, ["3", "5"]),
+             "--seed", _value(rng, ["0", "4294967295", "4294967296", "-1"])]
+    return args + (["--top", _value(rng, ["1", "3"])] if rng.random() < 0.3 else [])
+
+
+def _calibrate(rng: random.Random) -> list[str]:
+    if rng.random() < 0.5:
+        return ["calibrate", "--from-log", _file(rng, ["train.log"]), "--log-format", "megatron", "-m", "8b",
+                "--layout", _value(rng, ["gpus=8,gbs_seqs=8", "gpus=8,tp=2,gbs_seqs=8"])]
+    return ["calibrate", _file(rng, ["measured.csv", "bom.csv"]), "-m", "8b", "--params", "gemm_efficiency_max",
+            "--starts", "1", "--folds", "2", "--max-evals", "20", "--seed", _value(rng, ["0", "7"]), "-o", "cal.yaml"]
+
+
+COMMANDS = {
+    "models": lambda rng: ["models", "--format", rng.choice(["table", "json", "csv", "xml"])],
+    "hardware": lambda rng: ["hardware", "--format", rng.choice(["table", "json", "csv"])],
+    "trainers": lambda rng: ["trainers", "--format", rng.choice(["table", "json", "csv"])],
+    "estimate": lambda rng: ["estimate", *_setup(rng), "--tp", _value(rng, ["1", "2"]), "--format", "json"],
+    "explain": lambda rng: ["explain", *_setup(rng), "--pp", _value(rng, ["1", "2"]), "--format", "csv"],
+    "compare": lambda rng: ["compare", _file(rng, ["layouts.csv", "bom.csv"]), "-m", _value(rng, ["8b", "model.json"]),
+                            *(["--nic", _value(rng, ["400 Gb/s"])] if rng.random() < 0.2 else [])],
+    "search": _search,
+    "export": lambda rng: (["export", _file(rng, ["plans.json", "deep.json"]), "--to", "megatron",
+                            "--rank", _value(rng, ["1", "2"])] if rng.random() < 0.6 else
+                           ["export", "--to", rng.choice(["torchtitan", "nanotron", "deepspeed"]), *_setup(rng)]),
+    "calibrate": _calibrate,
+}
+
+
+def run_limited(runner: CliRunner, args: list[str], seconds: int):
+    """One invocation; SIGALRM turns a hang into a failure naming the command line."""
+    import signal
+
+    def hang(*_):
+        raise TimeoutError(f"ran over {seconds} s")
+
+    if not hasattr(signal, "SIGALRM"):  # Windows: no alarm, no limit
+        return runner.invoke(main, args)
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(seconds)
+    try:
+        return runner.invoke(main, args)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def fuzz_folder(tmp_path, monkeypatch):
+    import os
+
+    for name, content in FILES.items():
+        (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "fifo.yaml")
+    if os.path.exists("/dev/zero"):
+        (tmp_path / "zero.yaml").symlink_to("/dev/zero")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AUTOPLAN_DEBUG", raising=False)
+    return tmp_path
+
+
+def fuzz_commands(seed: int, runs: int, commands: dict, seconds: int = 30) -> dict[str, set[int]]:
+    rng = random.Random(seed)
+    runner = CliRunner()
+    codes: dict[str, set[int]] = {}
+    for _ in range(runs):
+        name = rng.choice(sorted(commands))
+        args = commands[name](rng)
+        shown = "autoplan " + " ".join(repr(a) if not a.isprintable() or " " in a or not a else a for a in args)
+        result = run_limited(runner, args, seconds)
+        everything = result.output + result.stderr
+        assert not isinstance(result.exception, TimeoutError), shown
+        assert "Traceback" not in everything and "Internal error" not in everything, (shown, everything[-500:])
+        assert result.exception is None or isinstance(result.exception, SystemExit), (shown, result.exception)
+        assert result.exit_code in (0, 1, 2), (shown, result.exit_code, result.stderr)
+        if result.exit_code:
+            last = result.stderr.strip().splitlines()[-1]
+            assert last.startswith("Error:") and last.isprintable(), (shown, result.stderr)
+        codes.setdefault(name, set()).add(result.exit_code)
+    return codes
+
+
+def test_every_command_fuzz(fuzz_folder):
+    codes = fuzz_commands(seed=0, runs=len(COMMANDS) * 10, commands=COMMANDS)
+    assert set(codes) == set(COMMANDS), codes  # every command was drawn
+    for name in ("estimate", "compare", "search", "export", "calibrate"):
+        assert 0 in codes[name] and 2 in codes[name], (name, codes)  # and reached both outcomes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(1, 6))
+def test_every_command_fuzz_long(fuzz_folder, seed):
+    commands = {**COMMANDS, "validate": lambda rng: ["validate", "--quick", "--seed", _value(rng, ["0", "1"])]}
+    fuzz_commands(seed=seed, runs=300, commands=commands, seconds=120)

@@ -14,6 +14,7 @@ import math
 import pytest
 from click.testing import CliRunner
 
+from autoplan.errors import AutoplanError
 from autoplan.cli import main
 from autoplan.calibration.log_import import LogImportError, human_number, parse_log
 from autoplan.units import GiB, MiB
@@ -153,7 +154,7 @@ def test_every_step_skipped_is_refused_with_the_counts(log):
 def test_unknown_format_and_missing_file(log, tmp_path):
     with pytest.raises(LogImportError, match="unknown log format 'deepspeed'; known: megatron"):
         parse_log(log(MEGATRON), "deepspeed")
-    with pytest.raises(LogImportError, match="no such log file"):
+    with pytest.raises(AutoplanError, match="missing.log: cannot read file"):
         parse_log(tmp_path / "missing.log", "megatron", gpus=8, seq_len=4096, gbs_seqs=8)
 
 
