@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 
 import click
@@ -101,9 +103,16 @@ def search_command(**kw) -> None:
                             allow_uneven_pp=kw["allow_uneven_pp"], workers=kw["workers"])
     _warn_workers(kw["workers"])
     kw["out_dir"] = kw["out_dir"] or str(default_out_dir(kw["model_name"], kw["gpus"]))
+    made = not os.path.lexists(kw["out_dir"])
     owned = check_out_dir(kw["out_dir"], study_meta(ctx, space)["key"])  # before the work
-    with _progress_bar() as progress:
-        result = search(ctx, space, options, progress=progress)
+    try:
+        with _progress_bar() as progress:
+            result = search(ctx, space, options, progress=progress)
+    except BaseException:
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(kw["out_dir"])  # the folder made for this run, still empty
+        raise
     clear(owned)
     out = _write(result, kw)
     if not result.feasible.any():

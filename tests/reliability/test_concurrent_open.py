@@ -27,14 +27,19 @@ OPEN = textwrap.dedent("""
 """)
 
 
-def test_four_processes_create_one_sqlite_study_at_once(tmp_path):
-    storage = f"sqlite:///{tmp_path / 'new.db'}"
+def open_together(storage: str, processes: int = 4) -> None:
+    """``processes`` processes open one new study in ``storage`` at the same moment; all succeed
+    (also used by test_postgresql_storage.py)."""
     start = str(time.time() + 4)
     procs = [subprocess.Popen([sys.executable, "-c", OPEN, storage, start], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+                              stderr=subprocess.PIPE, text=True) for _ in range(processes)]
     outputs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0] * 4, [err[-300:] for _, err in outputs]
+    assert [p.returncode for p in procs] == [0] * processes, [err[-300:] for _, err in outputs]
     assert all(out.strip() == "together" for out, _ in outputs)
+
+
+def test_four_processes_create_one_sqlite_study_at_once(tmp_path):
+    open_together(f"sqlite:///{tmp_path / 'new.db'}")
 
 
 def test_a_file_that_is_not_a_database_is_refused_untouched(tmp_path):

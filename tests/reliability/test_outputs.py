@@ -34,6 +34,20 @@ def test_out_on_a_file_a_device_or_a_dangling_link_fails_before_the_search(tmp_p
         assert result.stderr.strip().count("\n") == 0
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_folder_fails_before_the_search(tmp_path):
+    (tmp_path / "ro").mkdir(mode=0o555)
+    result = _search("--out", str(tmp_path / "ro" / "out"))
+    assert result.exit_code == 2 and "cannot write there" in result.stderr and "Recipe" not in result.stderr
+
+
+def test_a_failed_search_leaves_no_empty_folder(tmp_path):
+    (tmp_path / "s.db").write_text("not a database")
+    result = _search("--storage", f"sqlite:///{tmp_path / 's.db'}", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2 and "not an SQLite database" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_folder_of_another_search_is_refused_and_a_rerun_clears_its_own_files(tmp_path):
     out = str(tmp_path / "out")
     assert _search("--out", out, "--export", "megatron").exit_code == 0
