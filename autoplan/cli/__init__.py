@@ -71,6 +71,9 @@ class AutoplanGroup(click.Group):
         except click.Abort:
             click.echo("Aborted.", err=True)
             sys.exit(130)
+        except BrokenPipeError:  # the reader left (`autoplan search | head`): stop quietly
+            _silence_stdout()
+            sys.exit(0)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -80,6 +83,11 @@ class AutoplanGroup(click.Group):
             ctx.exit(getattr(exc, "exit_code", 2))
         except FileNotFoundError as exc:
             click.echo(error_line(f"Error: {exc}"), err=True)
+            ctx.exit(2)
+        except BrokenPipeError:
+            raise  # handled in main()
+        except OSError as exc:  # the machine refused a read or write: disk full, read-only, ...
+            click.echo(f"Error: {exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", err=True)
             ctx.exit(2)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
@@ -92,6 +100,16 @@ class AutoplanGroup(click.Group):
             click.echo(error_line(f"Internal error: {type(exc).__name__}: {exc}")
                        + " (set AUTOPLAN_DEBUG=1 for the traceback, and please report it)", err=True)
             ctx.exit(3)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that Python's flush at exit does not fail again (the
+    recipe of the Python docs, 'Note on SIGPIPE')."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 @click.group(cls=AutoplanGroup, context_settings={"help_option_names": ["-h", "--help"],

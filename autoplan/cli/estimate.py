@@ -10,7 +10,7 @@ from autoplan.cli.layout_options import layout_options, layout_values
 from autoplan.cli.options import (allow_uneven_option, context_from_options, output_format_option, setup_settings,
                                   trainer_options, training_options)
 from autoplan.cli.render import emit_records
-from autoplan.errors import AutoplanError, LayoutError
+from autoplan.errors import AutoplanError, LayoutError, NoFeasiblePlanError
 
 
 def _evaluate_one(kwargs):
@@ -30,7 +30,7 @@ def _evaluate_one(kwargs):
 @allow_uneven_option
 @output_format_option()
 def estimate_command(output_format, **kwargs) -> None:
-    """Predict memory, step time, tokens/s and MFU of one layout."""
+    """Predict memory, step time, tokens/s and MFU of one layout (exit code 1 when it does not fit)."""
     from autoplan.report.whynot import why_not
 
     ctx, batch, table = _evaluate_one(kwargs)
@@ -42,7 +42,13 @@ def estimate_command(output_format, **kwargs) -> None:
     record.update(model=ctx.model.name, hardware=ctx.cluster.gpu.name, trainer=ctx.profile.name)
     if output_format != "table":
         emit_records([record], output_format, columns=list(record))
-        return
+    else:
+        _print_estimate(ctx, batch, record)
+    if not record["fits"]:  # evaluated, does not fit: exit code 1 with the reason, as search
+        raise NoFeasiblePlanError(f"the layout does not fit: {reason}")
+
+
+def _print_estimate(ctx, batch, record) -> None:
     lay = batch.layout(0)
     click.echo(f"{ctx.model.name} on {ctx.training.gpus} × {ctx.cluster.gpu.name} ({ctx.profile.name}): "
                f"{lay.describe()}")
@@ -107,8 +113,12 @@ def compare_command(layouts_csv, precision, output_path, **kw) -> None:
     Columns gpus, seq_len and gbs_seqs give each row its own setup; the options fill them where
     a column is missing or blank.
     """
-    from autoplan.specs.training import resolve_batch
     from autoplan.report.compare import compare_layouts, read_layouts_csv
+    from autoplan.report.destination import check_out_file
+    from autoplan.specs.training import resolve_batch
+
+    if output_path:
+        check_out_file(output_path)  # before the work
 
     if kw["gpus"] is not None:  # one count for every row: refuse it up front if no cluster has it
         from autoplan.specs.hardware import load_gpu, make_cluster
@@ -128,8 +138,9 @@ def compare_command(layouts_csv, precision, output_path, **kw) -> None:
                           allow_uneven=kw["allow_uneven_pp"], settings=setup_settings(kw))
     text = out.to_csv(index=False, lineterminator="\n")
     if output_path:
-        with open(output_path, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        from autoplan.report.destination import write_text
+
+        write_text(output_path, text)
         click.echo(f"wrote {len(out)} rows to {output_path}", err=True)
     else:
         click.echo(text, nl=False)

@@ -45,6 +45,10 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, train_steps,
     """
     from autoplan.export import LaunchOptions, render
 
+    if output is not None and not (Path(output).is_dir() or output.endswith(("/", os.sep))):
+        from autoplan.report.destination import check_out_file
+
+        check_out_file(output)  # before the work (a folder is made and checked as it is written)
     if plan:
         model, layout, training = _from_plan(ctx, plan, rank, trainer, kwargs)
     else:

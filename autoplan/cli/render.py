@@ -40,7 +40,6 @@ def emit_records(records: Sequence[dict[str, Any]], output_format: str, *, colum
             writer.writerow({k: _plain(v) for k, v in record.items()})
         click.echo(buffer.getvalue(), nl=False)
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title or None)
@@ -50,4 +49,17 @@ def emit_records(records: Sequence[dict[str, Any]], output_format: str, *, colum
         table.add_column(headers.get(column, column), overflow="fold")
     for record in records:
         table.add_row(*[formatters.get(c, str)(record.get(c, "")) for c in columns])
-    Console(width=200).print(table)
+    stdout_console(width=200).print(table)
+
+
+def stdout_console(**kwargs):
+    """A rich Console on stdout whose reader leaving raises ``BrokenPipeError`` (the CLI exits
+    0 quietly, as `head` expects) instead of rich's ``SystemExit(1)``."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console(**kwargs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 
 import click
@@ -94,8 +96,10 @@ def search_command(**kw) -> None:
         from autoplan.export import parse_trainers
 
         parse_trainers(kw["export_to"])  # refuse an unknown trainer before searching
+    from autoplan.report.destination import check_out_dir, clear
+    from autoplan.report.results import MAX_CSV_ROWS, default_out_dir, record_files
     from autoplan.search import SearchOptions, search
-    from autoplan.report.results import MAX_CSV_ROWS
+    from autoplan.search.study import study_meta
     from autoplan.space import KNOBS, load_space
 
     ctx = context_from_options(kw)
@@ -104,8 +108,19 @@ def search_command(**kw) -> None:
     options = SearchOptions(sampler=kw["sampler"], trials=kw["trials"], timeout_s=kw["timeout_s"],
                             seed=kw["seed"], storage=kw["storage"], study_name=kw["study_name"],
                             allow_uneven_pp=kw["allow_uneven_pp"], workers=kw["workers"])
-    with _progress_bar() as progress:
-        result = search(ctx, space, options, progress=progress)
+    _warn_workers(kw["workers"])
+    kw["out_dir"] = kw["out_dir"] or str(default_out_dir(kw["model_name"], kw["gpus"]))
+    made = not os.path.lexists(kw["out_dir"])
+    owned = check_out_dir(kw["out_dir"], study_meta(ctx, space)["key"])  # before the work
+    try:
+        with _progress_bar() as progress:
+            result = search(ctx, space, options, progress=progress)
+    except BaseException:
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(kw["out_dir"])  # the folder made for this run, still empty
+        raise
+    clear(owned)
     out = _write(result, kw)
     if not result.feasible.any():
         try:
@@ -122,6 +137,7 @@ def search_command(**kw) -> None:
 
         written.append(write_search_report(result, out, top=kw["top_k"], train_tokens=kw["train_tokens"],
                                            gpu_hour_price_usd=kw["gpu_hour_price"]).name)
+    record_files(out)
     click.echo(f"Wrote {out}/ ({', '.join(written)})", err=True)
     _uneven_note(result)
     if len(result.table) > MAX_CSV_ROWS:
@@ -140,6 +156,15 @@ def _uneven_note(result) -> None:
     if unable:
         click.echo(f"Note: {unable} layouts were dropped because {layers} layers do not divide into "
                    f"pp·vpp stages and {trainer} cannot run unequal stages there", err=True)
+def _warn_workers(workers: int) -> None:
+    """One line when --workers exceeds the CPUs this process may use (each worker then waits
+    for a core, and holds its own copy of the study: slower, not faster)."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if workers > cpus:
+        click.echo(f"warning: --workers {workers} is more than the {cpus} CPUs available; "
+                   f"the search will not run faster than with --workers {cpus}", err=True)
 
 
 def _costs(result, kw: dict):
@@ -190,11 +215,11 @@ class _progress_bar:
 
 
 def _write(result, kw: dict) -> str:
-    from autoplan.report.results import default_out_dir, write_results
+    from autoplan.report.results import write_results
 
     inputs = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()}
     inputs.update(seq_len=result.training.seq_len, gbs_seqs=result.training.gbs_seqs, model=result.ctx.model.name)
-    out = kw["out_dir"] or default_out_dir(kw["model_name"], kw["gpus"])
+    out = kw["out_dir"]
     return str(write_results(result, out, top=kw["top_k"], inputs=inputs, command_line=sys.argv))
 
 
@@ -234,15 +259,15 @@ def describe(layout) -> str:
 
 def print_table(result, top_k: int, costs=None) -> None:
     """The recipe line and a rich table of the best plans on stdout."""
-    from rich.console import Console
     from rich.table import Table
 
+    from autoplan.cli.render import stdout_console
     from autoplan.report.results import recipe_line
     from autoplan.units import format_time
 
-    console = Console(highlight=False)
+    console = stdout_console(highlight=False)
     if not console.is_terminal:
-        console = Console(highlight=False, width=160)
+        console = stdout_console(highlight=False, width=160)
     console.print(recipe_line(result))
     rows = result.plan_rows(top_k)
     if len(rows) == 0:

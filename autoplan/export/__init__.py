@@ -29,6 +29,7 @@ from autoplan.errors import AutoplanError
 from autoplan.export.common import ExportError, ExportResult, LaunchOptions
 from autoplan.layout import Layout, layout_from_record
 from autoplan.profiles import load_profile
+from autoplan.report.destination import OutputError, write_text
 from autoplan.rules import RuleContext, TrainerRuleError, check_layout
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import TrainingSpec
@@ -112,11 +113,11 @@ def write_files(files: Mapping[str, str], out_dir: str | Path) -> list[Path]:
     targets = [(safe_join(root, name), text) for name, text in files.items()]
     written = []
     for path, text in targets:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        if text.startswith("#!"):
-            path.chmod(0o755)
-        written.append(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"cannot write {path}: {exc.strerror or type(exc).__name__}") from None
+        written.append(write_text(path, text, executable=text.startswith("#!")))  # new scripts +x
     return written
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from autoplan.errors import AutoplanError
 from autoplan.layout import Layout
+from autoplan.report.destination import write_text
 
 SECONDS_PER_DAY = 86_400.0
 HOURS_PER_DAY = 24.0
@@ -119,7 +120,7 @@ def write_report(out_dir: str | Path, frame_all, frame_top, context_summary: Map
     body += [_figure_html(key, paths[key], embed_images) for key in PLOT_FILES]
     page = _PAGE.format(title=html.escape(title), body="\n".join(body))
     report = out_dir / "report.html"
-    report.write_text(page, encoding="utf-8")
+    write_text(report, page)
     return report
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from autoplan.cost.evaluate import evaluate
 from autoplan.report.columns import columns_markdown, plain_dictionary
+from autoplan.report.destination import write_text
 from autoplan.search import SearchResult
 from autoplan.units import GiB
 
@@ -67,9 +68,12 @@ def versions() -> dict[str, str]:
 
 
 def manifest(result: SearchResult, inputs: dict[str, Any], command_line: list[str]) -> dict[str, Any]:
+    from autoplan.search.study import study_meta
+
     opts = result.options
     rows = len(result.table)
     return {
+        "study_key": study_meta(result.ctx, result.space)["key"],  # whose folder this is
         "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command_line": command_line,
         "inputs": inputs,
@@ -94,12 +98,13 @@ def _study_name(result: SearchResult) -> str | None:
 
 def write_results(result: SearchResult, out_dir: str | Path, *, top: int, inputs: dict[str, Any],
                   command_line: list[str]) -> Path:
-    """Write plans.csv, plans.json, columns.md and manifest.json into ``out_dir`` (created)."""
+    """Write plans.csv, plans.json, columns.md and manifest.json into ``out_dir`` (created),
+    each whole or not at all (:mod:`autoplan.report.destination`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     frame = result.to_frame(MAX_CSV_ROWS)
-    frame.to_csv(out / "plans.csv", index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n")
-    (out / "columns.md").write_text(columns_markdown(frame.columns), encoding="utf-8")
+    write_text(out / "plans.csv", frame.to_csv(index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n"))
+    write_text(out / "columns.md", columns_markdown(frame.columns))
     _write_json(out / "plans.json", summary(result, top))
     _write_json(out / "manifest.json", manifest(result, inputs, command_line))
     return out
@@ -144,8 +149,19 @@ def write_search_report(result: SearchResult, out_dir: str | Path, *, top: int,
                         result.table.batch.layout(int(rows[0])), chosen_index=int(rows[0]))
 
 
+def record_files(out_dir: str | Path) -> list[str]:
+    """List every file now in ``out_dir`` in its manifest.json (what a rerun of the same study
+    into the folder removes first, :func:`autoplan.report.destination.clear`); returns them."""
+    out = Path(out_dir)
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and not p.name.startswith("."))
+    data = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    data["files"] = files
+    _write_json(out / "manifest.json", data)
+    return files
+
+
 def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(clean_json(data), indent=2) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(clean_json(data), indent=2) + "\n")
 
 
 def clean_json(data: Any) -> Any:

@@ -17,7 +17,8 @@ so the result and ``plans.csv`` are byte-identical to a one-process run.
 Workers are started with ``spawn`` (no inherited database connections) and ignore SIGINT: on
 Ctrl-C or an error this process terminates them, and a worker whose parent was killed stops
 after its current batch. A batch is written whole or not at all, so a killed worker loses at
-most the batch it was evaluating.
+most the batch it was evaluating; the search stops with one line naming the worker (it is not
+waited for, nor restarted), and the same command resumes the study.
 """
 
 from __future__ import annotations
@@ -61,10 +62,11 @@ def run_optuna_parallel(ctx: CostContext, space: SearchSpace, options, store, *,
     share = shares(max(0, options.trials - done), options.workers)
     jobs = [(_optuna_worker, (ctx, space, options, sampler, i, share[i], _left(deadline)))
             for i in range(1, options.workers) if share[i]]
-    with _workers(jobs) as results:
+    with _workers(jobs, deadline) as pool:
         ask_and_tell(ctx, space, store, sampler=sampler, trials=options.trials, quota=share[0],
-                     allow_uneven=options.allow_uneven_pp, progress=progress, deadline=deadline)
-        results()
+                     allow_uneven=options.allow_uneven_pp, progress=pool.watch(progress),
+                     deadline=deadline)
+        pool.results()
     return finish(ctx, space, store, sampler=sampler, allow_uneven=options.allow_uneven_pp)
 
 
@@ -93,10 +95,10 @@ def run_exhaustive_parallel(ctx: CostContext, space: SearchSpace, options, store
     workers = min(options.workers, count)
     jobs = [(_exhaustive_worker, (ctx, space, options, range(i, count, workers), chunk_size,
                                   _left(deadline))) for i in range(1, workers)]
-    with _workers(jobs) as results:
+    with _workers(jobs, deadline) as pool:
         parts = _assess_and_store(ctx, space, store, range(0, count, workers), chunk_size,
-                                  options.allow_uneven_pp, progress, deadline)
-        for more in results():
+                                  options.allow_uneven_pp, pool.watch(progress), deadline)
+        for more in pool.results():
             parts += more
     if progress is not None:
         progress(space.size, space.size)
@@ -138,29 +140,107 @@ def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(1e-3, deadline - time.monotonic())
 
 
+# After the deadline a worker ends its batch and returns; past this grace it is stopped.
+DEADLINE_GRACE_S = 30.0
+
+
+class _Pool:
+    """Started worker processes: ``results()`` waits for them, ``watch(progress)`` wraps this
+    process's progress callback so that a dead worker stops the search between its batches."""
+
+    def __init__(self, started: list, deadline: float | None) -> None:
+        self.started, self.deadline = started, deadline
+        self.received: dict[int, object] = {}
+
+    def results(self) -> list:
+        """The workers' results in order; ``WorkerError`` when one dies without a result or
+        they outlive the deadline by ``DEADLINE_GRACE_S``."""
+        from multiprocessing.connection import wait
+
+        while len(self.received) < len(self.started):
+            waiting = [i for i in range(len(self.started)) if i not in self.received]
+            limit = None if self.deadline is None else self.deadline + DEADLINE_GRACE_S - time.monotonic()
+            if limit is not None and limit <= 0:
+                raise WorkerError(f"{len(waiting)} search worker(s) still running {DEADLINE_GRACE_S:.0f} s "
+                                  "after --timeout; stopped them (the study keeps every batch they wrote)")
+            wait([self.started[i][1] for i in waiting] + [self.started[i][0].sentinel for i in waiting], limit)
+            self.check()
+        return [self.received[i] for i in range(len(self.started))]
+
+    def check(self) -> None:
+        """Take the results that came; ``WorkerError`` for a worker that failed or died."""
+        for i, (process, receive) in enumerate(self.started):
+            if i in self.received:
+                continue
+            if receive.poll():  # a result, or the end of a dead worker's pipe
+                try:
+                    status, value = receive.recv()
+                except (EOFError, OSError):
+                    process.join(1)
+                    raise WorkerError(_died(i, process)) from None
+                if status == "error":
+                    raise WorkerError(value)
+                self.received[i] = value
+            elif not process.is_alive():
+                raise WorkerError(_died(i, process))
+
+    def watch(self, progress: Progress | None) -> Progress:
+        def check(done: int, total: int) -> None:
+            self.check()
+            if progress is not None:
+                progress(done, total)
+        return check
+
+
 @contextlib.contextmanager
-def _workers(jobs: list[tuple]) -> Iterator[Callable[[], list]]:
-    """Start one spawned process per (function, args) job; yields a function that waits for
-    them and returns their results in job order. Leaving the block terminates the processes."""
-    if not jobs:
-        yield list
-        return
+def _workers(jobs: list[tuple], deadline: float | None = None) -> Iterator[_Pool]:
+    """Start one spawned process per (function, args) job and yield them as a ``_Pool``. A
+    worker that dies (killed, or failed to start) raises ``WorkerError`` instead of being
+    waited for; leaving the block terminates the processes still running."""
     import multiprocessing
 
-    with multiprocessing.get_context("spawn").Pool(len(jobs), initializer=_ignore_sigint) as pool:
-        pending = [pool.apply_async(_call, job) for job in jobs]
-        yield lambda: [p.get() for p in pending]
+    spawn = multiprocessing.get_context("spawn")
+    started: list = []
+    try:
+        for func, args in jobs:
+            receive, send = spawn.Pipe(duplex=False)
+            process = spawn.Process(target=_run_job, args=(send, func, args), daemon=True)
+            process.start()
+            send.close()
+            started.append((process, receive))
+        yield _Pool(started, deadline)
+    finally:
+        for process, receive in started:
+            if process.is_alive():
+                process.terminate()
+            process.join(5)
+            receive.close()
 
 
-def _ignore_sigint() -> None:
+def _died(index: int, process) -> str:
+    process.join(1)
+    code = process.exitcode
+    how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+    return (f"search worker {index + 1} (pid {process.pid}) stopped without a result ({how}); "
+            "the study keeps every batch written: rerun the same command to resume")
+
+
+def _run_job(send, func, args) -> None:
+    """A worker process: run the job, send ("ok", result) or ("error", one line)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        send.send(_call(func, args))
+    except WorkerError as exc:
+        send.send(("error", str(exc)))
+    finally:
+        send.close()
 
 
 def _call(func, args):
-    """Run ``func(*args)`` in a worker; any error comes back as a one-line ``WorkerError``
-    (always picklable)."""
+    """Run ``func(*args)`` in a worker: ("ok", its result); any error becomes a one-line
+    ``WorkerError``."""
     try:
-        return func(*args)
+        return "ok", func(*args)
     except Exception as exc:  # noqa: BLE001 - reported by the parent as one line
         raise WorkerError(f"search worker failed: {type(exc).__name__}: "
                           f"{' '.join(str(exc).split())}") from None

@@ -35,6 +35,13 @@ from autoplan.errors import AutoplanError
 
 SQLITE_LOCK_TIMEOUT_S = 600.0  # a writer waits this long for another's transaction to end
 WRITER_ATTR = "autoplan:writer"  # system attribute: which process wrote a trial
+# A journal writer holds its lock file for one append (milliseconds); an older lock file was
+# left by a killed process, and Optuna's default 30 s grace would stall the next run that long.
+JOURNAL_LOCK_GRACE_S = 3  # Optuna warns below 3
+# Several processes creating one new database race on Optuna's schema setup ("table ... already
+# exists", a unique-constraint error); each retries the open this many times, backing off.
+OPEN_ATTEMPTS = 8
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 class StudyMismatchError(AutoplanError):
@@ -124,28 +131,74 @@ def make_storage(storage: str):
         from optuna.storages import RDBStorage
 
         sqlite = storage.startswith("sqlite")
+        if sqlite:
+            _check_sqlite_file(storage)
         return RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT_S}}
                           if sqlite else None)
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", storage):
         raise StorageError(f"--storage {storage}: expected an RDB URL like sqlite:///results/study.db "
                            "or postgresql://user@host/db, or a journal file path like results/study.log")
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock, JournalStorage
 
-    return JournalStorage(JournalFileBackend(storage))
+    lock = JournalFileSymlinkLock(storage, grace_period=JOURNAL_LOCK_GRACE_S)
+    return JournalStorage(JournalFileBackend(storage, lock_obj=lock))
+
+
+def _check_sqlite_file(storage: str) -> None:
+    """Refuse a ``sqlite:///path`` whose file exists and is not an SQLite database (SQLite would
+    take an empty file as a new database, and fail on any other after the search)."""
+    import os
+
+    path = storage.split("://", 1)[1].removeprefix("/").split("?", 1)[0]
+    if not path or path == ":memory:" or not os.path.lexists(path):
+        return
+    if not os.path.isfile(path):
+        raise StorageError(f"--storage {storage}: {path} is not a regular file")
+    with open(path, "rb") as handle:
+        head = handle.read(len(SQLITE_HEADER))
+    if head and head != SQLITE_HEADER:
+        raise StorageError(f"--storage {storage}: {path} exists and is not an SQLite database; "
+                           "give a new file name")
 
 
 def _create_or_load(storage: str, study_name: str | None, directions: Sequence[str]):
+    import random
+    import time
+
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    for attempt in range(OPEN_ATTEMPTS):
+        try:
+            return _try_create_or_load(storage, study_name, directions)
+        except (SQLAlchemyError, optuna.exceptions.DuplicatedStudyError) as exc:
+            if attempt == OPEN_ATTEMPTS - 1 or not RACE.search(str(exc)):
+                raise _storage_error(storage, exc) from None
+            time.sleep(0.05 * 2 ** attempt * (1 + random.random()))  # 0.05 s to ~13 s in all
+    raise AssertionError("unreachable")
+
+
+RACE = re.compile(r"already exists|unique|duplicate|locked", re.IGNORECASE)
+
+
+def _try_create_or_load(storage: str, study_name: str | None, directions: Sequence[str]):
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
         return optuna.create_study(storage=make_storage(storage), study_name=study_name,
                                    directions=list(directions), load_if_exists=True)
-    except (ValueError, ImportError, OSError, SQLAlchemyError) as exc:  # bad URL, driver, server
+    except (SQLAlchemyError, optuna.exceptions.DuplicatedStudyError):
+        raise  # retried by the caller
+    except (ValueError, ImportError, OSError) as exc:  # bad URL, driver, server
         if isinstance(exc, AutoplanError):
             raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StorageError(f"--storage {storage}: {first}") from None
+        raise _storage_error(storage, exc) from None
+
+
+def _storage_error(storage: str, exc: Exception) -> StorageError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StorageError(f"--storage {storage}: {first}")
 
 
 def _check_resumable(study, directions: Sequence[str], meta: dict, storage: str) -> None:
@@ -160,18 +213,23 @@ def _check_resumable(study, directions: Sequence[str], meta: dict, storage: str)
             raise StudyMismatchError(f"{where} was not made by autoplan: use another --study-name")
         study.set_user_attr("autoplan", meta)
         return
-    differ = [k for k in sorted(set(meta) | set(stored)) if meta.get(k) != stored.get(k)]
-    if differ:
-        shown = "; ".join(_difference(k, stored.get(k), meta.get(k)) for k in differ[:3])
-        raise StudyMismatchError(f"{where} was made for other inputs ({shown}): resume it with the "
-                                 "same inputs or use another --study-name")
+    if stored.get("key") != meta.get("key"):
+        now, before = _flatten(meta), _flatten(stored)
+        differ = [k for k in sorted(set(now) | set(before)) if k != "key" and now.get(k) != before.get(k)]
+        shown = "; ".join(f"{k}: stored {before.get(k)!r}, now {now.get(k)!r}" for k in differ[:3])
+        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+        raise StudyMismatchError(f"{where} was made for other inputs ({shown or 'an older autoplan'}{more}): "
+                                 "resume it with the same inputs or use another --study-name")
 
 
-def _difference(key: str, stored: Any, now: Any) -> str:
-    if isinstance(stored, dict) and isinstance(now, dict):
-        keys = [k for k in sorted(set(stored) | set(now)) if stored.get(k) != now.get(k)]
-        return "; ".join(f"{key}.{k}: stored {stored.get(k)!r}, now {now.get(k)!r}" for k in keys)
-    return f"{key}: stored {stored!r}, now {now!r}"
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"cluster": {"gpu": {"name": x}}}`` -> ``{"cluster.gpu.name": x}``."""
+    if not isinstance(data, dict):
+        return {prefix: data}
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
 
 
 def bulk_add(study, trials: Sequence) -> None:

@@ -12,20 +12,30 @@ from autoplan.space import SearchSpace
 
 
 def study_meta(ctx: CostContext, space: SearchSpace) -> dict:
-    """What a stored study was made for; a resumed study must match it."""
+    """What a stored study was made for, resolved: every field of the model, the cluster (GPU,
+    GPUs per node, NIC), the training setup (FLOP convention, batch tolerance), the trainer
+    profile and its calibrated parameters, and the space; ``key`` hashes them all. A resumed
+    study must have the same key (:func:`autoplan.search.storage.open_study`)."""
+    import dataclasses
+    import hashlib
+    import json
+
+    def plain(spec) -> dict:
+        return json.loads(json.dumps(dataclasses.asdict(spec), sort_keys=True, default=str))
+
     target = ctx.training
-    return {"model": ctx.model.name, "gpu": ctx.cluster.gpu.name, "gpus": target.gpus,
-            "trainer": ctx.profile.name, "seq_len": target.seq_len, "gbs_seqs": target.gbs_seqs,
-            "gbs_tolerance": target.gbs_tolerance, "space": space.to_dict()}
+    inputs = {"model": plain(ctx.model), "cluster": plain(target.cluster),
+              "training": {k: v for k, v in plain(target).items() if k != "cluster"},
+              "profile": plain(ctx.profile), "parameters": plain(ctx.parameters),
+              "space": json.loads(json.dumps(space.to_dict(), sort_keys=True, default=str))}
+    key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+    return {"key": key, **inputs}
 
 
 def default_study_name(ctx: CostContext, space: SearchSpace) -> str:
     """Names every input, so a rerun of the same command resumes its own study: e.g.
     ``autoplan-llama3-70b-512gpus-h100-sxm-megatron-seq8192-gbs512-default-1a2b3c4d``."""
-    import hashlib
-    import json
-
-    digest = hashlib.sha256(json.dumps(study_meta(ctx, space), sort_keys=True).encode()).hexdigest()
+    digest = study_meta(ctx, space)["key"]
     target = ctx.training
     return (f"autoplan-{ctx.model.name}-{target.gpus}gpus-{ctx.cluster.gpu.name}-{ctx.profile.name}"
             f"-seq{target.seq_len}-gbs{target.gbs_seqs}-{space.name}-{digest[:8]}")

@@ -111,7 +111,7 @@ def test_estimate_suggests_the_nearest_fix():
 
 def test_estimate_out_of_memory_names_the_stage_and_the_largest_term():
     rec = json.loads(run(["estimate", "--model", "405b", "--gpus", "8", "--tp", "8", "--gbs-seqs", "8",
-                          "--format", "json"]).stdout)[0]
+                          "--format", "json"], code=1).stdout)[0]  # 1: evaluated, does not fit
     assert rec["fits"] is False
     assert rec["infeasible_reason"].startswith("out of memory: peak")
     assert "GiB over the usable" in rec["infeasible_reason"] and "largest term" in rec["infeasible_reason"]

@@ -115,11 +115,12 @@ def test_estimate_fuzz(seed, tmp_path, monkeypatch):
             assert result.stderr.strip().splitlines()[-1].startswith("Error:"), (shown, result.stderr)
         elif "json" in args[-1:]:
             _check_json(args, result.stdout)
-    # the generator must reach both outcomes, or the fuzz tests nothing
-    assert codes.get(0, 0) >= 5 and codes.get(2, 0) >= 5, codes
+    # the generator must reach both outcomes (evaluated: 0 fits, 1 does not; refused: 2), or
+    # the fuzz tests nothing
+    assert codes.get(0, 0) + codes.get(1, 0) >= 5 and codes.get(2, 0) >= 5, codes
 
 
-# --- every command (issue 18): options and files drawn from good, bad and hostile values --------
+# --- every command: options and files drawn from good, bad and hostile values --------
 
 HOSTILE = ["", "-1", "0", "1e30", "9" * 60, "x\x1b[31m", "a\nb", "\ud800", "nan", "inf", "m" * 300, "8,", ",", "1,,2"]
 FILES = {  # name -> content (str, bytes); FIFO and the link to /dev/zero are made by the fixture

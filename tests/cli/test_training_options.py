@@ -81,8 +81,8 @@ def test_trainer_settings_reach_the_memory_model():
 
     def peak(*extra: str) -> float:
         result = invoke(args + list(extra))
-        assert result.exit_code == 0, result.output
-        return json.loads(result.output)[0]["peak_memory_gib"]
+        assert result.exit_code in (0, 1), result.output  # 1: evaluated, does not fit
+        return json.loads(result.stdout)[0]["peak_memory_gib"]
 
     default = peak()
     assert peak("--grad-reduce-in-bf16") < default < peak("--attention-kernel", "eager")

@@ -127,3 +127,10 @@ def test_exhaustive_workers_store_every_layout_once_in_postgresql(postgres_url, 
     trials = optuna.load_study(study_name="ex", storage=postgres_url).trials
     assert sorted(t.number for t in trials) == list(range(rows))
     assert len({tuple(sorted(t.params.items())) for t in trials}) == rows
+
+
+def test_four_processes_create_one_postgresql_study_at_once(postgres_url):
+    spec = importlib.util.spec_from_file_location("concurrent_open", Path(__file__).with_name("test_concurrent_open.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.open_together(postgres_url)
