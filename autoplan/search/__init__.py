@@ -7,7 +7,9 @@ the Optuna study that holds the trials (for ``--storage``, resume and optuna-das
 Samplers: ``exhaustive`` (every layout, the exact reference), ``tpe`` and ``random`` (Optuna,
 single objective tokens/s/GPU), ``nsga2`` (Optuna, tokens/s/GPU and memory headroom; its result
 is the Pareto front) and ``auto`` (exhaustive when the space holds at most
-``AUTO_EXHAUSTIVE_LIMIT`` layouts, about a second of evaluation, else tpe).
+``AUTO_EXHAUSTIVE_LIMIT`` layouts, about a second of evaluation, else tpe). The exhaustive
+sampler walks the whole product of the space (``space.size``, before layouts whose dp is not an
+integer are dropped), so a product above ``EXHAUSTIVE_LIMIT`` is refused up front.
 
 ``workers > 1`` runs that many processes on one study through the storage
 (:mod:`autoplan.search.parallel`).
@@ -33,6 +35,7 @@ from autoplan.specs.training import TrainingSpec
 
 SAMPLERS = ("auto", "exhaustive", "tpe", "nsga2", "random")
 AUTO_EXHAUSTIVE_LIMIT = 1_000_000
+EXHAUSTIVE_LIMIT = 100_000_000  # ~20 s of evaluation at ~0.2 µs per layout (STYLE.md §2)
 
 
 @dataclass(frozen=True)
@@ -146,9 +149,7 @@ def search(ctx: CostContext, space: SearchSpace, options: SearchOptions = Search
     """Run the recipe with ``options.sampler``; see the module docstring."""
     start = time.monotonic()
     enumerable = check_not_empty(space, ctx.training)
-    sampler = options.sampler
-    if sampler == "auto":
-        sampler = "exhaustive" if enumerable <= AUTO_EXHAUSTIVE_LIMIT else "tpe"
+    sampler = choose_sampler(options.sampler, space, enumerable)
     deadline = start + options.timeout_s if options.timeout_s else None
     table, counts, store = _run(ctx, space, options, sampler, progress, deadline)
     table.columns["pareto"] = recipe.pareto_front(table)
@@ -160,6 +161,20 @@ def search(ctx: CostContext, space: SearchSpace, options: SearchOptions = Search
         result.study  # noqa: B018 - writes the trials to the storage now
     result.elapsed_s = time.monotonic() - start
     return result
+
+
+def choose_sampler(sampler: str, space: SearchSpace, enumerable: int) -> str:
+    """The sampler to run: ``auto`` resolved by the size of the product the exhaustive sampler
+    would walk; an explicit ``exhaustive`` above ``EXHAUSTIVE_LIMIT`` raises ``AutoplanError``."""
+    if sampler == "auto":
+        small = max(enumerable, space.size) <= AUTO_EXHAUSTIVE_LIMIT
+        return "exhaustive" if small else "tpe"
+    if sampler == "exhaustive" and space.size > EXHAUSTIVE_LIMIT:
+        raise AutoplanError(
+            f"--sampler exhaustive: the space holds {space.size:.3g} layouts, more than the "
+            f"{EXHAUSTIVE_LIMIT:.3g} it can walk: use --sampler tpe (or auto), or a smaller space "
+            "(fewer --tp/--pp/--mbs values)")
+    return sampler
 
 
 def _run(ctx, space, options: SearchOptions, sampler: str, progress, deadline):
