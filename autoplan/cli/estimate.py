@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import sys
 
 import click
 
@@ -105,18 +106,24 @@ def _check_columns(columns, where: str) -> None:
 @trainer_options
 @click.option("--precision", type=click.Choice(["bf16", "fp8"]), default=None, help="When not a column.")
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the CSV here instead of standard output.")
+              help="Write the output (csv or json) here instead of standard output.")
+@click.option("--format", "output_format", type=click.Choice(["table", "csv", "json"]), default=None,
+              help="Output format [default: table on a terminal, else csv (every column)].")
 @allow_uneven_option
-def compare_command(layouts_csv, precision, output_path, **kw) -> None:
+def compare_command(layouts_csv, precision, output_path, output_format, **kw) -> None:
     """Evaluate every row of a CSV of layouts; rows that break a rule get fits=false and a reason.
 
     Columns gpus, seq_len and gbs_seqs give each row its own setup; the options fill them where
-    a column is missing or blank.
+    a column is missing or blank. The table view shows the main predictions; csv and json hold
+    every column.
     """
     from autoplan.report.compare import compare_layouts, read_layouts_csv
     from autoplan.report.destination import check_out_file
     from autoplan.specs.training import resolve_batch
 
+    output_format = output_format or ("csv" if output_path or not _stdout_is_terminal() else "table")
+    if output_path and output_format == "table":
+        raise AutoplanError("--format table is for the terminal: with -o use --format csv or json")
     if output_path:
         check_out_file(output_path)  # before the work
 
@@ -136,7 +143,10 @@ def compare_command(layouts_csv, precision, output_path, **kw) -> None:
                           hardware=kw["hardware"], gpus_per_node=kw["gpus_per_node"], nic=kw["nic"],
                           flops_convention=kw["flops_convention"], defaults=defaults,
                           allow_uneven=kw["allow_uneven_pp"], settings=setup_settings(kw))
-    text = out.to_csv(index=False, lineterminator="\n")
+    if output_format == "table":
+        _print_compare_table(out)
+        return
+    text = _compare_json(out) if output_format == "json" else out.to_csv(index=False, lineterminator="\n")
     if output_path:
         from autoplan.report.destination import write_text
 
@@ -144,3 +154,38 @@ def compare_command(layouts_csv, precision, output_path, **kw) -> None:
         click.echo(f"wrote {len(out)} rows to {output_path}", err=True)
     else:
         click.echo(text, nl=False)
+
+
+COMPARE_TABLE_COLUMNS = {"fits": "fits", "peak_memory_gib": "mem GiB", "step_time_s": "step s",
+                         "tokens_per_s_per_gpu": "tok/s/GPU", "mfu": "MFU",
+                         "infeasible_reason": "why not"}
+
+
+def _stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def _compare_json(out) -> str:
+    import json
+
+    from autoplan.cli.render import _plain
+
+    records = [{k: _plain(v) for k, v in row.items()} for row in out.to_dict(orient="records")]
+    return json.dumps(records, indent=2) + "\n"
+
+
+def _print_compare_table(out) -> None:
+    """The input columns as one ``layout`` cell and the main predictions, one row per layout."""
+    import pandas as pd
+
+    inputs = list(out.columns[:list(out.columns).index("fits")])
+    records = []
+    for row in out.to_dict(orient="records"):
+        cells = [f"{k}={row[k]}" for k in inputs if not pd.isna(row[k]) and str(row[k]) != ""]
+        records.append({"layout": ",".join(cells), **{k: row[k] for k in COMPARE_TABLE_COLUMNS}})
+    number = {"peak_memory_gib": "{:.1f}", "step_time_s": "{:.3g}", "tokens_per_s_per_gpu": "{:,.0f}",
+              "mfu": "{:.1%}"}
+    formatters = {k: (lambda v, f=f: "" if pd.isna(v) else f.format(v)) for k, f in number.items()}
+    formatters["infeasible_reason"] = lambda v: "" if pd.isna(v) else str(v)
+    emit_records(records, "table", columns=["layout", *COMPARE_TABLE_COLUMNS],
+                 headers={"layout": "layout", **COMPARE_TABLE_COLUMNS}, formatters=formatters)

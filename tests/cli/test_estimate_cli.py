@@ -235,3 +235,45 @@ def test_compare_keeps_measured_columns(tmp_path):
 def test_compare_keeps_input_values_verbatim(tmp_path):
     rows = compare(tmp_path, "tp,gpus,gbs_seqs\n2,64,512\n2,64,\n")
     assert [(r["tp"], r["gpus"], r["gbs_seqs"]) for r in rows] == [("2", "64", "512"), ("2", "64", "")]
+
+
+# --- compare output options (issue 18 frictions: the same options as the other commands) ---
+
+def test_compare_json_holds_every_csv_column(tmp_path):
+    text = "name,tp,gpus,gbs_seqs\na,2,64,512\nb,4,64,512\n"
+    rows = compare(tmp_path, text)
+    path = tmp_path / "layouts.csv"
+    records = json.loads(run(["compare", str(path), "--model", "llama3-8b", "--format", "json"]).stdout)
+    assert [list(r) for r in records] == [list(rows[0])] * 2
+    assert records[0]["fits"] is True
+    assert records[0]["tokens_per_s_per_gpu"] == pytest.approx(float(rows[0]["tokens_per_s_per_gpu"]))
+
+
+def test_compare_table_on_a_terminal_shows_a_readable_subset(tmp_path, monkeypatch):
+    import autoplan.cli.estimate as estimate_cli
+
+    monkeypatch.setattr(estimate_cli, "_stdout_is_terminal", lambda: True)
+    path = tmp_path / "layouts.csv"
+    path.write_text("name,tp,gpus,gbs_seqs,zero\na,2,64,512,1\nb,2,64,512,9\n", encoding="utf-8")
+    out = run(["compare", str(path), "--model", "llama3-8b"]).stdout
+    assert "tok/s/GPU" in out and "name=a,tp=2,gpus=64,gbs_seqs=512,zero=1" in out
+    assert "time_tp_exposed_s" not in out and "peak_memory_bytes" not in out
+    assert "zero must be" in out  # the reason of the bad row
+
+
+def test_compare_output_file_defaults_to_csv_and_table_needs_the_terminal(tmp_path):
+    path = tmp_path / "layouts.csv"
+    path.write_text("tp,gpus,gbs_seqs\n2,64,512\n", encoding="utf-8")
+    refused = run(["compare", str(path), "--model", "llama3-8b", "--format", "table",
+                   "-o", str(tmp_path / "o.txt")], code=2)
+    assert "csv or json" in refused.output and not (tmp_path / "o.txt").exists()
+    run(["compare", str(path), "--model", "llama3-8b", "--format", "json", "-o", str(tmp_path / "o.json")])
+    assert json.loads((tmp_path / "o.json").read_text())[0]["fits"] is True
+
+
+def test_compare_accepts_gbs_tokens_like_the_other_commands(tmp_path):
+    # 512 sequences of 8192 tokens = 4,194,304 tokens = 4M (binary)
+    by_seqs = compare(tmp_path, "tp,gpus\n2,64\n", "--gbs-seqs", "512", "--seq-len", "8192")
+    by_tokens = compare(tmp_path, "tp,gpus\n2,64\n", "--gbs-tokens", "4194304", "--seq-len", "8192")
+    assert by_tokens[0]["tokens_per_s_per_gpu"] == by_seqs[0]["tokens_per_s_per_gpu"]
+    assert by_tokens[0]["fits"] == "True"
