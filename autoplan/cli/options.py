@@ -215,8 +215,28 @@ def context_from_options(kw: dict):
     from autoplan.specs.models import load_model
 
     model = load_model(kw["model_name"])
-    return build_context(model, training_from_options(kw, model.seq_len), trainer=kw["trainer"],
-                         profile_path=kw["profile_path"])
+    training = training_from_options(kw, model.seq_len)
+    note_model_file(kw, model, training.seq_len)
+    return build_context(model, training, trainer=kw["trainer"], profile_path=kw["profile_path"])
+
+
+def note_model_file(kw: dict, model, seq_len: int) -> None:
+    """One line on stderr when ``-m`` named a file: what was imported and the sequence length
+    used (the preset's documented values need no note)."""
+    from autoplan.cost.params import count_params
+    from autoplan.specs.hf_config import DEFAULT_SEQ_LEN
+    from autoplan.specs.models import is_preset
+    from autoplan.units import format_count
+
+    if is_preset(kw["model_name"]):
+        return
+    params = count_params(model)
+    active = f" ({format_count(params.active)} active)" if params.active != params.total else ""
+    how = ("--seq-len" if kw.get("seq_len") is not None else
+           f"assumed: the config's seq_len, else min({DEFAULT_SEQ_LEN}, max_position_embeddings "
+           f"{model.max_position_embeddings}); set --seq-len to change")
+    click.echo(f"model '{model.name}' from {kw['model_name']}: {format_count(params.total)} parameters"
+               f"{active}, sequence length {seq_len} ({how})", err=True)
 
 
 def fail(message: str) -> None:

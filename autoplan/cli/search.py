@@ -104,6 +104,7 @@ def search_command(**kw) -> None:
 
     ctx = context_from_options(kw)
     space = load_space(kw["space_name"] or ("moe" if ctx.model.is_moe else "default"))
+    _suggest_long_context(kw["space_name"], space.name, ctx.training.seq_len)
     space = space.with_overrides(**{k: kw[k] or None for k in KNOBS})
     options = SearchOptions(sampler=kw["sampler"], trials=kw["trials"], timeout_s=kw["timeout_s"],
                             seed=kw["seed"], storage=kw["storage"], study_name=kw["study_name"],
@@ -255,6 +256,17 @@ def describe(layout) -> str:
 
     extra = f" {layout.placement}" if layout.placement != DEFAULT_PLACEMENT else ""
     return layout.describe() + extra
+
+
+LONG_CONTEXT_SEQ_LEN = 32 * 1024
+
+
+def _suggest_long_context(space_option, space_name: str, seq_len: int) -> None:
+    """One line on stderr: a sequence of 32K or more searched in the default space, whose
+    context-parallel degrees stop short of what such sequences need."""
+    if space_option is None and space_name == "default" and seq_len >= LONG_CONTEXT_SEQ_LEN:
+        click.echo(f"sequence length {seq_len} >= {LONG_CONTEXT_SEQ_LEN}: consider --space long-context "
+                   "(larger context-parallel degrees)", err=True)
 
 
 def print_table(result, top_k: int, costs=None) -> None:

@@ -38,6 +38,13 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     raise UnknownNameError("model", text, known_names(presets))
 
 
+def is_preset(name_or_path: str | Path) -> bool:
+    """Whether :func:`load_model` resolves ``name_or_path`` to a preset (else to a file)."""
+    text = str(name_or_path).strip()
+    _, index = _registry()
+    return not _looks_like_path(text) and text.lower() in index
+
+
 def load_model_file(path: str | Path) -> ModelSpec:
     """Read a user's HF ``config.json`` (any extra HF keys are ignored) or YAML file."""
     path = Path(path)
