@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from autoplan.cost.context import CostContext
-from autoplan.cost.flops import model_flops_per_token, recompute_flops_per_token
+from autoplan.cost.flops import hardware_flops_per_token, model_flops_per_token
 from autoplan.cost.memory import memory_table, stage_param_counts
 from autoplan.cost.stages import stage_layers
 from autoplan.cost.time import time_table
@@ -104,7 +104,7 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True)
         seq_len, gpus = ctx.training.seq_len, ctx.training.gpus
         tokens_per_step = b.gbs_seqs * seq_len
         model_flops = model_flops_per_token(ctx, seq_len) * tokens_per_step
-        hardware_flops = model_flops + recompute_flops_per_token(ctx, b) * tokens_per_step
+        hardware_flops = hardware_flops_per_token(ctx, b) * tokens_per_step
         step = cols["step_time_s"]
         peak = ctx.cluster.gpu.peak_bf16_flops_per_s
         cols["model_flops_per_step"] = model_flops

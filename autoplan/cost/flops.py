@@ -51,6 +51,22 @@ def model_flops_per_token(ctx: CostContext, seq_len: np.ndarray) -> np.ndarray:
     return 6.0 * mfu_params(ctx) + attention
 
 
+def hardware_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """FLOPs the kernels run per trained token (for HFU), whatever ``flops_convention`` says.
+
+    3 × one forward (forward + backward = 3 forwards; Narayanan et al. SC'21, Sec. 5.1) of the
+    layer matmuls (:func:`layer_matmul_flops_per_token`), the LM head matmul 2·V·h and the causal
+    attention scores as flash kernels execute them (half of 2·s·a·(d_qk + d_v)), plus what
+    recompute adds (:func:`recompute_flops_per_token`). The embedding lookup and the norms run
+    no matmul and are not counted; the MFU conventions only decide the model FLOPs.
+    """
+    dense, moe = layer_matmul_flops_per_token(ctx)
+    pc = ctx.params
+    matmul = pc.num_dense_layers * dense + pc.num_moe_layers * moe + 2.0 * pc.lm_head_matmul
+    attention = ctx.model.num_layers * attention_score_flops_per_token(ctx, ctx.training.seq_len) / 2.0
+    return 3.0 * (matmul + attention) + recompute_flops_per_token(ctx, b)
+
+
 def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """Extra forward FLOPs per token that recomputation adds (for HFU).
 

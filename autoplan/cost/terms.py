@@ -235,9 +235,10 @@ TOTALS_AND_RATES = [
     Term("model_tflops_per_gpu", "model_tflops_per_gpu", "rate", "TFLOP/s", "model FLOP rate per GPU",
          "model_flops_per_step / (step_time_s·gpus) / 10^12", "definition (MFU numerator)"),
     Term("hardware_tflops_per_gpu", "hardware_tflops_per_gpu", "rate", "TFLOP/s",
-         "FLOP rate per GPU including recomputation",
-         "(model_flops_per_step + recompute FLOPs per token·gbs_seqs·seq_len) / (step_time_s·gpus) / 10^12",
-         f"{KORTHIKANTI} Appendix A eq. 7–9 (recompute FLOPs)",
+         "FLOP rate per GPU the kernels run, recomputation included (the same under every flops_convention)",
+         "(3·(layer matmuls + 2·V·h + L·s·a·(d_qk + d_v)) + recompute FLOPs) per token × gbs_seqs·seq_len "
+         "/ (step_time_s·gpus) / 10^12; causal attention as executed, no embedding lookup",
+         f"{SC21} Sec. 5.1 (3 forwards); {KORTHIKANTI} Appendix A eq. 7–9 (recompute FLOPs)",
          ("selective_recompute_matmul_fraction", "selective_recomputes_attention")),
     Term("mfu", "mfu", "ratio", "1", "model FLOPs utilisation",
          "model_tflops_per_gpu·10^12 / peak_bf16_flops_per_s", "PaLM (Chowdhery et al. 2022) Appendix B",

@@ -278,10 +278,14 @@ def test_throughput_mfu_and_hfu():
     mfu = tokens_per_s_per_gpu * (6 * LLAMA3_8B_PARAMS + 12 * 32 * 4096 * 8192) / PEAK
     assert table["mfu"][0] == pytest.approx(mfu, rel=1e-12)
     assert table["model_tflops_per_gpu"][0] == pytest.approx(mfu * PEAK / 1e12, rel=1e-12)
-    # Full recompute adds one forward of every layer (not of the LM head) per token:
-    #   matmuls 2 × 32 × (attention 41,943,040 + SwiGLU 176,160,768) = 13,958,643,712
-    #   attention scores 32 × 2·s·a·(d + d)/2 (causal, as the kernels run) = 2,147,483,648
-    # HFU/MFU = (61,066,469,376 + 16,106,127,360) / 61,066,469,376
-    ratio = (61_066_469_376 + 16_106_127_360) / 61_066_469_376
+    # Hardware FLOPs per token, as the kernels run them (whatever the MFU convention):
+    #   one forward: matmuls 2 × 32 × (attention 41,943,040 + SwiGLU 176,160,768) = 13,958,643,712
+    #                + LM head 2 × 128,256 × 4,096 = 1,050,673,152
+    #                + attention scores 32 × 2·s·a·(d + d)/2 (causal) = 2,147,483,648
+    #              = 17,156,800,512; forward + backward = 3 × that = 51,470,401,536
+    #   full recompute adds one forward of every layer (not of the LM head):
+    #              13,958,643,712 + 2,147,483,648 = 16,106,127,360
+    # HFU/MFU = (51,470,401,536 + 16,106,127,360) / 61,066,469,376
+    ratio = (51_470_401_536 + 16_106_127_360) / 61_066_469_376
     assert table["hfu"][0] / table["mfu"][0] == pytest.approx(ratio, rel=1e-12)
     assert table["hardware_tflops_per_gpu"][0] == pytest.approx(table["hfu"][0] * PEAK / 1e12, rel=1e-12)
