@@ -185,12 +185,13 @@ def _export(result, trainers: str, out: str, allow_uneven_pp: bool) -> list[str]
     from pathlib import Path
 
     from autoplan.export import export_plan
+    from autoplan.report.html import EXPORT_FOLDER
 
     rows = result.plan_rows(1)
     if len(rows) == 0:
         return []
     record = result.top_records(1)[0]
-    paths = export_plan(record, result.ctx.model, trainers, Path(out) / "configs", result.training,
+    paths = export_plan(record, result.ctx.model, trainers, Path(out) / EXPORT_FOLDER, result.training,
                         allow_uneven_pp=allow_uneven_pp)
     return [str(Path(p).relative_to(out)) for p in paths]
 

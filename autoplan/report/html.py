@@ -14,6 +14,7 @@ from autoplan.errors import AutoplanError
 from autoplan.layout import Layout
 from autoplan.report.destination import write_text
 
+EXPORT_FOLDER = "configs"  # where `search --export` writes the chosen plan's configs
 SECONDS_PER_DAY = 86_400.0
 HOURS_PER_DAY = 24.0
 PLOT_FILES = {
@@ -106,6 +107,7 @@ def write_report(out_dir: str | Path, frame_all, frame_top, context_summary: Map
     by comparing layout columns when not given). The page needs no network: styles are
     inline and, with ``embed_images``, the figures are embedded as base64 ``data:`` URIs (each
     still links its PNG file name); without it they are referenced by relative file name.
+    Trainer configs already exported under ``out_dir/configs/`` are linked.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -115,6 +117,7 @@ def write_report(out_dir: str | Path, frame_all, frame_top, context_summary: Map
     body = [f"<h1>{html.escape(title)}</h1>",
             _summary_html(context_summary, chosen_layout),
             "<h2>Ranked plans</h2>", _table_html(frame_top),
+            _exports_html(out_dir),
             _rejections_html(frame_all),
             "<h2>Figures</h2>"]
     body += [_figure_html(key, paths[key], embed_images) for key in PLOT_FILES]
@@ -153,15 +156,30 @@ def _table_html(frame_top) -> str:
 
 
 def _rejections_html(frame_all) -> str:
-    """Counts of the layouts that were rejected, by reason (most common first)."""
+    """Counts of the layouts that were rejected, by reason in words (the broken invariant,
+    :func:`autoplan.search.recipe.reason_message`; its code on hover), most common first."""
+    from autoplan.search.recipe import reason_message
+
     reasons = frame_all.loc[~frame_all["fits"].astype(bool), "infeasible_reason"]
     if reasons.empty:
         return ""
     counts = reasons.value_counts()
-    rows = "".join(f"<tr><td>{html.escape(str(r))}</td><td>{n:,}</td></tr>" for r, n in counts.items())
+    rows = "".join(f'<tr><td title="{html.escape(str(r))}">{html.escape(reason_message(str(r)))}</td>'
+                   f"<td>{n:,}</td></tr>" for r, n in counts.items())
     return (f"<h2>Rejected layouts ({len(reasons):,} of {len(frame_all):,})</h2>"
             f'<table class="rejections" id="rejections"><thead><tr><th>reason</th><th>layouts</th>'
             f"</tr></thead><tbody>{rows}</tbody></table>")
+
+
+def _exports_html(out_dir: Path) -> str:
+    """Links to the trainer configs exported next to the report (``configs/``), if any."""
+    folder = out_dir / EXPORT_FOLDER
+    files = sorted(p.relative_to(out_dir).as_posix() for p in folder.rglob("*") if p.is_file()) \
+        if folder.is_dir() else []
+    if not files:
+        return ""
+    items = "".join(f'<li><a href="{html.escape(f)}">{html.escape(f)}</a></li>' for f in files)
+    return f'<h2>Exported configs of the chosen plan</h2><ul id="exports">{items}</ul>'
 
 
 def _figure_html(key: str, path: Path, embed: bool) -> str:

@@ -271,13 +271,35 @@ def _schedule_legend(ax, vpp: int) -> None:
 
 # --- throughput vs memory ---------------------------------------------------------------------
 
+MEMORY_AXIS_MARGIN = 0.08  # share of the feasible memory span added on each side
+
+
 def plot_throughput_vs_memory(frame_all, capacity_gib: float, chosen_index, path: str | Path) -> Path:
-    """Tokens/s per GPU against peak memory per GPU for every evaluated layout.
+    """Draw :func:`throughput_vs_memory_figure` into ``path``."""
+    return _save(throughput_vs_memory_figure(frame_all, capacity_gib, chosen_index), path)
+
+
+def memory_axis_range(memory_gib: np.ndarray, fits: np.ndarray, capacity_gib: float) -> tuple[float, float] | None:
+    """The x range of the throughput-vs-memory plot: from the lightest feasible layout to the
+    usable memory ``capacity_gib`` (≥ every feasible peak), widened by ``MEMORY_AXIS_MARGIN`` of
+    that span on each side; None (matplotlib's own range) when no layout is feasible."""
+    feasible = memory_gib[fits & np.isfinite(memory_gib)]
+    if feasible.size == 0:
+        return None
+    low, high = float(feasible.min()), max(float(feasible.max()), capacity_gib)
+    margin = MEMORY_AXIS_MARGIN * max(high - low, 0.05 * high, 1e-9)
+    return max(0.0, low - margin), high + margin
+
+
+def throughput_vs_memory_figure(frame_all, capacity_gib: float, chosen_index):
+    """Tokens/s per GPU against peak memory per GPU for every evaluated layout (a Figure).
 
     Feasible layouts (``fits``) are blue dots, the others grey crosses (layouts whose numbers
     are undefined are left out). The Pareto front of the feasible ones (no layout is both
     lighter and faster) is a step line; ``chosen_index`` (an index label of ``frame_all``, or
-    None) is a red star; ``capacity_gib`` is a red dashed line.
+    None) is a red star; ``capacity_gib`` is a red dashed line. The x axis spans the feasible
+    layouts and the usable memory (:func:`memory_axis_range`): layouts far above the usable
+    memory would otherwise squeeze every feasible plan into a sliver; the legend counts them.
     """
     memory = frame_all["peak_memory_gib"].to_numpy(dtype=float)
     throughput = frame_all["tokens_per_s_per_gpu"].to_numpy(dtype=float)
@@ -287,8 +309,12 @@ def plot_throughput_vs_memory(frame_all, capacity_gib: float, chosen_index, path
     ax = fig.add_subplot()
     size = 10.0 if len(frame_all) > 2000 else 22.0
     bad, good = shown & ~fits, shown & fits
+    x_range = memory_axis_range(memory, good, capacity_gib)
+    beyond = int((bad & (memory > x_range[1])).sum()) if x_range else 0
+    off_axis = f"; {beyond:,} beyond the axis" if beyond else ""
     ax.scatter(memory[bad], throughput[bad], s=size, marker="x", color="#9e9e9e", alpha=0.6,
-               linewidths=0.8, label=f"does not fit or breaks a rule ({bad.sum():,})", rasterized=True)
+               linewidths=0.8, label=f"does not fit or breaks a rule ({bad.sum():,}{off_axis})",
+               rasterized=True)
     ax.scatter(memory[good], throughput[good], s=size, color="#4a7fc1", alpha=0.7,
                label=f"feasible ({good.sum():,})", rasterized=True)
     if good.any():
@@ -310,7 +336,9 @@ def plot_throughput_vs_memory(frame_all, capacity_gib: float, chosen_index, path
     ax.set_title(f"Throughput vs memory of {int(shown.sum()):,} evaluated layouts")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8, frameon=False)
-    return _save(fig, path)
+    if x_range is not None:
+        ax.set_xlim(*x_range)
+    return fig
 
 
 # --- step-time breakdown ----------------------------------------------------------------------

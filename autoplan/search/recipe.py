@@ -18,7 +18,7 @@ import numpy as np
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable, evaluate
 from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch, modules_text
-from autoplan.rules import REASON_CODES, explain_reason
+from autoplan.rules import REASON_CODES, REASON_MESSAGES, explain_reason
 from autoplan.space import KNOBS
 from autoplan.units import GiB
 
@@ -75,6 +75,19 @@ def reasons(table: CostTable) -> np.ndarray:
     stage = table["stage"].astype(np.int64)
     index = np.where(stage == ILLEGAL, table["reason_code"].astype(np.int64), len(REASON_CODES) + stage)
     return names[index]
+
+
+# The recipe's own reasons, stated like the rules' invariants (REASON_MESSAGES).
+RECIPE_REASON_MESSAGES = {
+    "batch": "dp·mbs·grad_acc must reach the global batch (within --gbs-tolerance)",
+    "out_of_memory": "the peak memory per GPU must fit in the usable GPU memory",
+}
+
+
+def reason_message(name: str) -> str:
+    """The invariant a layout broke, in words, for a name of :func:`reasons` (unknown names
+    are returned as given)."""
+    return REASON_MESSAGES.get(name) or RECIPE_REASON_MESSAGES.get(name) or name
 
 
 def count(table: CostTable, dropped_degrees: int = 0) -> RecipeCounts:

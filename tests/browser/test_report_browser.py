@@ -91,3 +91,13 @@ def test_screenshot_is_a_rendered_page(rendered):
     # the figures bring colour: a fair share of the page is clearly not grey
     saturated = (rgb.max(axis=2) - rgb.min(axis=2)) > 0.3
     assert saturated.mean() > 0.01
+
+
+def test_dom_shows_rejection_reasons_in_words(rendered):
+    from autoplan.search.recipe import RECIPE_REASON_MESSAGES
+
+    dom, _, _ = rendered
+    table = re.search(r'<table class="rejections" id="rejections">(.*?)</table>', dom, re.S)
+    assert table, "no rejections table in the rendered page"
+    assert RECIPE_REASON_MESSAGES["out_of_memory"] in table.group(1)
+    assert ">out_of_memory<" not in table.group(1)

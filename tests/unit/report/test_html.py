@@ -15,6 +15,8 @@ from autoplan.cost.evaluate import evaluate
 from autoplan.errors import AutoplanError
 from autoplan.layout import LayoutBatch, layout_from_record, resolve_layout
 from autoplan.report.html import PLOT_FILES, add_cost_columns, find_chosen_index, write_report
+from autoplan.rules import REASON_MESSAGES
+from autoplan.search.recipe import RECIPE_REASON_MESSAGES
 from autoplan.units import GiB
 
 LAYOUTS = [dict(tp=1), dict(tp=2, recompute="selective"), dict(tp=2, pp=2), dict(tp=4, pp=2, vpp=2),
@@ -109,7 +111,20 @@ def test_report_has_the_ranked_table(written):
         assert header in parsed.cells
     best = f"{top['tokens_per_s_per_gpu'].iloc[0]:,.0f}"
     assert best in parsed.cells
-    assert "out_of_memory" in parsed.cells and "vpp_needs_pp" in parsed.cells
+    # reasons in words (the broken invariant), not codes (issue 18 frictions)
+    assert RECIPE_REASON_MESSAGES["out_of_memory"] in parsed.cells
+    assert REASON_MESSAGES["vpp_needs_pp"] in parsed.cells
+    assert "out_of_memory" not in parsed.cells and "vpp_needs_pp" not in parsed.cells
+
+
+def test_report_links_the_exported_configs(tmp_path):
+    _, parsed, _ = _write(tmp_path)
+    assert not any(str(h).startswith("configs/") for h in parsed.links)
+    (tmp_path / "configs").mkdir()
+    for name in ("megatron_pretrain_gpt.sh", "torchtitan_job.toml"):
+        (tmp_path / "configs" / name).write_text("x\n", encoding="utf-8")
+    _, parsed, _ = _write(tmp_path)
+    assert {"configs/megatron_pretrain_gpt.sh", "configs/torchtitan_job.toml"} <= set(parsed.links)
 
 
 def test_report_has_no_external_resources(written):

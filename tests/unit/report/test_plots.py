@@ -74,6 +74,28 @@ def test_throughput_vs_memory(tmp_path):
     assert_nontrivial_png(path)
 
 
+def test_throughput_vs_memory_axis_spans_the_feasible_layouts_and_the_usable_memory():
+    # read back from the figure: before, the axis ran to the heaviest layout (~2,000 GiB)
+    ctx, frame, top = frames()
+    capacity = capacity_gib(ctx)
+    fig = plots.throughput_vs_memory_figure(frame, capacity, top.index[0])
+    low, high = fig.axes[0].get_xlim()
+    feasible = frame.loc[frame["fits"], "peak_memory_gib"]
+    # [lightest feasible, usable memory] widened by MEMORY_AXIS_MARGIN of its span each side
+    span = capacity - feasible.min()
+    margin = plots.MEMORY_AXIS_MARGIN * span
+    assert (low, high) == pytest.approx((max(0.0, feasible.min() - margin), capacity + margin))
+    assert frame["peak_memory_gib"].max() > high  # the grid has layouts far beyond: clipped
+    assert low <= feasible.min() and feasible.max() <= capacity < high
+
+
+def test_memory_axis_range_without_a_feasible_layout_is_left_to_matplotlib():
+    memory = np.array([90.0, 2000.0])
+    assert plots.memory_axis_range(memory, np.array([False, False]), 80.0) is None
+    assert plots.memory_axis_range(memory, np.array([True, False]), 80.0) == pytest.approx(
+        (90.0 - 0.08 * 4.5, 90.0 + 0.08 * 4.5))  # one point: the span is 5 % of it
+
+
 def test_throughput_vs_memory_without_chosen_plan(tmp_path):
     ctx, frame, _ = frames()
     assert_nontrivial_png(plots.plot_throughput_vs_memory(frame, capacity_gib(ctx), None, tmp_path / "p.png"))
