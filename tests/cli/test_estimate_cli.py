@@ -67,7 +67,9 @@ def test_estimate_json_values_are_consistent():
     assert rec["tokens_per_s_per_gpu"] == pytest.approx(tokens / (rec["step_time_s"] * 64), rel=1e-9)
     assert rec["mfu"] == pytest.approx(rec["model_tflops_per_gpu"] / 989, rel=1e-9)
     assert rec["hfu"] == pytest.approx(rec["hardware_tflops_per_gpu"] / 989, rel=1e-9)
-    assert 0 < rec["mfu"] <= rec["hfu"] < 1
+    # no recompute here: HFU counts causal attention as run (half) and no embedding lookup, the
+    # playbook MFU counts neither halving nor lookup, so HFU may sit below MFU (docs/conventions.md)
+    assert 0 < rec["mfu"] < 1 and 0 < rec["hfu"] < 1
     assert 0 <= rec["bubble_fraction"] < 1
     assert rec["step_time_s"] == pytest.approx(
         sum(rec[f"time_{t}_s"] for t in TIME_TERMS + ("overhead",)), rel=1e-9)

@@ -92,7 +92,7 @@ def _check_json(args: list[str], stdout: str) -> None:
         value = record[key]
         assert isinstance(value, (int, float)) and math.isfinite(value) and value >= 0, (key, value)
     assert record["fits"] == (record["infeasible_reason"] == ""), record["infeasible_reason"]
-    assert record["mfu"] <= record["hfu"] + 1e-12
+    # (HFU is not bounded below by MFU: it counts causal attention as run, see docs/conventions.md)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
