@@ -34,7 +34,10 @@ PLOT_CAPTIONS = {
 TABLE_COLUMNS = (
     ("peak_memory_gib", "peak memory (GiB)", "{:.1f}"), ("step_time_s", "step (s)", "{:.2f}"),
     ("tokens_per_s_per_gpu", "tokens/s/GPU", "{:,.0f}"), ("mfu", "MFU", "{:.1%}"),
-    ("bubble_fraction", "bubble", "{:.1%}"), ("train_days", "days to train", "{:,.1f}"),
+    ("bubble_fraction", "bubble", "{:.1%}"),
+    ("time_tp_exposed_s", "exposed TP (s)", "{:.2f}"), ("time_cp_exposed_s", "exposed CP (s)", "{:.2f}"),
+    ("time_ep_exposed_s", "exposed EP (s)", "{:.2f}"), ("time_pp_exposed_s", "exposed PP (s)", "{:.2f}"),
+    ("time_dp_exposed_s", "exposed DP/ZeRO (s)", "{:.2f}"), ("train_days", "days to train", "{:,.1f}"),
     ("gpu_hours", "GPU-hours", "{:,.0f}"), ("cost_usd", "cost (USD)", "${:,.0f}"),
 )
 

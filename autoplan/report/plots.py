@@ -198,6 +198,10 @@ def drawn_microbatches(layout: Layout) -> int:
     return max(m, 1)
 
 
+RECOMPUTED_FORWARD_S = 1.0  # full recompute runs the layer's forward again inside its backward
+RECOMPUTE_COLOUR = (0.55, 0.55, 0.55)
+
+
 def _op_colour(kind: str, chunk: int, vpp: int) -> tuple[float, float, float]:
     """Forward blue, backward orange; later model chunks darker when interleaved."""
     base = np.array((0.27, 0.51, 0.78)) if kind == "F" else np.array((0.95, 0.55, 0.18))
@@ -205,15 +209,23 @@ def _op_colour(kind: str, chunk: int, vpp: int) -> tuple[float, float, float]:
 
 
 def plot_pipeline_schedule(layout: Layout, path: str | Path) -> Path:
+    """The figure of :func:`pipeline_figure`, saved as a PNG at ``path``."""
+    return _save(pipeline_figure(layout), path)
+
+
+def pipeline_figure(layout: Layout):
     """Micro-batches over time per pipeline stage for ``layout`` (1F1B or interleaved 1F1B).
 
-    Time is in units of one micro-batch's forward pass on one stage (backward = 2 units),
-    from ``pipeline_timeline``. Forwards are blue, backwards orange (darker for later model
-    chunks when interleaved), each numbered with its micro-batch; idle time, the bubble, is
-    hatched grey. At most ``drawn_microbatches(layout)`` micro-batches are drawn.
+    Time is in units of one micro-batch's forward pass on one stage (backward = 2 units; with
+    full recompute the backward starts with the recomputed forward, 1 more unit, drawn in
+    grey: Korthikanti et al. 2022 Sec. 5), from ``pipeline_timeline``. Forwards are blue,
+    backwards orange (darker for later model chunks when interleaved), each numbered with its
+    micro-batch; idle time, the bubble, is hatched grey. At most
+    ``drawn_microbatches(layout)`` micro-batches are drawn.
     """
     pp, vpp, m = layout.pp, layout.vpp, drawn_microbatches(layout)
-    ops = pipeline_timeline(pp, vpp, m)
+    recompute_s = RECOMPUTED_FORWARD_S if layout.recompute == "full" else 0.0
+    ops = pipeline_timeline(pp, vpp, m, backward_s=2.0 + recompute_s)
     end = max(op.end for op in ops)
     bubble = 1.0 - sum(op.end - op.start for op in ops) / (end * pp)
     width_in = float(np.clip(end * 0.25, 12.0, 22.0))
@@ -226,14 +238,18 @@ def plot_pipeline_schedule(layout: Layout, path: str | Path) -> Path:
     for op in ops:
         ax.broken_barh([(op.start, op.end - op.start)], (op.stage - 0.4, 0.8),
                        facecolor=_op_colour(op.kind, op.chunk, vpp), edgecolor="white", linewidth=0.6)
+        if op.kind == "B" and recompute_s:
+            ax.broken_barh([(op.start, recompute_s / vpp)], (op.stage - 0.4, 0.8),
+                           facecolor=RECOMPUTE_COLOUR, edgecolor="white", linewidth=0.6)
         if font[op.kind]:
             ax.text((op.start + op.end) / 2, op.stage, str(op.micro + 1), ha="center",
                     va="center", fontsize=font[op.kind], color="white")
-    _schedule_legend(ax, vpp)
+    _schedule_legend(ax, vpp, recompute=bool(recompute_s))
     ax.set_ylim(pp - 0.5, -0.5)
     ax.set_yticks(range(pp), [f"stage {r}" for r in range(pp)], fontsize=8)
     ax.set_xlim(0, end)
-    ax.set_xlabel("time (units of one micro-batch forward on one stage; backward = 2)")
+    ax.set_xlabel("time (units of one micro-batch forward on one stage; backward = 2"
+                  + (", + 1 recomputed forward)" if recompute_s else ")"))
     if pp == 1:
         kind = "no pipeline (pp=1), micro-batches one after another"
     else:
@@ -241,7 +257,7 @@ def plot_pipeline_schedule(layout: Layout, path: str | Path) -> Path:
     shown = f"{m} micro-batches" if m == layout.grad_acc else f"first {m} of {layout.grad_acc} micro-batches"
     ax.set_title(f"Pipeline schedule: {kind}, {shown}; idle (bubble) {bubble:.0%} of the drawn time\n"
                  f"{layout.describe()}", fontsize=10)
-    return _save(fig, path)
+    return fig
 
 
 def _label_sizes(ops: list[PipelineOp], width_in: float, end: float) -> dict[str, float]:
@@ -256,10 +272,10 @@ def _label_sizes(ops: list[PipelineOp], width_in: float, end: float) -> dict[str
     return sizes
 
 
-def _schedule_legend(ax, vpp: int) -> None:
+def _schedule_legend(ax, vpp: int, *, recompute: bool = False) -> None:
     from matplotlib.patches import Patch
 
-    handles = []
+    handles = [Patch(facecolor=RECOMPUTE_COLOUR, label="recomputed forward (full recompute)")] if recompute else []
     for kind, word in (("F", "forward"), ("B", "backward")):
         for chunk in range(vpp):
             label = f"{word}, chunk {chunk + 1}/{vpp}" if vpp > 1 else word

@@ -113,6 +113,23 @@ def test_pipeline_schedule(tmp_path, values):
     assert_nontrivial_png(plots.plot_pipeline_schedule(layout, tmp_path / "schedule.png"))
 
 
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_pipeline_chart_shows_the_recomputed_forward_of_full_recompute(recompute):
+    """pp=4, vpp=1, tp=2 on 64 GPUs, gbs 512: dp 8, mbs 1, 64 micro-batches, of which
+    drawn_microbatches draws m. Full recompute: every backward starts with a grey block of one
+    unit, and the step is (m + 3)·(1 + 2 + 1) units long (SC'21 bubble with t_b = 3)."""
+    layout = resolve_layout(dict(tp=2, pp=4, recompute=recompute), build_training(64, 8192, 512))
+    fig = plots.pipeline_figure(layout)
+    ax = fig.axes[0]
+    grey = [c for c in ax.collections
+            if tuple(np.round(c.get_facecolor()[0][:3], 3)) == tuple(np.round(plots.RECOMPUTE_COLOUR, 3))]
+    m = plots.drawn_microbatches(layout)
+    per_micro = 4.0 if recompute == "full" else 3.0
+    assert len(grey) == (4 * m if recompute == "full" else 0)  # one per backward, on every stage
+    assert ax.get_xlim()[1] == pytest.approx((m + 3) * per_micro)
+    assert ("recomputed forward" in ax.get_xlabel()) == (recompute == "full")
+
+
 @pytest.mark.parametrize("pp,vpp,m", [(1, 1, 4), (4, 1, 8), (4, 1, 2), (4, 2, 8), (8, 4, 16), (4, 3, 12)])
 def test_timeline_matches_the_bubble_formula(pp, vpp, m):
     # SC'21 Sec. 2.2.2: with t_f = 1 and t_b = 2 a step takes m·3 + (pp - 1)/vpp·3
