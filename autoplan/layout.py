@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autoplan.errors import LayoutError, shown
-from autoplan.recompute_modules import (  # noqa: F401 - re-exported for the layout's callers
-    RECOMPUTE_MODULES, module_bit, modules_code, modules_text, modules_texts)
+from autoplan.recompute_modules import modules_code, modules_text
 
 if TYPE_CHECKING:
     from autoplan.specs.training import TrainingSpec

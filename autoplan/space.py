@@ -17,10 +17,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autoplan.errors import AutoplanError, LayoutError, SpecError, UnknownNameError, shown
+from autoplan.errors import (
+    AutoplanError,
+    LayoutError,
+    SpecError,
+    UnknownNameError,
+    shown,
+)
 from autoplan.files import exists
-from autoplan.layout import (CODE_FIELDS, DEFAULT_PLACEMENT, FIELDS, MAX_DEGREE, LayoutBatch, derive_batch_knobs,
-                             modules_code, modules_text)
+from autoplan.layout import (
+    CODE_FIELDS,
+    DEFAULT_PLACEMENT,
+    FIELDS,
+    MAX_DEGREE,
+    LayoutBatch,
+    derive_batch_knobs,
+    modules_code,
+    modules_text,
+)
 from autoplan.paths import data_dir
 from autoplan.specs.yaml_io import check_keys, read_mapping
 

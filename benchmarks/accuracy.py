@@ -17,8 +17,16 @@ import sys
 import time
 from collections import Counter
 
-from autoplan.calibration.accuracy import (FIT_LOSS, FIT_PLAN, NOT_FITTED, TIME_SOURCES, calibrate_all, fit_split,
-                                           predictions, shipped_flags)
+from autoplan.calibration.accuracy import (
+    FIT_LOSS,
+    FIT_PLAN,
+    NOT_FITTED,
+    TIME_SOURCES,
+    calibrate_all,
+    fit_split,
+    predictions,
+    shipped_flags,
+)
 from autoplan.calibration.accuracy_report import SECTIONS, accuracy_report
 from autoplan.calibration.fit import CalibrationError, cross_validate
 from autoplan.calibration.rows import row_context

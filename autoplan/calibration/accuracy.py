@@ -23,9 +23,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from autoplan.calibration.fit import FitReport, fit_efficiency, predict_rows, split_rows
-from autoplan.cost.context import CostContext
-from autoplan.profiles import CalibratedParameters, Flag, flag_fitted, list_trainers, load_profile
 from autoplan.calibration.rows import Row, Source, row_context
+from autoplan.cost.context import CostContext
+from autoplan.profiles import (
+    CalibratedParameters,
+    Flag,
+    flag_fitted,
+    list_trainers,
+    load_profile,
+)
 
 Pair = tuple[str, str]  # (trainer, hardware)
 

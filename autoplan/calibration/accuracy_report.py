@@ -27,15 +27,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoplan.calibration.accuracy import (FIT_LOSS, FIT_PLAN, TIME_SOURCES, Pair, abs_pct_errors, cell_rankings,
-                               context_factory, fit_split, predictions, zero_figure1_gb)
-from autoplan.calibration.fit import MEMORY_PARAMS, fit_efficiency, predict_rows, split_rows
+from autoplan.calibration.accuracy import (
+    FIT_LOSS,
+    FIT_PLAN,
+    TIME_SOURCES,
+    Pair,
+    abs_pct_errors,
+    cell_rankings,
+    context_factory,
+    fit_split,
+    predictions,
+    zero_figure1_gb,
+)
+from autoplan.calibration.fit import (
+    MEMORY_PARAMS,
+    fit_efficiency,
+    predict_rows,
+    split_rows,
+)
+from autoplan.calibration.rows import Row, Source, row_context
+from autoplan.calibration.validation import load_playbook_sweep, load_sources
 from autoplan.errors import AutoplanError
 from autoplan.profiles import CalibratedParameters, load_profile
 from autoplan.specs.hardware import load_gpu
 from autoplan.units import GB, GiB
-from autoplan.calibration.rows import Row, Source, row_context
-from autoplan.calibration.validation import load_playbook_sweep, load_sources
 
 SUBSETS = ("fit", "held-out", "all")
 ISSUE8_FRACTION = 0.2

@@ -22,13 +22,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from autoplan.calibration.rows import Row, row_context
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import AutoplanError
 from autoplan.layout import LayoutBatch, layout_from_record
 from autoplan.profiles import PARAMETERS, CalibratedParameters, Flag, flag_values
 from autoplan.profiles.efficiency import LOG_SCALED
-from autoplan.calibration.rows import Row, row_context
 
 MEMORY_PARAMS = ("memory_reserve_bytes", "allocator_overhead")
 DEFAULT_PARAMS = ("gemm_efficiency_max", "gemm_half_flops", "scale_out_efficiency", "dp_overlap",

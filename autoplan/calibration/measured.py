@@ -25,12 +25,29 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from autoplan.calibration.fit import (DEFAULT_PARAMS, MEMORY_PARAMS, CalibrationError, CrossValidation, FitReport,
-                                cross_validate, error_summary, fit_efficiency, predict, prepare)
+from autoplan.calibration.fit import (
+    DEFAULT_PARAMS,
+    MEMORY_PARAMS,
+    CalibrationError,
+    CrossValidation,
+    FitReport,
+    cross_validate,
+    error_summary,
+    fit_efficiency,
+    predict,
+    prepare,
+)
+from autoplan.calibration.rows import Row
 from autoplan.cost.context import CostContext
 from autoplan.errors import AutoplanError, LayoutError, SpecError
 from autoplan.files import MAX_CSV_BYTES, exists, read_user_bytes, read_user_csv
-from autoplan.layout import RECORD_FIELDS, SETUP_FIELDS, LayoutBatch, layout_from_record, record_setup
+from autoplan.layout import (
+    RECORD_FIELDS,
+    SETUP_FIELDS,
+    LayoutBatch,
+    layout_from_record,
+    record_setup,
+)
 from autoplan.profiles import PARAMETERS, CalibratedParameters, Flag
 from autoplan.profiles.efficiency import CORRECTIONS, PHYSICAL
 from autoplan.profiles.profile import TrainerProfile
@@ -39,7 +56,6 @@ from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
 from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
-from autoplan.calibration.rows import Row
 
 MEASURED_COLUMNS = ("tokens_per_s_per_gpu", "peak_memory_gib")
 KNOWN_COLUMNS = RECORD_FIELDS + MEASURED_COLUMNS + ("model",)

@@ -130,8 +130,14 @@ def _print_calibration(cal, measured, out_path, kw) -> None:
 
 def _calibrate_csv(ctx: click.Context, kw: dict) -> None:
     from autoplan.calibration.fit import CalibrationError
-    from autoplan.calibration.measured import (calibrate_measured, check_params, default_params, profile_mapping, read_measured,
-                                   write_profile)
+    from autoplan.calibration.measured import (
+        calibrate_measured,
+        check_params,
+        default_params,
+        profile_mapping,
+        read_measured,
+        write_profile,
+    )
 
     context = _context(kw)
     model_seq = None
@@ -164,9 +170,9 @@ def _calibrate_csv(ctx: click.Context, kw: dict) -> None:
 
 
 def _import_log(ctx: click.Context, kw: dict) -> None:
-    from autoplan.errors import LayoutError
     from autoplan.calibration.log_import import parse_log
     from autoplan.calibration.measured import append_records, measured_record
+    from autoplan.errors import LayoutError
 
     spec = None
     if kw["model_name"]:

@@ -8,8 +8,14 @@ import sys
 import click
 
 from autoplan.cli.layout_options import layout_options, layout_values
-from autoplan.cli.options import (allow_uneven_option, context_from_options, output_format_option, setup_settings,
-                                  trainer_options, training_options)
+from autoplan.cli.options import (
+    allow_uneven_option,
+    context_from_options,
+    output_format_option,
+    setup_settings,
+    trainer_options,
+    training_options,
+)
 from autoplan.cli.render import emit_records
 from autoplan.errors import AutoplanError, LayoutError, NoFeasiblePlanError
 

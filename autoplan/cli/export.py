@@ -9,7 +9,11 @@ import click
 from click.core import ParameterSource
 
 from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_values
-from autoplan.cli.options import allow_uneven_option, training_from_options, training_options
+from autoplan.cli.options import (
+    allow_uneven_option,
+    training_from_options,
+    training_options,
+)
 from autoplan.errors import AutoplanError, shown
 
 TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")

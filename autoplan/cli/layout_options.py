@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from autoplan.layout import MAX_DEGREE, PLACEMENTS, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES
+from autoplan.layout import MAX_DEGREE, PLACEMENTS, PRECISIONS, RECOMPUTE
+from autoplan.recompute_modules import RECOMPUTE_MODULES
 
 
 def layout_options(func: Callable) -> Callable:

@@ -8,8 +8,18 @@ import sys
 
 import click
 
-from autoplan.cli.options import (SEED, ChoiceList, IntList, TokenCount, allow_uneven_option, context_from_options,
-                                  fail, output_format_option, trainer_options, training_options)
+from autoplan.cli.options import (
+    SEED,
+    ChoiceList,
+    IntList,
+    TokenCount,
+    allow_uneven_option,
+    context_from_options,
+    fail,
+    output_format_option,
+    trainer_options,
+    training_options,
+)
 from autoplan.errors import NoFeasiblePlanError
 from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE
 
@@ -201,7 +211,13 @@ class _progress_bar:
 
     def __enter__(self):
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         console = Console(stderr=True)
         self.bar = Progress(TextColumn("searching"), BarColumn(), MofNCompleteColumn(),
@@ -232,7 +248,12 @@ def _emit(result, output_format: str, top_k: int, costs=None) -> None:
     import json
 
     from autoplan.report.columns import plain_dictionary
-    from autoplan.report.results import CSV_FLOAT_FORMAT, clean_json, recipe_line, summary
+    from autoplan.report.results import (
+        CSV_FLOAT_FORMAT,
+        clean_json,
+        recipe_line,
+        summary,
+    )
 
     if output_format == "json":
         doc = summary(result, top_k)

@@ -6,7 +6,12 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from autoplan.cost.params import ParamCounts, count_params
-from autoplan.profiles import CalibratedParameters, Corrections, PhysicalEfficiency, TrainerProfile
+from autoplan.profiles import (
+    CalibratedParameters,
+    Corrections,
+    PhysicalEfficiency,
+    TrainerProfile,
+)
 from autoplan.specs.hardware import Cluster
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import TrainingSpec

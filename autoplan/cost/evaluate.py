@@ -12,10 +12,12 @@ from autoplan.cost.flops import hardware_flops_per_token, model_flops_per_token
 from autoplan.cost.memory import memory_table, stage_param_counts
 from autoplan.cost.stages import stage_layers
 from autoplan.cost.time import time_table
-from autoplan.layout import CODE_FIELDS, RECORD_FIELDS, LayoutBatch, modules_texts
+from autoplan.layout import CODE_FIELDS, RECORD_FIELDS, LayoutBatch
+from autoplan.recompute_modules import modules_texts
 from autoplan.rules import REASON_CODES, legality_codes
 from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
+
 
 @dataclass
 class CostTable:

@@ -12,7 +12,8 @@ import numpy as np
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.recompute import full_recompute_share, module_matmul_share
-from autoplan.layout import LayoutBatch, module_bit
+from autoplan.layout import LayoutBatch
+from autoplan.recompute_modules import module_bit
 
 
 def attention_score_flops_per_token(ctx: CostContext, seq_len: np.ndarray) -> np.ndarray:

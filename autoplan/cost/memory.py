@@ -21,11 +21,16 @@ import dataclasses
 import numpy as np
 
 from autoplan.cost.context import CostContext
-from autoplan.cost.recompute import (OFFLOAD_STAGING_LAYERS, full_recompute_share, module_dropped_bytes_per_token,
-                                     offloaded_share)
+from autoplan.cost.recompute import (
+    OFFLOAD_STAGING_LAYERS,
+    full_recompute_share,
+    module_dropped_bytes_per_token,
+    offloaded_share,
+)
 from autoplan.cost.stages import StageLayers, in_flight_layers, stage_layers
-from autoplan.layout import LayoutBatch, module_bit
+from autoplan.layout import LayoutBatch
 from autoplan.profiles import ActivationCoefficients
+from autoplan.recompute_modules import module_bit
 
 BF16_BYTES = 2.0
 

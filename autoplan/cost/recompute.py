@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost.context import CostContext
-from autoplan.layout import LayoutBatch, module_bit
+from autoplan.layout import LayoutBatch
+from autoplan.recompute_modules import module_bit
 
 BF16_BYTES = 2.0
 NORMS_PER_LAYER = 2.0  # input_layernorm and pre_mlp_layernorm

@@ -15,10 +15,17 @@ import numpy as np
 
 from autoplan.cost import comm
 from autoplan.cost.context import CostContext
+from autoplan.cost.flops import (
+    attention_score_flops_per_token,
+    layer_matmul_flops_per_token,
+)
 from autoplan.cost.memory import layer_activation_bytes, zero_shard_groups
-from autoplan.cost.recompute import (full_recompute_share, module_extra_passes, module_recompute_s,
-                                     offload_exposed_s)
-from autoplan.cost.flops import attention_score_flops_per_token, layer_matmul_flops_per_token
+from autoplan.cost.recompute import (
+    full_recompute_share,
+    module_extra_passes,
+    module_recompute_s,
+    offload_exposed_s,
+)
 from autoplan.cost.stages import StageLayers, stage_layers
 from autoplan.layout import LayoutBatch
 from autoplan.profiles import TrainerProfile

@@ -18,8 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from autoplan.errors import SpecError, shown
-from autoplan.profiles.efficiency import (CORRECTIONS, PARAMETERS, PHYSICAL, SECTIONS, CalibratedParameters,
-                                          Corrections, PhysicalEfficiency)
+from autoplan.profiles.efficiency import (
+    CORRECTIONS,
+    PARAMETERS,
+    PHYSICAL,
+    SECTIONS,
+    CalibratedParameters,
+    Corrections,
+    PhysicalEfficiency,
+)
 from autoplan.specs.yaml_io import check_keys, read_mapping
 
 DEFAULTS_PATH = Path(__file__).resolve().parent / "defaults.yaml"

@@ -9,7 +9,14 @@ import numpy as np
 
 from autoplan.api import build_context, build_training
 from autoplan.errors import AutoplanError
-from autoplan.layout import RECORD_FIELDS, SETUP_FIELDS, Layout, LayoutBatch, layout_from_record, record_setup
+from autoplan.layout import (
+    RECORD_FIELDS,
+    SETUP_FIELDS,
+    Layout,
+    LayoutBatch,
+    layout_from_record,
+    record_setup,
+)
 from autoplan.specs.training import TrainingSpec
 
 OUTPUT_COLUMNS = ("fits", "infeasible_reason", "peak_memory_bytes", "peak_memory_gib", "peak_stage",

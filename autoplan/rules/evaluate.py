@@ -15,7 +15,15 @@ import numpy as np
 
 from autoplan.errors import LayoutError
 from autoplan.layout import Layout, LayoutBatch
-from autoplan.rules import capabilities, common, deepspeed, megatron, recompute, stages, torchtitan
+from autoplan.rules import (
+    capabilities,
+    common,
+    deepspeed,
+    megatron,
+    recompute,
+    stages,
+    torchtitan,
+)
 from autoplan.rules.table import Rule, RuleContext
 
 RULES: list[Rule] = [

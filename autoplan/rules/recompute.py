@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.layout import module_bit
+from autoplan.recompute_modules import module_bit
 from autoplan.rules.table import ALL, Rule, RuleContext
 
 MEGATRON = ("megatron",)

@@ -21,7 +21,12 @@ from autoplan.cost.evaluate import CostTable
 from autoplan.search import recipe
 from autoplan.search.recipe import RecipeCounts
 from autoplan.search.storage import StudyStore
-from autoplan.search.trials import degree_trial_data, distributions, frozen_trials, trial_data
+from autoplan.search.trials import (
+    degree_trial_data,
+    distributions,
+    frozen_trials,
+    trial_data,
+)
 from autoplan.space import KNOBS, SearchSpace, layouts_from_values, params_to_values
 
 OBJECTIVES = {"exhaustive": ("maximize",), "tpe": ("maximize",), "random": ("maximize",),

@@ -17,7 +17,8 @@ import numpy as np
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable, evaluate
-from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch, modules_text
+from autoplan.layout import CODE_FIELDS, FIELDS, LayoutBatch
+from autoplan.recompute_modules import modules_text
 from autoplan.rules import REASON_CODES, REASON_MESSAGES, explain_reason
 from autoplan.space import KNOBS
 from autoplan.units import GiB

@@ -32,7 +32,6 @@ from typing import Any
 
 from autoplan.errors import AutoplanError
 
-
 SQLITE_LOCK_TIMEOUT_S = 600.0  # a writer waits this long for another's transaction to end
 WRITER_ATTR = "autoplan:writer"  # system attribute: which process wrote a trial
 # A journal writer holds its lock file for one append (milliseconds); an older lock file was
@@ -138,7 +137,11 @@ def make_storage(storage: str):
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", storage):
         raise StorageError(f"--storage {storage}: expected an RDB URL like sqlite:///results/study.db "
                            "or postgresql://user@host/db, or a journal file path like results/study.log")
-    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock, JournalStorage
+    from optuna.storages.journal import (
+        JournalFileBackend,
+        JournalFileSymlinkLock,
+        JournalStorage,
+    )
 
     lock = JournalFileSymlinkLock(storage, grace_period=JOURNAL_LOCK_GRACE_S)
     return JournalStorage(JournalFileBackend(storage, lock_obj=lock))

@@ -23,9 +23,22 @@ from typing import Any
 from autoplan.errors import AutoplanError, SpecError, UnknownNameError, shown
 from autoplan.paths import data_dir
 from autoplan.specs.yaml_io import check_keys, check_name, get_int, read_mapping
-from autoplan.units import (BITS_PER_BYTE, GB, PER_DIRECTION, TB, GiB, MiB, UnitError, bandwidth_qualifier,
-                            format_bytes, normalise_qualifier, parse_bandwidth, parse_bytes, parse_flops_rate,
-                            parse_time)
+from autoplan.units import (
+    BITS_PER_BYTE,
+    GB,
+    PER_DIRECTION,
+    TB,
+    GiB,
+    MiB,
+    UnitError,
+    bandwidth_qualifier,
+    format_bytes,
+    normalise_qualifier,
+    parse_bandwidth,
+    parse_bytes,
+    parse_flops_rate,
+    parse_time,
+)
 
 _BOTH_DIRECTIONS_WORDS = ("both", "bidir", "duplex")
 _REQUIRED_KEYS = ("name", "memory", "usable_memory", "peak_bf16", "peak_fp8", "hbm_bandwidth",

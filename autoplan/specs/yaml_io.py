@@ -13,6 +13,7 @@ import yaml
 from autoplan.errors import SpecError, shown
 from autoplan.files import read_user_text
 
+
 def read_mapping(path: str | Path) -> dict[str, Any]:
     """Read a YAML or JSON file whose top level is a mapping, with clear errors (a regular file
     of at most 16 MiB: :func:`autoplan.files.read_user_text`)."""
