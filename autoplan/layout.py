@@ -25,10 +25,20 @@ PRECISIONS = ("bf16", "fp8")
 # ranks of a stage (Megatron's expert grid: etp, ep, expert-dp, pp).
 PLACEMENTS = ("tp-cp-dp-pp", "tp-dp-cp-pp", "tp-pp-cp-dp", "cp-tp-dp-pp")
 DEFAULT_PLACEMENT = PLACEMENTS[0]
+# Pipeline schedules (autoplan.cost.schedule): 'default' is the trainer's own, 1F1B or, with
+# vpp > 1, interleaved 1F1B (nanotron's profile may say AFAB).
+PP_SCHEDULES = ("default", "1f1b", "interleaved", "afab", "zb-h1", "zb-v", "dualpipe", "dualpipev")
+# How layers fall on pipeline stages (autoplan.cost.stages): 'balanced' splits the transformer
+# layers as evenly as possible; 'embed-loss' counts the embedding and the loss as one layer each
+# (Megatron --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split;
+# Llama 3's one layer fewer on the first and the last stage).
+PP_SPLITS = ("balanced", "embed-loss")
 
 INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_acc")
 MAX_DEGREE = 2**20  # the largest parallel degree or micro-batch accepted (options, space files)
-CODE_FIELDS = {"recompute": RECOMPUTE, "precision": PRECISIONS, "placement": PLACEMENTS}
+# The pipeline knobs a record may leave out (older plans.json, CSV rows): their first choice.
+OPTIONAL_CODE_FIELDS = {"pp_schedule": PP_SCHEDULES, "pp_split": PP_SPLITS}
+CODE_FIELDS = {"recompute": RECOMPUTE, "precision": PRECISIONS, "placement": PLACEMENTS, **OPTIONAL_CODE_FIELDS}
 # Recompute and offload as production runs them (see ``Layout``), with the value that means
 # "as before": full recompute of every layer, the trainer's own selective set, no offload.
 PRODUCTION_DEFAULTS = {"recompute_layers": 0, "recompute_modules": "", "offload_layers": 0}
@@ -36,7 +46,8 @@ FIELDS = INT_FIELDS + ("sp",) + tuple(CODE_FIELDS) + tuple(PRODUCTION_DEFAULTS)
 # The columns of a plan record (CSV, JSON, plans.json): the layout plus the training setup's
 # gpus, seq_len and the layout's batch, in the order results files have always used.
 SETUP_FIELDS = ("gpus", "seq_len", "gbs_seqs")
-RECORD_FIELDS = ("gpus", *INT_FIELDS, "seq_len", "gbs_seqs", "sp", *CODE_FIELDS, *PRODUCTION_DEFAULTS)
+RECORD_FIELDS = ("gpus", *INT_FIELDS, "seq_len", "gbs_seqs", "sp", "recompute", "precision", "placement",
+                 *PRODUCTION_DEFAULTS, *OPTIONAL_CODE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,9 @@ class Layout:
       default ``core_attn``).
     * ``offload_layers``: activations of N layers per stage go to host memory during forward
       and come back for backward (``TransformerConfig.cpu_offloading_num_layers``).
+
+    ``pp_schedule`` (``PP_SCHEDULES``) and ``pp_split`` (``PP_SPLITS``) choose the pipeline
+    schedule and how layers fall on stages (``autoplan.cost.schedule``, ``autoplan.cost.stages``).
     """
 
     dp: int
@@ -77,6 +91,8 @@ class Layout:
     recompute_layers: int = 0
     recompute_modules: str = ""
     offload_layers: int = 0
+    pp_schedule: str = "default"
+    pp_split: str = "balanced"
 
     def describe(self) -> str:
         """'tp=8 pp=4 vpp=2 cp=1 dp=16 ... ' in a stable order, for tables and messages."""
@@ -95,6 +111,10 @@ class Layout:
             parts.append(f"rc_modules={self.recompute_modules}")
         if self.offload_layers:
             parts.append(f"offload={self.offload_layers}")
+        if self.pp_schedule != "default":
+            parts.append(f"sched={self.pp_schedule}")
+        if self.pp_split != "balanced":
+            parts.append(f"split={self.pp_split}")
         if self.precision != "bf16":
             parts.append(self.precision)
         if not self.sp and self.tp > 1:
@@ -294,7 +314,7 @@ def layout_from_record(record: Mapping[str, Any], training: TrainingSpec | None 
 
 
 def _complete_layout(record: Mapping[str, Any]) -> Layout:
-    missing = [name for name in FIELDS if name not in PRODUCTION_DEFAULTS
+    missing = [name for name in FIELDS if name not in PRODUCTION_DEFAULTS and name not in OPTIONAL_CODE_FIELDS
                and (name not in record or _blank(record[name]))]
     if missing:
         raise LayoutError(f"a record without its training setup must hold every layout field; "
@@ -302,9 +322,10 @@ def _complete_layout(record: Mapping[str, Any]) -> Layout:
     values: dict[str, Any] = {name: _as_int(name, record[name]) for name in INT_FIELDS}
     values["sp"] = _as_bool("sp", record["sp"])
     for name, choices in CODE_FIELDS.items():
-        values[name] = str(record[name]).strip().lower()
+        raw = record.get(name)
+        values[name] = choices[0] if name in OPTIONAL_CODE_FIELDS and _blank(raw) else str(raw).strip().lower()
         if values[name] not in choices:
-            raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {shown(record[name])}")
+            raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {shown(raw)}")
     given = {k: record[k] for k in PRODUCTION_DEFAULTS if k in record and not _blank(record[k])}
     values.update(_production_knobs(given, values["recompute"]))
     return Layout(**values)
@@ -314,7 +335,8 @@ class LayoutBatch:
     """A struct of arrays: ``batch.tp`` is a float64 array with one entry per layout."""
 
     def __init__(self, arrays: Mapping[str, np.ndarray]):
-        missing = [name for name in FIELDS if name not in arrays and name not in PRODUCTION_DEFAULTS]
+        missing = [name for name in FIELDS if name not in arrays and name not in PRODUCTION_DEFAULTS
+                   and name not in OPTIONAL_CODE_FIELDS]
         assert not missing, f"LayoutBatch is missing fields {missing}"
         size = {np.shape(arrays[name]) for name in FIELDS if name in arrays}
         assert len(size) == 1, f"LayoutBatch fields differ in shape: {size}"

@@ -8,7 +8,14 @@ from typing import Any
 
 import click
 
-from autoplan.layout import MAX_DEGREE, PLACEMENTS, PRECISIONS, RECOMPUTE
+from autoplan.layout import (
+    MAX_DEGREE,
+    PLACEMENTS,
+    PP_SCHEDULES,
+    PP_SPLITS,
+    PRECISIONS,
+    RECOMPUTE,
+)
 from autoplan.recompute_modules import RECOMPUTE_MODULES
 
 
@@ -41,12 +48,19 @@ def layout_options(func: Callable) -> Callable:
         click.option("--sp/--no-sp", default=None, help="Sequence parallel (default: on when tp > 1)."),
         click.option("--placement", type=click.Choice(PLACEMENTS), default=PLACEMENTS[0], show_default=True,
                      help="Rank order, innermost first."),
+        click.option("--pp-schedule", type=click.Choice(PP_SCHEDULES), default=PP_SCHEDULES[0], show_default=True,
+                     help="Pipeline schedule (default: the trainer's own, 1F1B or interleaved with vpp > 1); "
+                          "zb-v and dualpipev run two chunks per rank (vpp 2)."),
+        click.option("--pp-split", type=click.Choice(PP_SPLITS), default=PP_SPLITS[0], show_default=True,
+                     help="Layers on pipeline stages: balanced, or embed-loss (the embedding and the loss "
+                          "count as one layer each, Llama 3's split)."),
     ]
     return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
 
 
 LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "zero", "mbs", "grad_acc", "recompute",
-               "precision", "sp", "placement", "recompute_layers", "recompute_modules", "offload_layers")
+               "precision", "sp", "placement", "recompute_layers", "recompute_modules", "offload_layers",
+               "pp_schedule", "pp_split")
 
 
 def layout_values(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from autoplan.cli.options import (
     training_options,
 )
 from autoplan.errors import NoFeasiblePlanError
-from autoplan.layout import PLACEMENTS, PRECISIONS, RECOMPUTE
+from autoplan.layout import PLACEMENTS, PP_SCHEDULES, PP_SPLITS, PRECISIONS, RECOMPUTE
 
 SAMPLER_CHOICES = ("auto", "exhaustive", "tpe", "nsga2", "random")  # = autoplan.search.SAMPLERS
 INT_KNOB_HELP = {"tp": "tensor", "pp": "pipeline", "vpp": "virtual pipeline (interleaved)",
@@ -50,6 +50,10 @@ def knob_options(func):
                      help=f"Precision(s): {', '.join(PRECISIONS)}."),
         click.option("--placement", type=ChoiceList(PLACEMENTS), default=None,
                      help="Rank order(s), innermost first."),
+        click.option("--pp-schedule", type=ChoiceList(PP_SCHEDULES), default=None,
+                     help=f"Pipeline schedule(s): {', '.join(PP_SCHEDULES)} (default = the trainer's own)."),
+        click.option("--pp-split", type=ChoiceList(PP_SPLITS), default=None,
+                     help="Stage split(s): balanced, embed-loss (the embedding and loss count as a layer each)."),
     ]
     for option in reversed(options):
         func = option(func)

@@ -89,7 +89,7 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True)
     cols: dict[str, np.ndarray] = {}
     codes = legality_codes(ctx, b, allow_uneven=allow_uneven)
     with np.errstate(divide="ignore", invalid="ignore"):
-        layers = stage_layers(ctx.model, b.pp)
+        layers = stage_layers(ctx.model, b.pp, b.vpp, b.pp_split)
         params = stage_param_counts(ctx, b, layers)
         cols.update(memory_table(ctx, b, layers, params))
         cols.update(time_table(ctx, b, heavier_stage_params(params), layers))

@@ -27,7 +27,8 @@ from autoplan.cost.recompute import (
     module_dropped_bytes_per_token,
     offloaded_share,
 )
-from autoplan.cost.stages import StageLayers, in_flight_layers, stage_layers
+from autoplan.cost.schedule import in_flight_layers, parameter_copies, resolved_schedule
+from autoplan.cost.stages import StageLayers, stage_layers
 from autoplan.layout import LayoutBatch
 from autoplan.profiles import ActivationCoefficients
 from autoplan.recompute_modules import module_bit
@@ -330,11 +331,12 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     mean_full = full_share * full_input + (1.0 - full_share) * mean_none
     per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)
     rank = np.zeros_like(b.pp) if first else b.pp - 1.0
-    flying = in_flight_layers(n_layers, b.pp, b.vpp, b.grad_acc, rank, p.pp_schedule)
+    schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pp_schedule)
+    chunks = layers.first_chunks if first else layers.last_chunks
+    flying = in_flight_layers(chunks, b.pp, b.vpp, b.grad_acc, rank, schedule)
     # A correction (Corrections.pp_extra_layers_per_microbatch): extra layer-activations per
     # in-flight micro-batch of a pipelined stage.
-    micro_in_flight = in_flight_layers(np.ones_like(b.pp), b.pp, np.ones_like(b.pp), b.grad_acc, rank,
-                                       p.pp_schedule)
+    micro_in_flight = in_flight_layers(np.ones((1, len(b))), b.pp, np.ones_like(b.pp), b.grad_acc, rank, schedule)
     flying = flying + np.where(b.pp > 1, c.pp_extra_layers_per_microbatch * micro_in_flight, 0.0)
     # Recompute re-materialises one layer's dropped activations at a time during backward:
     # full keeps the layer input and rebuilds the rest; selective rebuilds what it dropped.
@@ -366,15 +368,18 @@ MEMORY_TERMS = ("weights", "gradients", "master_weights", "optimizer_states", "a
 
 
 def stage_param_counts(ctx: CostContext, b: LayoutBatch, layers: StageLayers) -> dict[str, tuple]:
-    """(non-expert, expert) parameters per GPU of the first and the last stage."""
-    return {"first": _params_on_stage(ctx, b, layers.first_dense, layers.first_moe, True),
-            "last": _params_on_stage(ctx, b, layers.last_dense, layers.last_moe, False)}
+    """(non-expert, expert) parameters per GPU of the first and the last stage, times the
+    schedule's copies (``schedule.parameter_copies``: 2 under DualPipe)."""
+    copies = parameter_copies(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule))
+    first = _params_on_stage(ctx, b, layers.first_dense, layers.first_moe, True)
+    last = _params_on_stage(ctx, b, layers.last_dense, layers.last_moe, False)
+    return {"first": (copies * first[0], copies * first[1]), "last": (copies * last[0], copies * last[1])}
 
 
 def memory_table(ctx: CostContext, b: LayoutBatch, layers: StageLayers | None = None,
                  params: dict[str, tuple] | None = None) -> dict[str, np.ndarray]:
     """Per-stage terms, totals, the peak over stages and which stage holds it."""
-    layers = layers if layers is not None else stage_layers(ctx.model, b.pp)
+    layers = layers if layers is not None else stage_layers(ctx.model, b.pp, b.vpp, b.pp_split)
     params = params if params is not None else stage_param_counts(ctx, b, layers)
     acts = {mode: layer_activation_bytes(ctx, b, mode) for mode in ("none", "selective")}
     acts["selective"] = selective_module_bytes(ctx, b, acts)

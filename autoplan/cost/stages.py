@@ -3,6 +3,7 @@
 Two stages are costed for every layout: the *first* (embedding, the most micro-batches in
 flight) and the *last* (final norm, LM head, logits and loss). Middle stages hold fewer
 in-flight micro-batches than the first and no head, so the peak is at one of these two.
+What is in flight under each schedule is ``autoplan.cost.schedule``.
 """
 
 from __future__ import annotations
@@ -16,12 +17,18 @@ from autoplan.specs.model import ModelSpec
 
 @dataclass(frozen=True)
 class StageLayers:
-    """Layer counts on the first and last stage; dense vs MoE split (DeepSeek-V3's dense-first)."""
+    """Layer counts on the first and last stage; dense vs MoE split (DeepSeek-V3's dense-first).
+
+    ``first_chunks`` / ``last_chunks`` are (max vpp, layouts): the layers of each model chunk
+    (virtual stage) of the first and the last rank, 0 past a layout's vpp.
+    """
 
     first: np.ndarray
     last: np.ndarray
     first_dense: np.ndarray
     last_dense: np.ndarray
+    first_chunks: np.ndarray
+    last_chunks: np.ndarray
 
     @property
     def first_moe(self) -> np.ndarray:
@@ -32,50 +39,66 @@ class StageLayers:
         return self.last - self.last_dense
 
 
-def stage_layers(model: ModelSpec, pp: np.ndarray) -> StageLayers:
-    """Split ``L`` layers over ``pp`` stages as evenly as possible, extra layers to early stages.
+def rank_chunk_layers(num_layers: int, pp: np.ndarray, vpp: np.ndarray, embed_loss: np.ndarray,
+                      rank: np.ndarray) -> np.ndarray:
+    """Layers of each chunk of pipeline rank ``rank``: a (max vpp, layouts) array.
 
-    Trainers require L divisible by pp·vpp unless uneven stages are configured (legal by default
-    where the trainer can run them, ``autoplan.rules.stages``); an uneven
-    split puts ceil(L/pp) on the first stage and floor(L/pp) on the last, the split the
+    The ``U`` units (L layers, plus the embedding and the loss as one unit each where
+    ``embed_loss``) are split over the p·v virtual stages as evenly as possible, the extra units
+    to the early stages; virtual stage k·p + r runs on rank r (Megatron's and torchtitan's
+    interleaving). Under ``embed_loss`` the first virtual stage gives one unit to the embedding
+    and the last one to the loss (Megatron ``--account-for-embedding-in-pipeline-split
+    --account-for-loss-in-pipeline-split``, ``megatron/core/transformer/transformer_block.py``
+    ``get_num_layers_to_build``; Llama 3's "one Transformer layer fewer on the first and the last
+    stages", Llama Team 2024, Sec. 3.3.2).
+    """
+    ends = np.where(embed_loss & (pp > 1), 1.0, 0.0)
+    stages = pp * vpp
+    units = num_layers + 2.0 * ends
+    base = np.floor(units / stages)
+    extra = units - base * stages
+    out = []
+    for k in range(int(np.max(vpp, initial=1.0))):
+        stage = k * pp + rank
+        layers = base + (stage < extra) - ends * ((stage == 0) + (stage == stages - 1))
+        out.append(np.where(k < vpp, np.maximum(layers, 0.0), 0.0))
+    return np.array(out).reshape(len(out), *np.shape(pp))
+
+
+def stage_layers(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray | None = None,
+                 pp_split: np.ndarray | None = None) -> StageLayers:
+    """Layers on the first and the last rank, from ``rank_chunk_layers`` (``pp_split`` code 1 =
+    embed-loss). Trainers require L divisible by pp·vpp unless uneven stages are configured
+    (legal by default where the trainer can run them, ``autoplan.rules.stages``); a balanced
+    uneven split puts ceil(L/pp) on the first rank and floor(L/pp) on the last, the split the
     exporters write (``virtual_stage_layers``). With pp = 1 the one stage is both first and last.
     """
+    pp = np.asarray(pp, dtype=np.float64)
+    vpp = np.ones_like(pp) if vpp is None else vpp
+    embed_loss = np.zeros_like(pp, dtype=bool) if pp_split is None else pp_split == 1
+    first_chunks = rank_chunk_layers(model.num_layers, pp, vpp, embed_loss, np.zeros_like(pp))
+    last_chunks = rank_chunk_layers(model.num_layers, pp, vpp, embed_loss, pp - 1.0)
+    first, last = first_chunks.sum(axis=0), last_chunks.sum(axis=0)
     num_layers = float(model.num_layers)
-    base = np.floor(num_layers / pp)
-    first = np.where(num_layers - base * pp > 0, base + 1.0, base)
-    last = np.where(pp > 1, base, num_layers)
     num_dense = float(model.num_layers - model.num_moe_layers)
     first_dense = np.minimum(num_dense, first)
     last_dense = np.clip(num_dense - (num_layers - last), 0.0, last)
-    return StageLayers(first=first, last=last, first_dense=first_dense, last_dense=last_dense)
+    return StageLayers(first=first, last=last, first_dense=first_dense, last_dense=last_dense,
+                       first_chunks=first_chunks, last_chunks=last_chunks)
 
 
-def virtual_stage_layers(num_layers: int, pp: int, vpp: int = 1) -> list[int]:
-    """Layers on each of the pp·vpp virtual stages in model order, extra layers to early ones.
+def virtual_stage_layers(num_layers: int, pp: int, vpp: int = 1, embed_loss: bool = False) -> list[int]:
+    """Transformer layers on each of the pp·vpp virtual stages in model order, extra units to
+    early ones, the embedding and the loss counted as one unit each where ``embed_loss``.
 
     Virtual stage ``k·pp + r`` runs on rank ``r`` (Megatron's and torchtitan's interleaving), so
-    rank r holds ceil(L/pp) layers for r < L mod pp and floor(L/pp) after: the split
-    ``stage_layers`` costs. Exporters write this split (autoplan.rules.stages).
+    (balanced) rank r holds ceil(L/pp) layers for r < L mod pp and floor(L/pp) after: the split
+    ``stage_layers`` costs (``rank_chunk_layers``). Exporters write this split (autoplan.rules.stages).
     """
     num_stages = pp * vpp
-    base, extra = divmod(num_layers, num_stages)
-    return [base + (1 if k < extra else 0) for k in range(num_stages)]
-
-
-def in_flight_layers(layers: np.ndarray, pp: np.ndarray, vpp: np.ndarray, num_micro: np.ndarray,
-                     stage_rank: np.ndarray, schedule: str) -> np.ndarray:
-    """Layer-activations (in units of one layer × one micro-batch) a stage holds at its peak.
-
-    1F1B (``megatron/core/pipeline_parallel/schedules.py``): rank r runs ``pp - r - 1`` warm-up
-    forwards, so it holds ``min(pp - r, m)`` micro-batches of its ``L/pp`` layers. Interleaved
-    1F1B with ``v`` chunks per rank warms up ``2(pp - r - 1) + (v - 1)·pp`` chunk-forwards, so
-    rank r holds ``min(2(pp-r-1) + (v-1)pp + 1, m·v)`` chunks of ``L/(pp·v)`` layers; for r = 0
-    this is ``L·(1 + (pp-1)/(pp·v))``, Korthikanti et al. 2022, Sec. 4.2.3. All-forward-all-
-    backward (``afab``) holds all ``m`` micro-batches.
-    """
-    if schedule == "afab":
-        return layers * num_micro
-    plain = layers * np.minimum(pp - stage_rank, num_micro)
-    chunks = np.minimum(2.0 * (pp - stage_rank - 1.0) + (vpp - 1.0) * pp + 1.0, num_micro * vpp)
-    interleaved = layers / vpp * chunks
-    return np.where(vpp > 1, interleaved, plain)
+    ends = 1 if embed_loss and pp > 1 else 0
+    base, extra = divmod(num_layers + 2 * ends, num_stages)
+    units = [base + (1 if k < extra else 0) for k in range(num_stages)]
+    units[0] -= ends
+    units[-1] -= ends
+    return [max(u, 0) for u in units]

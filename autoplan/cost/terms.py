@@ -11,7 +11,7 @@ pieces that depend on the layout or the profile (``term_text.VARIANTS``).
 Notation (per GPU, for one micro-batch unless said): tokens = mbs·seq_len/cp;
 h_div = tp if sp else 1; h the hidden size, V the vocabulary, L_S the layers of stage S
 (n_dense + n_moe of them); P_dense, P_expert the non-expert and expert parameters one GPU holds
-on the stage; G the ZeRO group, G_e = max(G·tp/(ep·etp), 1) the expert-data-parallel group;
+on the stage (twice a stage's under pp_schedule dualpipe: ``cost.schedule.parameter_copies``); G the ZeRO group, G_e = max(G·tp/(ep·etp), 1) the expert-data-parallel group;
 AG, RS, AR, A2A(S): ring all-gather, reduce-scatter, all-reduce, all-to-all of S bytes over a
 group (``cost/comm.py``: AG = RS = (n−1)/n·S/busbw + log2(n)·α, AR twice that, busbw from
 ``scale_up_efficiency`` or ``scale_out_efficiency``).
@@ -86,9 +86,12 @@ MEMORY_TERMS_DEFINED = [
                    "FP8_ACTIVATION_ELEMENT_BYTES[fp8_recipe]) per linear-layer input element "
                    "(memory.TE_LINEAR_INPUTS_*); MoE routed-token terms × moe_capacity_factor (1 when dropless); "
                    "averaged over the stage's dense and MoE layers; in_flight = "
-                   "in_flight_layers(L_S, pp, vpp, grad_acc, stage rank, pp_schedule) + (pp > 1) "
+                   "in_flight_layers(chunks of the rank, pp, vpp, grad_acc, stage rank, pp_schedule: 1f1b min(pp − r, m), "
+                   "interleaved Megatron's warm-up chunk by chunk, afab m, zb-v min(pp, m), dualpipe pp + 1, "
+                   "dualpipev pp + 1/2 stage micro-batches; autoplan.cost.schedule) + (pp > 1) "
                    "pp_extra_layers_per_microbatch × micro-batches in flight; {working}",
-                   f"{KORTHIKANTI} Table 2, Sec. 4.2.3; megatron/core/pipeline_parallel/schedules.py; "
+                   f"{KORTHIKANTI} Table 2, Sec. 4.2.3; megatron/core/pipeline_parallel/schedules.py; Qi et al. "
+                   "2023 (ZB-H1, ZB-V); DeepSeek-V3 report Table 2 (DualPipe); "
                    "Megatron-Core core_v0.15.3 transformer_block.py _checkpointed_forward (recompute_method "
                    "block), transformer_config.py (recompute_modules, cpu_offloading_num_layers); "
                    "transformer_engine/pytorch/cpu_offload.py (AsyncDoubleBufferGroupOffloadHandler)",
@@ -185,13 +188,17 @@ TIME_TERMS_DEFINED = [
           "ring attention (Liu et al. 2023); Megatron-Core context parallelism",
           ("cp_overlap", "BF16_BYTES", "ATTENTION_BACKWARD_FACTOR", *LINKS)),
     _time("ep_exposed", "expert-parallel all-to-all not hidden by compute",
-          "grad_acc × n_moe × {passes}·2·A2A(tokens/h_div·top_k·h·BF16_BYTES) over ep × (1 − ep_overlap); "
+          "grad_acc × n_moe × {passes}·2·A2A(tokens/h_div·top_k·h·BF16_BYTES) over ep × (1 − ep_overlap), 0 "
+          "under pp_schedule dualpipe/dualpipev (hidden under the paired chunk); "
           "A2A = max((k−1)/n·S/scale-up bw, (n−k)/n·S/NIC bw) + log2(n)·α, k ranks per scale-up domain",
-          "Megatron-Core MoE token dispatcher (dispatch + combine)", ("ep_overlap", "BF16_BYTES", *LINKS)),
+          "Megatron-Core MoE token dispatcher (dispatch + combine); DeepSeek-V3 report Sec. 3.2.1 (DualPipe)",
+          ("ep_overlap", "BF16_BYTES", *LINKS)),
     _time("pp_exposed", "pipeline point-to-point sends not hidden",
-          "grad_acc × (pp > 1) 2·vpp·(tokens·h·BF16_BYTES/h_div / bw + α) × (1 − pp_overlap); bw, α of the "
+          "grad_acc × (pp > 1) 2·chunks·(tokens·h·BF16_BYTES/h_div / bw + α) × (1 − pp_overlap), chunks = vpp "
+          "(2 under zb-v, dualpipev), 0 under dualpipe/dualpipev; bw, α of the "
           "slowest hop (NIC once the pipeline leaves the scale-up domain)",
-          f"{SC21} Sec. 2.2", ("pp_overlap", "BF16_BYTES", *LINKS)),
+          f"{SC21} Sec. 2.2; autoplan.cost.schedule (chunks_per_rank, hides_pipeline_and_expert_comm)",
+          ("pp_overlap", "BF16_BYTES", *LINKS)),
     _time("dp_exposed", "data-parallel gradient reduction and parameter gathers not hidden",
           "R − dp_overlap·min(R, B/(1 + B)·t_mc) + Gth − dp_overlap·min(Gth, "
           "t_mc/(1 + B)) + grad_acc·max(0, Z3 − fsdp_overlap·t_mc); {dp_collectives}; P = the "
@@ -202,8 +209,13 @@ TIME_TERMS_DEFINED = [
           f"PyTorch DDP gradient buckets; {ZERO}; FSDP2 prefetch",
           ("dp_overlap", "fsdp_overlap", "grad_reduce_bytes", "BF16_BYTES", "BACKWARD_MATMUL_FACTOR", *LINKS)),
     _time("bubble", "pipeline fill and drain",
-          "(pp − 1)/vpp × t_micro; t_micro = one micro-batch's compute + recompute + exposed tp, cp, ep, pp "
-          "and ZeRO-3 time", f"{SC21} Sec. 2.2 (interleaved 1F1B)"),
+          "bubble(pp_schedule) × t_micro: 1f1b, afab (pp − 1); interleaved (pp − 1)/vpp; zb-h1 (pp − 1)(1 − 2w)/vpp; "
+          "zb-v max(0, (pp − 1)(1 − 3w)/2); dualpipe (pp/2 − 1)(2 − f − 3w); dualpipev (pp − 1)(2 − f − 3w)/2; "
+          "f = w = 1/(1 + BACKWARD_MATMUL_FACTOR) (T_F = T_B = T_W); t_micro = one micro-batch's compute + "
+          "recompute + exposed tp, cp, ep, pp and ZeRO-3 time",
+          f"{SC21} Sec. 2.2 (1F1B, interleaved); Qi et al. 2023 Zero Bubble Pipeline Parallelism Sec. 3 (ZB-H1, "
+          "ZB-H2), Qi et al. 2024 Pipeline Parallelism with Controllable Memory (ZB-V); DeepSeek-V3 report Table 2 "
+          "(DualPipe); autoplan.cost.schedule.bubble_micro_batches", ("BACKWARD_MATMUL_FACTOR",)),
     _time("optimizer", "optimizer step (memory-bound Adam update)",
           "(P_dense/{z1} + P_expert/{z1e}) × (grad_bytes + 2·(master_bytes + optimizer_bytes) + "
           "weight_bytes) / (hbm_bytes_per_s·hbm_efficiency), P of the heavier of the first and last stage, "

@@ -5,7 +5,7 @@ efficiency curve η(F) = η_max · F / (F + F_half) of the per-GPU GEMM size F (
 less efficiently); flash attention at its own efficiency; memory-bound element-wise work from
 HBM bytes. Backward costs 2× the forward (Narayanan et al. SC'21, Sec. 5.1: 3 passes of 2·N·T).
 Pipeline (Narayanan et al. SC'21, Sec. 2.2): step = (m + (p-1)/v) · t_stage for 1F1B and
-interleaved 1F1B. DP gradient reduction overlaps the backward of the last micro-batch except
+interleaved 1F1B; other schedules' bubbles and hidden communication in ``cost.schedule``. DP gradient reduction overlaps the backward of the last micro-batch except
 for what does not fit (``dp_overlap``); ZeRO-3 gathers every micro-batch, prefetched.
 """
 
@@ -25,6 +25,12 @@ from autoplan.cost.recompute import (
     module_extra_passes,
     module_recompute_s,
     offload_exposed_s,
+)
+from autoplan.cost.schedule import (
+    bubble_micro_batches,
+    chunks_per_rank,
+    hides_pipeline_and_expert_comm,
+    resolved_schedule,
 )
 from autoplan.cost.stages import StageLayers, stage_layers
 from autoplan.layout import LayoutBatch
@@ -182,7 +188,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
                layers: StageLayers | None = None) -> dict[str, np.ndarray]:
     """Every time term (seconds per step) and the step time."""
     e, p, m = ctx.efficiency, ctx.profile, ctx.model
-    layers = layers if layers is not None else stage_layers(m, b.pp)
+    layers = layers if layers is not None else stage_layers(m, b.pp, b.vpp, b.pp_split)
     fwd = _layer_forward_s(ctx, b)
     dense_c, moe_c = (_layer_compute_s(fwd, fwd[k]) for k in ("dense_matmul", "moe_matmul"))
     recompute_s = _layer_recompute_s(ctx, b, fwd)
@@ -215,14 +221,19 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     parts = {k: np.where(slowest_first, stage_time["first"][k], stage_time["last"][k])
              for k in stage_time["first"]}
     h_div = np.where(b.sp > 0, b.tp, 1.0)
+    schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pp_schedule)
+    hidden = hides_pipeline_and_expert_comm(schedule)
+    parts["ep"] = np.where(hidden, 0.0, parts["ep"])
     pp_bytes = tokens * m.hidden_size * BF16_BYTES / h_div
-    pp_send = np.where(b.pp > 1, 2.0 * b.vpp * comm.p2p_s(ctx, st["pp"], b.pp, pp_bytes), 0.0) * (1 - e.pp_overlap)
+    pp_sends = 2.0 * chunks_per_rank(schedule, b.vpp)  # activation forward, its gradient back, per chunk
+    pp_send = np.where((b.pp > 1) & ~hidden, pp_sends * comm.p2p_s(ctx, st["pp"], b.pp, pp_bytes), 0.0) * (
+        1 - e.pp_overlap)
     dp = _dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"])
     micro_compute = parts["compute"] + parts["recompute"]
     zero3_exposed = np.maximum(0.0, dp["per_micro"] - e.fsdp_overlap * micro_compute)
     t_micro = micro_compute + parts["tp"] + parts["cp"] + parts["ep"] + parts["offload"] + pp_send + zero3_exposed
     m_count = b.grad_acc
-    bubble = (b.pp - 1.0) / b.vpp * t_micro
+    bubble = bubble_micro_batches(schedule, b.pp, b.vpp, 1.0 / (1.0 + BACKWARD_MATMUL_FACTOR)) * t_micro
     # Gradient reduction hides behind the last micro-batch's backward; the parameter all-gather
     # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step.
     backward_last = micro_compute * (BACKWARD_MATMUL_FACTOR / (1.0 + BACKWARD_MATMUL_FACTOR))

@@ -133,7 +133,9 @@ def model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
     """The model shape as Megatron flags (and the virtual-stage size, which needs the layers)."""
     args: Args = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
                   ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_attention_heads)]
-    if m.num_layers % (lay.pp * lay.vpp):
+    if lay.pp_split == "embed-loss":
+        args.append(("--pipeline-model-parallel-layout", embed_loss_layout(m.num_layers, lay.pp, lay.vpp)))
+    elif m.num_layers % (lay.pp * lay.vpp):
         args.append(("--pipeline-model-parallel-layout", pipeline_layout(m.num_layers, lay.pp, lay.vpp)))
     elif lay.vpp > 1:
         args.append(("--num-layers-per-virtual-pipeline-stage", m.num_layers // (lay.pp * lay.vpp)))
@@ -155,6 +157,16 @@ def pipeline_layout(num_layers: int, pp: int, vpp: int) -> str:
     runs = [(count, len(list(group))) for count, group in itertools.groupby(head)]
     text = "".join(f"(t*{count}|)*{n}" if n > 1 else f"t*{count}|" for count, n in runs)
     return f"E{text}t*{last}L"
+
+
+def embed_loss_layout(num_layers: int, pp: int, vpp: int) -> str:
+    """The layout string of ``pp_split = embed-loss`` (the embedding and the loss count as one
+    layer each, ``virtual_stage_layers(..., embed_loss=True)``), e.g. 'E|(t|)*126L' for Llama 3
+    405B's 126 layers on pp 16 × vpp 8; same syntax as ``pipeline_layout``."""
+    stages = [f"t*{n}" if n else "" for n in virtual_stage_layers(num_layers, pp, vpp, embed_loss=True)]
+    runs = [(text, len(list(group))) for text, group in itertools.groupby(stages[1:-1])]
+    middle = "".join(f"({text}|)*{n}" if n > 1 else f"{text}|" for text, n in runs)
+    return f"E{stages[0]}|{middle}{stages[-1]}L"
 
 
 def _architecture_args(m: ModelSpec) -> Args:

@@ -66,7 +66,7 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
 
 
 def parallelism(lay: Layout) -> dict[str, object]:
-    return {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "pp_engine": "1f1b",
+    return {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "pp_engine": "afab" if lay.pp_schedule == "afab" else "1f1b",
             "tp_mode": "REDUCE_SCATTER" if lay.sp else "ALL_REDUCE",
             "tp_linear_async_communication": lay.sp, "recompute_layer": lay.recompute == "full",
             "expert_parallel_size": lay.ep, "context_parallel_size": lay.cp}

@@ -111,6 +111,12 @@ def _not_llama_shaped(m: ModelSpec) -> str:
     return ", ".join(reason for bad, reason in checks if bad)
 
 
+# autoplan's pp_schedule -> torch.distributed.pipelining get_schedule_class names (the rule table,
+# autoplan.rules.schedules, refuses the others before export).
+TORCH_SCHEDULES = {"default": "1F1B", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "afab": "GPipe",
+                   "zb-h1": "InterleavedZeroBubble", "zb-v": "ZBVZeroBubble", "dualpipev": "DualPipeV"}
+
+
 def parallelism(lay: Layout) -> dict[str, object]:
     """The ``parallelism`` section (field names shared by 0.2.2 and 0.3.0)."""
     values: dict[str, object] = {
@@ -120,7 +126,8 @@ def parallelism(lay: Layout) -> dict[str, object]:
         "pipeline_parallel_degree": lay.pp, "context_parallel_degree": lay.cp,
         "expert_parallel_degree": lay.ep}
     if lay.pp > 1:
-        values.update(pipeline_parallel_schedule="Interleaved1F1B" if lay.vpp > 1 else "1F1B",
+        values.update(pipeline_parallel_schedule=TORCH_SCHEDULES.get(lay.pp_schedule, "1F1B") if lay.vpp == 1
+                      or lay.pp_schedule != "default" else "Interleaved1F1B",
                       pipeline_parallel_layers_per_stage=None,  # filled by the caller (needs layers)
                       pipeline_parallel_first_stage_less_layers=0,
                       pipeline_parallel_last_stage_less_layers=0,

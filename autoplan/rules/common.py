@@ -42,8 +42,8 @@ RULES = [
          lambda c, b: (c.model.num_attention_heads % b.tp != 0) | (c.model.num_kv_heads % b.tp != 0),
          lambda c, x: f"heads={c.model.num_attention_heads}, kv_heads={c.model.num_kv_heads}, tp={x.tp}",
          MEGATRON_ARGS, fix=_fix_tp),
-    Rule("pp_layers", ALL, "pp·vpp must not exceed the number of layers",
-         lambda c, b: b.pp * b.vpp > c.model.num_layers,
+    Rule("pp_layers", ALL, "pp·vpp must not exceed the number of layers (+2 where pp_split counts the embedding and loss)",
+         lambda c, b: b.pp * b.vpp > c.model.num_layers + 2.0 * (b.pp_split == 1),
          lambda c, x: f"layers={c.model.num_layers}, pp({x.pp})·vpp({x.vpp}) = {x.pp * x.vpp}",
          MEGATRON_ARGS, fix=fix_pp),
 ]

@@ -21,6 +21,7 @@ from autoplan.rules import (
     deepspeed,
     megatron,
     recompute,
+    schedules,
     stages,
     torchtitan,
 )
@@ -29,7 +30,7 @@ from autoplan.rules.table import Rule, RuleContext
 RULES: list[Rule] = [
     *common.RULES, *stages.RULES, *common.PIPELINE_RULES,
     *megatron.RULES, *torchtitan.RULES, *capabilities.RULES, *deepspeed.RULES, *recompute.RULES,
-    *common.BATCH_RULES, *capabilities.PROFILE_RULES,
+    *common.BATCH_RULES, *capabilities.PROFILE_RULES, *schedules.RULES,
 ]
 REASON_CODES = ["ok"] + [rule.name for rule in RULES]
 REASON_MESSAGES = {rule.name: rule.invariant for rule in RULES}

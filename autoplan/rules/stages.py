@@ -52,8 +52,9 @@ TORCHTITAN_MAX_UNEVEN_VPP = 2  # stages per rank torchtitan makes without layers
 
 
 def uneven(ctx: RuleContext, b) -> np.ndarray:
-    """True where the layers do not divide into pp·vpp equal stages."""
-    return ctx.model.num_layers % (b.pp * b.vpp) != 0
+    """True where the layers (+2 units under ``pp_split`` embed-loss) do not divide into pp·vpp
+    equal stages."""
+    return (ctx.model.num_layers + 2 * (b.pp_split == 1)) % (b.pp * b.vpp) != 0
 
 
 def trainer_splits_unevenly(ctx: RuleContext, b):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -118,7 +119,7 @@ def test_batch_round_trips_every_field():
     assert batch.recompute.tolist() == [0, 1, 2]
     assert batch.precision.tolist() == [0, 1, 0]
     assert batch.placement.tolist() == [0, len(PLACEMENTS) - 1, 0]
-    assert set(CODE_FIELDS) == {"recompute", "precision", "placement"}
+    assert set(CODE_FIELDS) == {"recompute", "precision", "placement", "pp_schedule", "pp_split"}
 
 
 def test_batch_take_and_arrays():
@@ -224,7 +225,7 @@ def test_recompute_and_offload_knobs_parse_and_round_trip():
     batch = LayoutBatch.from_layouts([layout])
     assert batch.recompute_modules[0] == 3.0 and batch.layout(0) == layout  # bits 0 and 1
     record = layout.to_record(training)
-    assert list(record)[-3:] == ["recompute_layers", "recompute_modules", "offload_layers"]
+    assert list(record)[-5:] == ["recompute_layers", "recompute_modules", "offload_layers", "pp_schedule", "pp_split"]
     full, _ = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "recompute": "full",
                                 "recompute_layers": 4, "offload_layers": 0})
     assert full.recompute_layers == 4 and "rc_layers=4" in full.describe()
@@ -247,3 +248,19 @@ def test_records_without_the_recompute_knobs_still_read():
     record = {k: v for k, v in layout.to_record(training).items()
               if k not in ("recompute_layers", "recompute_modules", "offload_layers")}
     assert layout_from_record(record) == layout
+
+
+def test_pipeline_knobs_default_and_round_trip():
+    """pp_schedule and pp_split: defaults 'default' and 'balanced'; a record without them (an
+    older plans.json row) reads with the defaults; a bad name is refused naming the choices."""
+    training = build_training(8, 4096, 64)
+    layout = resolve_layout({"pp": 2, "vpp": 2, "pp_schedule": "ZB-V", "pp_split": "embed-loss"}, training)
+    assert (layout.pp_schedule, layout.pp_split) == ("zb-v", "embed-loss")
+    assert "sched=zb-v" in layout.describe() and "split=embed-loss" in layout.describe()
+    assert LayoutBatch.from_layouts([layout]).layout(0) == layout
+    record = layout.to_record(training)
+    assert layout_from_record(record) == layout
+    old = {k: v for k, v in record.items() if k not in ("pp_schedule", "pp_split")}
+    assert layout_from_record(old) == dataclasses.replace(layout, pp_schedule="default", pp_split="balanced")
+    with pytest.raises(LayoutError, match="pp_schedule must be one of default, 1f1b"):
+        resolve_layout({"pp_schedule": "gpipe"}, training)

@@ -44,7 +44,11 @@ RUNS = ([(c["model"], c["layout"], t) for c in CASES for t in c["trainers"]]
         + [(m, lay, t) for m, lay, ts in EXTRA for t in ts])
 IDS = [f"{m}-{t}-{i}" for i, (m, _, t) in enumerate(RUNS)]
 COMPARED = ("gpus", "dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_acc", "seq_len",
-            "gbs_seqs", "sp", "recompute", "precision")
+            "gbs_seqs", "sp", "recompute", "precision", "pp_schedule", "pp_split")
+# torch.distributed.pipelining schedule names -> autoplan's pp_schedule (1F1B and Interleaved1F1B
+# are the default the exporter writes for vpp = 1 and vpp > 1).
+TORCH_SCHEDULES = {"1F1B": "default", "Interleaved1F1B": "default", "GPipe": "afab",
+                   "InterleavedZeroBubble": "zb-h1", "ZBVZeroBubble": "zb-v", "DualPipeV": "dualpipev"}
 
 
 def bash_words(script: str, name: str = "ARGS") -> list[str]:
@@ -73,7 +77,10 @@ def _gpus(script: str) -> int:
 
 
 def _finish(values: dict, model) -> dict:
-    """Derive dp and grad_acc the way each trainer does: from the world size and the batch."""
+    """Derive dp and grad_acc the way each trainer does: from the world size and the batch;
+    the pipeline schedule and split are the defaults unless the parser found others."""
+    values.setdefault("pp_schedule", "default")
+    values.setdefault("pp_split", "balanced")
     values["dp"] = values["gpus"] // (values["tp"] * values["pp"] * values["cp"])
     values["grad_acc"] = values["gbs_seqs"] // (values["mbs"] * values["dp"])
     return values
@@ -113,6 +120,12 @@ def from_megatron(files, model) -> dict:
               "mbs": int(f["--micro-batch-size"]), "gbs_seqs": int(f["--global-batch-size"]),
               "seq_len": int(f["--seq-length"]), "sp": "--sequence-parallel" in f, "recompute": recompute,
               "precision": "fp8" if "--fp8-format" in f else "bf16"}
+    if layout:  # the embedding and the loss placed as layers (pp_split embed-loss)
+        counts = [stage.count("t") for stage in megatron_layout_stages(layout)]
+        vpp = values["vpp"]
+        if counts == virtual_stage_layers(model.num_layers, pp, vpp, embed_loss=True) != virtual_stage_layers(
+                model.num_layers, pp, vpp):
+            values["pp_split"] = "embed-loss"
     assert int(f["--num-layers"]) == model.num_layers and int(f["--hidden-size"]) == model.hidden_size
     assert int(f["--padded-vocab-size"]) >= model.vocab_size
     return _finish(values, model)
@@ -123,11 +136,12 @@ def _torchtitan_common(par: dict, train: dict, model, gpus: int) -> dict:
     dp = par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
     mbs = par["pipeline_parallel_microbatch_size"] if pp > 1 else train["local_batch_size"]
     per_stage = par.get("pipeline_parallel_layers_per_stage")  # absent: torchtitan's own split
-    interleaved = par.get("pipeline_parallel_schedule") == "Interleaved1F1B"
-    vpp = model.num_layers // (pp * per_stage) if pp > 1 and per_stage else 2 if interleaved else 1
-    if pp > 1:
-        assert par["pipeline_parallel_schedule"] == ("Interleaved1F1B" if vpp > 1 else "1F1B")
-    return {"gpus": gpus, "tp": par["tensor_parallel_degree"], "pp": pp, "vpp": vpp,
+    schedule = par.get("pipeline_parallel_schedule")
+    multi = schedule not in (None, "1F1B", "GPipe")  # torchtitan: 2 stages per rank by default
+    vpp = model.num_layers // (pp * per_stage) if pp > 1 and per_stage else 2 if multi else 1
+    if pp > 1 and schedule in ("1F1B", "Interleaved1F1B"):
+        assert schedule == ("Interleaved1F1B" if vpp > 1 else "1F1B")
+    return {"pp_schedule": TORCH_SCHEDULES[schedule] if pp > 1 else "default","gpus": gpus, "tp": par["tensor_parallel_degree"], "pp": pp, "vpp": vpp,
             "cp": par["context_parallel_degree"], "ep": par["expert_parallel_degree"], "etp": 1,
             "zero": 3 if par["data_parallel_shard_degree"] > 1 or dp == 1 else 0, "mbs": mbs,
             "gbs_seqs": train["global_batch_size"], "seq_len": train["seq_len"]}
@@ -175,7 +189,8 @@ def from_nanotron(files, model) -> dict:
               "pp": par["pp"], "vpp": 1, "cp": par["context_parallel_size"], "ep": par["expert_parallel_size"],
               "etp": 1, "zero": config["optimizer"]["zero_stage"], "mbs": tokens["micro_batch_size"],
               "seq_len": tokens["sequence_length"], "sp": par["tp_mode"] == "REDUCE_SCATTER",
-              "recompute": "full" if par["recompute_layer"] else "none", "precision": "bf16"}
+              "recompute": "full" if par["recompute_layer"] else "none", "precision": "bf16",
+              "pp_schedule": "afab" if par["pp_engine"] == "afab" else "default"}
     values["gbs_seqs"] = par["dp"] * tokens["micro_batch_size"] * tokens["batch_accumulation_per_replica"]
     return _finish(values, model)
 

@@ -98,6 +98,17 @@ CASES = [
     ("trainer_vpp", "nanotron", "llama3-8b", lay(pp=2, vpp=2), "vpp=2; nanotron has no interleaved schedule"),
     ("trainer_cp", "deepspeed", "llama3-8b", lay(cp=2), "cp=2; deepspeed has no context parallelism"),
     ("trainer_ep", "nanotron", "mixtral-8x7b", lay(ep=2), "ep=2; nanotron has no expert parallelism"),
+    ("pp_schedule_needs_pp", "torchtitan", "llama3-8b", lay(zero=3, pp_schedule="afab"), "pp_schedule=afab, pp=1"),
+    ("pp_schedule_vpp", "torchtitan", "llama3-8b", lay(pp=2, zero=3, pp_schedule="zb-v"), "pp_schedule=zb-v, vpp=1"),
+    # dualpipe on pp 2 with grad_acc = 64/(4·1) = 16 >= 2·pp passes; pp 3 is odd
+    ("pp_schedule_dualpipe", "megatron", "llama3-8b", lay(gpus=6, pp=3, gbs_seqs=4, pp_schedule="dualpipe"),
+     "pp_schedule=dualpipe, pp=3, grad_acc=2"),
+    ("trainer_pp_schedule", "megatron", "llama3-8b", lay(pp=2, pp_schedule="dualpipe"),
+     "pp_schedule=dualpipe, megatron runs 1f1b, interleaved; DualPipe is DeepSeek's standalone library"),
+    ("torchtitan_multi_stage", "torchtitan", "llama3-8b", lay(pp=2, zero=3, pp_schedule="zb-h1"),
+     "pp_schedule=zb-h1, vpp=1"),
+    ("trainer_pp_split", "nanotron", "llama3-8b", lay(pp=2, pp_split="embed-loss"),
+     "pp_split=embed-loss, trainer nanotron"),
     ("fp8_hardware", "megatron", "llama3-8b", plan_from_record(
         {"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "precision": "fp8"}, hardware="a100-80gb"), "fp8"),
 ]

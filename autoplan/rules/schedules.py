@@ -1,0 +1,96 @@
+"""Which trainer runs which pipeline schedule (``Layout.pp_schedule``) and stage split (``pp_split``).
+
+* Megatron-LM core_v0.15.3: 1F1B (``forward_backward_pipelining_without_interleaving``) and
+  interleaved 1F1B (``..._with_interleaving``, vpp > 1) in
+  ``megatron/core/pipeline_parallel/schedules.py`` (``get_forward_backward_func``); no AFAB,
+  zero-bubble or DualPipe schedule. It counts the embedding and the loss as pipeline layers
+  (``--pipeline-model-parallel-layout`` 'E...L', or ``--account-for-embedding-in-pipeline-split``
+  / ``--account-for-loss-in-pipeline-split``).
+* torchtitan (``parallelism.pipeline_parallel_schedule``, passed to torch's
+  ``torch/distributed/pipelining/schedules.py`` ``get_schedule_class``): 1F1B, GPipe (AFAB),
+  Interleaved1F1B, InterleavedZeroBubble (ZB-H1, a multi-stage schedule), ZBVZeroBubble (ZB-V)
+  and DualPipeV, the last two with exactly two stages per rank (V shape).
+* nanotron: ``parallelism.pp_engine`` '1f1b' or 'afab' (``src/nanotron/parallel/pipeline_parallel/
+  engine.py``: ``OneForwardOneBackwardPipelineEngine``, ``AllForwardAllBackwardPipelineEngine``).
+* DeepSpeed 0.19.8: its pipeline engine runs ``TrainSchedule`` (1F1B) only
+  (``deepspeed/runtime/pipe/schedule.py``).
+* DualPipe (bidirectional, two parameter copies) exists as DeepSeek's standalone library
+  (``deepseek-ai/DualPipe``, ``dualpipe/dualpipe.py``), integrated in none of these trainers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.cost.schedule import CODE, V_SHAPED, is_schedule
+from autoplan.rules.table import ALL, Rule, RuleContext
+
+# Schedules each trainer can run, by autoplan's names ('default' = the trainer's own).
+SUPPORTED = {
+    "megatron": ("default", "1f1b", "interleaved"),
+    "torchtitan": ("default", "1f1b", "interleaved", "afab", "zb-h1", "zb-v", "dualpipev"),
+    "nanotron": ("default", "1f1b", "afab"),
+    "deepspeed": ("default", "1f1b"),
+    "hf": ("default",),
+}
+SOURCES = ("Megatron-LM core_v0.15.3 megatron/core/pipeline_parallel/schedules.py (get_forward_backward_func); "
+           "torch/distributed/pipelining/schedules.py (get_schedule_class, used by torchtitan's "
+           "pipeline_parallel_schedule); nanotron parallel/pipeline_parallel/engine.py (pp_engine); "
+           "deepspeed/runtime/pipe/schedule.py (TrainSchedule); deepseek-ai/DualPipe (standalone)")
+EMBED_LOSS_TRAINERS = ("megatron",)
+EMBED_LOSS_SOURCE = ("Megatron-LM core_v0.15.3 megatron/core/transformer/pipeline_parallel_layer_layout.py "
+                     "(layout 'E...L'); other exporters cannot place the embedding and the loss as layers")
+
+
+def _unsupported(ctx: RuleContext, b) -> np.ndarray:
+    allowed = SUPPORTED.get(ctx.profile.name, ("default",))
+    return ~np.isin(b.pp_schedule, [CODE[name] for name in allowed])
+
+
+def _vpp_broken(b) -> np.ndarray:
+    """vpp that the schedule cannot run: interleaved needs vpp > 1; the V-shaped ones exactly 2;
+    1F1B, AFAB and DualPipe one chunk per rank; ZB-H1 any."""
+    s = b.pp_schedule
+    return ((is_schedule(s, "interleaved") & (b.vpp < 2)) | (is_schedule(s, *V_SHAPED) & (b.vpp != 2))
+            | (is_schedule(s, "1f1b", "afab", "dualpipe") & (b.vpp != 1)))
+
+
+def _dualpipe_broken(b) -> np.ndarray:
+    """DualPipe: an even pp and at least 2·pp micro-batches (deepseek-ai/DualPipe dualpipe.py,
+    ``step``: 'num_chunks >= num_ranks * 2' and an even number of ranks); DualPipeV at least
+    2·pp micro-batches (dualpipev.py)."""
+    dual = is_schedule(b.pp_schedule, "dualpipe")
+    return (dual & (b.pp % 2 != 0)) | (is_schedule(b.pp_schedule, "dualpipe", "dualpipev") & (b.grad_acc < 2 * b.pp))
+
+
+RULES = [
+    Rule("pp_schedule_needs_pp", ALL, "a pipeline schedule other than the default needs pp > 1",
+         lambda c, b: (b.pp_schedule != CODE["default"]) & (b.pp == 1),
+         lambda c, x: f"pp_schedule={x.pp_schedule}, pp={x.pp}", SOURCES,
+         fix=lambda c, x: "try --pp-schedule default or --pp > 1"),
+    Rule("pp_schedule_vpp", ALL,
+         "the schedule's chunks per rank must match vpp (interleaved > 1; zb-v, dualpipev 2; 1f1b, afab, dualpipe 1)",
+         lambda c, b: _vpp_broken(b), lambda c, x: f"pp_schedule={x.pp_schedule}, vpp={x.vpp}", SOURCES,
+         fix=lambda c, x: "try --vpp 2" if x.pp_schedule in V_SHAPED + ("interleaved",) else "try --vpp 1"),
+    Rule("pp_schedule_dualpipe", ALL,
+         "DualPipe needs an even pp, DualPipe and DualPipeV at least 2·pp micro-batches (grad_acc)",
+         lambda c, b: _dualpipe_broken(b), lambda c, x: f"pp_schedule={x.pp_schedule}, pp={x.pp}, "
+                                                        f"grad_acc={x.grad_acc}",
+         "deepseek-ai/DualPipe dualpipe/dualpipe.py, dualpipev.py (step)"),
+    Rule("trainer_pp_schedule", ALL, "the trainer must implement the pipeline schedule",
+         _unsupported,
+         lambda c, x: f"pp_schedule={x.pp_schedule}, {c.profile.name} runs "
+                      f"{', '.join(SUPPORTED.get(c.profile.name, ('default',))[1:]) or 'only its own'}"
+                      + ("; DualPipe is DeepSeek's standalone library" if x.pp_schedule == "dualpipe" else ""),
+         SOURCES, fix=lambda c, x: "try --pp-schedule default"),
+    Rule("torchtitan_multi_stage", ("torchtitan",),
+         "torchtitan's multi-stage schedules (Interleaved1F1B, InterleavedZeroBubble) need at least 2 stages per rank",
+         lambda c, b: is_schedule(b.pp_schedule, "interleaved", "zb-h1") & (b.vpp < 2) & (b.pp > 1),
+         lambda c, x: f"pp_schedule={x.pp_schedule}, vpp={x.vpp}",
+         "torchtitan torchtitan/distributed/pipeline_parallel.py (stages per rank of a multi-stage schedule)",
+         fix=lambda c, x: "try --vpp 2"),
+    Rule("trainer_pp_split", ALL, "the trainer must place the embedding and the loss as pipeline layers (pp_split)",
+         lambda c, b: (b.pp_split == 1) & (c.profile.name not in EMBED_LOSS_TRAINERS),
+         lambda c, x: f"pp_split={x.pp_split}, trainer {c.profile.name}", EMBED_LOSS_SOURCE,
+         fix=lambda c, x: "try --pp-split balanced or --trainer megatron"),
+]
