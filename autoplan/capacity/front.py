@@ -16,7 +16,7 @@ from autoplan.capacity.points import PhaseBest
 from autoplan.errors import AutoplanError
 from autoplan.report.html import add_cost_columns
 
-PREFER = ("auto", "cost", "time")
+PREFER = ("cost", "time")  # cheapest (then fastest) or fastest (then cheapest) within the limits
 
 
 def phase_frame(rows: list[PhaseBest]) -> pd.DataFrame:
@@ -97,24 +97,36 @@ def constraint_reasons(points: pd.DataFrame, deadline_days: float | None, budget
     return out
 
 
-def resolve_prefer(prefer: str, deadline_days: float | None, budget_usd: float | None) -> str:
-    """'auto': the fastest run within a budget given alone, else the cheapest run (within the
-    deadline and budget)."""
+def choose(days: np.ndarray, cost: np.ndarray, deadline_days: float | None, budget_usd: float | None,
+           prefer: str = "cost") -> int | None:
+    """The index of the chosen point: among the feasible points within the deadline and the
+    budget, the cheapest (ties: the fastest), or with ``prefer='time'`` the fastest (ties: the
+    cheapest); None when no point is within both. The objective does not depend on which limits
+    are given, so a longer deadline never costs more and more budget never takes longer."""
     if prefer not in PREFER:
         raise AutoplanError(f"prefer must be one of {', '.join(PREFER)}, got {prefer!r}")
-    if prefer != "auto":
-        return prefer
-    return "time" if budget_usd is not None and deadline_days is None else "cost"
+    days, cost = np.asarray(days, dtype=float), np.asarray(cost, dtype=float)
+    within = np.isfinite(days) & np.isfinite(cost)
+    if deadline_days is not None:
+        within &= days <= deadline_days
+    if budget_usd is not None:
+        within &= cost <= budget_usd
+    index = np.flatnonzero(within)
+    if len(index) == 0:
+        return None
+    primary, secondary = (cost, days) if prefer == "cost" else (days, cost)
+    return int(index[np.lexsort((secondary[index], primary[index]))[0]])
 
 
 def rank_points(points: pd.DataFrame, deadline_days: float | None, budget_usd: float | None,
-                prefer: str = "auto") -> pd.DataFrame:
+                prefer: str = "cost") -> pd.DataFrame:
     """``points`` with on_front (the front of every type together), on_type_front (the front of
-    the point's own GPU type), constraint_reason and rank; rank 1 is the chosen point when one
-    meets the deadline and the budget. Order: feasible, meeting the constraints, on the front,
-    on its type's front, then the preferred objective (cost or days) and the other."""
-    prefer = resolve_prefer(prefer, deadline_days, budget_usd)
-    out = points.copy()
+    the point's own GPU type), constraint_reason, chosen (:func:`choose`) and rank; rank 1 is the
+    chosen point when one meets the deadline and the budget. Order: feasible, meeting the limits,
+    on the front, on its type's front, then the preferred objective (cost or days) and the other."""
+    out = points.copy().reset_index(drop=True)
+    chosen = choose(out["train_days"].to_numpy(), out["cost_usd"].to_numpy(), deadline_days, budget_usd, prefer)
+    out["chosen"] = out.index == chosen
     out["on_front"] = pareto_mask(out["train_days"].to_numpy(), out["cost_usd"].to_numpy())
     out["on_type_front"] = False
     for _, rows in out.groupby("hardware", sort=False):
@@ -129,7 +141,8 @@ def rank_points(points: pd.DataFrame, deadline_days: float | None, budget_usd: f
     out = out.sort_values([*helpers, *keys, "hardware", "gpus"], kind="stable")
     out = out.drop(columns=helpers).reset_index(drop=True)
     out.insert(0, "rank", np.arange(1, len(out) + 1))
-    out["chosen"] = (out["rank"] == 1) & (out["constraint_reason"] == "")
+    if out["chosen"].any() and not out["chosen"].iloc[0]:
+        raise AssertionError(f"the chosen point must rank first, got rank {int(out.loc[out['chosen'], 'rank'].iloc[0])}")
     return out
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from autoplan.capacity.prices import GpuHourPrice
 from autoplan.capacity.schedule import BatchPhase
 from autoplan.errors import AutoplanError, shown
+from autoplan.specs.hardware import GPUSpec
 from autoplan.units import UnitError, parse_count
 
 HOURS_PER_DAY = 24.0
@@ -19,18 +20,23 @@ _DURATION_UNITS_DAYS = {"d": 1.0, "day": 1.0, "days": 1.0, "w": 7.0, "week": 7.0
 
 @dataclass(frozen=True)
 class CapacityQuery:
-    """GPU types (preset names) and the rented GPU-count range to search, the run's tokens in
+    """GPU types and the rented GPU-count range to search, the run's tokens in
     batch phases, the price of each type, the limits, and which objective picks the point."""
 
-    hardware: tuple[str, ...]
+    gpu_types: tuple[GPUSpec, ...]
     gpus_low: int
     gpus_high: int
     phases: tuple[BatchPhase, ...]
     prices: dict[str, GpuHourPrice]
     deadline_days: float | None = None
     budget_usd: float | None = None
-    prefer: str = "auto"  # autoplan.capacity.front.PREFER
+    prefer: str = "cost"  # autoplan.capacity.front.PREFER
     refine_rounds: int = 2  # grid refinements near the front
+
+    @property
+    def hardware(self) -> tuple[str, ...]:
+        """The GPU types' names (the keys of ``prices``)."""
+        return tuple(gpu.name for gpu in self.gpu_types)
 
     @property
     def train_tokens(self) -> float:

@@ -26,7 +26,7 @@ from autoplan.capacity.front import (
 from autoplan.capacity.points import CapacitySetup, PhaseBest, evaluate_point
 from autoplan.capacity.query import CapacityQuery
 from autoplan.errors import AutoplanError
-from autoplan.specs.hardware import GPUSpec, load_gpu
+from autoplan.specs.hardware import GPUSpec
 
 
 @dataclass
@@ -52,7 +52,7 @@ def run_capacity(setup: CapacitySetup, query: CapacityQuery,
                  progress: Callable[[int], None] | None = None) -> CapacityResult:
     """Search the grid, refine it ``query.refine_rounds`` times near the front, rank the points."""
     start = time.monotonic()
-    gpus = {name: load_gpu(name) for name in query.hardware}
+    gpus = {gpu.name: gpu for gpu in query.gpu_types}
     usable = {name: _usable(setup, query, gpu) for name, gpu in gpus.items()}
     counts = {name: grid.geometric_grid(gpu, query.gpus_low, query.gpus_high, usable[name])
               for name, gpu in gpus.items()}

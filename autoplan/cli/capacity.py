@@ -51,9 +51,9 @@ def capacity_options(func):
                           "(a bare 2.5 prices every GPU)."),
         click.option("--prices", "price_file", default=None, type=click.Path(dir_okay=False),
                      help="A price file like hardware_db/prices.yaml [default: that file]."),
-        click.option("--prefer", type=click.Choice(["auto", "cost", "time"]), default="auto", show_default=True,
-                     help="Which point to choose among those within the limits: the cheapest (cost), the "
-                          "fastest (time); auto = fastest with only a budget, else cheapest."),
+        click.option("--prefer", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
+                     help="Which point to choose among those within the deadline and budget: the cheapest "
+                          "(cost) or the fastest (time, e.g. the fastest run a budget buys)."),
         click.option("--space", "space_name", default=None,
                      help="Layout search space name or YAML path [default: moe for MoE models, else default]."),
     ]
@@ -148,7 +148,9 @@ def _inputs(kw: dict):
 
     model = load_model(kw["model_name"])
     load_profile(kw["trainer"])
-    hardware = tuple(dict.fromkeys(load_gpu(name.strip()).name for name in kw["hardware"].split(",") if name.strip()))
+    gpu_types = tuple({gpu.name: gpu for gpu in (load_gpu(name.strip()) for name in kw["hardware"].split(",")
+                                                  if name.strip())}.values())
+    hardware = tuple(gpu.name for gpu in gpu_types)
     if not hardware:
         raise AutoplanError(f"--hardware: expected GPU names like 'h100-sxm,b200', got {shown(kw['hardware'])}")
     low, high = parse_gpu_range(kw["gpu_range"])
@@ -162,7 +164,7 @@ def _inputs(kw: dict):
                           options=SearchOptions(sampler="auto", allow_uneven_pp=kw["allow_uneven_pp"]))
     for phase in phases:
         setup.gbs_seqs(phase)  # a batch that is not a whole number of sequences: refused now
-    query = CapacityQuery(hardware=hardware, gpus_low=low, gpus_high=high, phases=phases, prices=prices,
+    query = CapacityQuery(gpu_types=gpu_types, gpus_low=low, gpus_high=high, phases=phases, prices=prices,
                           deadline_days=parse_duration_days(kw["deadline"]) if kw["deadline"] else None,
                           budget_usd=parse_budget_usd(kw["budget"]) if kw["budget"] else None, prefer=kw["prefer"])
     inputs = {k: v for k, v in kw.items() if k not in ("out_dir", "output_format", "top_k")}
