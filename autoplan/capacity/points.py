@@ -136,6 +136,26 @@ def _why_not(result: SearchResult, job_gpus: int, rented: int) -> str:
     return text if job_gpus == rented else f"on {job_gpus} of {rented} GPUs: {text}"
 
 
+def fixed_layout_phase(setup: CapacitySetup, gpu: GPUSpec, job_gpus: int, index: int, phase: BatchPhase,
+                       knobs: dict[str, Any]) -> PhaseBest:
+    """One phase trained with a given layout (a published run's ``knobs``: tp, pp, vpp, zero, ...)
+    instead of the searched best: the cost model's throughput of that layout on ``job_gpus``
+    GPUs, whether or not it is predicted to fit in memory (the run did fit). A layout that
+    breaks the trainer's rules raises ``LayoutError``."""
+    from autoplan.api import build_context
+    from autoplan.cost.evaluate import evaluate
+    from autoplan.layout import LayoutBatch, resolve_layout
+
+    gbs_seqs = setup.gbs_seqs(phase)
+    training = training_for(setup, gpu, job_gpus, gbs_seqs)
+    ctx = build_context(setup.model, training, trainer=setup.trainer, profile_path=setup.profile_path)
+    layout = resolve_layout(knobs, training)
+    columns = evaluate(ctx, LayoutBatch.from_layouts([layout]), allow_uneven=setup.options.allow_uneven_pp).columns
+    return PhaseBest(gpu=gpu.name, rented_gpus=job_gpus, phase=index, phase_tokens=phase.tokens, gbs_seqs=gbs_seqs,
+                     job_gpus=job_gpus, tokens_per_s_per_gpu=float(columns["tokens_per_s_per_gpu"][0]),
+                     mfu=float(columns["mfu"][0]), layout=layout.describe(), reason="", result=None)
+
+
 def evaluate_point(setup: CapacitySetup, gpu: GPUSpec, rented: int,
                    phases: tuple[BatchPhase, ...]) -> list[PhaseBest]:
     """Every phase's best layout on ``rented`` ``gpu``s."""

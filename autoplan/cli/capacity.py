@@ -66,6 +66,8 @@ def capacity_options(func):
 @capacity_options
 @trainer_options
 @allow_uneven_option
+@click.option("--no-plots", "no_plots", is_flag=True,
+              help="Skip the two PNG plots (they take a few seconds to draw).")
 @click.option("--top", "top_k", type=click.IntRange(min=1), default=12, show_default=True, help="Points to show.")
 @output_format_option()
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
@@ -101,9 +103,10 @@ def capacity_command(**kw) -> None:
         raise
     clear(owned)
     written = write_capacity(result, kw["out_dir"], inputs=inputs, command_line=sys.argv)
-    plots = write_capacity_plots(result.points, list(query.hardware), kw["out_dir"],
-                                 deadline_days=query.deadline_days, budget_usd=query.budget_usd)
-    written += [p.name for p in plots.values()]
+    if not kw["no_plots"]:
+        plots = write_capacity_plots(result.points, list(query.hardware), kw["out_dir"],
+                                     deadline_days=query.deadline_days, budget_usd=query.budget_usd)
+        written += [p.name for p in plots.values()]
     record_files(kw["out_dir"])
     _emit(result, kw["output_format"], kw["top_k"])
     click.echo(f"Wrote {kw['out_dir']}/ ({', '.join(written)})", err=True)
@@ -167,7 +170,7 @@ def _inputs(kw: dict):
     query = CapacityQuery(gpu_types=gpu_types, gpus_low=low, gpus_high=high, phases=phases, prices=prices,
                           deadline_days=parse_duration_days(kw["deadline"]) if kw["deadline"] else None,
                           budget_usd=parse_budget_usd(kw["budget"]) if kw["budget"] else None, prefer=kw["prefer"])
-    inputs = {k: v for k, v in kw.items() if k not in ("out_dir", "output_format", "top_k")}
+    inputs = {k: v for k, v in kw.items() if k not in ("out_dir", "output_format", "top_k", "no_plots")}
     inputs.update(model=model.name, hardware=list(hardware), seq_len=setup.train_seq_len,
                   phases=[vars(p) for p in phases], prices_usd=query.price_usd())
     return setup, query, inputs

@@ -76,26 +76,28 @@ def pareto_figure(points, hardware: list[str], deadline_days: float | None = Non
     ax.set_xlabel("wall-clock days to train (log scale)")
     ax.set_ylabel("total cost (million USD)")
     ax.set_title("Days vs cost per GPU type and rented GPU count (labels: GPUs; dotted: each type's front)")
-    ax.grid(alpha=0.3, which="both")
+    ax.grid(alpha=0.3)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, fontsize=8, frameon=False)
     return fig
 
 
 def _plain_log_axis(axis) -> None:
     """A log axis labelled 10, 20, 50, 100 ... instead of 2x10^1."""
-    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+    from matplotlib.ticker import LogLocator, NullLocator, ScalarFormatter
 
     axis.axes.set_xscale("log") if axis.axis_name == "x" else axis.axes.set_yscale("log")
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     formatter = ScalarFormatter()
     formatter.set_scientific(False)
     axis.set_major_formatter(formatter)
-    axis.set_minor_formatter(NullFormatter())
+    axis.set_minor_locator(NullLocator())
 
 
 def scaling_figure(points, hardware: list[str]):
     """Tokens/s per rented GPU (left) and MFU (right) against the rented GPU count (log 2 x),
     one line per GPU type over its feasible points: where adding GPUs stops paying."""
+    from matplotlib.ticker import NullLocator
+
     fig = _new_figure(12.0, 5.0)
     ax_rate, ax_mfu = fig.subplots(1, 2)
     palette = colours(hardware)
@@ -109,10 +111,11 @@ def scaling_figure(points, hardware: list[str]):
         ax_mfu.plot(gpus, 100 * rows["mfu"].to_numpy(float), marker="o", color=palette[name], label=name)
     for ax, label in ((ax_rate, "tokens/s per rented GPU"), (ax_mfu, "MFU on the rented GPUs (%)")):
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_minor_locator(NullLocator())  # minor ticks of a log axis cost seconds to lay out
         ax.set_xlabel("rented GPUs (log scale)")
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3, which="both")
+        ax.grid(alpha=0.3)
         ax.legend(fontsize=8, frameon=False)
     ax_rate.set_title("Throughput per GPU vs GPU count")
     ax_mfu.set_title("MFU vs GPU count")
