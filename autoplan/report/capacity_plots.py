@@ -96,7 +96,7 @@ def _plain_log_axis(axis) -> None:
 def scaling_figure(points, hardware: list[str]):
     """Tokens/s per rented GPU (left) and MFU (right) against the rented GPU count (log 2 x),
     one line per GPU type over its feasible points: where adding GPUs stops paying."""
-    from matplotlib.ticker import NullLocator
+    from matplotlib.ticker import FuncFormatter, NullLocator
 
     fig = _new_figure(12.0, 5.0)
     ax_rate, ax_mfu = fig.subplots(1, 2)
@@ -112,6 +112,7 @@ def scaling_figure(points, hardware: list[str]):
     for ax, label in ((ax_rate, "tokens/s per rented GPU"), (ax_mfu, "MFU on the rented GPUs (%)")):
         ax.set_xscale("log", base=2)
         ax.xaxis.set_minor_locator(NullLocator())  # minor ticks of a log axis cost seconds to lay out
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
         ax.set_xlabel("rented GPUs (log scale)")
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
