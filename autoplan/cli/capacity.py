@@ -216,6 +216,12 @@ def _status(row) -> str:
     return f"front of {row['hardware']}" if row["on_type_front"] else "dominated"
 
 
+def _phase_lines(layout: str) -> str:
+    """One line per batch phase ('1: tp=2 ...'), or the one layout as it is."""
+    parts = layout.split(" | ")
+    return parts[0] if len(parts) == 1 else "\n".join(f"{i}: {p}" for i, p in enumerate(parts, start=1))
+
+
 def _print_table(result, top_k: int) -> None:
     from rich.table import Table
 
@@ -248,5 +254,5 @@ def _print_table(result, top_k: int) -> None:
         used = "" if str(row["job_gpus"]) == str(int(row["gpus"])) else f"\n(uses {row['job_gpus']})"
         table.add_row(str(row["rank"]), f"{int(row['gpus']):,} x {row['hardware']}{used}", days, cost,
                       f"{row['gpu_hours'] / 1e6:,.2f}M", f"{row['tokens_per_s_per_gpu']:,.0f}",
-                      f"{100 * row['mfu']:.1f}%", row["layout"], _status(row))
+                      f"{100 * row['mfu']:.1f}%", _phase_lines(row["layout"]), _status(row))
     console.print(table)
