@@ -22,10 +22,11 @@ from autoplan.report.results import CSV_FLOAT_FORMAT, clean_json, versions
 
 CSV_COLUMNS = (
     "rank", "chosen", "hardware", "gpus", "job_gpus", "train_days", "days_low", "days_high", "gpu_hours",
-    "usd_per_gpu_hour", "cost_usd", "cost_low_usd", "cost_high_usd", "tokens_per_s_per_gpu", "mfu",
+    "gpu_hours_low", "gpu_hours_high", "usd_per_gpu_hour", "cost_usd", "cost_low_usd", "cost_high_usd",
+    "band_group", "tokens_per_s_per_gpu", "mfu",
     "on_front", "on_type_front", "feasible", "constraint_reason", "layout")
 BOOL_COLUMNS = ("chosen", "on_front", "on_type_front", "feasible")
-TEXT_COLUMNS = ("hardware", "job_gpus", "constraint_reason", "layout")
+TEXT_COLUMNS = ("hardware", "job_gpus", "constraint_reason", "layout", "band_group")
 FILES = ("capacity.csv", "plans.json", "manifest.json")
 
 
@@ -45,7 +46,8 @@ def read_capacity_csv(path: str | Path) -> pd.DataFrame:
     for column in BOOL_COLUMNS:
         frame[column] = frame[column].astype(str).str.lower().map({"true": True, "false": False})
     for column in TEXT_COLUMNS:
-        frame[column] = frame[column].fillna("")
+        if column in frame:
+            frame[column] = frame[column].fillna("")
     return frame
 
 

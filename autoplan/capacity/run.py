@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from autoplan.capacity import grid
+from autoplan.capacity.band import add_ranges
 from autoplan.capacity.front import (
     chosen_row,
     pareto_mask,
@@ -39,6 +40,7 @@ class CapacityResult:
     phases: pd.DataFrame  # one row per (hardware, gpus, phase)
     bests: dict[tuple[str, int], list[PhaseBest]]
     elapsed_s: float
+    note: str = ""  # why the days/cost ranges are missing, if they are
 
     @property
     def chosen(self) -> pd.Series | None:
@@ -68,10 +70,10 @@ def run_capacity(setup: CapacitySetup, query: CapacityQuery,
             break
         _evaluate(setup, query, gpus, new, bests, progress)
     phases = phase_frame([row for rows in bests.values() for row in rows])
-    points = rank_points(point_frame(phases, query.price_usd()), query.deadline_days, query.budget_usd,
-                         query.prefer)
+    points, note = add_ranges(point_frame(phases, query.price_usd()), setup.trainer, gpus, setup.model.is_moe)
+    points = rank_points(points, query.deadline_days, query.budget_usd, query.prefer)
     return CapacityResult(setup=setup, query=query, points=points, phases=phases, bests=bests,
-                          elapsed_s=time.monotonic() - start)
+                          elapsed_s=time.monotonic() - start, note=note)
 
 
 def _evaluate(setup, query, gpus: dict[str, GPUSpec], counts: dict[str, list[int]], bests, progress) -> None:

@@ -109,6 +109,8 @@ def capacity_command(**kw) -> None:
         written += [p.name for p in plots.values()]
     record_files(kw["out_dir"])
     _emit(result, kw["output_format"], kw["top_k"])
+    if result.note:
+        click.echo(f"Note: {result.note}", err=True)
     click.echo(f"Wrote {kw['out_dir']}/ ({', '.join(written)})", err=True)
     _finish(result, kw["out_dir"])
 
@@ -256,3 +258,8 @@ def _print_table(result, top_k: int) -> None:
                       f"{row['gpu_hours'] / 1e6:,.2f}M", f"{row['tokens_per_s_per_gpu']:,.0f}",
                       f"{100 * row['mfu']:.1f}%", _phase_lines(row["layout"]), _status(row))
     console.print(table)
+    if has_band:
+        console.print("Days and cost ranges: the cost model's held-out tokens/s error band of each GPU type "
+                      "(trainer/generation/dense|moe): " + "; ".join(
+                          f"{name} {group}" for name, group in
+                          points.drop_duplicates("hardware").set_index("hardware")["band_group"].items()))
