@@ -30,11 +30,15 @@ def pareto_figure(points, hardware: list[str], deadline_days: float | None = Non
     """Wall-clock days (log x) against total cost in million USD: every feasible point as a
     dot in its GPU type's colour (hollow when dominated), labelled with its rented GPU count;
     the Pareto front as a step line; the chosen point as a star; the deadline and the budget as
-    dashed lines; the cost model's days interval as horizontal error bars when known."""
+    dashed lines; when the cost model's error band is known, each point's interval as a segment
+    from (days_low, cost_low) to (days_high, cost_high): throughput moves both together."""
     fig = _new_figure(10.0, 6.5)
     ax = fig.add_subplot()
     feasible = points[points["feasible"]]
     palette = colours(hardware)
+    if {"days_low", "cost_low_usd"} <= set(points.columns) and not feasible.empty:
+        ax.plot([], [], color="#888888", alpha=0.5, linewidth=1.5,
+                label="interval of the cost model's error band (days and cost move together)")
     for name in hardware:
         rows = feasible[feasible["hardware"] == name]
         if rows.empty:
@@ -42,10 +46,11 @@ def pareto_figure(points, hardware: list[str], deadline_days: float | None = Non
             continue
         days, cost = rows["train_days"].to_numpy(float), rows["cost_usd"].to_numpy(float) / USD_PER_MILLION
         front = rows["on_front"].to_numpy(bool)
-        if {"days_low", "days_high"} <= set(rows.columns):
-            low, high = rows["days_low"].to_numpy(float), rows["days_high"].to_numpy(float)
-            ax.errorbar(days, cost, xerr=[days - low, high - days], fmt="none", ecolor=palette[name],
-                        alpha=0.35, linewidth=1)
+        if {"days_low", "days_high", "cost_low_usd", "cost_high_usd"} <= set(rows.columns):
+            # a slower run than predicted costs more too: the interval is a segment along both axes
+            for segment in zip(rows["days_low"], rows["days_high"], rows["cost_low_usd"], rows["cost_high_usd"]):
+                ax.plot(segment[:2], np.array(segment[2:]) / USD_PER_MILLION, color=palette[name], alpha=0.35,
+                        linewidth=1.5, solid_capstyle="butt")
         ax.scatter(days[~front], cost[~front], s=36, facecolors="none", edgecolors=palette[name], alpha=0.7)
         ax.scatter(days[front], cost[front], s=48, color=palette[name], edgecolors="black", linewidths=0.6,
                    label=f"{name} ({len(rows)} points, {int(front.sum())} on the front)")
