@@ -4,7 +4,7 @@
     python benchmarks/accuracy.py --fit      # refit on the seeded split, print YAML, report
     python benchmarks/accuracy.py --fit --cv # plus k-fold cross-validation per profile
     python benchmarks/accuracy.py --rows     # list the row ids fitted on / held out
-    python benchmarks/accuracy.py --write-bands  # regenerate autoplan/profiles/error_bands.yaml (minutes)
+    python benchmarks/accuracy.py --write-bands  # regenerate autoplan/calibration/error_bands.yaml (minutes)
 
 Every figure is given for the rows the profiles were fitted on ("fit") and for the rest
 ("held-out"); targets are judged on held-out rows. A benchmark, not a timed test.
@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cv", action="store_true", help="k-fold cross-validation of each profile's fit")
     parser.add_argument("--rows", action="store_true", help="list the row ids fitted on and held out")
     parser.add_argument("--write-bands", action="store_true",
-                        help="regenerate the error bands (autoplan/profiles/error_bands.yaml) and stop")
+                        help="regenerate the error bands (autoplan/calibration/error_bands.yaml) and stop")
     args = parser.parse_args(argv)
     if args.write_bands:
         return write_error_bands(args.seed)

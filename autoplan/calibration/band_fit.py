@@ -13,7 +13,8 @@ held-out log ratios ``r = log(measured / predicted)``: the ``QUANTILES`` of r, c
   shipped profile (already out of sample).
 * **Unmeasured groups** (``measured: false``): a pair never measured runs on its profile's
   ``default`` parameters, so its band is the error of those defaults on measured rows, the
-  trainer's own rows where it has at least ``MIN_ROWS``, else every row, widened on each side
+  trainer's own rows where it has at least ``MIN_ROWS``, else every row (each group weighted
+  equally, so the 1,000-run sweep does not stand for every trainer), widened on each side
   by the spread across measured groups: half the range of the groups' median default-parameter
   log ratio (how much the bias moves from one generation or trainer to the next).
 
@@ -88,7 +89,7 @@ def heldout_ratios(rows: Sequence[Row], seed: int = 0,
                 pick = np.sort(np.random.default_rng(seed).permutation(len(members))[:MAX_CV_ROWS])
                 members = [members[i] for i in pick]
             cv = cross_validate(members, row_context, plan[pair], seed, FOLDS,
-                                loss=FIT_LOSS.get(pair, "soft_l1"))
+                                loss=FIT_LOSS.get(pair, "soft_l1"), prior_rows=0.0)  # as the shipped fits
             pred = cv.predicted
         else:
             pred = predict_rows(members, row_context)
@@ -109,12 +110,23 @@ def default_ratios(rows: Sequence[Row]) -> dict[str, np.ndarray]:
     return out
 
 
-def quantile_band(r: np.ndarray, widen: float = 0.0) -> list[float]:
-    """[low, high] factors: the QUANTILES of the finite log ratios, widened by ``widen`` on each
-    side, clipped to low <= 1 <= high."""
-    r = r[np.isfinite(r)]
-    lo, hi = np.quantile(r, QUANTILES)
+def quantile_band(r: np.ndarray, widen: float = 0.0, weights: np.ndarray | None = None) -> list[float]:
+    """[low, high] factors: the QUANTILES of the finite log ratios (each row weighted by
+    ``weights``, default equal), widened by ``widen`` on each side, clipped to low <= 1 <= high.
+    Weighted quantiles interpolate the midpoints of the sorted rows' cumulative weights."""
+    w = np.ones_like(r) if weights is None else np.asarray(weights, dtype=float)
+    ok = np.isfinite(r)
+    order = np.argsort(r[ok])
+    values, w = r[ok][order], w[ok][order]
+    midpoints = (np.cumsum(w) - 0.5 * w) / np.sum(w)
+    lo, hi = np.interp(QUANTILES, midpoints, values)
     return [round(float(np.exp(min(0.0, lo - widen))), 4), round(float(np.exp(max(0.0, hi + widen))), 4)]
+
+
+def group_weights(groups: np.ndarray) -> np.ndarray:
+    """1 / (rows of the row's group): every group counts once in a pool, however many rows it has."""
+    _, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    return 1.0 / counts[inverse]
 
 
 def _spread(groups: np.ndarray, r: np.ndarray, measured: set[str]) -> float:
@@ -148,17 +160,17 @@ def build_groups(rows: Sequence[Row], heldout: Mapping[str, np.ndarray], default
                         entry[f] = quantile_band(heldout[f][cv_groups == name])
                         continue
                     own = (trainers == trainer) & np.isfinite(default[f])
-                    pool = default[f][own] if own.sum() >= MIN_ROWS else default[f]
-                    entry[f] = quantile_band(pool, spread[f])
+                    pool = own if own.sum() >= MIN_ROWS else np.isfinite(default[f])
+                    entry[f] = quantile_band(default[f][pool], spread[f], group_weights(all_groups[pool]))
                 out[name] = entry
     return out
 
 
 def fingerprint(sources: Mapping[str, Source]) -> str:
     """A hash of what the bands depend on, other than the cost model's code."""
-    profiles = BANDS_FILE.parent
+    profiles = Path(load_profile.__code__.co_filename).parent  # the trainer profiles' folder
     parts = {"rows": {n: sorted(r.row_id for r in s.rows if r.has_time or r.has_memory) for n, s in sources.items()},
-             "profiles": {p.name: p.read_text() for p in sorted(profiles.glob("*.yaml")) if p != BANDS_FILE},
+             "profiles": {p.name: p.read_text() for p in sorted(profiles.glob("*.yaml"))},
              "plan": {f"{t}/{h}": list(v) for (t, h), v in sorted(FIT_PLAN.items())},
              "settings": [QUANTILES, FOLDS, MAX_CV_ROWS, MIN_ROWS]}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]

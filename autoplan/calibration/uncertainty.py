@@ -1,5 +1,5 @@
 """How far a prediction can be off: the held-out error band of its (trainer, GPU generation,
-dense/MoE) group, read from the generated ``autoplan/profiles/error_bands.yaml``.
+dense/MoE) group, read from the generated ``autoplan/calibration/error_bands.yaml``.
 
 A band is a pair of factors per figure that multiply a point prediction: the measured value of
 a held-out run lay inside ``[point · low, point · high]`` for the band's share of the group's
@@ -26,7 +26,7 @@ import yaml
 from autoplan.errors import AutoplanError
 from autoplan.specs.hardware import GPUSpec
 
-BANDS_FILE = Path(__file__).resolve().parent.parent / "profiles" / "error_bands.yaml"
+BANDS_FILE = Path(__file__).resolve().parent / "error_bands.yaml"
 UNKNOWN_GENERATION = "unknown"
 # GPU name prefix -> architecture generation (NVIDIA: Ampere GA100, Hopper GH100, Blackwell
 # GB100/GB202; AMD: CDNA 3 for MI300X/MI325X), as the vendors' datasheets name them. A GPU
