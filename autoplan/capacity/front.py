@@ -79,38 +79,56 @@ def pareto_mask(days: np.ndarray, cost: np.ndarray) -> np.ndarray:
     return valid & ~dominates.any(axis=1)
 
 
-def constraint_reasons(points: pd.DataFrame, deadline_days: float | None, budget_usd: float | None) -> list[str]:
+def limit_columns(points: pd.DataFrame, pessimistic: bool) -> tuple[str, str, str]:
+    """(days column, cost column, wording) the deadline and budget are checked against: the
+    point predictions, or with ``pessimistic`` the slow end of the error band (days_high,
+    cost_high_usd; an error when the points have no band)."""
+    if not pessimistic:
+        return "train_days", "cost_usd", ""
+    if "days_high" not in points.columns:
+        raise AutoplanError("pessimistic limits need the cost model's error bands (autoplan/calibration/"
+                            "error_bands.yaml); regenerate them with `python benchmarks/accuracy.py --write-bands`")
+    return "days_high", "cost_high_usd", " at the slow end of the error band"
+
+
+def constraint_reasons(points: pd.DataFrame, deadline_days: float | None, budget_usd: float | None,
+                       pessimistic: bool = False) -> list[str]:
     """Per point: '' when it meets the deadline and the budget, else which it misses and by how
     much (an infeasible point: its search's reason)."""
+    days_column, cost_column, where = limit_columns(points, pessimistic)
     out = []
-    for days, cost, feasible, reason in zip(points["train_days"], points["cost_usd"], points["feasible"],
+    for days, cost, feasible, reason in zip(points[days_column], points[cost_column], points["feasible"],
                                             points["infeasible_reason"]):
         if not feasible:
             out.append(f"infeasible: {reason}")
             continue
         misses = []
         if deadline_days is not None and days > deadline_days:
-            misses.append(f"misses the deadline: {days:,.1f} days > {deadline_days:g} days")
+            misses.append(f"misses the deadline{where}: {days:,.1f} days > {deadline_days:g} days")
         if budget_usd is not None and cost > budget_usd:
-            misses.append(f"over budget: ${cost / 1e6:,.2f}M > ${budget_usd / 1e6:,.2f}M")
+            misses.append(f"over budget{where}: ${cost / 1e6:,.2f}M > ${budget_usd / 1e6:,.2f}M")
         out.append("; ".join(misses))
     return out
 
 
 def choose(days: np.ndarray, cost: np.ndarray, deadline_days: float | None, budget_usd: float | None,
-           prefer: str = "cost") -> int | None:
+           prefer: str = "cost", limit_days: np.ndarray | None = None, limit_cost: np.ndarray | None = None) -> int | None:
     """The index of the chosen point: among the feasible points within the deadline and the
     budget, the cheapest (ties: the fastest), or with ``prefer='time'`` the fastest (ties: the
     cheapest); None when no point is within both. The objective does not depend on which limits
-    are given, so a longer deadline never costs more and more budget never takes longer."""
+    are given, so a longer deadline never costs more and more budget never takes longer.
+    ``limit_days``/``limit_cost`` (default: ``days``/``cost``) are what the limits are checked
+    against (the slow end of the error band for pessimistic limits)."""
     if prefer not in PREFER:
         raise AutoplanError(f"prefer must be one of {', '.join(PREFER)}, got {prefer!r}")
     days, cost = np.asarray(days, dtype=float), np.asarray(cost, dtype=float)
+    limit_days = days if limit_days is None else np.asarray(limit_days, dtype=float)
+    limit_cost = cost if limit_cost is None else np.asarray(limit_cost, dtype=float)
     within = np.isfinite(days) & np.isfinite(cost)
     if deadline_days is not None:
-        within &= days <= deadline_days
+        within &= limit_days <= deadline_days
     if budget_usd is not None:
-        within &= cost <= budget_usd
+        within &= limit_cost <= budget_usd
     index = np.flatnonzero(within)
     if len(index) == 0:
         return None
@@ -119,19 +137,21 @@ def choose(days: np.ndarray, cost: np.ndarray, deadline_days: float | None, budg
 
 
 def rank_points(points: pd.DataFrame, deadline_days: float | None, budget_usd: float | None,
-                prefer: str = "cost") -> pd.DataFrame:
+                prefer: str = "cost", pessimistic: bool = False) -> pd.DataFrame:
     """``points`` with on_front (the front of every type together), on_type_front (the front of
     the point's own GPU type), constraint_reason, chosen (:func:`choose`) and rank; rank 1 is the
     chosen point when one meets the deadline and the budget. Order: feasible, meeting the limits,
     on the front, on its type's front, then the preferred objective (cost or days) and the other."""
     out = points.copy().reset_index(drop=True)
-    chosen = choose(out["train_days"].to_numpy(), out["cost_usd"].to_numpy(), deadline_days, budget_usd, prefer)
+    days_column, cost_column, _ = limit_columns(out, pessimistic)
+    chosen = choose(out["train_days"].to_numpy(), out["cost_usd"].to_numpy(), deadline_days, budget_usd, prefer,
+                    out[days_column].to_numpy(), out[cost_column].to_numpy())
     out["chosen"] = out.index == chosen
     out["on_front"] = pareto_mask(out["train_days"].to_numpy(), out["cost_usd"].to_numpy())
     out["on_type_front"] = False
     for _, rows in out.groupby("hardware", sort=False):
         out.loc[rows.index, "on_type_front"] = pareto_mask(rows["train_days"].to_numpy(), rows["cost_usd"].to_numpy())
-    out["constraint_reason"] = constraint_reasons(out, deadline_days, budget_usd)
+    out["constraint_reason"] = constraint_reasons(out, deadline_days, budget_usd, pessimistic)
     keys = ["cost_usd", "train_days"] if prefer == "cost" else ["train_days", "cost_usd"]
     out["_infeasible"] = ~out["feasible"]
     out["_misses"] = out["constraint_reason"] != ""

@@ -31,6 +31,7 @@ class CapacityQuery:
     deadline_days: float | None = None
     budget_usd: float | None = None
     prefer: str = "cost"  # autoplan.capacity.front.PREFER
+    pessimistic: bool = False  # check the limits against the slow end of the error band
     refine_rounds: int = 2  # grid refinements near the front
 
     @property

@@ -71,7 +71,7 @@ def run_capacity(setup: CapacitySetup, query: CapacityQuery,
         _evaluate(setup, query, gpus, new, bests, progress)
     phases = phase_frame([row for rows in bests.values() for row in rows])
     points, note = add_ranges(point_frame(phases, query.price_usd()), setup.trainer, gpus, setup.model.is_moe)
-    points = rank_points(points, query.deadline_days, query.budget_usd, query.prefer)
+    points = rank_points(points, query.deadline_days, query.budget_usd, query.prefer, query.pessimistic)
     return CapacityResult(setup=setup, query=query, points=points, phases=phases, bests=bests,
                           elapsed_s=time.monotonic() - start, note=note)
 

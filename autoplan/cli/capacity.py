@@ -54,6 +54,9 @@ def capacity_options(func):
         click.option("--prefer", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
                      help="Which point to choose among those within the deadline and budget: the cheapest "
                           "(cost) or the fastest (time, e.g. the fastest run a budget buys)."),
+        click.option("--pessimistic", is_flag=True,
+                     help="Check --deadline and --budget against the slow end of the cost model's error band "
+                          "(days_high, cost_high) instead of the point prediction."),
         click.option("--space", "space_name", default=None,
                      help="Layout search space name or YAML path [default: moe for MoE models, else default]."),
     ]
@@ -171,7 +174,8 @@ def _inputs(kw: dict):
         setup.gbs_seqs(phase)  # a batch that is not a whole number of sequences: refused now
     query = CapacityQuery(gpu_types=gpu_types, gpus_low=low, gpus_high=high, phases=phases, prices=prices,
                           deadline_days=parse_duration_days(kw["deadline"]) if kw["deadline"] else None,
-                          budget_usd=parse_budget_usd(kw["budget"]) if kw["budget"] else None, prefer=kw["prefer"])
+                          budget_usd=parse_budget_usd(kw["budget"]) if kw["budget"] else None, prefer=kw["prefer"],
+                          pessimistic=kw["pessimistic"])
     inputs = {k: v for k, v in kw.items() if k not in ("out_dir", "output_format", "top_k", "no_plots")}
     inputs.update(model=model.name, hardware=list(hardware), seq_len=setup.train_seq_len,
                   phases=[vars(p) for p in phases], prices_usd=query.price_usd())

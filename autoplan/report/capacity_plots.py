@@ -49,8 +49,8 @@ def pareto_figure(points, hardware: list[str], deadline_days: float | None = Non
         if {"days_low", "days_high", "cost_low_usd", "cost_high_usd"} <= set(rows.columns):
             # a slower run than predicted costs more too: the interval is a segment along both axes
             for segment in zip(rows["days_low"], rows["days_high"], rows["cost_low_usd"], rows["cost_high_usd"]):
-                ax.plot(segment[:2], np.array(segment[2:]) / USD_PER_MILLION, color=palette[name], alpha=0.35,
-                        linewidth=1.5, solid_capstyle="butt")
+                ax.plot(segment[:2], np.array(segment[2:]) / USD_PER_MILLION, color=palette[name], alpha=0.3,
+                        linewidth=1.2, solid_capstyle="butt")
         ax.scatter(days[~front], cost[~front], s=36, facecolors="none", edgecolors=palette[name], alpha=0.7)
         ax.scatter(days[front], cost[front], s=48, color=palette[name], edgecolors="black", linewidths=0.6,
                    label=f"{name} ({len(rows)} points, {int(front.sum())} on the front)")

@@ -107,3 +107,22 @@ def test_a_strictly_faster_gpu_at_the_same_price_is_never_dominated(tmp_path):
     assert len(by_type) >= 3 and (by_type["h100-fast"] < by_type["h100-sxm"]).all()  # the premise: strictly faster at every count
     front = ranked[ranked["on_front"]]
     assert len(front) and set(front["hardware"]) == {"h100-fast"}
+
+
+def test_pessimistic_limits_use_the_slow_end_of_the_error_band(small_run):
+    unranked = small_run.points.drop(columns=["rank", "chosen", "on_front", "on_type_front", "constraint_reason"])
+    assert "days_high" in unranked  # the run carries the cost model's error band
+    deadline = float(np.nanmedian(unranked["days_high"]))
+    ranked = rank_points(unranked, deadline, None, pessimistic=True)
+    chosen = chosen_row(ranked)
+    assert chosen is not None and chosen["days_high"] <= deadline
+    assert chosen["cost_usd"] == ranked.loc[ranked["days_high"] <= deadline, "cost_usd"].min()
+    point_only = ranked[(ranked["train_days"] <= deadline) & (ranked["days_high"] > deadline)]
+    assert len(point_only) and point_only["constraint_reason"].str.startswith(
+        "misses the deadline at the slow end of the error band").all()
+    # the properties hold with pessimistic limits too
+    days, cost = unranked["train_days"].to_numpy(), unranked["cost_usd"].to_numpy()
+    high_days, high_cost = unranked["days_high"].to_numpy(), unranked["cost_high_usd"].to_numpy()
+    costs = [cost[i] if (i := choose(days, cost, d, None, "cost", high_days, high_cost)) is not None else np.inf
+             for d in np.quantile(high_days[np.isfinite(high_days)], np.linspace(0, 1, 9))]
+    assert all(b <= a for a, b in itertools.pairwise(costs))
