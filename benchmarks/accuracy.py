@@ -4,6 +4,7 @@
     python benchmarks/accuracy.py --fit      # refit on the seeded split, print YAML, report
     python benchmarks/accuracy.py --fit --cv # plus k-fold cross-validation per profile
     python benchmarks/accuracy.py --rows     # list the row ids fitted on / held out
+    python benchmarks/accuracy.py --write-bands  # regenerate autoplan/calibration/error_bands.yaml (minutes)
 
 Every figure is given for the rows the profiles were fitted on ("fit") and for the rest
 ("held-out"); targets are judged on held-out rows. A benchmark, not a timed test.
@@ -155,6 +156,22 @@ def cv_report(sources, fit_ids, seed: int, k: int = 5) -> None:
               f"memory median {e['memory_median_ape_pct']} ({len(rows)} rows)")
 
 
+def write_error_bands(seed: int) -> int:
+    """Regenerate the error-band file (autoplan.calibration.band_fit) and print its groups."""
+    from autoplan.calibration.band_fit import bands_document, write_bands
+    from autoplan.calibration.uncertainty import BANDS_FILE
+
+    start = time.time()
+    document = bands_document(load_sources(), seed)
+    write_bands(document)
+    print(f"wrote {BANDS_FILE} ({time.time() - start:.0f} s); measured groups:")
+    for name, g in document["groups"].items():
+        if g["measured"] or g["memory_measured"]:
+            print(f"  {name:<28} tokens/s {g['tokens_per_s']} ({g['num_heldout_rows']} rows)  "
+                  f"memory {g['peak_memory']} ({g['num_heldout_memory_rows']} rows)")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="refit the profiles on the split and report with them")
@@ -162,7 +179,11 @@ def main(argv=None) -> int:
     parser.add_argument("--fraction", type=float, default=0.3, help="share of each source to fit on")
     parser.add_argument("--cv", action="store_true", help="k-fold cross-validation of each profile's fit")
     parser.add_argument("--rows", action="store_true", help="list the row ids fitted on and held out")
+    parser.add_argument("--write-bands", action="store_true",
+                        help="regenerate the error bands (autoplan/calibration/error_bands.yaml) and stop")
     args = parser.parse_args(argv)
+    if args.write_bands:
+        return write_error_bands(args.seed)
     start = time.time()
     sources = load_sources()
     fit_ids = fit_split(sources, args.fraction, args.seed)

@@ -88,7 +88,9 @@ def calibrate_all(sources: Mapping[str, Source], fit_ids: set[str], seed: int = 
     for pair, params in plan.items():
         rows = [r for name, s in sources.items() if name not in NOT_FITTED for r in s.rows
                 if r.row_id in fit_ids and (r.trainer, r.hardware) == pair]
-        out[pair] = fit_efficiency(rows, row_context, params, seed, loss=FIT_LOSS.get(pair, "soft_l1"))
+        # prior_rows=0: the shipped profiles are fitted afresh, not shrunk toward their last fit
+        out[pair] = fit_efficiency(rows, row_context, params, seed, loss=FIT_LOSS.get(pair, "soft_l1"),
+                                   prior_rows=0.0)
     return out
 
 

@@ -11,6 +11,10 @@ sigmoid map (log-scaled for FLOP counts), so no fitted value can leave its physi
 search is a Nelder–Mead simplex (Gao & Han 2012 adaptive coefficients) from the current values plus
 seeded random starts, so a fit is deterministic for a seed. No scipy needed. A fitted value on a
 bound or outside its plausible range is flagged in the report (``FitReport.flags``), never hidden.
+
+Few rows cannot pin many parameters: the starting values act as a shrinkage prior (ridge on
+the box position, worth ``PRIOR_ROWS`` rows, so it fades as rows are added), and a parameter
+the rows cannot see is left where it was, with a warning (``FitReport.warnings``).
 """
 
 from __future__ import annotations
@@ -18,22 +22,27 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from autoplan.calibration.identifiability import STEP, screen
 from autoplan.calibration.rows import Row, row_context
+from autoplan.calibration.simplex import Space, multistart
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import AutoplanError
 from autoplan.layout import LayoutBatch, layout_from_record
 from autoplan.profiles import PARAMETERS, CalibratedParameters, Flag, flag_values
-from autoplan.profiles.efficiency import LOG_SCALED
 
 MEMORY_PARAMS = ("memory_reserve_bytes", "allocator_overhead")
 DEFAULT_PARAMS = ("gemm_efficiency_max", "gemm_half_flops", "scale_out_efficiency", "dp_overlap",
                   "memory_reserve_bytes", "allocator_overhead")
 LOSS_SCALE = 0.1
+# Shrinkage toward the starting (shipped) values: they weigh as much as PRIOR_ROWS measured rows,
+# and a move of PRIOR_WIDTH of a parameter's box costs like a row off by LOSS_SCALE (≈10%).
+PRIOR_ROWS = 2.0
+PRIOR_WIDTH = 0.1
 ContextFactory = Callable[[Row], CostContext]
 
 
@@ -120,79 +129,17 @@ def cauchy(r: np.ndarray, scale: float = LOSS_SCALE) -> float:
     return float(np.mean(scale**2 * np.log1p((r / scale) ** 2)))
 
 
-LOSSES = {"soft_l1": soft_l1, "cauchy": cauchy}
+def trimmed(r: np.ndarray, keep: float = 0.5) -> float:
+    """Least trimmed squares (Rousseeuw 1984, JASA 79, "Least median of squares regression"):
+    the mean of the smallest ``keep`` share of r², so the fit follows the best-explained
+    half of the rows and ignores the rest however far off (a 50% breakdown point: the fit that
+    lowers the median error). Non-finite predictions cost as r = 10."""
+    r = np.where(np.isfinite(r), r, 10.0)
+    squares = np.sort(r**2)
+    return float(np.mean(squares[:max(1, int(np.ceil(keep * len(squares))))]))
 
 
-# --- bounded parameter map -------------------------------------------------------------------
-
-def _to_unit(name: str, value: float, low: float, high: float) -> float:
-    if name in LOG_SCALED:
-        return (math.log(value) - math.log(low)) / (math.log(high) - math.log(low))
-    return (value - low) / (high - low)
-
-
-def _from_unit(name: str, u: float, low: float, high: float) -> float:
-    if name in LOG_SCALED:
-        return math.exp(math.log(low) + u * (math.log(high) - math.log(low)))
-    return low + u * (high - low)
-
-
-@dataclass(frozen=True)
-class _Space:
-    """z in R^n <-> parameter values inside their bounds (sigmoid map)."""
-
-    names: tuple[str, ...]
-    bounds: tuple[tuple[float, float], ...]
-
-    def values(self, z: np.ndarray) -> dict[str, float]:
-        u = 1.0 / (1.0 + np.exp(-np.clip(z, -30.0, 30.0)))
-        return {n: _from_unit(n, float(ui), lo, hi) for n, ui, (lo, hi) in zip(self.names, u, self.bounds)}
-
-    def point(self, params: CalibratedParameters) -> np.ndarray:
-        u = [_to_unit(n, params.value(n), lo, hi) for n, (lo, hi) in zip(self.names, self.bounds)]
-        u = np.clip(np.asarray(u, dtype=float), 0.02, 0.98)
-        return np.log(u / (1.0 - u))
-
-
-def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, *, step: float = 1.0,
-                max_evals: int = 400, ftol: float = 1e-9, xtol: float = 1e-4) -> tuple[np.ndarray, float, int]:
-    """Minimise ``f`` from ``x0``: Nelder–Mead with Gao & Han (2012) adaptive coefficients
-    (reflection 1, expansion 1 + 2/n, contraction 0.75 − 1/2n, shrink 1 − 1/n). Deterministic.
-    Returns (best x, best f, evaluations)."""
-    n = len(x0)
-    alpha, gamma, rho, sigma = 1.0, 1.0 + 2.0 / n, 0.75 - 0.5 / n, 1.0 - 1.0 / n
-    simplex = np.vstack([x0] + [x0 + step * np.eye(n)[i] for i in range(n)])
-    values = np.array([f(x) for x in simplex])
-    evals = n + 1
-    while evals < max_evals:
-        order = np.argsort(values, kind="stable")
-        simplex, values = simplex[order], values[order]
-        if values[-1] - values[0] <= ftol and np.max(np.abs(simplex[1:] - simplex[0])) <= xtol:
-            break
-        centroid = simplex[:-1].mean(axis=0)
-        xr = centroid + alpha * (centroid - simplex[-1])
-        fr = f(xr)
-        evals += 1
-        if fr < values[0]:
-            xe = centroid + gamma * (xr - centroid)
-            fe = f(xe)
-            evals += 1
-            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < values[-2]:
-            simplex[-1], values[-1] = xr, fr
-        else:
-            outside = fr < values[-1]
-            xc = centroid + rho * ((xr if outside else simplex[-1]) - centroid)
-            fc = f(xc)
-            evals += 1
-            if fc < (fr if outside else values[-1]):
-                simplex[-1], values[-1] = xc, fc
-            else:
-                simplex[1:] = simplex[0] + sigma * (simplex[1:] - simplex[0])
-                values[1:] = [f(x) for x in simplex[1:]]
-                evals += n
-    best = int(np.argmin(values))
-    return simplex[best], float(values[best]), evals
+LOSSES = {"soft_l1": soft_l1, "cauchy": cauchy, "trimmed": trimmed}
 
 
 # --- the fit ----------------------------------------------------------------------------------
@@ -216,6 +163,7 @@ class FitReport:
     seed: int
     loss: str
     flags: list[Flag]
+    warnings: list[str] = field(default_factory=list)
 
 
 def error_summary(predicted: dict[str, np.ndarray], prepared: Prepared) -> dict[str, float]:
@@ -249,47 +197,76 @@ def _check_fit_input(rows: Sequence[Row], params: Sequence[str]) -> tuple[int, i
     return n_time, n_mem
 
 
-def _objective(prepared: Prepared, base: CalibratedParameters, space: _Space, fit_time: bool,
-               fit_memory: bool, loss: Callable[[np.ndarray], float]) -> Callable[[np.ndarray], float]:
+def _objective(prepared: Prepared, base: CalibratedParameters, space: Space, loss: Callable[[np.ndarray], float],
+               prior_rows: float) -> Callable[[np.ndarray], float]:
+    """Mean robust loss of the tokens/s rows plus that of the memory rows (for the kinds with a
+    fitted parameter), plus the shrinkage prior: each parameter's move from its starting box
+    position u₀, ``LOSS_SCALE² · ((u − u₀) / PRIOR_WIDTH)²``, weighted as ``prior_rows`` rows of
+    its kind (so it fades as rows are added; a Gaussian prior on u, i.e. ridge regression)."""
+    kinds = {kind: [i for i, p in enumerate(space.names) if (p in MEMORY_PARAMS) == (kind == "memory")]
+             for kind in ("tokens", "memory")}
+    counts = {"tokens": int(np.isfinite(prepared.measured_tokens).sum()),
+              "memory": int(np.isfinite(prepared.measured_memory).sum())}
+    u0 = space.unit(space.point(base))
+
     def f(z: np.ndarray) -> float:
         pred = predict(prepared, base.with_values(space.values(z)))
-        total = 0.0
-        if fit_time:
-            r = log_errors(pred["tokens_per_s_per_gpu"], prepared.measured_tokens)
-            total += loss(r[np.isfinite(prepared.measured_tokens)])
-        if fit_memory:
-            r = log_errors(pred["peak_memory_bytes"], prepared.measured_memory)
-            total += loss(r[np.isfinite(prepared.measured_memory)])
+        u, total = space.unit(z), 0.0
+        for kind, column, measured in (("tokens", "tokens_per_s_per_gpu", prepared.measured_tokens),
+                                       ("memory", "peak_memory_bytes", prepared.measured_memory)):
+            if not kinds[kind]:
+                continue
+            r = log_errors(pred[column], measured)
+            total += loss(r[np.isfinite(measured)])
+            moved = (u[kinds[kind]] - u0[kinds[kind]]) / PRIOR_WIDTH
+            total += prior_rows / max(1, counts[kind]) * LOSS_SCALE**2 * float(np.sum(moved**2))
         return total
     return f
 
 
-def _multistart(f: Callable[[np.ndarray], float], z0: np.ndarray, starts: int, seed: int,
-                max_evals: int) -> tuple[np.ndarray, float, int]:
-    """Nelder–Mead from ``z0`` and ``starts - 1`` seeded random points (N(0, 1.5) in the
-    sigmoid space, i.e. spread over the whole box), then once more from the best."""
-    rng = np.random.default_rng(seed)
-    candidates = [z0] + [rng.normal(0.0, 1.5, size=len(z0)) for _ in range(max(0, starts - 1))]
-    best_z, best_f, evals = z0, math.inf, 0
-    for z in candidates:
-        z, value, used = nelder_mead(f, z, max_evals=max_evals)
-        evals += used
-        if value < best_f:
-            best_z, best_f = z, value
-    best_z, best_f, used = nelder_mead(f, best_z, step=0.3, max_evals=max_evals)
-    return best_z, best_f, evals + used
+def sensitivities(prepared: Prepared, base: CalibratedParameters, space: Space) -> dict[str, np.ndarray]:
+    """Per parameter: Δ log prediction of its figure (tokens/s, or memory for the memory
+    parameters) on the rows that measure it, for a move of ``STEP`` of its box from the start
+    (inward), the others held (:mod:`autoplan.calibration.identifiability`)."""
+    z0 = space.point(base)
+    u0 = space.unit(z0)
+    ref = predict(prepared, base)
+    out = {}
+    for i, name in enumerate(space.names):
+        u = u0.copy()
+        u[i] = u0[i] + STEP if u0[i] + STEP < 0.99 else u0[i] - STEP
+        pred = predict(prepared, base.with_values({name: space.values(np.log(u / (1.0 - u)))[name]}))
+        column, measured = (("peak_memory_bytes", prepared.measured_memory) if name in MEMORY_PARAMS
+                            else ("tokens_per_s_per_gpu", prepared.measured_tokens))
+        ok = np.isfinite(measured)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[name] = np.log(pred[column][ok] / ref[column][ok])
+    return out
+
+
+def _identifiable(prepared: Prepared, base: CalibratedParameters, params: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
+    """The parameters the rows can identify and the warnings (CalibrationError when none)."""
+    kept, warnings = screen(sensitivities(prepared, base, Space(params, tuple(PARAMETERS[p].bounds for p in params))))
+    if not kept:
+        raise CalibrationError("the rows cannot identify any of the parameters asked for: " + "; ".join(warnings))
+    return kept, warnings
 
 
 def fit_efficiency(rows: Sequence[Row], base_ctx_factory: ContextFactory = row_context,
                    params: Sequence[str] = DEFAULT_PARAMS, seed: int = 0, *, starts: int = 3,
-                   max_evals: int = 300, loss: str = "soft_l1") -> tuple[CalibratedParameters, FitReport]:
+                   max_evals: int = 300, loss: str = "soft_l1",
+                   prior_rows: float = PRIOR_ROWS) -> tuple[CalibratedParameters, FitReport]:
     """Fit ``params`` (physical efficiencies or corrections, by name) of the rows' (trainer,
     hardware) pair to their measurements.
 
     Starts from the parameters ``base_ctx_factory`` gives the first row, plus ``starts - 1``
-    seeded random starts, then polishes the best once. Raises ``CalibrationError`` when the rows
-    mix (trainer, hardware) pairs or are too few: each kind (tokens/s, memory) with a fitted
-    parameter needs max(3, parameters of that kind + 1) rows with that figure.
+    seeded random starts, then polishes the best once; the starting values also act as a
+    shrinkage prior worth ``prior_rows`` rows (0: none). Parameters the rows cannot see are left
+    at their starting values, with a warning in ``FitReport.warnings``
+    (:mod:`autoplan.calibration.identifiability`). Raises ``CalibrationError`` when the rows
+    mix (trainer, hardware) pairs, identify none of the parameters, or are too few: each kind
+    (tokens/s, memory) with a fitted parameter needs max(3, parameters of that kind + 1) rows
+    with that figure.
     """
     rows = list(rows)
     if not rows:
@@ -300,12 +277,12 @@ def fit_efficiency(rows: Sequence[Row], base_ctx_factory: ContextFactory = row_c
     n_time, n_mem = _check_fit_input(rows, params)
     prepared = prepare(rows, base_ctx_factory)
     base = prepared.groups[0][0].parameters
-    space = _Space(params, tuple(PARAMETERS[p].bounds for p in params))
-    f = _objective(prepared, base, space, any(p not in MEMORY_PARAMS for p in params),
-                   any(p in MEMORY_PARAMS for p in params), LOSSES[loss])
+    params, warnings = _identifiable(prepared, base, params)
+    space = Space(params, tuple(PARAMETERS[p].bounds for p in params))
+    f = _objective(prepared, base, space, LOSSES[loss], prior_rows)
     z0 = space.point(base)
     loss_before = f(z0)
-    best_z, best_f, evals = _multistart(f, z0, starts, seed, max_evals)
+    best_z, best_f, evals = multistart(f, z0, starts, seed, max_evals)
     values = space.values(best_z)
     fitted = base.with_values(values)
     report = FitReport(
@@ -314,7 +291,7 @@ def fit_efficiency(rows: Sequence[Row], base_ctx_factory: ContextFactory = row_c
         loss_before=loss_before, loss_after=best_f,
         errors_before=error_summary(predict(prepared, base), prepared),
         errors_after=error_summary(predict(prepared, fitted), prepared), evaluations=evals, seed=seed,
-        loss=loss, flags=flag_values(values))
+        loss=loss, flags=flag_values(values), warnings=warnings)
     return fitted, report
 
 

@@ -237,18 +237,24 @@ class Calibration:
 
 def calibrate_measured(rows: list[Row], context: MeasuredContext, params: tuple[str, ...], *, seed: int = 0,
                        folds: int = 5, **fit_options) -> Calibration:
-    """Fit ``params`` on all ``rows``; cross-validate the same fit over ``folds`` folds."""
+    """Fit ``params`` on all ``rows``; cross-validate the same fit over ``folds`` folds and keep
+    each kind's fitted values only if they beat the starting ones on the held-out folds
+    (:func:`autoplan.calibration.guard.guard`)."""
+    from autoplan.calibration.guard import guard
+
     fitted, report = fit_efficiency(rows, context, params, seed, **fit_options)
     prepared = prepare(rows, context)
     held, note = {k: math.nan for k in report.errors_after}, ""
     try:
         cv: CrossValidation = cross_validate(rows, context, params, seed, folds, **fit_options)
         held = cv.errors()
+        fitted, report = guard(fitted, report, context.parameters, cv.predicted, prepared)
     except CalibrationError as exc:
         note = f"cross-validation skipped: a training fold has too few rows ({exc})"
     return Calibration(parameters=fitted, base=context.parameters, report=report,
                        errors_base=error_summary(predict(prepared), prepared),
-                       errors_fit_rows=report.errors_after, errors_held_out=held, folds=min(folds, len(rows)),
+                       errors_fit_rows=error_summary(predict(prepared, fitted), prepared), errors_held_out=held,
+                       folds=min(folds, len(rows)),
                        cv_note=note)
 
 
@@ -274,7 +280,7 @@ def profile_mapping(cal: Calibration, measured: Measured, *, loss: str) -> dict[
         "fit": {"params": list(r.params), "seed": r.seed, "loss": loss, "folds": cal.folds,
                 "rows": len(r.row_ids), "tokens_rows": r.num_time_rows, "memory_rows": r.num_memory_rows,
                 "before": {p: cal.base.value(p) for p in r.params},
-                "flagged": {f.name: f.reason for f in cal.flags},
+                "flagged": {f.name: f.reason for f in cal.flags}, "warnings": list(r.warnings),
                 "errors_pct": {name: {k: _clean(v) for k, v in errs.items()} for name, errs in
                                (("starting_profile", cal.errors_base), ("fit_rows", cal.errors_fit_rows),
                                 ("held_out_cv", cal.errors_held_out))}},

@@ -31,6 +31,7 @@ _COMMAND_MODULES = [
     ("autoplan.cli.info", ("models", "hardware", "trainers")),
     ("autoplan.cli.estimate", ("estimate", "compare", "explain")),
     ("autoplan.cli.search", ("search",)),
+    ("autoplan.cli.capacity", ("capacity",)),
     ("autoplan.cli.export", ("export",)),
     ("autoplan.cli.calibrate", ("calibrate", "validate")),
 ]

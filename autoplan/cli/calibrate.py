@@ -15,8 +15,8 @@ from autoplan.cli.render import emit_records
 from autoplan.errors import AutoplanError
 
 LOG_FORMATS = ("megatron", "torchtitan", "nanotron")
-LOSSES = ("soft_l1", "cauchy")
-SECTIONS = ("rows", "memory", "memory-unit", "time", "ranking", "sweep-refit", "golden")  # accuracy_report.SECTIONS
+LOSSES = ("soft_l1", "cauchy", "trimmed")
+SECTIONS = ("rows", "memory", "memory-unit", "time", "intervals", "ranking", "sweep-refit", "golden")  # accuracy_report.SECTIONS
 
 
 class LayoutText(click.ParamType):
@@ -112,6 +112,8 @@ def _print_calibration(cal, measured, out_path, kw) -> None:
                  formatters={"tokens_mape_pct": _pct, "memory_median_ape_pct": _pct})
     if cal.cv_note:
         click.echo(f"  note: {cal.cv_note}", err=True)
+    for warning in r.warnings:
+        click.echo(f"  warning: {warning}", err=True)
     from autoplan.profiles import PARAMETERS
     from autoplan.profiles.efficiency import shown
 
@@ -155,7 +157,8 @@ def _calibrate_csv(ctx: click.Context, kw: dict) -> None:
                f"{min(kw['folds'], len(measured.rows))}-fold cross-validation ...", err=True)
     try:
         cal = calibrate_measured(measured.rows, context, params, seed=kw["seed"], folds=kw["folds"],
-                                 loss=kw["loss"], starts=kw["starts"], max_evals=kw["max_evals"])
+                                 loss=kw["loss"], starts=kw["starts"], max_evals=kw["max_evals"],
+                                 prior_rows=kw["prior_rows"])
     except CalibrationError as exc:
         left = f" (left out: {measured.skipped_summary()})" if measured.skipped else ""
         raise CalibrationError(f"{kw['measured_csv']}: {exc}; {len(measured.rows)} of {measured.num_lines} "
@@ -220,9 +223,12 @@ def _import_log(ctx: click.Context, kw: dict) -> None:
 @click.option("--folds", type=click.IntRange(2, 100), default=5, show_default=True,
               help="Cross-validation folds (held-out error).")
 @click.option("--loss", type=click.Choice(LOSSES), default="soft_l1", show_default=True,
-              help="Robust loss on log error; cauchy for data with gross outliers.")
+              help="Robust loss on log error; cauchy for data with gross outliers; trimmed fits the "
+                   "best-explained half of the rows (least trimmed squares).")
 @click.option("--starts", type=click.IntRange(1, 20), default=3, show_default=True,
               help="Nelder-Mead starts (the current values plus seeded random points).")
+@click.option("--prior-rows", type=click.FloatRange(min=0.0), default=2.0, show_default=True,
+              help="Shrinkage toward the starting values, weighted as this many rows (0 = none).")
 @click.option("--max-evals", type=click.IntRange(20, 100000), default=300, show_default=True,
               help="Simplex evaluations per start (each costs one prediction of every row).")
 @click.option("--from-log", type=click.Path(dir_okay=False), default=None,

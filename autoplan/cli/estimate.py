@@ -47,10 +47,15 @@ def estimate_command(output_format, **kwargs) -> None:
     record = table.record(0)
     record["infeasible_reason"] = reason
     record.update(model=ctx.model.name, hardware=ctx.cluster.gpu.name, trainer=ctx.profile.name)
+    band = _band(ctx)
+    record.update(_band_figures(band, record))
+    record["error_band"] = band.group
+    record["error_band_measured"] = band.measured
     if output_format != "table":
         emit_records([record], output_format, columns=list(record))
     else:
         _print_estimate(ctx, batch, record)
+        _print_band(band, record)
     if not record["fits"]:  # evaluated, does not fit: exit code 1 with the reason, as search
         raise NoFeasiblePlanError(f"the layout does not fit: {reason}")
 
@@ -66,6 +71,38 @@ def _print_estimate(ctx, batch, record) -> None:
                f"MFU {record['mfu']:.1%}, HFU {record['hfu']:.1%}, bubble {record['bubble_fraction']:.1%}")
     if record["infeasible_reason"]:
         click.echo(f"  why not  {record['infeasible_reason']}")
+
+
+def _band(ctx):
+    from autoplan.calibration.uncertainty import error_band
+
+    return error_band(ctx.profile.name, ctx.cluster.gpu, ctx.model.is_moe)
+
+
+def _band_figures(band, record) -> dict:
+    """The record's figures' low/high ends of the error band (plain floats)."""
+    from autoplan.calibration.uncertainty import intervals
+
+    figures = {k: record[k] for k in ("tokens_per_s_per_gpu", "step_time_s", "peak_memory_bytes",
+                                       "peak_memory_gib") if isinstance(record.get(k), float)}
+    return {k: float(v) for k, v in intervals(band, figures).items()}
+
+
+def _print_band(band, record) -> None:
+    """The error band of the figures above and where it comes from."""
+    from autoplan.calibration.uncertainty import band_text
+
+    if "tokens_per_s_per_gpu_low" not in record:
+        return
+    source = (f"held-out error of {band.num_heldout_rows} measured runs" if band.measured
+              else "unmeasured pair: widened from other groups' errors")
+    click.echo(f"  band     tokens/s/GPU {record['tokens_per_s_per_gpu_low']:,.0f}-"
+               f"{record['tokens_per_s_per_gpu_high']:,.0f} "
+               f"({band_text(band.tokens_low_factor, band.tokens_high_factor)}), step "
+               f"{record['step_time_s_low']:.3f}-{record['step_time_s_high']:.3f} s, peak "
+               f"{record['peak_memory_gib_low']:.1f}-{record['peak_memory_gib_high']:.1f} GiB "
+               f"({band_text(band.memory_low_factor, band.memory_high_factor)}); "
+               f"{band.group}, {source}")
 
 
 @click.command("explain")
@@ -171,6 +208,21 @@ def _stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
 
 
+def _with_band(out, fmt):
+    """A formatter that appends the band ('1,183 ±9%') when the frame has one band."""
+    from autoplan.calibration.uncertainty import band_text
+
+    low, high = out.attrs.get("tokens_band", (None, None))
+    if low is None:
+        return fmt
+    suffix = band_text(low, high)
+
+    def formatted(value) -> str:
+        text = fmt(value)
+        return f"{text} {suffix}" if text else ""
+    return formatted
+
+
 def _compare_json(out) -> str:
     import json
 
@@ -192,6 +244,7 @@ def _print_compare_table(out) -> None:
     number = {"peak_memory_gib": "{:.1f}", "step_time_s": "{:.3g}", "tokens_per_s_per_gpu": "{:,.0f}",
               "mfu": "{:.1%}"}
     formatters = {k: (lambda v, f=f: "" if pd.isna(v) else f.format(v)) for k, f in number.items()}
+    formatters["tokens_per_s_per_gpu"] = _with_band(out, formatters["tokens_per_s_per_gpu"])
     formatters["infeasible_reason"] = lambda v: "" if pd.isna(v) else str(v)
     emit_records(records, "table", columns=["layout", *COMPARE_TABLE_COLUMNS],
                  headers={"layout": "layout", **COMPARE_TABLE_COLUMNS}, formatters=formatters)

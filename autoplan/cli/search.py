@@ -129,7 +129,7 @@ def search_command(**kw) -> None:
     owned = check_out_dir(kw["out_dir"], study_meta(ctx, space)["key"])  # before the work
     try:
         with _progress_bar() as progress:
-            result = search(ctx, space, options, progress=progress)
+            result = _robust_order(search(ctx, space, options, progress=progress))
     except BaseException:
         if made:
             with contextlib.suppress(OSError):
@@ -157,6 +157,13 @@ def search_command(**kw) -> None:
     _uneven_note(result)
     if len(result.table) > MAX_CSV_ROWS:
         click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {len(result.table)} ranked layouts", err=True)
+
+
+def _robust_order(result):
+    """The near-tied plans re-ordered by robustness (autoplan.report.near_ties)."""
+    from autoplan.report.near_ties import robust_order
+
+    return robust_order(result)
 
 
 def _uneven_note(result) -> None:
@@ -254,6 +261,7 @@ def _emit(result, output_format: str, top_k: int, costs=None) -> None:
     from autoplan.report.columns import plain_dictionary
     from autoplan.report.results import (
         CSV_FLOAT_FORMAT,
+        add_band_columns,
         clean_json,
         recipe_line,
         summary,
@@ -269,11 +277,23 @@ def _emit(result, output_format: str, top_k: int, costs=None) -> None:
     elif output_format == "csv":
         rows = result.plan_rows(top_k)
         frame = costs if costs is not None else result.to_frame(int(rows.max()) + 1 if len(rows) else 0).iloc[rows]
+        frame = add_band_columns(result, frame.copy())
         click.echo(frame.to_csv(index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n"), nl=False)
     else:
         print_table(result, top_k, costs)
     if output_format != "table":
         click.echo(recipe_line(result), err=True)
+    _ties_note(result, output_format)
+
+
+def _ties_note(result, output_format: str) -> None:
+    """One line on the plans the model cannot tell apart from the best (stdout under the
+    table, stderr beside csv/json)."""
+    from autoplan.report.near_ties import near_ties
+
+    line = near_ties(result).line()
+    if line:
+        click.echo(line, err=output_format != "table")
 
 
 def describe(layout) -> str:
@@ -318,7 +338,7 @@ def print_table(result, top_k: int, costs=None) -> None:
     table.add_column("layout", min_width=24)
     cost_names = [c for c in COST_COLUMNS if costs is not None and c in costs]
     headers = {"train_days": "days", "gpu_hours": "GPU-hours", "cost_usd": "USD"}
-    for name in ("peak GiB\n(room)", "step", "tokens/s\n/GPU", "MFU", "bubble", "exposed\ncomm",
+    for name in ("peak GiB\n(room)", "step", _tokens_header(result), "MFU", "bubble", "exposed\ncomm",
                  *[headers[c] for c in cost_names]):
         table.add_column(name, justify="right", no_wrap=True)
     col = result.table.columns
@@ -327,7 +347,25 @@ def print_table(result, top_k: int, costs=None) -> None:
                  for c in cost_names]
         table.add_row(str(row + 1), describe(result.table.batch.layout(int(row))),
                       f"{col['peak_memory_gib'][row]:.1f} ({col['memory_headroom_gib'][row]:+.1f})",
-                      format_time(col["step_time_s"][row]), f"{col['tokens_per_s_per_gpu'][row]:,.0f}",
+                      format_time(col["step_time_s"][row]), _tokens_cell(result, row),
                       f"{100 * col['mfu'][row]:.1f}%", f"{100 * col['bubble_fraction'][row]:.1f}%",
                       f"{100 * col['exposed_comm_fraction'][row]:.1f}%", *extra)
     console.print(table)
+
+
+def _tokens_header(result) -> str:
+    """The tokens/s column header with the band's group, marked when the pair was never measured."""
+    from autoplan.report.near_ties import result_band
+
+    band = result_band(result)
+    return "tokens/s\n/GPU" + ("" if band.measured else "\n(unmeasured pair)")
+
+
+def _tokens_cell(result, row: int) -> str:
+    """'1,183 ±9%': the predicted tokens/s per GPU and its error band."""
+    from autoplan.calibration.uncertainty import band_text
+    from autoplan.report.near_ties import result_band
+
+    band = result_band(result)
+    value = result.table.columns["tokens_per_s_per_gpu"][row]
+    return f"{value:,.0f} {band_text(band.tokens_low_factor, band.tokens_high_factor)}"

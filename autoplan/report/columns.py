@@ -54,6 +54,18 @@ SEARCH_COLUMNS = {
     "cost_usd": ("rate", "USD", "cost of those GPU-hours at --price (with --price)"),
 }
 
+# The error band of every prediction (autoplan.calibration.uncertainty): point × the held-out
+# error factors of the plan's (trainer, GPU generation, dense/MoE) group.
+BAND_COLUMNS = {
+    f"{column}_{side}": (kind, unit, (f"{meaning}: {side} end of the error band (the held-out error "
+                                      "of the trainer, GPU generation and dense/MoE group)"))
+    for column, kind, unit, meaning in (
+        ("tokens_per_s_per_gpu", "rate", "tokens/s", "tokens per second per GPU"),
+        ("step_time_s", "time", "s", "time of one optimizer step"),
+        ("peak_memory_bytes", "memory", "bytes", "peak memory per GPU"),
+        ("peak_memory_gib", "memory", "GiB", "peak memory per GPU"))
+    for side in ("low", "high")}
+
 
 def describe_column(column: str) -> dict[str, str]:
     """Kind, unit, meaning and (for a cost term) formula and source of one column."""
@@ -62,7 +74,7 @@ def describe_column(column: str) -> dict[str, str]:
         meaning = f"{t.meaning} ({t.stage} pipeline stage)" if t.stage else t.meaning
         return {"kind": t.kind, "unit": t.unit, "meaning": meaning, "formula": formula_text(t),
                 "source": t.source}
-    kind, unit, meaning = (LAYOUT_COLUMNS | SEARCH_COLUMNS).get(column, ("", "", ""))
+    kind, unit, meaning = (LAYOUT_COLUMNS | SEARCH_COLUMNS | BAND_COLUMNS).get(column, ("", "", ""))
     return {"kind": kind, "unit": unit, "meaning": meaning}
 
 

@@ -26,6 +26,8 @@ OUTPUT_COLUMNS = ("fits", "infeasible_reason", "peak_memory_bytes", "peak_memory
                   "time_pp_exposed_s", "time_offload_exposed_s", "time_dp_exposed_s", "time_bubble_s",
                   "time_optimizer_s")
 
+BAND_FIGURES = ("tokens_per_s_per_gpu", "step_time_s", "peak_memory_bytes", "peak_memory_gib")
+
 
 def read_layouts_csv(path: str):
     """The CSV's rows as a frame of text cells, so the input columns come back exactly as given
@@ -82,6 +84,23 @@ def compare_layouts(frame, model: str, *, trainer: str = "megatron", profile_pat
         ctx = build_context(spec, trainings[key], trainer=trainer, profile_path=profile_path)
         _fill_predictions(out, names, ctx, [i for i, _ in rows], [layout for _, layout in rows], allow_uneven)
     out[names["fits"]] = out[names["fits"]].astype(bool)
+    return _add_band(out, names, trainer, hardware, spec.is_moe)
+
+
+def _add_band(out, names: dict[str, str], trainer: str, hardware: str, moe: bool):
+    """The error band's low/high columns after the predictions, the band's group and whether it
+    was measured; ``out.attrs['tokens_band']`` keeps the tokens/s factors for the table view."""
+    from autoplan.calibration.uncertainty import error_band, intervals
+    from autoplan.specs.hardware import load_gpu
+
+    band = error_band(trainer, load_gpu(hardware), moe)
+    figures = {c: out[names[c]].to_numpy(dtype=float) for c in BAND_FIGURES}
+    for column, values in intervals(band, figures).items():
+        figure, side = column.rsplit("_", 1)
+        out[f"{names[figure]}_{side}"] = values
+    out["error_band"] = band.group
+    out["error_band_measured"] = band.measured
+    out.attrs["tokens_band"] = (band.tokens_low_factor, band.tokens_high_factor)
     return out
 
 

@@ -17,9 +17,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from autoplan.calibration.uncertainty import band_record, intervals
 from autoplan.cost.evaluate import evaluate
 from autoplan.report.columns import columns_markdown, plain_dictionary
 from autoplan.report.destination import write_text
+from autoplan.report.near_ties import near_ties, result_band
 from autoplan.search import SearchResult
 from autoplan.units import GiB
 
@@ -32,7 +34,7 @@ MAX_CSV_ROWS = 100_000
 
 def default_out_dir(model: str, gpus: int, root: str | Path = "results") -> Path:
     """``results/<UTC timestamp>-<model>-<gpus>/``, made unique with a suffix if it exists."""
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).stem if "/" in model else model)
     base = Path(root) / f"{stamp}-{safe}-{gpus}"
     path, n = base, 1
@@ -45,14 +47,45 @@ def default_out_dir(model: str, gpus: int, root: str | Path = "results") -> Path
 def summary(result: SearchResult, top: int) -> dict[str, Any]:
     """The JSON document of a search: inputs, recipe counts and the top plans."""
     t, ctx = result.training, result.ctx
-    plans = result.top_records(top)
+    plans = with_bands(result, result.top_records(top))
     return {"model": ctx.model.name, "hardware": ctx.cluster.gpu.name, "trainer": ctx.profile.name,
             "gpus": t.gpus, "seq_len": t.seq_len, "gbs_seqs": t.gbs_seqs,
             "gbs_tokens": t.gbs_seqs * t.seq_len, "gbs_tolerance": t.gbs_tolerance,
             "space": result.space.name, "sampler": result.sampler, "seed": result.options.seed,
             "allow_uneven_pp": result.options.allow_uneven_pp,
-            "recipe": result.counts.to_dict(), "plans": plans,
+            "recipe": result.counts.to_dict(), **uncertainty_summary(result), "plans": plans,
             "columns": plain_dictionary(plans[0] if plans else [])}
+
+
+BAND_FIGURES = ("tokens_per_s_per_gpu", "step_time_s", "peak_memory_bytes", "peak_memory_gib")
+
+
+def band_columns(result: SearchResult, figures: dict[str, Any]) -> dict[str, Any]:
+    """``{figure_low, figure_high}`` of the search's error band for the figures given."""
+    return intervals(result_band(result), {c: figures[c] for c in BAND_FIGURES if c in figures})
+
+
+def add_band_columns(result: SearchResult, frame):
+    """``frame`` (plans.csv rows) with the error band's low/high columns appended."""
+    for name, values in band_columns(result, {c: frame[c].to_numpy() for c in BAND_FIGURES if c in frame}).items():
+        frame[name] = values
+    return frame
+
+
+def with_bands(result: SearchResult, plans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Plan records with the error band's low/high figures."""
+    for plan in plans:
+        figures = {c: plan[c] for c in BAND_FIGURES if isinstance(plan.get(c), float)}
+        plan.update({k: float(v) for k, v in band_columns(result, figures).items()})
+    return plans
+
+
+def uncertainty_summary(result: SearchResult) -> dict[str, Any]:
+    """The JSON entries on uncertainty: the band and the plans near-tied with the best."""
+    ties = near_ties(result)
+    return {"error_band": band_record(ties.band),
+            "near_ties": {"num_plans": ties.num_plans, "differing_knobs": list(ties.differing_knobs),
+                          "note": ties.line()}}
 
 
 def versions() -> dict[str, str]:
@@ -74,7 +107,7 @@ def manifest(result: SearchResult, inputs: dict[str, Any], command_line: list[st
     rows = len(result.table)
     return {
         "study_key": study_meta(result.ctx, result.space)["key"],  # whose folder this is
-        "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command_line": command_line,
         "inputs": inputs,
         "space": {"name": result.space.name, "description": result.space.description,
@@ -102,7 +135,7 @@ def write_results(result: SearchResult, out_dir: str | Path, *, top: int, inputs
     each whole or not at all (:mod:`autoplan.report.destination`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    frame = result.to_frame(MAX_CSV_ROWS)
+    frame = add_band_columns(result, result.to_frame(MAX_CSV_ROWS))
     write_text(out / "plans.csv", frame.to_csv(index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n"))
     write_text(out / "columns.md", columns_markdown(frame.columns))
     _write_json(out / "plans.json", summary(result, top))

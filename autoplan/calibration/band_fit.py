@@ -1,0 +1,202 @@
+"""Build the error bands of :mod:`autoplan.calibration.uncertainty` from the measurements in
+``validation/`` (``python benchmarks/accuracy.py --write-bands``; minutes, so never in tests).
+
+Per group (trainer, GPU generation, dense/MoE), the band is the central ``COVERAGE`` of the
+held-out log ratios ``r = log(measured / predicted)``: the ``QUANTILES`` of r, clipped so that
+``low <= 1 <= high`` (an interval always contains its point).
+
+* **Measured groups** (at least ``MIN_ROWS`` rows with the figure): every row is predicted by a
+  profile that did not see it. Rows of a (trainer, GPU) pair that is calibrated (``FIT_PLAN``)
+  get ``FOLDS``-fold cross-validation (:func:`autoplan.calibration.fit.cross_validate`, the
+  pair's parameters and loss; a pair with more than ``MAX_CV_ROWS`` rows is cross-validated on
+  a seeded sample of that many); rows of a pair that is never fitted are predicted by the
+  shipped profile (already out of sample).
+* **Unmeasured groups** (``measured: false``): a pair never measured runs on its profile's
+  ``default`` parameters, so its band is the error of those defaults on measured rows, the
+  trainer's own rows where it has at least ``MIN_ROWS``, else every row (each group weighted
+  equally, so the 1,000-run sweep does not stand for every trainer), widened on each side
+  by the spread across measured groups: half the range of the groups' median default-parameter
+  log ratio (how much the bias moves from one generation or trainer to the next).
+
+The ``fingerprint`` in the file hashes its inputs (the measured row ids per source, the trainer
+profiles' YAML, ``FIT_PLAN``, the settings here); a test compares it with the checkout, so new
+data or a refit profile without regenerated bands fails. Changes to the cost model's code are
+not in the fingerprint: regenerate the bands after one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from autoplan.calibration.accuracy import FIT_LOSS, FIT_PLAN, NOT_FITTED, Pair
+from autoplan.calibration.fit import cross_validate, log_errors, predict_rows
+from autoplan.calibration.rows import Row, Source, row_context
+from autoplan.calibration.uncertainty import (
+    BANDS_FILE,
+    UNKNOWN_GENERATION,
+    generation_of,
+    group_name,
+)
+from autoplan.profiles import list_trainers, load_profile
+from autoplan.specs.hardware import list_gpus
+
+COVERAGE = 0.85
+QUANTILES = ((1 - COVERAGE) / 2, (1 + COVERAGE) / 2)
+FOLDS = 5
+MAX_CV_ROWS = 300
+MIN_ROWS = 5
+FIGURES = ("tokens_per_s", "peak_memory")
+COMMAND = "python benchmarks/accuracy.py --write-bands"
+
+
+def measured_rows(sources: Mapping[str, Source]) -> list[Row]:
+    """Every row with a measured figure, except the sources that repeat another's rows."""
+    return [r for name, s in sources.items() if name not in NOT_FITTED for r in s.rows
+            if r.has_time or r.has_memory]
+
+
+def row_group(row: Row) -> str:
+    return group_name(row.trainer, generation_of(row.hardware), row.model.moe is not None)
+
+
+def _ratios(pred: Mapping[str, np.ndarray], rows: Sequence[Row]) -> dict[str, np.ndarray]:
+    """log(measured / predicted) per figure (NaN where not measured or not predicted)."""
+    tokens = np.array([r.tokens_per_s_per_gpu for r in rows], dtype=float)
+    memory = np.array([r.peak_memory_bytes for r in rows], dtype=float)
+    return {"tokens_per_s": -log_errors(pred["tokens_per_s_per_gpu"], tokens),
+            "peak_memory": -log_errors(pred["peak_memory_bytes"], memory)}
+
+
+def heldout_ratios(rows: Sequence[Row], seed: int = 0,
+                   plan: Mapping[Pair, Sequence[str]] = FIT_PLAN) -> tuple[list[Row], dict[str, np.ndarray]]:
+    """(rows, their held-out log ratios): cross-validated for the calibrated pairs, the shipped
+    profile's for pairs never fitted."""
+    by_pair: dict[Pair, list[Row]] = {}
+    for row in rows:
+        by_pair.setdefault((row.trainer, row.hardware), []).append(row)
+    kept: list[Row] = []
+    parts: list[dict[str, np.ndarray]] = []
+    for pair, members in sorted(by_pair.items()):
+        if pair in plan:
+            if len(members) > MAX_CV_ROWS:
+                pick = np.sort(np.random.default_rng(seed).permutation(len(members))[:MAX_CV_ROWS])
+                members = [members[i] for i in pick]
+            cv = cross_validate(members, row_context, plan[pair], seed, FOLDS,
+                                loss=FIT_LOSS.get(pair, "soft_l1"), prior_rows=0.0)  # as the shipped fits
+            pred = cv.predicted
+        else:
+            pred = predict_rows(members, row_context)
+        kept += members
+        parts.append(_ratios(pred, members))
+    return kept, {f: np.concatenate([p[f] for p in parts]) if parts else np.array([]) for f in FIGURES}
+
+
+def default_ratios(rows: Sequence[Row]) -> dict[str, np.ndarray]:
+    """Log ratios of every row predicted with its trainer's ``default`` (uncalibrated) parameters."""
+    out = {f: np.full(len(rows), np.nan) for f in FIGURES}
+    for trainer in sorted({r.trainer for r in rows}):
+        index = [i for i, r in enumerate(rows) if r.trainer == trainer]
+        members = [rows[i] for i in index]
+        pred = predict_rows(members, row_context, load_profile(trainer).parameters["default"])
+        for f, values in _ratios(pred, members).items():
+            out[f][index] = values
+    return out
+
+
+def quantile_band(r: np.ndarray, widen: float = 0.0, weights: np.ndarray | None = None) -> list[float]:
+    """[low, high] factors: the QUANTILES of the finite log ratios (each row weighted by
+    ``weights``, default equal), widened by ``widen`` on each side, clipped to low <= 1 <= high.
+    Weighted quantiles interpolate the midpoints of the sorted rows' cumulative weights."""
+    w = np.ones_like(r) if weights is None else np.asarray(weights, dtype=float)
+    ok = np.isfinite(r)
+    order = np.argsort(r[ok])
+    values, w = r[ok][order], w[ok][order]
+    midpoints = (np.cumsum(w) - 0.5 * w) / np.sum(w)
+    lo, hi = np.interp(QUANTILES, midpoints, values)
+    return [round(float(np.exp(min(0.0, lo - widen))), 4), round(float(np.exp(max(0.0, hi + widen))), 4)]
+
+
+def group_weights(groups: np.ndarray) -> np.ndarray:
+    """1 / (rows of the row's group): every group counts once in a pool, however many rows it has."""
+    _, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    return 1.0 / counts[inverse]
+
+
+def _spread(groups: np.ndarray, r: np.ndarray, measured: set[str]) -> float:
+    """Half the range of the measured groups' median log ratio (0 with fewer than two)."""
+    medians = [float(np.median(r[(groups == g) & np.isfinite(r)])) for g in sorted(measured)]
+    return 0.5 * (max(medians) - min(medians)) if len(medians) > 1 else 0.0
+
+
+def build_groups(rows: Sequence[Row], heldout: Mapping[str, np.ndarray], default: Mapping[str, np.ndarray],
+                 cv_rows: Sequence[Row]) -> dict[str, dict]:
+    """Every (trainer, generation, dense/MoE) group's entry of the bands file."""
+    generations = sorted({generation_of(g) for g in list_gpus()} | {UNKNOWN_GENERATION})
+    cv_groups = np.array([row_group(r) for r in cv_rows])
+    all_groups = np.array([row_group(r) for r in rows])
+    trainers = np.array([r.trainer for r in rows])
+    counts = {f: {g: int(np.sum((cv_groups == g) & np.isfinite(heldout[f]))) for g in set(cv_groups)}
+              for f in FIGURES}
+    measured = {f: {g for g, n in counts[f].items() if n >= MIN_ROWS} for f in FIGURES}
+    spread = {f: _spread(all_groups, default[f], measured[f]) for f in FIGURES}
+    out = {}
+    for trainer in list_trainers():
+        for generation in generations:
+            for moe in (False, True):
+                name = group_name(trainer, generation, moe)
+                entry: dict = {}
+                for f, (flag, count) in zip(FIGURES, (("measured", "num_heldout_rows"),
+                                                      ("memory_measured", "num_heldout_memory_rows"))):
+                    n = counts[f].get(name, 0)
+                    entry[flag], entry[count] = n >= MIN_ROWS, n
+                    if n >= MIN_ROWS:
+                        entry[f] = quantile_band(heldout[f][cv_groups == name])
+                        continue
+                    own = (trainers == trainer) & np.isfinite(default[f])
+                    pool = own if own.sum() >= MIN_ROWS else np.isfinite(default[f])
+                    entry[f] = quantile_band(default[f][pool], spread[f], group_weights(all_groups[pool]))
+                out[name] = entry
+    return out
+
+
+def fingerprint(sources: Mapping[str, Source]) -> str:
+    """A hash of what the bands depend on, other than the cost model's code."""
+    profiles = Path(load_profile.__code__.co_filename).parent  # the trainer profiles' folder
+    parts = {"rows": {n: sorted(r.row_id for r in s.rows if r.has_time or r.has_memory) for n, s in sources.items()},
+             "profiles": {p.name: p.read_text() for p in sorted(profiles.glob("*.yaml"))},
+             "plan": {f"{t}/{h}": list(v) for (t, h), v in sorted(FIT_PLAN.items())},
+             "settings": [QUANTILES, FOLDS, MAX_CV_ROWS, MIN_ROWS]}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def bands_document(sources: Mapping[str, Source], seed: int = 0) -> dict:
+    """The whole bands file as a mapping (groups, inputs, fingerprint)."""
+    rows = measured_rows(sources)
+    cv_rows, heldout = heldout_ratios(rows, seed)
+    groups = build_groups(rows, heldout, default_ratios(rows), cv_rows)
+    return {"coverage": COVERAGE, "quantiles": [round(q, 4) for q in QUANTILES], "folds": FOLDS,
+            "max_cv_rows": MAX_CV_ROWS, "min_rows": MIN_ROWS, "seed": seed,
+            "fingerprint": fingerprint(sources),
+            "inputs": {name: sum(r.has_time or r.has_memory for r in s.rows) for name, s in sources.items()},
+            "groups": groups}
+
+
+def write_bands(document: Mapping, path: Path = BANDS_FILE) -> None:
+    """Write the bands file with a header saying how and when it was generated."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    doc = (__doc__ or "").split("\n\n", 1)[1].strip()
+    header = [f"# Generated by `{COMMAND}` on {stamp}; do not edit by hand.",
+              "# Factors multiply a point prediction: [point * low, point * high] for tokens/s per GPU",
+              "# and peak memory (step time: the tokens/s band inverted). How they were built:", "#"]
+    header += [f"# {line}".rstrip() for line in doc.splitlines()]
+    text = "\n".join(header) + "\n" + yaml.safe_dump(dict(document), sort_keys=False, width=100)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

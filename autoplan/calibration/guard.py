@@ -1,0 +1,78 @@
+"""Keep a calibration only where it predicts better than the values it started from.
+
+A fit on a few runs of a new setting (a new model size, say) can lower the error on those runs
+and raise it on the next ones. The rule, per kind of figure (tokens/s, peak memory): the fitted
+values of that kind's parameters are kept only if, on rows the fit did not see, their median
+absolute error is below that of the starting values on the same rows; otherwise the starting
+values stay, with a warning. The unseen rows are the k-fold cross-validation's in
+``autoplan calibrate`` (:func:`autoplan.calibration.measured.calibrate_measured`), or a seeded
+``VALIDATION_FRACTION`` of the rows in :func:`guarded_fit`. This is model selection by
+validation error (Hastie, Tibshirani & Friedman, *The Elements of Statistical Learning*, 2nd
+ed., Sec. 7.10): the starting profile is the simpler model, kept unless the data show better.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from autoplan.calibration.fit import (
+    MEMORY_PARAMS,
+    ContextFactory,
+    FitReport,
+    Prepared,
+    fit_efficiency,
+    predict,
+    prepare,
+    split_rows,
+)
+from autoplan.calibration.rows import Row, row_context
+from autoplan.profiles import CalibratedParameters, flag_values
+
+VALIDATION_FRACTION = 0.3
+KINDS = {"tokens/s": "tokens_per_s_per_gpu", "memory": "peak_memory_bytes"}
+
+
+def median_abs_pct(predicted: Mapping[str, np.ndarray], prepared: Prepared, kind: str) -> float:
+    """Median |predicted / measured − 1| in percent of one kind's measured rows (NaN if none);
+    a row predicted as not runnable (NaN) counts as infinitely wrong."""
+    measured = prepared.measured_tokens if kind == "tokens/s" else prepared.measured_memory
+    ok = np.isfinite(measured) & (measured > 0)
+    if not ok.any():
+        return float("nan")
+    errors = np.abs(predicted[KINDS[kind]][ok] / measured[ok] - 1.0)
+    return 100.0 * float(np.median(np.where(np.isfinite(errors), errors, np.inf)))
+
+
+def guard(fitted: CalibratedParameters, report: FitReport, base: CalibratedParameters,
+          held_out: Mapping[str, np.ndarray], prepared: Prepared) -> tuple[CalibratedParameters, FitReport]:
+    """``fitted`` with each kind's parameters reset to ``base`` where ``held_out`` predictions
+    (of ``prepared``'s rows, by fits that did not see them) are not better than ``base``'s."""
+    base_pred = predict(prepared, base)
+    values, warnings = dict(report.params), list(report.warnings)
+    for kind in KINDS:
+        names = [p for p in report.params if (p in MEMORY_PARAMS) == (kind == "memory")]
+        mine, theirs = median_abs_pct(held_out, prepared, kind), median_abs_pct(base_pred, prepared, kind)
+        if not names or np.isnan(theirs) or mine < theirs:
+            continue
+        values.update({p: base.value(p) for p in names})
+        warnings.append(f"the fitted {kind} parameters ({', '.join(names)}) were not kept: on rows the fit "
+                        f"did not see their median error is {mine:.1f}%, not below the starting values' "
+                        f"{theirs:.1f}%; the starting values stay")
+    kept = fitted.with_values(values)
+    return kept, replace(report, params=values, flags=flag_values(values), warnings=warnings)
+
+
+def guarded_fit(rows: Sequence[Row], ctx_factory: ContextFactory = row_context, params: Sequence[str] = (),
+                seed: int = 0, **fit_options) -> tuple[CalibratedParameters, FitReport]:
+    """:func:`fit_efficiency` on all ``rows``, guarded (see the module docstring) by a fit on
+    a seeded ``1 − VALIDATION_FRACTION`` of them judged on the rest."""
+    rows = list(rows)
+    train, valid = split_rows(rows, 1.0 - VALIDATION_FRACTION, seed)
+    trial, _ = fit_efficiency(train, ctx_factory, params, seed, **fit_options)
+    prepared = prepare(valid, ctx_factory)
+    fitted, report = fit_efficiency(rows, ctx_factory, params, seed, **fit_options)
+    base = prepared.groups[0][0].parameters
+    return guard(fitted, report, base, predict(prepared, trial), prepared)

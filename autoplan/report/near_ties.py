@@ -1,0 +1,111 @@
+"""Plans the model cannot tell apart, and how ``search`` orders them.
+
+Every prediction carries the error band of its (trainer, GPU generation, dense/MoE) group
+(:mod:`autoplan.calibration.uncertainty`). A plan is *near-tied* with the best one when their
+tokens/s intervals overlap: ``tokens · high >= best · low``. The plans of one search share one
+band, so the near-tied plans are the ranked list's first ``n`` feasible rows.
+
+Among the near-tied plans only, the order is by robustness, then by the predicted rank (a
+stable re-ordering; every other row keeps its place):
+
+1. memory headroom under ``HEADROOM_MARGIN`` of the usable memory goes last: allocator
+   fragmentation and the memory band can turn such a plan into an OOM;
+2. fewer parallel dimensions (tp, cp, ep, pp, dp) whose group crosses the scale-up domain
+   (NVLink): cross-node collectives are where the time model is least sure and where a slow
+   link or a straggler costs most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from autoplan.calibration.uncertainty import ErrorBand, band_text, error_band
+from autoplan.cost.comm import strides
+from autoplan.space import KNOBS
+from autoplan.units import GiB
+
+HEADROOM_MARGIN = 0.10  # fraction of the GPU's usable memory
+CROSSING_DIMS = ("tp", "cp", "ep", "pp", "dp")
+
+
+@dataclass(frozen=True)
+class NearTies:
+    """The near-tied plans of a search: how many (the best included), the knobs in which they
+    differ, and the band that makes them tied."""
+
+    num_plans: int
+    differing_knobs: tuple[str, ...]
+    band: ErrorBand
+
+    def line(self) -> str:
+        """One line for the terminal ('' when the best plan stands alone)."""
+        if self.num_plans < 2:
+            return ""
+        unmeasured = ", unmeasured pair" if not self.band.measured else ""
+        differ = f"; they differ in {', '.join(self.differing_knobs)}" if self.differing_knobs else ""
+        return (f"The top {self.num_plans} plans are within the model's uncertainty "
+                f"({band_text(self.band.tokens_low_factor, self.band.tokens_high_factor)} tokens/s, "
+                f"{self.band.group}{unmeasured}){differ}; ordered among themselves by robustness "
+                f"(memory headroom >= {HEADROOM_MARGIN:.0%}, then fewer cross-node collectives)")
+
+
+def result_band(result) -> ErrorBand:
+    """The error band of a search's predictions (its trainer, GPU and model kind)."""
+    ctx = result.ctx
+    return error_band(ctx.profile.name, ctx.cluster.gpu, ctx.model.is_moe)
+
+
+def near_tied_count(tokens_per_s: np.ndarray, band: ErrorBand) -> int:
+    """How many of the leading rows (feasible, ranked by tokens/s) have an interval that
+    overlaps the best one's: tokens · high >= best · low."""
+    if len(tokens_per_s) == 0:
+        return 0
+    best = float(np.max(tokens_per_s))
+    overlaps = tokens_per_s * band.tokens_high_factor >= best * band.tokens_low_factor
+    return int(np.argmin(overlaps)) if not overlaps.all() else len(overlaps)
+
+
+def cross_node_dims(result, rows: np.ndarray) -> np.ndarray:
+    """Per row: how many of tp, cp, ep, pp, dp form groups that leave the scale-up domain
+    (stride · size > domain size, the test of ``autoplan.cost.comm.group_link``)."""
+    b = result.table.batch.take(rows)
+    st = strides(b.placement, b.tp, b.cp, b.dp, b.pp)
+    st["ep"] = b.etp  # expert groups are laid out over the etp-strided ranks (cost.time)
+    domain = float(result.ctx.cluster.scale_up_domain_size)
+    sizes = {"tp": b.tp, "cp": b.cp, "ep": b.ep, "pp": b.pp, "dp": b.dp}
+    return sum(((sizes[d] > 1) & (st[d] * sizes[d] > domain)).astype(int) for d in CROSSING_DIMS)
+
+
+def _leading_feasible(result) -> np.ndarray:
+    feasible = np.asarray(result.feasible, dtype=bool)
+    return np.arange(int(np.argmin(feasible)) if not feasible.all() else len(feasible))
+
+
+def near_ties(result) -> NearTies:
+    """The near-tied plans of ``result`` (a ``SearchResult`` ranked feasible-first)."""
+    band = result_band(result)
+    rows = _leading_feasible(result)
+    n = near_tied_count(result.table["tokens_per_s_per_gpu"][rows], band)
+    batch = result.table.batch.take(rows[:n])
+    differ = tuple(k for k in KNOBS if hasattr(batch, k) and len(np.unique(getattr(batch, k))) > 1)
+    return NearTies(num_plans=n, differing_knobs=differ, band=band)
+
+
+def robust_order(result):
+    """``result`` with its near-tied plans re-ordered by robustness (stable; see the module
+    docstring); the Pareto display of nsga2 and a lone best plan are left as they are."""
+    from autoplan.search.recipe import take
+
+    if result.sampler == "nsga2":
+        return result
+    n = near_ties(result).num_plans
+    if n < 2:
+        return result
+    head = np.arange(n)
+    usable = result.ctx.cluster.gpu.usable_memory_bytes / GiB
+    tight = result.table["memory_headroom_gib"][head] < HEADROOM_MARGIN * usable
+    order = np.lexsort((head, cross_node_dims(result, head), tight))
+    permutation = np.concatenate([order, np.arange(n, len(result.table))])
+    return replace(result, table=take(result.table, permutation), reasons=result.reasons[permutation])
