@@ -12,12 +12,12 @@ from autoplan.profiles import load_profile
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
-from autoplan.specs.training import TrainingSpec
+from autoplan.specs.training import DEFAULT_GBS_TOLERANCE, TrainingSpec
 from autoplan.units import parse_bandwidth
 
 
 def build_training(num_gpus: int, seq_len: int, gbs_seqs: int, *, hardware: str = "h100-sxm",
-                   gpus_per_node: int | None = None, nic: str | None = None, gbs_tolerance: float = 0.0,
+                   gpus_per_node: int | None = None, nic: str | None = None, gbs_tolerance: float = DEFAULT_GBS_TOLERANCE,
                    flops_convention: str = "playbook", **settings: Any) -> TrainingSpec:
     """Load the GPU, build its cluster of ``num_gpus`` and the ``TrainingSpec`` around it;
     ``settings`` are the setup's other fields (attention_kernel, fp8_recipe, fp8_param_gather,

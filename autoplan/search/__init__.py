@@ -1,15 +1,17 @@
 """Search: find the layouts that fit, reach the global batch and train fastest.
 
-``search(ctx, space, options)`` runs one sampler and returns a ``SearchResult``: every
-layout it evaluated, ranked by the recipe (:mod:`autoplan.search.recipe`), the stage counts, and
-the Optuna study that holds the trials (for ``--storage``, resume and optuna-dashboard).
+``search(ctx, space, options)`` runs one sampler and returns a ``SearchResult``: the best
+``options.keep_rows`` layouts it evaluated, ranked by the recipe (:mod:`autoplan.search.recipe`),
+the stage counts of every layout, and the Optuna study that holds the trials (for
+``--storage``, resume and optuna-dashboard).
 
-Samplers: ``exhaustive`` (every layout, the exact reference), ``tpe`` and ``random`` (Optuna,
-single objective tokens/s/GPU), ``nsga2`` (Optuna, tokens/s/GPU and memory headroom; its result
-is the Pareto front) and ``auto`` (exhaustive when the space holds at most
-``AUTO_EXHAUSTIVE_LIMIT`` layouts, about a second of evaluation, else tpe). The exhaustive
-sampler walks the whole product of the space (``space.size``, before layouts whose dp is not an
-integer are dropped), so a product above ``EXHAUSTIVE_LIMIT`` is refused up front.
+Samplers: ``exhaustive`` (every layout, the exact reference, streamed in chunks with bounded
+memory: :mod:`autoplan.search.exhaustive`), ``tpe`` and ``random`` (Optuna, single objective
+tokens/s/GPU), ``nsga2`` (Optuna, tokens/s/GPU and memory headroom; its result is the Pareto
+front) and ``auto`` (exhaustive when the space holds at most ``AUTO_EXHAUSTIVE_LIMIT`` layouts,
+about a minute of evaluation on one core, else tpe). The exhaustive sampler walks the whole
+product of the space (``space.size``, before layouts whose dp is not an integer are dropped),
+so a product above ``EXHAUSTIVE_LIMIT`` is refused up front.
 
 ``workers > 1`` runs that many processes on one study through the storage
 (:mod:`autoplan.search.parallel`).
@@ -30,12 +32,16 @@ from autoplan.errors import AutoplanError, NoFeasiblePlanError, UnknownNameError
 from autoplan.search import recipe
 from autoplan.search.recipe import RecipeCounts
 from autoplan.search.study import open_store
+from autoplan.search.topk import DEFAULT_KEEP_ROWS
 from autoplan.space import SearchSpace, check_not_empty
 from autoplan.specs.training import TrainingSpec
 
 SAMPLERS = ("auto", "exhaustive", "tpe", "nsga2", "random")
-AUTO_EXHAUSTIVE_LIMIT = 1_000_000
-EXHAUSTIVE_LIMIT = 100_000_000  # ~20 s of evaluation at ~0.2 µs per layout (STYLE.md §2)
+# Streamed, the exhaustive sampler's memory does not grow with the space, only its time: ~1 min
+# for 10^8 layouts on one core (most of a large product has a non-integer dp or breaks a rule,
+# and is counted without being costed).
+AUTO_EXHAUSTIVE_LIMIT = 100_000_000
+EXHAUSTIVE_LIMIT = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class SearchOptions:
     study_name: str | None = None
     allow_uneven_pp: bool = True
     workers: int = 1  # processes sharing the study (needs a storage when > 1)
+    keep_rows: int = DEFAULT_KEEP_ROWS  # the best rows kept (plans.csv); counts cover every layout
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -60,6 +67,8 @@ class SearchOptions:
             raise AutoplanError(f"timeout must be > 0 seconds, got {self.timeout_s}")
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise AutoplanError(f"workers must be an integer >= 1, got {self.workers!r}")
+        if isinstance(self.keep_rows, bool) or not isinstance(self.keep_rows, int) or self.keep_rows < 1:
+            raise AutoplanError(f"keep_rows must be an integer >= 1, got {self.keep_rows!r}")
         if self.workers > 1 and not self.storage:
             raise AutoplanError(f"--workers {self.workers} needs --storage, the study the workers share: "
                                 "e.g. --storage sqlite:///results/study.db (or a journal file "
@@ -68,7 +77,8 @@ class SearchOptions:
 
 @dataclass
 class SearchResult:
-    """Every evaluated layout, ranked (row 0 is the best plan), with the recipe's counts."""
+    """The best evaluated layouts, ranked (row 0 is the best plan), with the recipe's counts of
+    every layout and the closest misses (why nothing is feasible, when nothing is)."""
 
     ctx: CostContext
     space: SearchSpace
@@ -79,6 +89,12 @@ class SearchResult:
     counts: RecipeCounts
     elapsed_s: float
     store: Any = None  # StudyStore, or None until ``study`` is first asked for (exhaustive)
+    misses: CostTable | None = None  # ranked; the closest misses (None: ``table`` holds every row)
+
+    @property
+    def num_ranked(self) -> int:
+        """Layouts assessed and ranked in all, of which ``table`` holds the best."""
+        return max(self.counts.assessed, len(self.table))
 
     @property
     def training(self) -> TrainingSpec:
@@ -124,8 +140,9 @@ class SearchResult:
     def check_feasible(self) -> None:
         """Raise ``NoFeasiblePlanError`` (exit code 1) saying why when no plan is feasible."""
         if not self.feasible.any():
+            misses = self.misses if self.misses is not None else self.table
             raise NoFeasiblePlanError(recipe.infeasible_message(
-                self.ctx, self.table, self.counts, self.space.values))
+                self.ctx, misses, self.counts, self.space.values))
 
     @property
     def study(self):
@@ -151,12 +168,10 @@ def search(ctx: CostContext, space: SearchSpace, options: SearchOptions = Search
     enumerable = check_not_empty(space, ctx.training)
     sampler = choose_sampler(options.sampler, space, enumerable)
     deadline = start + options.timeout_s if options.timeout_s else None
-    table, counts, store = _run(ctx, space, options, sampler, progress, deadline)
-    table.columns["pareto"] = recipe.pareto_front(table)
-    ranked = recipe.take(table, recipe.rank_order(table))
+    ranked, misses, counts, store = _run(ctx, space, options, sampler, progress, deadline)
     result = SearchResult(ctx=ctx, space=space, options=options, sampler=sampler,
                           table=ranked, reasons=recipe.reasons(ranked), counts=counts,
-                          elapsed_s=0.0, store=store)
+                          elapsed_s=0.0, store=store, misses=misses)
     if sampler == "exhaustive" and options.storage:
         result.study  # noqa: B018 - writes the trials to the storage now
     result.elapsed_s = time.monotonic() - start
@@ -178,30 +193,38 @@ def choose_sampler(sampler: str, space: SearchSpace, enumerable: int) -> str:
 
 
 def _run(ctx, space, options: SearchOptions, sampler: str, progress, deadline):
-    """(table, counts, store) of ``sampler``: in this process, or in ``options.workers``."""
+    """(ranked table, closest misses, counts, store) of ``sampler``: in this process, or in
+    ``options.workers``."""
     from autoplan.search import parallel
 
-    store = None
     if sampler == "exhaustive" and options.workers == 1:
         from autoplan.search.exhaustive import run_exhaustive
 
-        table, counts = run_exhaustive(ctx, space, allow_uneven=options.allow_uneven_pp,
-                                       progress=progress, deadline=deadline)
-    elif sampler == "exhaustive":
+        return (*run_exhaustive(ctx, space, allow_uneven=options.allow_uneven_pp, keep=options.keep_rows,
+                                progress=progress, deadline=deadline), None)
+    if sampler == "exhaustive":
         store = open_store(ctx, space, options, sampler)
-        table, counts = parallel.run_exhaustive_parallel(ctx, space, options, store,
-                                                         progress=progress, deadline=deadline)
-    else:
-        from autoplan.search.optuna_search import run_optuna
+        return (*parallel.run_exhaustive_parallel(ctx, space, options, store, progress=progress,
+                                                  deadline=deadline), store)
+    table, counts, store = _run_optuna(ctx, space, options, sampler, progress, deadline)
+    table.columns["pareto"] = recipe.pareto_front(table)
+    ranked = recipe.take(table, recipe.rank_order(table))
+    return ranked, None, counts, store
 
-        store = open_store(ctx, space, options, sampler)
-        if options.workers > 1:
-            table, counts = parallel.run_optuna_parallel(ctx, space, options, store, sampler=sampler,
-                                                         progress=progress, deadline=deadline)
-        else:
-            table, counts = run_optuna(ctx, space, store, sampler=sampler, trials=options.trials,
-                                       allow_uneven=options.allow_uneven_pp, progress=progress,
-                                       deadline=deadline)
+
+def _run_optuna(ctx, space, options: SearchOptions, sampler: str, progress, deadline):
+    """(table, counts, store) of an Optuna sampler."""
+    from autoplan.search import parallel
+    from autoplan.search.optuna_search import run_optuna
+
+    store = open_store(ctx, space, options, sampler)
+    if options.workers > 1:
+        table, counts = parallel.run_optuna_parallel(ctx, space, options, store, sampler=sampler,
+                                                     progress=progress, deadline=deadline)
+    else:
+        table, counts = run_optuna(ctx, space, store, sampler=sampler, trials=options.trials,
+                                   allow_uneven=options.allow_uneven_pp, progress=progress,
+                                   deadline=deadline)
     return table, counts, store
 
 

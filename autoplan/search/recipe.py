@@ -38,6 +38,7 @@ class RecipeCounts:
     fit: int = 0
     reach_batch: int = 0
     reasons: Counter = field(default_factory=Counter)
+    batches: Counter = field(default_factory=Counter)  # feasible layouts per global batch (seqs)
 
     def add(self, other: RecipeCounts) -> None:
         self.candidates += other.candidates
@@ -45,11 +46,18 @@ class RecipeCounts:
         self.fit += other.fit
         self.reach_batch += other.reach_batch
         self.reasons.update(other.reasons)
+        self.batches.update(other.batches)
+
+    @property
+    def assessed(self) -> int:
+        """Layouts that got a recipe stage (those with a non-integer dp are only counted)."""
+        return self.candidates - self.reasons.get("degrees", 0)
 
     def to_dict(self) -> dict:
         return {"space_size": self.space_size, "candidates": self.candidates, "legal": self.legal,
                 "fit": self.fit, "reach_batch": self.reach_batch,
-                "reasons": dict(self.reasons.most_common())}
+                "reasons": dict(self.reasons.most_common()),
+                "batches_seqs": {str(k): v for k, v in sorted(self.batches.items())}}
 
 
 def assess(ctx: CostContext, batch: LayoutBatch, reaches: np.ndarray, *,
@@ -63,9 +71,12 @@ def assess(ctx: CostContext, batch: LayoutBatch, reaches: np.ndarray, *,
     table.columns["reaches_batch"] = np.asarray(reaches, dtype=bool)
     table.columns["stage"] = stage.astype(np.float64)
     table.columns["feasible"] = stage == FEASIBLE
+    tokens = batch.gbs_seqs * float(ctx.training.seq_len)
+    table.columns["gbs_tokens"] = tokens
     with np.errstate(divide="ignore", invalid="ignore"):
         exposed = sum(table[c] for c in EXPOSED_COMM_COLUMNS)
         table.columns["exposed_comm_fraction"] = exposed / table["step_time_s"]
+        table.columns["step_time_per_token_s"] = table["step_time_s"] / tokens
     return table
 
 
@@ -100,6 +111,17 @@ def count(table: CostTable, dropped_degrees: int = 0) -> RecipeCounts:
     counts.reasons.update({str(n): int(c) for n, c in zip(names, numbers) if n})
     if dropped_degrees:
         counts.reasons["degrees"] += dropped_degrees
+    batches, numbers = np.unique(table.batch.gbs_seqs[stage == FEASIBLE], return_counts=True)
+    counts.batches.update({int(b): int(c) for b, c in zip(batches, numbers)})
+    return counts
+
+
+def count_illegal(codes: np.ndarray) -> RecipeCounts:
+    """Counts of layouts that break a rule (``codes``: their reason codes, none 0), which a
+    streamed search drops before costing them."""
+    found, numbers = np.unique(codes.astype(np.int64), return_counts=True)
+    counts = RecipeCounts(candidates=len(codes))
+    counts.reasons.update({REASON_CODES[int(c)]: int(n) for c, n in zip(found, numbers)})
     return counts
 
 
@@ -189,6 +211,23 @@ def _closest_miss(ctx: CostContext, table: CostTable, space_values: dict) -> str
                 f"{table.batch.layout(i).describe()}: try {_either(hints)}")
     i = int(np.argmax(stage == ILLEGAL))
     return f"e.g. {explain_reason(ctx, table.batch, i, int(table['reason_code'][i]))}"
+
+
+def closest_rows(table: CostTable, stage: np.ndarray, stages: tuple[int, ...]) -> np.ndarray:
+    """Per stage of ``stages`` present, the row :func:`_closest_miss` would pick from the ranked
+    table: nearest the batch (NO_BATCH), smallest peak (OUT_OF_MEMORY), best ranked (ILLEGAL);
+    ties go to the first in rank order. Picking these per chunk and then again from the picks
+    gives the pick over the whole table."""
+    distance = {NO_BATCH: np.abs(table.batch.gbs_seqs - table.training.gbs_seqs),
+                OUT_OF_MEMORY: np.nan_to_num(table["peak_memory_bytes"], nan=np.inf),
+                ILLEGAL: -np.nan_to_num(table["tokens_per_s_per_gpu"], nan=-np.inf, posinf=-np.inf)}
+    rows = []
+    for s in stages:
+        mask = stage == s
+        if mask.any():
+            tied = np.flatnonzero(mask & (distance[s] == distance[s][mask].min()))
+            rows.append(tied[rank_order(take(table, tied))[0]])
+    return np.array(sorted(rows), dtype=np.int64)
 
 
 def _either(options: list[str]) -> str:
