@@ -78,6 +78,9 @@ def knob_options(func):
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes sharing the study through --storage (exhaustive: they split the "
                    "layouts; plans.csv is the same).")
+@click.option("--allow-idle-gpus", is_flag=True,
+              help="Also consider plans on fewer GPUs than --gpus (the largest count each tp·pp·cp "
+                   "fills in whole nodes), ranked per GPU of the job; the idle_gpus column says how many.")
 @click.option("--top", "top_k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Plans to show.")
 @click.option("--export", "export_to", default=None, metavar="TRAINER[,TRAINER...]",
@@ -118,7 +121,8 @@ def search_command(**kw) -> None:
     space = space.with_overrides(**{k: kw[k] or None for k in KNOBS})
     options = SearchOptions(sampler=kw["sampler"], trials=kw["trials"], timeout_s=kw["timeout_s"],
                             seed=kw["seed"], storage=kw["storage"], study_name=kw["study_name"],
-                            allow_uneven_pp=kw["allow_uneven_pp"], workers=kw["workers"])
+                            allow_uneven_pp=kw["allow_uneven_pp"], workers=kw["workers"],
+                            allow_idle_gpus=kw["allow_idle_gpus"])
     _warn_workers(kw["workers"])
     kw["out_dir"] = kw["out_dir"] or str(default_out_dir(kw["model_name"], kw["gpus"]))
     made = not os.path.lexists(kw["out_dir"])
@@ -151,8 +155,8 @@ def search_command(**kw) -> None:
     record_files(out)
     click.echo(f"Wrote {out}/ ({', '.join(written)})", err=True)
     _uneven_note(result)
-    if len(result.table) > MAX_CSV_ROWS:
-        click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {len(result.table)} ranked layouts", err=True)
+    if result.num_ranked > MAX_CSV_ROWS:
+        click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {result.num_ranked} ranked layouts", err=True)
 
 
 def _uneven_note(result) -> None:
@@ -201,8 +205,8 @@ def _export(result, trainers: str, out: str, allow_uneven_pp: bool) -> list[str]
     if len(rows) == 0:
         return []
     record = result.top_records(1)[0]
-    paths = export_plan(record, result.ctx.model, trainers, Path(out) / EXPORT_FOLDER, result.training,
-                        allow_uneven_pp=allow_uneven_pp)
+    paths = export_plan(record, result.ctx.model, trainers, Path(out) / EXPORT_FOLDER,
+                        result.row_context(int(rows[0])).training, allow_uneven_pp=allow_uneven_pp)
     return [str(Path(p).relative_to(out)) for p in paths]
 
 
@@ -291,6 +295,23 @@ def _suggest_long_context(space_option, space_name: str, seq_len: int) -> None:
                    "(larger context-parallel degrees)", err=True)
 
 
+BATCH_HEADERS = ("batch seqs\n(tokens)", "µs per\ntoken")
+
+
+def batch_cells(table, row: int) -> tuple[str, str]:
+    """A plan's own global batch ('504 (3.94M)': sequences, tokens in binary millions as
+    --gbs-tokens counts them) and its step time per token of that batch, in microseconds."""
+    seqs = int(table.batch.gbs_seqs[row])
+    return (f"{seqs:,} ({table['gbs_tokens'][row] / 2**20:.2f}M)",
+            f"{1e6 * table['step_time_per_token_s'][row]:.3f}")
+
+
+def idle_note(table, row: int) -> str:
+    """' (488 GPUs idle)' for a plan that leaves GPUs of the job idle (--allow-idle-gpus)."""
+    idle = table.columns.get("idle_gpus")
+    return f" ({int(idle[row])} GPUs idle)" if idle is not None and idle[row] else ""
+
+
 def print_table(result, top_k: int, costs=None) -> None:
     """The recipe line and a rich table of the best plans on stdout."""
     from rich.table import Table
@@ -314,15 +335,16 @@ def print_table(result, top_k: int, costs=None) -> None:
     table.add_column("layout", min_width=24)
     cost_names = [c for c in COST_COLUMNS if costs is not None and c in costs]
     headers = {"train_days": "days", "gpu_hours": "GPU-hours", "cost_usd": "USD"}
-    for name in ("peak GiB\n(room)", "step", "tokens/s\n/GPU", "MFU", "bubble", "exposed\ncomm",
-                 *[headers[c] for c in cost_names]):
+    for name in ("peak GiB\n(room)", *BATCH_HEADERS, "step", "tokens/s\n/GPU", "MFU", "bubble",
+                 "exposed\ncomm", *[headers[c] for c in cost_names]):
         table.add_column(name, justify="right", no_wrap=True)
     col = result.table.columns
     for j, row in enumerate(rows):
         extra = [f"{costs[c].iloc[j]:,.1f}" if c == "train_days" else f"{costs[c].iloc[j]:,.0f}"
                  for c in cost_names]
-        table.add_row(str(row + 1), describe(result.table.batch.layout(int(row))),
+        table.add_row(str(row + 1), describe(result.table.batch.layout(int(row))) + idle_note(result.table, int(row)),
                       f"{col['peak_memory_gib'][row]:.1f} ({col['memory_headroom_gib'][row]:+.1f})",
+                      *batch_cells(result.table, int(row)),
                       format_time(col["step_time_s"][row]), f"{col['tokens_per_s_per_gpu'][row]:,.0f}",
                       f"{100 * col['mfu'][row]:.1f}%", f"{100 * col['bubble_fraction'][row]:.1f}%",
                       f"{100 * col['exposed_comm_fraction'][row]:.1f}%", *extra)

@@ -21,13 +21,14 @@ from autoplan.cost.evaluate import evaluate
 from autoplan.report.columns import columns_markdown, plain_dictionary
 from autoplan.report.destination import write_text
 from autoplan.search import SearchResult
+from autoplan.search.topk import DEFAULT_KEEP_ROWS
 from autoplan.units import GiB
 
 CSV_FLOAT_FORMAT = "%.9g"
-# plans.csv keeps every evaluated layout up to this many rows (pandas writes ~10^4 rows/s with
-# 50 columns on this machine); beyond it, the best-ranked rows (feasible ones first) and the
-# manifest says how many were left out. The reason counts always cover every layout.
-MAX_CSV_ROWS = 100_000
+# plans.csv keeps every evaluated layout up to this many rows: the rows the search keeps
+# (:data:`autoplan.search.topk.DEFAULT_KEEP_ROWS`); beyond it, the best-ranked rows (feasible
+# ones first) and the manifest says how many were left out. The reason counts cover every layout.
+MAX_CSV_ROWS = DEFAULT_KEEP_ROWS
 
 
 def default_out_dir(model: str, gpus: int, root: str | Path = "results") -> Path:
@@ -71,7 +72,7 @@ def manifest(result: SearchResult, inputs: dict[str, Any], command_line: list[st
     from autoplan.search.study import study_meta
 
     opts = result.options
-    rows = len(result.table)
+    rows = result.num_ranked
     return {
         "study_key": study_meta(result.ctx, result.space)["key"],  # whose folder this is
         "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -86,7 +87,8 @@ def manifest(result: SearchResult, inputs: dict[str, Any], command_line: list[st
         "elapsed_s": round(result.elapsed_s, 3),
         "versions": versions(),
         "files": ["plans.csv", "plans.json", "columns.md", "manifest.json"],
-        "plans_csv": {"rows": min(rows, MAX_CSV_ROWS), "omitted_rows": max(0, rows - MAX_CSV_ROWS)},
+        "plans_csv": {"rows": min(len(result.table), MAX_CSV_ROWS),
+                      "omitted_rows": max(0, rows - min(len(result.table), MAX_CSV_ROWS))},
     }
 
 
@@ -112,12 +114,30 @@ def write_results(result: SearchResult, out_dir: str | Path, *, top: int, inputs
 
 def recipe_line(result: SearchResult) -> str:
     """'Recipe: 3240 candidates -> 1392 legal -> 438 fit in 79.6 GiB -> 435 reach gbs 512 ...'."""
-    c, t = result.counts, result.training
+    c = result.counts
     capacity = result.ctx.cluster.gpu.usable_memory_bytes / GiB
     examined = f"{c.candidates} candidates" + (f" (of {c.space_size})" if c.candidates < c.space_size else "")
-    return (f"Recipe: {examined} -> {c.legal} legal -> {c.fit} fit in {capacity:.1f} GiB -> "
-            f"{c.reach_batch} reach gbs {t.gbs_seqs} x {t.seq_len} tokens "
-            f"({result.sampler}, {result.elapsed_s:.2f} s)")
+    on = (f" on {', '.join(str(g) for g in result.gpu_counts)} of {result.training.gpus} GPUs"
+          if result.gpu_counts else "")
+    return (f"Recipe: {examined}{on} -> {c.legal} legal -> {c.fit} fit in {capacity:.1f} GiB -> "
+            f"{c.reach_batch} reach {batch_text(result)} ({result.sampler}, {result.elapsed_s:.2f} s)")
+
+
+MAX_BATCHES_NAMED = 6
+
+
+def batch_text(result: SearchResult) -> str:
+    """The batch asked for and, when the feasible plans use others (within the tolerance),
+    which: 'gbs 512 x 8192 tokens' or 'gbs 512 ±5% x 8192 tokens (plans use 504, 513, 528 seqs)'."""
+    t = result.training
+    used = sorted(result.counts.batches)
+    if not t.gbs_tolerance:
+        return f"gbs {t.gbs_seqs} x {t.seq_len} tokens"
+    text = f"gbs {t.gbs_seqs} ±{100 * t.gbs_tolerance:g}% x {t.seq_len} tokens"
+    if not used or used == [t.gbs_seqs]:
+        return text
+    named = ", ".join(str(b) for b in used[:MAX_BATCHES_NAMED]) + (", ..." if len(used) > MAX_BATCHES_NAMED else "")
+    return f"{text} (plans use {named} seqs)"
 
 
 def write_search_report(result: SearchResult, out_dir: str | Path, *, top: int,
@@ -143,7 +163,7 @@ def write_search_report(result: SearchResult, out_dir: str | Path, *, top: int,
                                      train_tokens=train_tokens)
     t, ctx = result.training, result.ctx
     planned = {"model": ctx.model.name, "GPUs": f"{t.gpus} x {ctx.cluster.gpu.name}",
-               "trainer": ctx.profile.name, "global batch": f"{t.gbs_seqs} x {t.seq_len} tokens",
+               "trainer": ctx.profile.name, "global batch": batch_text(result).removeprefix("gbs "),
                "recipe": recipe_line(result).removeprefix("Recipe: ")}
     return write_report(out_dir, frame_all, frame_top, planned, ctx.cluster.gpu.usable_memory_bytes / GiB,
                         result.table.batch.layout(int(rows[0])), chosen_index=int(rows[0]))

@@ -57,6 +57,7 @@ class SearchOptions:
     allow_uneven_pp: bool = True
     workers: int = 1  # processes sharing the study (needs a storage when > 1)
     keep_rows: int = DEFAULT_KEEP_ROWS  # the best rows kept (plans.csv); counts cover every layout
+    allow_idle_gpus: bool = False  # also plan on fewer GPUs than the job's (autoplan.search.idle)
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -90,6 +91,7 @@ class SearchResult:
     elapsed_s: float
     store: Any = None  # StudyStore, or None until ``study`` is first asked for (exhaustive)
     misses: CostTable | None = None  # ranked; the closest misses (None: ``table`` holds every row)
+    gpu_counts: tuple[int, ...] = ()  # with allow_idle_gpus: the GPU counts planned for
 
     @property
     def num_ranked(self) -> int:
@@ -113,10 +115,11 @@ class SearchResult:
         """The best ``k`` plans as flat records: rank, layout fields, seq_len, gbs_seqs and
         every prediction (with the full memory breakdown, re-evaluated for these few)."""
         rows = self.plan_rows(k)
-        full = evaluate(self.ctx, self.table.batch.take(rows), allow_uneven=self.options.allow_uneven_pp)
+        full = self.evaluate_rows(rows)
         records = []
         for j, row in enumerate(rows):
-            rec: dict[str, Any] = {"rank": int(row) + 1, **self.table.batch.layout(int(row)).to_record(self.training)}
+            training = self.row_context(int(row)).training
+            rec: dict[str, Any] = {"rank": int(row) + 1, **self.table.batch.layout(int(row)).to_record(training)}
             for source in (full.columns, self.table.columns):
                 for name, values in source.items():
                     index = j if source is full.columns else row
@@ -126,6 +129,30 @@ class SearchResult:
                 rec.pop(internal, None)
             records.append(rec)
         return records
+
+    def row_context(self, row: int) -> CostContext:
+        """The cost context of row ``row``'s plan: the job's, or with --allow-idle-gpus one of
+        the GPUs the plan uses."""
+        from autoplan.search.idle import context_for, used_gpus
+
+        used = int(used_gpus(recipe.take(self.table, np.array([row])))[0])
+        return self.ctx if used == self.training.gpus else context_for(self.ctx, used)
+
+    def evaluate_rows(self, rows: np.ndarray) -> CostTable:
+        """Every prediction (the full memory breakdown included) of ``rows``, each evaluated for
+        the GPUs its plan uses."""
+        from autoplan.search.idle import per_job_gpu, used_gpus
+
+        used = used_gpus(recipe.take(self.table, rows))
+        parts = []
+        for count in np.unique(used):
+            ctx = self.row_context(int(rows[np.argmax(used == count)]))
+            part = evaluate(ctx, self.table.batch.take(rows[used == count]), allow_uneven=self.options.allow_uneven_pp)
+            parts.append(per_job_gpu(part, self.training) if ctx is not self.ctx else part)
+        if len(parts) <= 1:
+            return parts[0] if parts else evaluate(self.ctx, self.table.batch.take(rows))
+        order = np.argsort(np.concatenate([np.flatnonzero(used == c) for c in np.unique(used)]), kind="stable")
+        return recipe.take(recipe.concat([_common(p, parts) for p in parts]), order)
 
     def to_frame(self, rows: int | None = None):
         """Every evaluated layout (or the first ``rows``), ranked, as a DataFrame (plans.csv)."""
@@ -154,6 +181,13 @@ class SearchResult:
         return self.store.study
 
 
+def _common(part: CostTable, parts: list[CostTable]) -> CostTable:
+    """``part`` with the columns every one of ``parts`` has."""
+    names = set.intersection(*(set(p.columns) for p in parts))
+    return CostTable(batch=part.batch, columns={k: v for k, v in part.columns.items() if k in names},
+                     training=part.training)
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, (np.bool_, bool)):
         return bool(value)
@@ -165,13 +199,16 @@ def search(ctx: CostContext, space: SearchSpace, options: SearchOptions = Search
            progress: Callable[[int, int], None] | None = None) -> SearchResult:
     """Run the recipe with ``options.sampler``; see the module docstring."""
     start = time.monotonic()
-    enumerable = check_not_empty(space, ctx.training)
-    sampler = choose_sampler(options.sampler, space, enumerable)
     deadline = start + options.timeout_s if options.timeout_s else None
-    ranked, misses, counts, store = _run(ctx, space, options, sampler, progress, deadline)
+    if options.allow_idle_gpus:
+        sampler, ranked, misses, counts, store, gpu_counts = _run_idle(ctx, space, options, progress, deadline)
+    else:
+        sampler = choose_sampler(options.sampler, space, check_not_empty(space, ctx.training))
+        ranked, misses, counts, store = _run(ctx, space, options, sampler, progress, deadline)
+        gpu_counts = ()
     result = SearchResult(ctx=ctx, space=space, options=options, sampler=sampler,
                           table=ranked, reasons=recipe.reasons(ranked), counts=counts,
-                          elapsed_s=0.0, store=store, misses=misses)
+                          elapsed_s=0.0, store=store, misses=misses, gpu_counts=gpu_counts)
     if sampler == "exhaustive" and options.storage:
         result.study  # noqa: B018 - writes the trials to the storage now
     result.elapsed_s = time.monotonic() - start
@@ -210,6 +247,35 @@ def _run(ctx, space, options: SearchOptions, sampler: str, progress, deadline):
     table.columns["pareto"] = recipe.pareto_front(table)
     ranked = recipe.take(table, recipe.rank_order(table))
     return ranked, None, counts, store
+
+
+def _run_idle(ctx, space, options: SearchOptions, progress, deadline):
+    """(sampler, ranked, misses, counts, store, gpu counts) of the search on every GPU count
+    :func:`autoplan.search.idle.gpu_counts` gives, merged and ranked per GPU of the job."""
+    from autoplan.search import idle
+
+    tp, pp, cp = (space.code_values(k) for k in ("tp", "pp", "cp"))
+    products = (tp[:, None, None] * pp[None, :, None] * cp[None, None, :]).ravel()
+    counts_used = idle.gpu_counts(products, ctx.training.gpus, ctx.cluster.gpus_per_node,
+                                  ctx.training.gbs_seqs)
+    if not counts_used:
+        check_not_empty(space, ctx.training)  # raises: no tp·pp·cp fits in the GPUs
+    ranked, misses, samplers = [], [], []
+    counts, store = RecipeCounts(), None
+    for used in counts_used:
+        sub = idle.context_for(ctx, used)
+        sampler = choose_sampler(options.sampler, space, check_not_empty(space, sub.training))
+        part, part_misses, part_counts, store = _run(sub, space, options, sampler, progress, deadline)
+        ranked.append(idle.per_job_gpu(part, ctx.training))
+        misses.append(idle.per_job_gpu(part_misses if part_misses is not None else part, ctx.training))
+        counts.add(part_counts)
+        counts.space_size += part_counts.space_size
+        samplers.append(sampler)
+    table, near = recipe.concat(ranked), recipe.concat(misses)
+    table = recipe.take(table, recipe.rank_order(table)[:options.keep_rows])
+    table.columns["pareto"] = recipe.pareto_front(table)  # per GPU of the job, over the kept rows
+    sampler = samplers[0] if len(set(samplers)) == 1 else "+".join(dict.fromkeys(samplers))
+    return sampler, table, recipe.take(near, recipe.rank_order(near)), counts, store, tuple(counts_used)
 
 
 def _run_optuna(ctx, space, options: SearchOptions, sampler: str, progress, deadline):

@@ -152,11 +152,12 @@ def compact(table: CostTable) -> CostTable:
 
 
 def concat(tables: list[CostTable]) -> CostTable:
-    """Tables with the same columns, one after the other."""
+    """Tables one after the other (the columns they all have)."""
     if len(tables) == 1:
         return tables[0]
     batch = LayoutBatch({k: np.concatenate([getattr(t.batch, k) for t in tables]) for k in FIELDS})
-    columns = {k: np.concatenate([t.columns[k] for t in tables]) for k in tables[0].columns}
+    names = [k for k in tables[0].columns if all(k in t.columns for t in tables)]
+    columns = {k: np.concatenate([t.columns[k] for t in tables]) for k in names}
     return CostTable(batch=batch, columns=columns, training=tables[0].training)
 
 
