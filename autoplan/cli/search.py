@@ -188,8 +188,7 @@ def _costs(result, kw: dict):
         return None
     from autoplan.report.html import add_cost_columns
 
-    frame = result.to_frame(int(result.plan_rows(kw["top_k"]).max(initial=-1)) + 1)
-    frame = frame.iloc[result.plan_rows(kw["top_k"])] if len(frame) else frame
+    frame = result.plans_frame(kw["top_k"])
     return add_cost_columns(frame, gpu_hour_price_usd=kw["gpu_hour_price"],
                             train_tokens=kw["train_tokens"])
 
@@ -267,8 +266,7 @@ def _emit(result, output_format: str, top_k: int, costs=None) -> None:
             doc["columns"].update(plain_dictionary(c for c in COST_COLUMNS if c in costs))
         click.echo(json.dumps(clean_json(doc), indent=2))
     elif output_format == "csv":
-        rows = result.plan_rows(top_k)
-        frame = costs if costs is not None else result.to_frame(int(rows.max()) + 1 if len(rows) else 0).iloc[rows]
+        frame = costs if costs is not None else result.plans_frame(top_k)
         click.echo(frame.to_csv(index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n"), nl=False)
     else:
         print_table(result, top_k, costs)
@@ -312,6 +310,12 @@ def idle_note(table, row: int) -> str:
     return f" ({int(idle[row])} GPUs idle)" if idle is not None and idle[row] else ""
 
 
+def twins_note(result, row: int) -> str:
+    """The plans predicted the same as row ``row``, folded into it: '\n= cp=2 dp=8 mbs=2'."""
+    variants = result.variants[row]
+    return f"\n= {variants}" if variants else ""
+
+
 def print_table(result, top_k: int, costs=None) -> None:
     """The recipe line and a rich table of the best plans on stdout."""
     from rich.table import Table
@@ -342,7 +346,8 @@ def print_table(result, top_k: int, costs=None) -> None:
     for j, row in enumerate(rows):
         extra = [f"{costs[c].iloc[j]:,.1f}" if c == "train_days" else f"{costs[c].iloc[j]:,.0f}"
                  for c in cost_names]
-        table.add_row(str(row + 1), describe(result.table.batch.layout(int(row))) + idle_note(result.table, int(row)),
+        table.add_row(str(result.ranks[row]), describe(result.table.batch.layout(int(row)))
+                      + idle_note(result.table, int(row)) + twins_note(result, int(row)),
                       f"{col['peak_memory_gib'][row]:.1f} ({col['memory_headroom_gib'][row]:+.1f})",
                       *batch_cells(result.table, int(row)),
                       format_time(col["step_time_s"][row]), f"{col['tokens_per_s_per_gpu'][row]:,.0f}",

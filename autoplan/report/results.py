@@ -157,7 +157,7 @@ def write_search_report(result: SearchResult, out_dir: str | Path, *, top: int,
     # The search keeps lean columns; the plots want every memory term of the top plans.
     frame_top = evaluate(result.ctx, result.table.batch.take(rows),
                          allow_uneven=result.options.allow_uneven_pp).to_frame()
-    frame_top.insert(0, "rank", rows + 1)
+    frame_top.insert(0, "rank", result.ranks[rows])
     if train_tokens is not None:
         frame_top = add_cost_columns(frame_top, gpu_hour_price_usd=gpu_hour_price_usd,
                                      train_tokens=train_tokens)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -106,9 +107,31 @@ class SearchResult:
     def feasible(self) -> np.ndarray:
         return self.table["feasible"]
 
+    @cached_property
+    def _twins(self) -> tuple[np.ndarray, np.ndarray]:
+        from autoplan.search.twins import group_twins
+
+        return group_twins(self.table)
+
+    @property
+    def twin(self) -> np.ndarray:
+        """Per row: True when it is folded into a better-ranked twin (:mod:`autoplan.search.twins`)."""
+        return self._twins[0]
+
+    @property
+    def variants(self) -> np.ndarray:
+        """Per row: the twins folded into it, as text ('' for none)."""
+        return self._twins[1]
+
+    @property
+    def ranks(self) -> np.ndarray:
+        """Per row: its rank once twins are folded (1 = the best plan; a twin has its leader's)."""
+        return np.cumsum(~self.twin)
+
     def plan_rows(self, k: int | None = None) -> np.ndarray:
-        """Rows of the best plans: the feasible ones in rank order (nsga2: the Pareto front)."""
-        rows = np.flatnonzero(self.table["pareto"] if self.sampler == "nsga2" else self.feasible)
+        """Rows of the best plans: the feasible ones in rank order (nsga2: the Pareto front),
+        twins folded into the best-ranked of them."""
+        rows = np.flatnonzero((self.table["pareto"] if self.sampler == "nsga2" else self.feasible) & ~self.twin)
         return rows if k is None else rows[:k]
 
     def top_records(self, k: int) -> list[dict[str, Any]]:
@@ -119,12 +142,13 @@ class SearchResult:
         records = []
         for j, row in enumerate(rows):
             training = self.row_context(int(row)).training
-            rec: dict[str, Any] = {"rank": int(row) + 1, **self.table.batch.layout(int(row)).to_record(training)}
+            rec: dict[str, Any] = {"rank": int(self.ranks[row]), **self.table.batch.layout(int(row)).to_record(training)}
             for source in (full.columns, self.table.columns):
                 for name, values in source.items():
                     index = j if source is full.columns else row
                     rec[name] = _plain(values[index])
             rec["infeasible_reason"] = self.reasons[row]
+            rec["variants"] = self.variants[row]
             for internal in ("reason_code", "stage"):
                 rec.pop(internal, None)
             records.append(rec)
@@ -155,13 +179,22 @@ class SearchResult:
         return recipe.take(recipe.concat([_common(p, parts) for p in parts]), order)
 
     def to_frame(self, rows: int | None = None):
-        """Every evaluated layout (or the first ``rows``), ranked, as a DataFrame (plans.csv)."""
-        table = self.table
-        if rows is not None and rows < len(table):
-            table = recipe.take(table, np.arange(rows))
-        frame = table.to_frame()
-        frame["infeasible_reason"] = self.reasons[:len(frame)]
-        frame.insert(0, "rank", np.arange(1, len(frame) + 1))
+        """Every kept layout (or those of the first ``rows`` rows), ranked, twins folded, as a
+        DataFrame (plans.csv)."""
+        count = len(self.table) if rows is None else min(rows, len(self.table))
+        return self.frame_of(np.flatnonzero(~self.twin[:count]))
+
+    def plans_frame(self, k: int | None = None):
+        """The best ``k`` plans (:meth:`plan_rows`) as a DataFrame."""
+        return self.frame_of(self.plan_rows(k))
+
+    def frame_of(self, rows: np.ndarray):
+        """Rows ``rows`` of the ranked table as a DataFrame: rank, the layout and setup columns,
+        the predictions, the reason it is not feasible and its folded twins."""
+        frame = recipe.take(self.table, rows).to_frame()
+        frame["infeasible_reason"] = self.reasons[rows]
+        frame["variants"] = self.variants[rows]
+        frame.insert(0, "rank", self.ranks[rows])
         return frame.drop(columns=["reason_code", "stage"])
 
     def check_feasible(self) -> None:
