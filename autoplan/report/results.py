@@ -19,6 +19,7 @@ from typing import Any
 
 from autoplan.cost.evaluate import evaluate
 from autoplan.report.columns import columns_markdown, plain_dictionary
+from autoplan.report.csv_text import csv_text
 from autoplan.report.destination import write_text
 from autoplan.search import SearchResult
 from autoplan.search.topk import DEFAULT_KEEP_ROWS
@@ -104,9 +105,9 @@ def write_results(result: SearchResult, out_dir: str | Path, *, top: int, inputs
     each whole or not at all (:mod:`autoplan.report.destination`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    frame = result.to_frame(MAX_CSV_ROWS)
-    write_text(out / "plans.csv", frame.to_csv(index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n"))
-    write_text(out / "columns.md", columns_markdown(frame.columns))
+    columns = result.columns_of(result.kept_rows(MAX_CSV_ROWS))
+    write_text(out / "plans.csv", csv_text(columns, CSV_FLOAT_FORMAT))
+    write_text(out / "columns.md", columns_markdown(columns))
     _write_json(out / "plans.json", summary(result, top))
     _write_json(out / "manifest.json", manifest(result, inputs, command_line))
     return out

@@ -178,24 +178,33 @@ class SearchResult:
         order = np.argsort(np.concatenate([np.flatnonzero(used == c) for c in np.unique(used)]), kind="stable")
         return recipe.take(recipe.concat([_common(p, parts) for p in parts]), order)
 
+    def kept_rows(self, rows: int | None = None) -> np.ndarray:
+        """The rows plans.csv holds, of the first ``rows`` (all): every kept row but twins."""
+        count = len(self.table) if rows is None else min(rows, len(self.table))
+        return np.flatnonzero(~self.twin[:count])
+
+    def columns_of(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Rows ``rows`` of the ranked table as results columns
+        (:func:`autoplan.search.columns.result_columns`)."""
+        from autoplan.search.columns import result_columns
+
+        return result_columns(recipe.take(self.table, rows), ranks=self.ranks[rows],
+                              reasons=self.reasons[rows], variants=self.variants[rows])
+
     def to_frame(self, rows: int | None = None):
         """Every kept layout (or those of the first ``rows`` rows), ranked, twins folded, as a
-        DataFrame (plans.csv)."""
-        count = len(self.table) if rows is None else min(rows, len(self.table))
-        return self.frame_of(np.flatnonzero(~self.twin[:count]))
+        DataFrame (the rows of plans.csv)."""
+        return self.frame_of(self.kept_rows(rows))
 
     def plans_frame(self, k: int | None = None):
         """The best ``k`` plans (:meth:`plan_rows`) as a DataFrame."""
         return self.frame_of(self.plan_rows(k))
 
     def frame_of(self, rows: np.ndarray):
-        """Rows ``rows`` of the ranked table as a DataFrame: rank, the layout and setup columns,
-        the predictions, the reason it is not feasible and its folded twins."""
-        frame = recipe.take(self.table, rows).to_frame()
-        frame["infeasible_reason"] = self.reasons[rows]
-        frame["variants"] = self.variants[rows]
-        frame.insert(0, "rank", self.ranks[rows])
-        return frame.drop(columns=["reason_code", "stage"])
+        """:meth:`columns_of` as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.columns_of(rows))
 
     def check_feasible(self) -> None:
         """Raise ``NoFeasiblePlanError`` (exit code 1) saying why when no plan is feasible."""
