@@ -155,6 +155,7 @@ def search_command(**kw) -> None:
     record_files(out)
     click.echo(f"Wrote {out}/ ({', '.join(written)})", err=True)
     _uneven_note(result)
+    _caps_note(result)
     if result.num_ranked > MAX_CSV_ROWS:
         click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {result.num_ranked} ranked layouts", err=True)
 
@@ -171,6 +172,14 @@ def _uneven_note(result) -> None:
     if unable:
         click.echo(f"Note: {unable} layouts were dropped because {layers} layers do not divide into "
                    f"pp·vpp stages and {trainer} cannot run unequal stages there", err=True)
+def _caps_note(result) -> None:
+    """One line per knob of the space capped by the GPU count or a rule (exhaustive only)."""
+    from autoplan.report.results import cap_notes
+
+    for note in cap_notes(result):
+        click.echo(f"Note: {note}", err=True)
+
+
 def _warn_workers(workers: int) -> None:
     """One line when --workers exceeds the CPUs this process may use (each worker then waits
     for a core, and holds its own copy of the study: slower, not faster)."""

@@ -53,7 +53,7 @@ def summary(result: SearchResult, top: int) -> dict[str, Any]:
             "gbs_tokens": t.gbs_seqs * t.seq_len, "gbs_tolerance": t.gbs_tolerance,
             "space": result.space.name, "sampler": result.sampler, "seed": result.options.seed,
             "allow_uneven_pp": result.options.allow_uneven_pp,
-            "recipe": result.counts.to_dict(), "plans": plans,
+            "recipe": result.counts.to_dict(), "knob_caps": cap_notes(result), "plans": plans,
             "columns": plain_dictionary(plans[0] if plans else [])}
 
 
@@ -125,6 +125,13 @@ def recipe_line(result: SearchResult) -> str:
 
 
 MAX_BATCHES_NAMED = 6
+
+
+def cap_notes(result: SearchResult) -> list[str]:
+    """Why knobs of the space are capped (exhaustive: :mod:`autoplan.search.caps`)."""
+    from autoplan.search.caps import cap_notes as notes
+
+    return notes(result.space, result.counts.tallies, result.training.gpus)
 
 
 def batch_text(result: SearchResult) -> str:

@@ -25,7 +25,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable
 from autoplan.layout import LayoutBatch
 from autoplan.rules import legality_codes
-from autoplan.search import recipe
+from autoplan.search import caps, recipe
 from autoplan.search.recipe import RecipeCounts
 from autoplan.search.topk import DEFAULT_KEEP_ROWS, RunningTop
 from autoplan.space import SearchSpace, indices_to_values, layouts_from_values
@@ -75,11 +75,17 @@ def assess_chunks(ctx: CostContext, space: SearchSpace, numbers: Iterable[int], 
         batch, kept, reaches = layouts_from_values(indices_to_values(space, index), ctx.training)
         dropped = int((~kept).sum())
         counts.add(RecipeCounts(candidates=dropped, reasons=Counter({"degrees": dropped} if dropped else {})))
+        codes = np.full(len(index), caps.DEGREES, dtype=np.int64)
         order = index[kept]
         if sink is None and top.full_of_better_than_illegal:
-            batch, reaches, order = _drop_illegal(ctx, batch, reaches, order, counts, allow_uneven)
-        table = recipe.compact(recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven))
+            codes[kept] = legality_codes(ctx, batch, allow_uneven=allow_uneven)
+            batch, reaches, order = _drop_illegal(batch, reaches, order, codes[kept], counts)
+            table = recipe.compact(recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven))
+        else:
+            table = recipe.compact(recipe.assess(ctx, batch, reaches, allow_uneven=allow_uneven))
+            codes[kept] = table["reason_code"].astype(np.int64)
         counts.add(recipe.count(table))
+        counts.add(RecipeCounts(tallies=caps.tally(space, index, codes)))
         top.add(table, order)
         if sink is not None:
             sink(table)
@@ -89,9 +95,9 @@ def assess_chunks(ctx: CostContext, space: SearchSpace, numbers: Iterable[int], 
     return top, counts
 
 
-def _drop_illegal(ctx, batch: LayoutBatch, reaches, order, counts: RecipeCounts, allow_uneven: bool):
-    """The legal layouts of the chunk; the others are counted by the rule they break."""
-    codes = legality_codes(ctx, batch, allow_uneven=allow_uneven)
+def _drop_illegal(batch: LayoutBatch, reaches, order, codes: np.ndarray, counts: RecipeCounts):
+    """The legal layouts of the chunk; the others (``codes`` > 0) are counted by the rule they
+    break."""
     legal = codes == 0
     counts.add(recipe.count_illegal(codes[~legal]))
     keep = np.flatnonzero(legal)

@@ -39,6 +39,8 @@ class RecipeCounts:
     reach_batch: int = 0
     reasons: Counter = field(default_factory=Counter)
     batches: Counter = field(default_factory=Counter)  # feasible layouts per global batch (seqs)
+    # exhaustive: per degree knob, layouts per (value, first broken rule): autoplan.search.caps
+    tallies: dict = field(default_factory=dict)
 
     def add(self, other: RecipeCounts) -> None:
         self.candidates += other.candidates
@@ -47,6 +49,8 @@ class RecipeCounts:
         self.reach_batch += other.reach_batch
         self.reasons.update(other.reasons)
         self.batches.update(other.batches)
+        for knob, counts in other.tallies.items():
+            self.tallies[knob] = self.tallies[knob] + counts if knob in self.tallies else counts
 
     @property
     def assessed(self) -> int:
