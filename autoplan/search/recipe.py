@@ -134,11 +134,23 @@ def rank_order(table: CostTable) -> np.ndarray:
 
     Ties: lower peak memory first, then the knobs in ``KNOBS`` order, smaller first.
     """
-    b = table.batch
     tps = np.nan_to_num(table["tokens_per_s_per_gpu"], nan=-np.inf, posinf=-np.inf)
     peak = np.nan_to_num(table["peak_memory_bytes"], nan=np.inf)
-    keys = [getattr(b, k) for k in reversed(KNOBS)] + [peak, -tps, table["stage"]]
-    return np.lexsort(keys)
+    stage = table["stage"]
+    order = np.lexsort((peak, -tps, stage))
+    # Rows tied on (stage, tokens/s, peak) are few: only they are sorted again, by the knobs.
+    s, t, p = stage[order], tps[order], peak[order]
+    tie = (s[1:] == s[:-1]) & (t[1:] == t[:-1]) & (p[1:] == p[:-1])
+    if not tie.any():
+        return order
+    tied = np.zeros(len(order), dtype=bool)
+    tied[1:] |= tie
+    tied[:-1] |= tie
+    group = np.cumsum(np.concatenate([[True], ~tie]))[tied]  # consecutive ties share a group
+    rows = order[tied]
+    keys = [getattr(table.batch, k)[rows] for k in reversed(KNOBS)] + [group]
+    order[tied] = rows[np.lexsort(keys)]
+    return order
 
 
 def take(table: CostTable, index: np.ndarray) -> CostTable:

@@ -45,10 +45,12 @@ def group_twins(table: CostTable) -> tuple[np.ndarray, np.ndarray]:
                      table.batch.gbs_seqs[feasible], idle[feasible]], axis=1)
     _, first, group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     leader = feasible[first[group.ravel()]]  # the best-ranked row of each row's group
-    folded = feasible[leader != feasible]
+    is_twin = leader != feasible
+    folded, their_leader = feasible[is_twin], leader[is_twin]
     twin[folded] = True
-    for row in np.unique(leader[leader != feasible]):
-        members = folded[leader[leader != feasible] == row]
+    by_leader = np.argsort(their_leader, kind="stable")  # twins of one leader together, in rank order
+    leaders, starts = np.unique(their_leader[by_leader], return_index=True)
+    for row, members in zip(leaders, np.split(folded[by_leader], starts[1:])):
         variants[row] = _describe_variants(table, int(row), members)
     return twin, variants
 
