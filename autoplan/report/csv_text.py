@@ -23,6 +23,8 @@ def column_text(values: np.ndarray, float_format: str) -> list[str]:
         return ["True" if v else "False" for v in values.tolist()]
     if values.dtype.kind in "iu":
         return [str(v) for v in values.tolist()]
+    if values.dtype.kind == "f" and not np.isnan(values).any():
+        return [float_format % v for v in values.tolist()]
     if values.dtype.kind == "f":
         return ["" if math.isnan(v) else float_format % v for v in values.tolist()]
     return ["" if v is None else str(v) for v in values.tolist()]

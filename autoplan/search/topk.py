@@ -64,6 +64,7 @@ class RunningTop:
             raise ValueError(f"limit >= 1 must hold, got limit={limit}")
         self.limit = limit
         self.best: Kept | None = None
+        self.pending: list[Kept] = []  # candidates not merged yet (merged once they are ``limit``)
         self.front: Kept | None = None
         self.misses: Kept | None = None
 
@@ -79,20 +80,24 @@ class RunningTop:
         if len(table) == 0:
             return
         chunk = Kept(table, np.asarray(order, dtype=np.int64))
-        self._add_best(self._candidates(chunk))
+        self.pending.append(self._candidates(chunk))
+        if sum(len(p) for p in self.pending) >= self.limit:
+            self._flush()
         self.front = _front(merge([self.front, chunk.take(np.flatnonzero(table["feasible"]))]))
         self.misses = merge([self.misses, chunk.take(_miss_rows(table))])
 
     def add_kept(self, other: RunningTop) -> None:
         """Fold another ``RunningTop`` in (chunks assessed by another process)."""
+        other._flush()
         if other.best is not None:
-            self._add_best(other.best)
+            self.pending.append(other.best)
+            self._flush()
         self.front = _front(merge([self.front, other.front]))
         self.misses = merge([self.misses, other.misses])
 
     def _candidates(self, chunk: Kept) -> Kept:
-        """The chunk's rows that may still enter the best rows: none ranks after the current
-        worst kept row once ``limit`` rows are kept (stage first, then tokens/s)."""
+        """The chunk's rows that may still enter the best rows: none ranks after the worst
+        merged row once ``limit`` rows are merged (stage first, then tokens/s)."""
         if self.best is None or len(self.best) < self.limit:
             return chunk
         worst = self.best.table
@@ -101,15 +106,17 @@ class RunningTop:
         maybe = (chunk_stage < stage) | ((chunk_stage == stage) & (chunk_tps >= tps))
         return chunk.take(np.flatnonzero(maybe))
 
-    def _add_best(self, more: Kept) -> None:
-        both = merge([self.best, more])
-        if both is None:
-            return
-        self.best = both.take(recipe.rank_order(both.table)[:self.limit])
+    def _flush(self) -> None:
+        """Merge the pending candidates into the best rows (one ranking for many chunks)."""
+        both = merge([self.best, *self.pending])
+        self.pending = []
+        if both is not None:
+            self.best = both.take(recipe.rank_order(both.table)[:self.limit])
 
     def result(self, template: CostTable) -> tuple[CostTable, CostTable]:
         """(the best rows ranked, with the ``pareto`` column; the closest misses ranked).
         ``template`` gives the columns of an empty result."""
+        self._flush()
         best = self.best.table if self.best is not None else recipe.take(template, np.arange(0))
         front = self.front.order if self.front is not None else np.zeros(0, dtype=np.int64)
         order = self.best.order if self.best is not None else np.zeros(0, dtype=np.int64)
