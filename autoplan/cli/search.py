@@ -65,7 +65,7 @@ def knob_options(func):
                    "[default: moe for MoE models, else default].")
 @allow_uneven_option
 @click.option("--sampler", type=click.Choice(SAMPLER_CHOICES), default="auto", show_default=True,
-              help="auto = exhaustive when the space has at most ~1e6 layouts, else tpe.")
+              help="auto = exhaustive when the space has at most 1e8 layouts (streamed, bounded memory), else tpe.")
 @click.option("--trials", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Optuna samplers: finished trials in the study (resumed ones count).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.0, min_open=True), default=None,

@@ -46,22 +46,26 @@ def group_twins(table: CostTable) -> tuple[np.ndarray, np.ndarray]:
     _, first, group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     leader = feasible[first[group.ravel()]]  # the best-ranked row of each row's group
     is_twin = leader != feasible
-    folded, their_leader = feasible[is_twin], leader[is_twin]
-    twin[folded] = True
-    by_leader = np.argsort(their_leader, kind="stable")  # twins of one leader together, in rank order
-    leaders, starts = np.unique(their_leader[by_leader], return_index=True)
-    for row, members in zip(leaders, np.split(folded[by_leader], starts[1:])):
-        variants[row] = _describe_variants(table, int(row), members)
+    twin[feasible[is_twin]] = True
+    by_leader = np.argsort(leader[is_twin], kind="stable")  # a leader's twins together, in rank order
+    folded, their_leader = feasible[is_twin][by_leader], leader[is_twin][by_leader]
+    texts = _differences(table, folded, their_leader)
+    leaders, starts, sizes = np.unique(their_leader, return_index=True, return_counts=True)
+    for row, start, size in zip(leaders.tolist(), starts.tolist(), sizes.tolist()):
+        more = f"; and {size - MAX_VARIANTS_NAMED} more" if size > MAX_VARIANTS_NAMED else ""
+        variants[row] = "; ".join(texts[start:start + min(size, MAX_VARIANTS_NAMED)]) + more
     return twin, variants
 
 
-def _describe_variants(table: CostTable, leader: int, members: np.ndarray) -> str:
-    """'cp=2 dp=8 mbs=2; ...': each twin by the fields in which it differs from the leader."""
+def _differences(table: CostTable, rows: np.ndarray, leaders: np.ndarray) -> list[str]:
+    """'cp=2 dp=8 mbs=2' per row: the fields in which it differs from its leader."""
     b = table.batch
-    texts = []
-    for row in members[:MAX_VARIANTS_NAMED]:
-        diff = [f"{k}={describe_knob(k, getattr(b, k)[row])}" for k in SHOWN_FIELDS
-                if getattr(b, k)[row] != getattr(b, k)[leader]]
-        texts.append(" ".join(diff))
-    more = len(members) - MAX_VARIANTS_NAMED
-    return "; ".join(texts) + (f"; and {more} more" if more > 0 else "")
+    parts = []
+    for k in SHOWN_FIELDS:
+        values = getattr(b, k)
+        mine = values[rows]
+        differs = mine != values[leaders]
+        codes, index = np.unique(mine, return_inverse=True)
+        names = np.array([f"{k}={describe_knob(k, c)}" for c in codes] + [""], dtype=object)
+        parts.append(names[np.where(differs, index.ravel(), len(codes))])
+    return [" ".join(p for p in row if p) for row in zip(*parts)]
