@@ -310,6 +310,7 @@ def _run_idle(ctx, space, options: SearchOptions, progress, deadline):
         part, part_misses, part_counts, store = _run(sub, space, options, sampler, progress, deadline)
         ranked.append(idle.per_job_gpu(part, ctx.training))
         misses.append(idle.per_job_gpu(part_misses if part_misses is not None else part, ctx.training))
+        part_counts.tallies = {}  # knob caps differ by GPU count: told for one count only
         counts.add(part_counts)
         counts.space_size += part_counts.space_size
         samplers.append(sampler)
