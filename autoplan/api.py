@@ -42,8 +42,10 @@ def build_context(model: str | ModelSpec, training: TrainingSpec, *, trainer: st
 def plan_from_record(record: Mapping[str, Any], *, hardware: str = "h100-sxm", gpus_per_node: int | None = None,
                      nic: str | None = None, flops_convention: str = "playbook") -> tuple[Layout, TrainingSpec]:
     """The layout and the training setup of a record that carries gpus, seq_len and gbs_seqs
-    (a plans.json or CSV row, or a dict like ``dict(gpus=64, tp=2, seq_len=8192, gbs_seqs=512)``)."""
+    (a plans.json or CSV row, or a dict like ``dict(gpus=64, tp=2, seq_len=8192, gbs_seqs=512)``).
+    A record's gbs_seqs is the batch its plan trains with, so it must be met exactly."""
     setup = record_setup(record, required=SETUP_FIELDS)
     training = build_training(setup["gpus"], setup["seq_len"], setup["gbs_seqs"], hardware=hardware,
-                              gpus_per_node=gpus_per_node, nic=nic, flops_convention=flops_convention)
+                              gpus_per_node=gpus_per_node, nic=nic, flops_convention=flops_convention,
+                              gbs_tolerance=0.0)
     return layout_from_record(record, training), training
