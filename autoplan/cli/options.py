@@ -9,7 +9,12 @@ import click
 
 from autoplan.errors import AutoplanError, shown
 from autoplan.layout import MAX_DEGREE
-from autoplan.specs.training import MAX_GBS_SEQS, MAX_GPUS, MAX_SEQ_LEN
+from autoplan.specs.training import (
+    DEFAULT_GBS_TOLERANCE,
+    MAX_GBS_SEQS,
+    MAX_GPUS,
+    MAX_SEQ_LEN,
+)
 from autoplan.units import UnitError, parse_bandwidth, parse_count
 
 MAX_SEED = 2**32 - 1  # numpy's and Optuna's seeds are unsigned 32-bit
@@ -160,8 +165,10 @@ def training_options(func: Callable | None = None, *, model_required: bool = Tru
                      help="Global batch size in sequences."),
         click.option("--gbs-tokens", type=TokenCount(), default=None,
                      help="Global batch size in tokens, e.g. 4M (= 4·2^20, binary suffixes)."),
-        click.option("--gbs-tolerance", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0,
-                     show_default=True, help="Accept a global batch within this fraction of the target."),
+        click.option("--gbs-tolerance", type=click.FloatRange(0.0, 1.0, max_open=True),
+                     default=DEFAULT_GBS_TOLERANCE, show_default=True,
+                     help="Accept the nearest global batch within this fraction of the target "
+                          "(0 = exactly the batch asked for)."),
         click.option("--flops-convention", type=click.Choice(["playbook", "causal", "megatron"]),
                      default="playbook", show_default=True,
                      help="How model FLOPs (for MFU) are counted; see docs/conventions.md."),

@@ -69,7 +69,7 @@ def knob_options(func):
                    "[default: moe for MoE models, else default].")
 @allow_uneven_option
 @click.option("--sampler", type=click.Choice(SAMPLER_CHOICES), default="auto", show_default=True,
-              help="auto = exhaustive when the space has at most ~1e6 layouts, else tpe.")
+              help="auto = exhaustive when the space has at most 1e8 layouts (streamed, bounded memory), else tpe.")
 @click.option("--trials", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Optuna samplers: finished trials in the study (resumed ones count).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.0, min_open=True), default=None,
@@ -82,6 +82,9 @@ def knob_options(func):
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes sharing the study through --storage (exhaustive: they split the "
                    "layouts; plans.csv is the same).")
+@click.option("--allow-idle-gpus", is_flag=True,
+              help="Also consider plans on fewer GPUs than --gpus (the largest count each tp·pp·cp "
+                   "fills in whole nodes), ranked per GPU of the job; the idle_gpus column says how many.")
 @click.option("--top", "top_k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Plans to show.")
 @click.option("--export", "export_to", default=None, metavar="TRAINER[,TRAINER...]",
@@ -122,7 +125,8 @@ def search_command(**kw) -> None:
     space = space.with_overrides(**{k: kw[k] or None for k in KNOBS})
     options = SearchOptions(sampler=kw["sampler"], trials=kw["trials"], timeout_s=kw["timeout_s"],
                             seed=kw["seed"], storage=kw["storage"], study_name=kw["study_name"],
-                            allow_uneven_pp=kw["allow_uneven_pp"], workers=kw["workers"])
+                            allow_uneven_pp=kw["allow_uneven_pp"], workers=kw["workers"],
+                            allow_idle_gpus=kw["allow_idle_gpus"])
     _warn_workers(kw["workers"])
     kw["out_dir"] = kw["out_dir"] or str(default_out_dir(kw["model_name"], kw["gpus"]))
     made = not os.path.lexists(kw["out_dir"])
@@ -155,8 +159,9 @@ def search_command(**kw) -> None:
     record_files(out)
     click.echo(f"Wrote {out}/ ({', '.join(written)})", err=True)
     _uneven_note(result)
-    if len(result.table) > MAX_CSV_ROWS:
-        click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {len(result.table)} ranked layouts", err=True)
+    _caps_note(result)
+    if result.num_ranked > MAX_CSV_ROWS:
+        click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {result.num_ranked} ranked layouts", err=True)
 
 
 def _robust_order(result):
@@ -178,6 +183,14 @@ def _uneven_note(result) -> None:
     if unable:
         click.echo(f"Note: {unable} layouts were dropped because {layers} layers do not divide into "
                    f"pp·vpp stages and {trainer} cannot run unequal stages there", err=True)
+def _caps_note(result) -> None:
+    """One line per knob of the space capped by the GPU count or a rule (exhaustive only)."""
+    from autoplan.report.results import cap_notes
+
+    for note in cap_notes(result):
+        click.echo(f"Note: {note}", err=True)
+
+
 def _warn_workers(workers: int) -> None:
     """One line when --workers exceeds the CPUs this process may use (each worker then waits
     for a core, and holds its own copy of the study: slower, not faster)."""
@@ -195,8 +208,7 @@ def _costs(result, kw: dict):
         return None
     from autoplan.report.html import add_cost_columns
 
-    frame = result.to_frame(int(result.plan_rows(kw["top_k"]).max(initial=-1)) + 1)
-    frame = frame.iloc[result.plan_rows(kw["top_k"])] if len(frame) else frame
+    frame = result.plans_frame(kw["top_k"])
     return add_cost_columns(frame, gpu_hour_price_usd=kw["gpu_hour_price"],
                             train_tokens=kw["train_tokens"])
 
@@ -212,8 +224,8 @@ def _export(result, trainers: str, out: str, allow_uneven_pp: bool) -> list[str]
     if len(rows) == 0:
         return []
     record = result.top_records(1)[0]
-    paths = export_plan(record, result.ctx.model, trainers, Path(out) / EXPORT_FOLDER, result.training,
-                        allow_uneven_pp=allow_uneven_pp)
+    paths = export_plan(record, result.ctx.model, trainers, Path(out) / EXPORT_FOLDER,
+                        result.row_context(int(rows[0])).training, allow_uneven_pp=allow_uneven_pp)
     return [str(Path(p).relative_to(out)) for p in paths]
 
 
@@ -275,8 +287,7 @@ def _emit(result, output_format: str, top_k: int, costs=None) -> None:
             doc["columns"].update(plain_dictionary(c for c in COST_COLUMNS if c in costs))
         click.echo(json.dumps(clean_json(doc), indent=2))
     elif output_format == "csv":
-        rows = result.plan_rows(top_k)
-        frame = costs if costs is not None else result.to_frame(int(rows.max()) + 1 if len(rows) else 0).iloc[rows]
+        frame = costs if costs is not None else result.plans_frame(top_k)
         frame = add_band_columns(result, frame.copy())
         click.echo(frame.to_csv(index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n"), nl=False)
     else:
@@ -315,6 +326,29 @@ def _suggest_long_context(space_option, space_name: str, seq_len: int) -> None:
                    "(larger context-parallel degrees)", err=True)
 
 
+BATCH_HEADERS = ("batch seqs\n(tokens)", "µs per\ntoken")
+
+
+def batch_cells(table, row: int) -> tuple[str, str]:
+    """A plan's own global batch ('504 (3.94M)': sequences, tokens in binary millions as
+    --gbs-tokens counts them) and its step time per token of that batch, in microseconds."""
+    seqs = int(table.batch.gbs_seqs[row])
+    return (f"{seqs:,} ({table['gbs_tokens'][row] / 2**20:.2f}M)",
+            f"{1e6 * table['step_time_per_token_s'][row]:.3f}")
+
+
+def idle_note(table, row: int) -> str:
+    """' (488 GPUs idle)' for a plan that leaves GPUs of the job idle (--allow-idle-gpus)."""
+    idle = table.columns.get("idle_gpus")
+    return f" ({int(idle[row])} GPUs idle)" if idle is not None and idle[row] else ""
+
+
+def twins_note(result, row: int) -> str:
+    """The plans predicted the same as row ``row``, folded into it: '\n= cp=2 dp=8 mbs=2'."""
+    variants = result.variants[row]
+    return f"\n= {variants}" if variants else ""
+
+
 def print_table(result, top_k: int, costs=None) -> None:
     """The recipe line and a rich table of the best plans on stdout."""
     from rich.table import Table
@@ -338,15 +372,17 @@ def print_table(result, top_k: int, costs=None) -> None:
     table.add_column("layout", min_width=24)
     cost_names = [c for c in COST_COLUMNS if costs is not None and c in costs]
     headers = {"train_days": "days", "gpu_hours": "GPU-hours", "cost_usd": "USD"}
-    for name in ("peak GiB\n(room)", "step", _tokens_header(result), "MFU", "bubble", "exposed\ncomm",
-                 *[headers[c] for c in cost_names]):
+    for name in ("peak GiB\n(room)", *BATCH_HEADERS, "step", _tokens_header(result), "MFU", "bubble",
+                 "exposed\ncomm", *[headers[c] for c in cost_names]):
         table.add_column(name, justify="right", no_wrap=True)
     col = result.table.columns
     for j, row in enumerate(rows):
         extra = [f"{costs[c].iloc[j]:,.1f}" if c == "train_days" else f"{costs[c].iloc[j]:,.0f}"
                  for c in cost_names]
-        table.add_row(str(row + 1), describe(result.table.batch.layout(int(row))),
+        table.add_row(str(result.ranks[row]), describe(result.table.batch.layout(int(row)))
+                      + idle_note(result.table, int(row)) + twins_note(result, int(row)),
                       f"{col['peak_memory_gib'][row]:.1f} ({col['memory_headroom_gib'][row]:+.1f})",
+                      *batch_cells(result.table, int(row)),
                       format_time(col["step_time_s"][row]), _tokens_cell(result, row),
                       f"{100 * col['mfu'][row]:.1f}%", f"{100 * col['bubble_fraction'][row]:.1f}%",
                       f"{100 * col['exposed_comm_fraction'][row]:.1f}%", *extra)

@@ -48,6 +48,13 @@ SEARCH_COLUMNS = {
     "feasible": ("flag", "bool", "legal, fits in memory and reaches the batch"),
     "exposed_comm_fraction": ("ratio", "1", "exposed tp, cp, ep, pp and dp communication time / step_time_s"),
     "pareto": ("flag", "bool", "on the Pareto front of tokens/s per GPU against memory headroom"),
+    # The batch a plan trains with (the nearest reachable within --gbs-tolerance), and its time
+    # per token, the measure that compares plans of different batches.
+    "gbs_tokens": ("count", "tokens", "global batch of this plan in tokens: gbs_seqs·seq_len"),
+    "step_time_per_token_s": ("time", "s", "step time per token of the batch: step_time_s / gbs_tokens"),
+    "variants": ("code", "text", "layouts predicted the same to 9 digits (step time and peak memory), "
+                                 "collapsed into this row; ';'-separated"),
+    "idle_gpus": ("count", "GPUs", "GPUs of the job this plan leaves idle (--allow-idle-gpus)"),
     "infeasible_reason": ("code", "text", "why the layout is not feasible ('' when it is)"),
     "train_days": ("time", "days", "days to train on --train-tokens (with --train-tokens)"),
     "gpu_hours": ("time", "GPU-hours", "GPU-hours to train on --train-tokens"),

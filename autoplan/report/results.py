@@ -20,16 +20,18 @@ from typing import Any
 from autoplan.calibration.uncertainty import band_record, intervals
 from autoplan.cost.evaluate import evaluate
 from autoplan.report.columns import columns_markdown, plain_dictionary
+from autoplan.report.csv_text import csv_text
 from autoplan.report.destination import write_text
 from autoplan.report.near_ties import near_ties, result_band
 from autoplan.search import SearchResult
+from autoplan.search.topk import DEFAULT_KEEP_ROWS
 from autoplan.units import GiB
 
 CSV_FLOAT_FORMAT = "%.9g"
-# plans.csv keeps every evaluated layout up to this many rows (pandas writes ~10^4 rows/s with
-# 50 columns on this machine); beyond it, the best-ranked rows (feasible ones first) and the
-# manifest says how many were left out. The reason counts always cover every layout.
-MAX_CSV_ROWS = 100_000
+# plans.csv keeps every evaluated layout up to this many rows: the rows the search keeps
+# (:data:`autoplan.search.topk.DEFAULT_KEEP_ROWS`); beyond it, the best-ranked rows (feasible
+# ones first) and the manifest says how many were left out. The reason counts cover every layout.
+MAX_CSV_ROWS = DEFAULT_KEEP_ROWS
 
 
 def default_out_dir(model: str, gpus: int, root: str | Path = "results") -> Path:
@@ -53,7 +55,8 @@ def summary(result: SearchResult, top: int) -> dict[str, Any]:
             "gbs_tokens": t.gbs_seqs * t.seq_len, "gbs_tolerance": t.gbs_tolerance,
             "space": result.space.name, "sampler": result.sampler, "seed": result.options.seed,
             "allow_uneven_pp": result.options.allow_uneven_pp,
-            "recipe": result.counts.to_dict(), **uncertainty_summary(result), "plans": plans,
+            "recipe": result.counts.to_dict(), "knob_caps": cap_notes(result), **uncertainty_summary(result),
+            "plans": plans,
             "columns": plain_dictionary(plans[0] if plans else [])}
 
 
@@ -104,7 +107,7 @@ def manifest(result: SearchResult, inputs: dict[str, Any], command_line: list[st
     from autoplan.search.study import study_meta
 
     opts = result.options
-    rows = len(result.table)
+    rows = result.num_ranked
     return {
         "study_key": study_meta(result.ctx, result.space)["key"],  # whose folder this is
         "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -119,7 +122,8 @@ def manifest(result: SearchResult, inputs: dict[str, Any], command_line: list[st
         "elapsed_s": round(result.elapsed_s, 3),
         "versions": versions(),
         "files": ["plans.csv", "plans.json", "columns.md", "manifest.json"],
-        "plans_csv": {"rows": min(rows, MAX_CSV_ROWS), "omitted_rows": max(0, rows - MAX_CSV_ROWS)},
+        "plans_csv": {"rows": min(len(result.table), MAX_CSV_ROWS),
+                      "omitted_rows": max(0, rows - min(len(result.table), MAX_CSV_ROWS))},
     }
 
 
@@ -135,9 +139,10 @@ def write_results(result: SearchResult, out_dir: str | Path, *, top: int, inputs
     each whole or not at all (:mod:`autoplan.report.destination`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    frame = add_band_columns(result, result.to_frame(MAX_CSV_ROWS))
-    write_text(out / "plans.csv", frame.to_csv(index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n"))
-    write_text(out / "columns.md", columns_markdown(frame.columns))
+    columns = result.columns_of(result.kept_rows(MAX_CSV_ROWS))
+    columns.update(band_columns(result, {c: columns[c] for c in BAND_FIGURES if c in columns}))
+    write_text(out / "plans.csv", csv_text(columns, CSV_FLOAT_FORMAT))
+    write_text(out / "columns.md", columns_markdown(columns))
     _write_json(out / "plans.json", summary(result, top))
     _write_json(out / "manifest.json", manifest(result, inputs, command_line))
     return out
@@ -145,12 +150,37 @@ def write_results(result: SearchResult, out_dir: str | Path, *, top: int, inputs
 
 def recipe_line(result: SearchResult) -> str:
     """'Recipe: 3240 candidates -> 1392 legal -> 438 fit in 79.6 GiB -> 435 reach gbs 512 ...'."""
-    c, t = result.counts, result.training
+    c = result.counts
     capacity = result.ctx.cluster.gpu.usable_memory_bytes / GiB
     examined = f"{c.candidates} candidates" + (f" (of {c.space_size})" if c.candidates < c.space_size else "")
-    return (f"Recipe: {examined} -> {c.legal} legal -> {c.fit} fit in {capacity:.1f} GiB -> "
-            f"{c.reach_batch} reach gbs {t.gbs_seqs} x {t.seq_len} tokens "
-            f"({result.sampler}, {result.elapsed_s:.2f} s)")
+    on = (f" on {', '.join(str(g) for g in result.gpu_counts)} of {result.training.gpus} GPUs"
+          if result.gpu_counts else "")
+    return (f"Recipe: {examined}{on} -> {c.legal} legal -> {c.fit} fit in {capacity:.1f} GiB -> "
+            f"{c.reach_batch} reach {batch_text(result)} ({result.sampler}, {result.elapsed_s:.2f} s)")
+
+
+MAX_BATCHES_NAMED = 6
+
+
+def cap_notes(result: SearchResult) -> list[str]:
+    """Why knobs of the space are capped (exhaustive: :mod:`autoplan.search.caps`)."""
+    from autoplan.search.caps import cap_notes as notes
+
+    return notes(result.space, result.counts.tallies, result.training.gpus)
+
+
+def batch_text(result: SearchResult) -> str:
+    """The batch asked for and, when the feasible plans use others (within the tolerance),
+    which: 'gbs 512 x 8192 tokens' or 'gbs 512 ±5% x 8192 tokens (plans use 504, 513, 528 seqs)'."""
+    t = result.training
+    used = sorted(result.counts.batches)
+    if not t.gbs_tolerance:
+        return f"gbs {t.gbs_seqs} x {t.seq_len} tokens"
+    text = f"gbs {t.gbs_seqs} ±{100 * t.gbs_tolerance:g}% x {t.seq_len} tokens"
+    if not used or used == [t.gbs_seqs]:
+        return text
+    named = ", ".join(str(b) for b in used[:MAX_BATCHES_NAMED]) + (", ..." if len(used) > MAX_BATCHES_NAMED else "")
+    return f"{text} (plans use {named} seqs)"
 
 
 def write_search_report(result: SearchResult, out_dir: str | Path, *, top: int,
@@ -170,13 +200,13 @@ def write_search_report(result: SearchResult, out_dir: str | Path, *, top: int,
     # The search keeps lean columns; the plots want every memory term of the top plans.
     frame_top = evaluate(result.ctx, result.table.batch.take(rows),
                          allow_uneven=result.options.allow_uneven_pp).to_frame()
-    frame_top.insert(0, "rank", rows + 1)
+    frame_top.insert(0, "rank", result.ranks[rows])
     if train_tokens is not None:
         frame_top = add_cost_columns(frame_top, gpu_hour_price_usd=gpu_hour_price_usd,
                                      train_tokens=train_tokens)
     t, ctx = result.training, result.ctx
     planned = {"model": ctx.model.name, "GPUs": f"{t.gpus} x {ctx.cluster.gpu.name}",
-               "trainer": ctx.profile.name, "global batch": f"{t.gbs_seqs} x {t.seq_len} tokens",
+               "trainer": ctx.profile.name, "global batch": batch_text(result).removeprefix("gbs "),
                "recipe": recipe_line(result).removeprefix("Recipe: ")}
     return write_report(out_dir, frame_all, frame_top, planned, ctx.cluster.gpu.usable_memory_bytes / GiB,
                         result.table.batch.layout(int(rows[0])), chosen_index=int(rows[0]))

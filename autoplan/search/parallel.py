@@ -85,7 +85,7 @@ def _optuna_worker(ctx, space, options, sampler: str, index: int, quota: int,
 
 def run_exhaustive_parallel(ctx: CostContext, space: SearchSpace, options, store, *,
                             chunk_size: int | None = None, progress: Progress | None = None,
-                            deadline: float | None = None) -> tuple[CostTable, RecipeCounts]:
+                            deadline: float | None = None):
     """Deal the chunks of the product to ``options.workers`` processes (this one included);
     each adds its layouts to the study of ``store``. Returns what ``run_exhaustive`` returns."""
     from autoplan.search import exhaustive
@@ -96,32 +96,33 @@ def run_exhaustive_parallel(ctx: CostContext, space: SearchSpace, options, store
     jobs = [(_exhaustive_worker, (ctx, space, options, range(i, count, workers), chunk_size,
                                   _left(deadline))) for i in range(1, workers)]
     with _workers(jobs, deadline) as pool:
-        parts = _assess_and_store(ctx, space, store, range(0, count, workers), chunk_size,
-                                  options.allow_uneven_pp, pool.watch(progress), deadline)
-        for more in pool.results():
-            parts += more
+        parts = [_assess_and_store(ctx, space, store, range(0, count, workers), chunk_size,
+                                   options, pool.watch(progress), deadline)]
+        parts += pool.results()
     if progress is not None:
         progress(space.size, space.size)
-    return exhaustive.combine(space, parts)
+    return exhaustive.finish(ctx, space, parts)
 
 
 def _exhaustive_worker(ctx, space, options, numbers: range, chunk_size: int,
-                       timeout_s: float | None) -> list:
+                       timeout_s: float | None):
     from autoplan.search.study import open_store
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     store = open_store(ctx, space, options, "exhaustive")
-    return _assess_and_store(ctx, space, store, numbers, chunk_size, options.allow_uneven_pp,
+    return _assess_and_store(ctx, space, store, numbers, chunk_size, options,
                              _stop_if_orphaned(), deadline)
 
 
-def _assess_and_store(ctx, space, store, numbers, chunk_size, allow_uneven, progress, deadline):
+def _assess_and_store(ctx, space, store, numbers, chunk_size, options, progress, deadline):
+    """(running best, counts) of the chunks ``numbers``, every layout added to the study."""
     from autoplan.search.exhaustive import assess_chunks, store_layouts
 
-    parts = assess_chunks(ctx, space, numbers, chunk_size=chunk_size, allow_uneven=allow_uneven,
-                          progress=progress, deadline=deadline)
-    store_layouts(store, space, [table for _, table, _ in parts])
-    return parts
+    tables: list[CostTable] = []
+    part = assess_chunks(ctx, space, numbers, chunk_size=chunk_size, allow_uneven=options.allow_uneven_pp,
+                         keep=options.keep_rows, progress=progress, deadline=deadline, sink=tables.append)
+    store_layouts(store, space, tables)
+    return part
 
 
 def _stop_if_orphaned() -> Progress:

@@ -38,6 +38,9 @@ class RecipeCounts:
     fit: int = 0
     reach_batch: int = 0
     reasons: Counter = field(default_factory=Counter)
+    batches: Counter = field(default_factory=Counter)  # feasible layouts per global batch (seqs)
+    # exhaustive: per degree knob, layouts per (value, first broken rule): autoplan.search.caps
+    tallies: dict = field(default_factory=dict)
 
     def add(self, other: RecipeCounts) -> None:
         self.candidates += other.candidates
@@ -45,11 +48,20 @@ class RecipeCounts:
         self.fit += other.fit
         self.reach_batch += other.reach_batch
         self.reasons.update(other.reasons)
+        self.batches.update(other.batches)
+        for knob, counts in other.tallies.items():
+            self.tallies[knob] = self.tallies[knob] + counts if knob in self.tallies else counts
+
+    @property
+    def assessed(self) -> int:
+        """Layouts that got a recipe stage (those with a non-integer dp are only counted)."""
+        return self.candidates - self.reasons.get("degrees", 0)
 
     def to_dict(self) -> dict:
         return {"space_size": self.space_size, "candidates": self.candidates, "legal": self.legal,
                 "fit": self.fit, "reach_batch": self.reach_batch,
-                "reasons": dict(self.reasons.most_common())}
+                "reasons": dict(self.reasons.most_common()),
+                "batches_seqs": {str(k): v for k, v in sorted(self.batches.items())}}
 
 
 def assess(ctx: CostContext, batch: LayoutBatch, reaches: np.ndarray, *,
@@ -63,9 +75,12 @@ def assess(ctx: CostContext, batch: LayoutBatch, reaches: np.ndarray, *,
     table.columns["reaches_batch"] = np.asarray(reaches, dtype=bool)
     table.columns["stage"] = stage.astype(np.float64)
     table.columns["feasible"] = stage == FEASIBLE
+    tokens = batch.gbs_seqs * float(ctx.training.seq_len)
+    table.columns["gbs_tokens"] = tokens
     with np.errstate(divide="ignore", invalid="ignore"):
         exposed = sum(table[c] for c in EXPOSED_COMM_COLUMNS)
         table.columns["exposed_comm_fraction"] = exposed / table["step_time_s"]
+        table.columns["step_time_per_token_s"] = table["step_time_s"] / tokens
     return table
 
 
@@ -100,6 +115,17 @@ def count(table: CostTable, dropped_degrees: int = 0) -> RecipeCounts:
     counts.reasons.update({str(n): int(c) for n, c in zip(names, numbers) if n})
     if dropped_degrees:
         counts.reasons["degrees"] += dropped_degrees
+    batches, numbers = np.unique(table.batch.gbs_seqs[stage == FEASIBLE], return_counts=True)
+    counts.batches.update({int(b): int(c) for b, c in zip(batches, numbers)})
+    return counts
+
+
+def count_illegal(codes: np.ndarray) -> RecipeCounts:
+    """Counts of layouts that break a rule (``codes``: their reason codes, none 0), which a
+    streamed search drops before costing them."""
+    found, numbers = np.unique(codes.astype(np.int64), return_counts=True)
+    counts = RecipeCounts(candidates=len(codes))
+    counts.reasons.update({REASON_CODES[int(c)]: int(n) for c, n in zip(found, numbers)})
     return counts
 
 
@@ -108,11 +134,23 @@ def rank_order(table: CostTable) -> np.ndarray:
 
     Ties: lower peak memory first, then the knobs in ``KNOBS`` order, smaller first.
     """
-    b = table.batch
     tps = np.nan_to_num(table["tokens_per_s_per_gpu"], nan=-np.inf, posinf=-np.inf)
     peak = np.nan_to_num(table["peak_memory_bytes"], nan=np.inf)
-    keys = [getattr(b, k) for k in reversed(KNOBS)] + [peak, -tps, table["stage"]]
-    return np.lexsort(keys)
+    stage = table["stage"]
+    order = np.lexsort((peak, -tps, stage))
+    # Rows tied on (stage, tokens/s, peak) are few: only they are sorted again, by the knobs.
+    s, t, p = stage[order], tps[order], peak[order]
+    tie = (s[1:] == s[:-1]) & (t[1:] == t[:-1]) & (p[1:] == p[:-1])
+    if not tie.any():
+        return order
+    tied = np.zeros(len(order), dtype=bool)
+    tied[1:] |= tie
+    tied[:-1] |= tie
+    group = np.cumsum(np.concatenate([[True], ~tie]))[tied]  # consecutive ties share a group
+    rows = order[tied]
+    keys = [getattr(table.batch, k)[rows] for k in reversed(KNOBS)] + [group]
+    order[tied] = rows[np.lexsort(keys)]
+    return order
 
 
 def take(table: CostTable, index: np.ndarray) -> CostTable:
@@ -130,11 +168,12 @@ def compact(table: CostTable) -> CostTable:
 
 
 def concat(tables: list[CostTable]) -> CostTable:
-    """Tables with the same columns, one after the other."""
+    """Tables one after the other (the columns they all have)."""
     if len(tables) == 1:
         return tables[0]
     batch = LayoutBatch({k: np.concatenate([getattr(t.batch, k) for t in tables]) for k in FIELDS})
-    columns = {k: np.concatenate([t.columns[k] for t in tables]) for k in tables[0].columns}
+    names = [k for k in tables[0].columns if all(k in t.columns for t in tables)]
+    columns = {k: np.concatenate([t.columns[k] for t in tables]) for k in names}
     return CostTable(batch=batch, columns=columns, training=tables[0].training)
 
 
@@ -189,6 +228,23 @@ def _closest_miss(ctx: CostContext, table: CostTable, space_values: dict) -> str
                 f"{table.batch.layout(i).describe()}: try {_either(hints)}")
     i = int(np.argmax(stage == ILLEGAL))
     return f"e.g. {explain_reason(ctx, table.batch, i, int(table['reason_code'][i]))}"
+
+
+def closest_rows(table: CostTable, stage: np.ndarray, stages: tuple[int, ...]) -> np.ndarray:
+    """Per stage of ``stages`` present, the row :func:`_closest_miss` would pick from the ranked
+    table: nearest the batch (NO_BATCH), smallest peak (OUT_OF_MEMORY), best ranked (ILLEGAL);
+    ties go to the first in rank order. Picking these per chunk and then again from the picks
+    gives the pick over the whole table."""
+    distance = {NO_BATCH: np.abs(table.batch.gbs_seqs - table.training.gbs_seqs),
+                OUT_OF_MEMORY: np.nan_to_num(table["peak_memory_bytes"], nan=np.inf),
+                ILLEGAL: -np.nan_to_num(table["tokens_per_s_per_gpu"], nan=-np.inf, posinf=-np.inf)}
+    rows = []
+    for s in stages:
+        mask = stage == s
+        if mask.any():
+            tied = np.flatnonzero(mask & (distance[s] == distance[s][mask].min()))
+            rows.append(tied[rank_order(take(table, tied))[0]])
+    return np.array(sorted(rows), dtype=np.int64)
 
 
 def _either(options: list[str]) -> str:

@@ -28,6 +28,11 @@ FP8_RECIPES = ("tensorwise", "delayed", "blockwise", "mxfp8")  # Megatron --fp8-
 MAX_GPUS = 10**7
 MAX_SEQ_LEN = 10**8
 MAX_GBS_SEQS = 2**40
+# The global batch a layout may reach by default, as a fraction of the one asked for: ±5 %, so a
+# GPU count whose data-parallel degrees do not divide the batch (96 GPUs and 512 sequences) still
+# gets plans, each at its nearest reachable batch (a layout that reaches it exactly keeps it).
+# 0 demands the batch exactly.
+DEFAULT_GBS_TOLERANCE = 0.05
 
 
 class TrainingSpecError(AutoplanError):
@@ -38,8 +43,8 @@ class TrainingSpecError(AutoplanError):
 class TrainingSpec:
     """The cluster, sequence length and global batch every layout must train with.
 
-    ``gbs_tolerance`` is a fraction: 0 demands ``gbs_seqs`` exactly; 0.05 accepts the nearest
-    batch ``dp·mbs·grad_acc`` within ±5 % of it. ``flops_convention`` decides how *model*
+    ``gbs_tolerance`` is a fraction: 0 demands ``gbs_seqs`` exactly; 0.05 (the default,
+    :data:`DEFAULT_GBS_TOLERANCE`) accepts the nearest batch ``dp·mbs·grad_acc`` within ±5 % of it. ``flops_convention`` decides how *model*
     FLOPs (for MFU) are counted; time always uses the work the kernels really do (causal
     attention does half the score FLOPs):
 
@@ -64,7 +69,7 @@ class TrainingSpec:
     cluster: Cluster
     seq_len: int
     gbs_seqs: int
-    gbs_tolerance: float = 0.0
+    gbs_tolerance: float = DEFAULT_GBS_TOLERANCE
     flops_convention: str = "playbook"
     attention_kernel: str = "flash"
     fp8_recipe: str = "tensorwise"

@@ -92,7 +92,9 @@ def test_columns_md_describes_every_plans_csv_column(headline):
 def test_plans_csv_has_every_candidate_ranked_and_is_reproducible(headline, tmp_path):
     document, out = headline
     rows = list(csv.DictReader(io.StringIO((out / "plans.csv").read_text())))
-    assert len(rows) == document["recipe"]["candidates"]  # no tp·pp·cp > 512 in the default space
+    # no tp·pp·cp > 512 in the default space; twins are folded into their leader's row
+    folded = sum(len(r["variants"].split("; ")) for r in rows if r["variants"])
+    assert len(rows) + folded == document["recipe"]["candidates"]
     assert [int(r["rank"]) for r in rows] == list(range(1, len(rows) + 1))
     assert {r["infeasible_reason"] for r in rows if r["feasible"] == "False"} >= {"out_of_memory"}
     assert all(r["infeasible_reason"] == "" for r in rows if r["feasible"] == "True")
@@ -200,3 +202,31 @@ def test_search_price_without_tokens_is_an_error():
     result = CliRunner().invoke(main, ["search", "--model", "8b", "--gpus", "64", "--gbs-tokens", "4M",
                                        "--gpu-hour-price", "2.5"])
     assert result.exit_code == 2 and "--train-tokens" in result.stderr
+
+
+def test_an_awkward_gpu_count_shows_each_plans_batch(tmp_path):
+    """96 GPUs cannot reach 512 sequences exactly: the plans take the nearest batch within the
+    default ±5 %, the header names them, and every plan carries its batch and time per token."""
+    result = run(["search", "--model", "70b", "--gpus", "96", "--gbs-tokens", "4M", "--format", "json"], tmp_path)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    used = sorted({plan["gbs_seqs"] for plan in document["plans"]})
+    assert 512 not in used
+    header = next(line for line in result.stderr.splitlines() if line.startswith("Recipe:"))
+    assert "gbs 512 ±5% x 8192 tokens (plans use " in header
+    named = header.split("plans use ")[1].split(" seqs")[0].split(", ")
+    assert {str(b) for b in used} <= set(named)
+    for plan in document["plans"]:
+        assert plan["gbs_tokens"] == plan["gbs_seqs"] * 8192
+        assert plan["step_time_per_token_s"] == pytest.approx(plan["step_time_s"] / plan["gbs_tokens"])
+    header = (tmp_path / "out" / "plans.csv").read_text().splitlines()[0].split(",")
+    assert {"gbs_seqs", "gbs_tokens", "step_time_per_token_s"} <= set(header)
+
+
+def test_allow_idle_gpus_reports_the_idle_ones(tmp_path):
+    args = ["search", "--model", "70b", "--gpus", "1000", "--gbs-tokens", "4M", "--gbs-tolerance", "0",
+            "--allow-idle-gpus", "--top", "3"]
+    result = run(args, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "GPUs idle)" in result.stdout
+    assert "on 1000, 992, 960, 896, 768, 512 of 1000 GPUs" in result.stdout

@@ -103,7 +103,7 @@ def test_enumerated_layouts_respect_degrees_batch_and_sp():
 def test_batch_derivation_with_tolerance_picks_the_nearest_batch():
     knobs = {"dp": np.array([8.0, 8.0, 48.0]), "mbs": np.array([1.0, 3.0, 1.0]),
              "tp": np.ones(3), "pp": np.ones(3), "cp": np.ones(3)}
-    exact = build_training(8, 4096, 100)
+    exact = build_training(8, 4096, 100, gbs_tolerance=0.0)
     derived = derive_batch_knobs(knobs, exact)
     grad_acc, reaches = derived["grad_acc"], derived["reaches"]
     # 100/8 = 12.5 -> 12 (96) and 13 (104) tie; ties go to the smaller batch. 100/24 -> 4 (96).
