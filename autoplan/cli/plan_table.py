@@ -1,0 +1,95 @@
+"""The ranked plans of a search as a terminal table: each plan's layout, memory, batch, step time,
+tokens/s with its error band, MFU, bubble and exposed communication."""
+
+from __future__ import annotations
+
+COST_COLUMNS = ("train_days", "gpu_hours", "cost_usd")
+
+
+def describe(layout) -> str:
+    """``Layout.describe()`` plus the placement when it is not the default one."""
+    from autoplan.layout import DEFAULT_PLACEMENT
+
+    extra = f" {layout.placement}" if layout.placement != DEFAULT_PLACEMENT else ""
+    return layout.describe() + extra
+
+
+BATCH_HEADERS = ("batch seqs\n(tokens)", "µs per\ntoken")
+
+
+def batch_cells(table, row: int) -> tuple[str, str]:
+    """A plan's own global batch ('504 (3.94M)': sequences, tokens in binary millions as
+    --gbs-tokens counts them) and its step time per token of that batch, in microseconds."""
+    seqs = int(table.batch.gbs_seqs[row])
+    return (f"{seqs:,} ({table['gbs_tokens'][row] / 2**20:.2f}M)",
+            f"{1e6 * table['step_time_per_token_s'][row]:.3f}")
+
+
+def idle_note(table, row: int) -> str:
+    """' (488 GPUs idle)' for a plan that leaves GPUs of the job idle (--allow-idle-gpus)."""
+    idle = table.columns.get("idle_gpus")
+    return f" ({int(idle[row])} GPUs idle)" if idle is not None and idle[row] else ""
+
+
+def twins_note(result, row: int) -> str:
+    """The plans predicted the same as row ``row``, folded into it: '\n= cp=2 dp=8 mbs=2'."""
+    variants = result.variants[row]
+    return f"\n= {variants}" if variants else ""
+
+
+def print_table(result, top_k: int, costs=None) -> None:
+    """The recipe line and a rich table of the best plans on stdout."""
+    from rich.table import Table
+
+    from autoplan.cli.render import stdout_console
+    from autoplan.report.results import recipe_line
+    from autoplan.units import format_time
+
+    console = stdout_console(highlight=False)
+    if not console.is_terminal:
+        console = stdout_console(highlight=False, width=160)
+    console.print(recipe_line(result))
+    rows = result.plan_rows(top_k)
+    if len(rows) == 0:
+        return
+    title = "Pareto front: throughput vs memory headroom" if result.sampler == "nsga2" else "Best plans"
+    table = Table(title=f"{title} ({result.ctx.model.name}, {result.training.gpus} x "
+                        f"{result.ctx.cluster.gpu.name}, {result.ctx.profile.name})")
+    # Numbers never wrap; a narrow terminal wraps the layout column instead.
+    table.add_column("rank", justify="right", no_wrap=True)
+    table.add_column("layout", min_width=24)
+    cost_names = [c for c in COST_COLUMNS if costs is not None and c in costs]
+    headers = {"train_days": "days", "gpu_hours": "GPU-hours", "cost_usd": "USD"}
+    for name in ("peak GiB\n(room)", *BATCH_HEADERS, "step", _tokens_header(result), "MFU", "bubble",
+                 "exposed\ncomm", *[headers[c] for c in cost_names]):
+        table.add_column(name, justify="right", no_wrap=True)
+    col = result.table.columns
+    for j, row in enumerate(rows):
+        extra = [f"{costs[c].iloc[j]:,.1f}" if c == "train_days" else f"{costs[c].iloc[j]:,.0f}"
+                 for c in cost_names]
+        table.add_row(str(result.ranks[row]), describe(result.table.batch.layout(int(row)))
+                      + idle_note(result.table, int(row)) + twins_note(result, int(row)),
+                      f"{col['peak_memory_gib'][row]:.1f} ({col['memory_headroom_gib'][row]:+.1f})",
+                      *batch_cells(result.table, int(row)),
+                      format_time(col["step_time_s"][row]), _tokens_cell(result, row),
+                      f"{100 * col['mfu'][row]:.1f}%", f"{100 * col['bubble_fraction'][row]:.1f}%",
+                      f"{100 * col['exposed_comm_fraction'][row]:.1f}%", *extra)
+    console.print(table)
+
+
+def _tokens_header(result) -> str:
+    """The tokens/s column header with the band's group, marked when the pair was never measured."""
+    from autoplan.report.near_ties import result_band
+
+    band = result_band(result)
+    return "tokens/s\n/GPU" + ("" if band.measured else "\n(unmeasured pair)")
+
+
+def _tokens_cell(result, row: int) -> str:
+    """'1,183 ±9%': the predicted tokens/s per GPU and its error band."""
+    from autoplan.calibration.uncertainty import band_text
+    from autoplan.report.near_ties import result_band
+
+    band = result_band(result)
+    value = result.table.columns["tokens_per_s_per_gpu"][row]
+    return f"{value:,.0f} {band_text(band.tokens_low_factor, band.tokens_high_factor)}"
