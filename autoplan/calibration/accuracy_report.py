@@ -46,7 +46,8 @@ from autoplan.calibration.fit import (
     split_rows,
 )
 from autoplan.calibration.rows import Row, Source, row_context
-from autoplan.calibration.validation import load_playbook_sweep, load_sources
+from autoplan.calibration.sources import load_sources
+from autoplan.calibration.validation import load_playbook_sweep
 from autoplan.errors import AutoplanError
 from autoplan.profiles import CalibratedParameters, load_profile
 from autoplan.specs.hardware import load_gpu
