@@ -31,7 +31,7 @@ from autoplan.calibration.accuracy import (
 from autoplan.calibration.accuracy_report import SECTIONS, accuracy_report
 from autoplan.calibration.fit import CalibrationError, cross_validate
 from autoplan.calibration.rows import row_context
-from autoplan.calibration.validation import load_sources
+from autoplan.calibration.sources import load_sources
 from autoplan.profiles import PARAMETERS
 
 

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -44,6 +44,10 @@ class Row:
     allow_uneven: bool = True
     derived: str = ""
     attention_kernel: str = "flash"  # 'eager' for the 2021-22 Megatron runs (softmax scores saved)
+    # The run's own settings where it departs from its trainer profile (name, value), e.g.
+    # Composer FSDP 'PURE' mixed precision reducing gradients in bf16: ("grad_reduce_bytes", 2).
+    profile_overrides: tuple[tuple[str, float], ...] = ()
+    nic_bytes_per_s: float = 0.0  # the cluster's NIC bandwidth per GPU; 0 = the GPU preset's
 
     @property
     def num_gpus(self) -> int:
@@ -56,7 +60,8 @@ class Row:
 
     @property
     def context_key(self) -> tuple:
-        return (self.model.name, self.hardware, self.trainer, *self.setup, self.attention_kernel)
+        return (self.model.name, self.hardware, self.trainer, *self.setup, self.attention_kernel,
+                self.profile_overrides, self.nic_bytes_per_s)
 
     @property
     def has_time(self) -> bool:
@@ -80,15 +85,19 @@ class Source:
 
 @lru_cache(maxsize=None)
 def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, int, int],
-             attention_kernel: str = "flash") -> CostContext:
+             attention_kernel: str = "flash", profile_overrides: tuple[tuple[str, float], ...] = (),
+             nic_bytes_per_s: float = 0.0) -> CostContext:
     gpu = load_gpu(hardware)
-    profile = load_profile(trainer)
+    profile = replace(load_profile(trainer), **dict(profile_overrides))
     num_gpus, seq_len, gbs_seqs = setup
-    training = TrainingSpec(make_cluster(gpu, num_gpus), seq_len, gbs_seqs, attention_kernel=attention_kernel)
+    nic = nic_bytes_per_s if nic_bytes_per_s > 0 else None
+    training = TrainingSpec(make_cluster(gpu, num_gpus, nic_bytes_per_s=nic), seq_len, gbs_seqs,
+                            attention_kernel=attention_kernel)
     return CostContext(model=model, training=training, profile=profile,
                        parameters=profile.parameters_for(gpu.name))
 
 
 def row_context(row: Row) -> CostContext:
     """The cost context of a row (its setup) with the shipped profile's parameters for its GPU."""
-    return _context(row.model, row.hardware, row.trainer, row.setup, row.attention_kernel)
+    return _context(row.model, row.hardware, row.trainer, row.setup, row.attention_kernel,
+                    row.profile_overrides, row.nic_bytes_per_s)

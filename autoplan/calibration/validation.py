@@ -21,11 +21,10 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from autoplan.calibration.rows import Row, Source
-from autoplan.errors import UnknownNameError
 from autoplan.paths import data_dir
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
@@ -40,7 +39,7 @@ PLAYBOOK_MEMORY_UNIT = GB
 NAN = float("nan")
 
 
-def _read(file: str) -> list[dict[str, str]]:
+def read_csv(file: str) -> list[dict[str, str]]:
     with open(data_dir("validation") / file, newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
 
@@ -55,7 +54,21 @@ def _leading_int(text: str, default: int | None = None) -> int:
     return default
 
 
-def _number(text: str) -> float:
+def rows_and_exclusions(name: str, file: str, reason: Callable[[dict[str, str]], str],
+                        make: Callable[[int, dict[str, str]], Row]) -> tuple[tuple[Row, ...], tuple[tuple[str, str], ...]]:
+    """Each line of ``file`` as a row (``make(line, record)``) or, where ``reason`` says why not,
+    as (row id ``name:line``, reason): no row is left out silently."""
+    rows, excluded = [], []
+    for i, r in enumerate(read_csv(file)):
+        why = reason(r)
+        if why:
+            excluded.append((f"{name}:{i + 2}", why))
+        else:
+            rows.append(make(i + 2, r))
+    return tuple(rows), tuple(excluded)
+
+
+def number_or_nan(text: str) -> float:
     text = (text or "").strip()
     return float(text) if text else NAN
 
@@ -101,9 +114,9 @@ def _playbook_row(source: str, line: int, r: dict[str, str], memory_unit: float)
     # sp follows resolve_layout's default (on when tp > 1); nanotron's 1F1B is the profile's.
     return Row(source=source, row_id=f"{source}:{line}", model=load_model(_PLAYBOOK_MODELS[r["model_label"]]),
                hardware="h100-sxm", trainer="nanotron", layout=layout,
-               tokens_per_s_per_gpu=_number(r["tokens_per_sec_per_gpu"]),
-               peak_memory_bytes=_number(r["gpu_memory_gb"]) * memory_unit, status=r["status"],
-               mfu=_number(r["mfu_pct"]) / 100.0, cell=f"{r['model_label']}/{r['nodes']} nodes")
+               tokens_per_s_per_gpu=number_or_nan(r["tokens_per_sec_per_gpu"]),
+               peak_memory_bytes=number_or_nan(r["gpu_memory_gb"]) * memory_unit, status=r["status"],
+               mfu=number_or_nan(r["mfu_pct"]) / 100.0, cell=f"{r['model_label']}/{r['nodes']} nodes")
 
 
 def _playbook_inconsistency(r: dict[str, str]) -> str:
@@ -118,15 +131,10 @@ def _playbook_inconsistency(r: dict[str, str]) -> str:
 
 
 def _load_playbook(name: str, file: str, memory_unit: float, notes: str) -> Source:
-    rows, excluded = [], []
-    for i, r in enumerate(_read(file)):
-        reason = _playbook_inconsistency(r)
-        if reason:
-            excluded.append((f"{name}:{i + 2}", reason))
-        else:
-            rows.append(_playbook_row(name, i + 2, r, memory_unit))
+    rows, excluded = rows_and_exclusions(name, file, _playbook_inconsistency,
+                                         lambda line, r: _playbook_row(name, line, r, memory_unit))
     unit = "GB" if memory_unit == GB else "GiB"
-    return Source(name, file, tuple(rows), tuple(excluded), notes=f"{notes}; memory read in {unit}")
+    return Source(name, file, rows, excluded, notes=f"{notes}; memory read in {unit}")
 
 
 def load_playbook_sweep(memory_unit: float = PLAYBOOK_MEMORY_UNIT) -> Source:
@@ -171,8 +179,6 @@ def _torchtitan_exclusion(r: dict[str, str]) -> str:
         return "torch_compile=False (autoplan's torchtitan profile is calibrated with compile on)"
     if "rowwise" in r["note"]:
         return "float8 rowwise recipe (the profile models tensorwise Float8 only)"
-    if "H200" in r["table"]:
-        return "H200 runs (2 rows): too few to calibrate torchtitan on h200"
     return ""
 
 
@@ -180,20 +186,22 @@ def load_torchtitan() -> Source:
     """torchtitan's published Llama 3.1 runs (tokens/s/GPU and max memory over GPUs, GiB)."""
     file = "torchtitan_benchmarks.csv"
     rows, excluded = [], []
-    for i, r in enumerate(_read(file)):
+    for i, r in enumerate(read_csv(file)):
         row_id = f"torchtitan:{i + 2}"
         reason = _torchtitan_exclusion(r)
         if reason:
             excluded.append((row_id, reason))
             continue
         rows.append(Row(source="torchtitan", row_id=row_id, model=load_model(_TORCHTITAN_MODELS[r["model"]]),
-                        hardware="h100-96gb-500w", trainer="torchtitan", layout=_torchtitan_layout(r),
-                        tokens_per_s_per_gpu=_number(r["tokens_per_sec_per_gpu"]),
-                        peak_memory_bytes=_number(r["peak_memory_gib"]) * GiB,
+                        hardware="h200" if "H200" in r["table"] else "h100-96gb-500w",
+                        trainer="torchtitan", layout=_torchtitan_layout(r),
+                        tokens_per_s_per_gpu=number_or_nan(r["tokens_per_sec_per_gpu"]),
+                        peak_memory_bytes=number_or_nan(r["peak_memory_gib"]) * GiB,
                         cell=f"{r['table']} {r['note']}".strip(), allow_uneven=True))
     return Source("torchtitan", file, tuple(rows), tuple(excluded),
                   notes="compile=True rows; async TP rows kept (one tp_overlap per profile); "
-                        "seq_len 8192 where the file infers it")
+                        "seq_len 8192 where the file infers it; H200 rows never fitted (transfer check; "
+                        "their FSDP float8 all-gather is counted as bf16)")
 
 
 # --- Megatron on A100 80GB (Selene): SC'21 Table 1, Korthikanti 2022 Table 5 -------------------
@@ -208,7 +216,7 @@ def load_sc21() -> Source:
     """
     file = "megatron_sc21_table1_weak_scaling.csv"
     rows = []
-    for i, r in enumerate(_read(file)):
+    for i, r in enumerate(read_csv(file)):
         h, layers, heads = int(r["hidden_size"]), int(r["num_layers"]), int(r["attention_heads"])
         seq, vocab = int(r["seq_len"]), int(r["vocab_size"])
         model = gpt_model(f"gpt-sc21-{r['model']}", hidden=h, layers=layers, heads=heads, vocab=vocab,
@@ -227,7 +235,7 @@ def load_sc21() -> Source:
 
 
 def _korthikanti_configs() -> dict[str, dict[str, str]]:
-    return {r["model"].split()[0]: r for r in _read("korthikanti2022_table3_configs.csv")}
+    return {r["model"].split()[0]: r for r in read_csv("korthikanti2022_table3_configs.csv")}
 
 
 def load_korthikanti() -> Source:
@@ -238,7 +246,7 @@ def load_korthikanti() -> Source:
     file = "korthikanti2022_table5_end_to_end.csv"
     configs = _korthikanti_configs()
     rows, excluded = [], []
-    for i, r in enumerate(_read(file)):
+    for i, r in enumerate(read_csv(file)):
         c = configs[r["model"]]
         h, layers, heads = int(c["hidden_size"]), int(c["num_layers"]), int(c["attention_heads"])
         seq, vocab = int(c["seq_len"]), int(c["vocab_size"])
@@ -252,7 +260,7 @@ def load_korthikanti() -> Source:
         found = False
         for column, mode, sp in (("iteration_time_selective_plus_sp_s", "selective", True),
                                  ("iteration_time_full_recompute_s", "full", False)):
-            seconds = _number(r[column])
+            seconds = number_or_nan(r[column])
             if not math.isfinite(seconds):
                 continue
             found = True
@@ -281,7 +289,7 @@ def load_megatron_core_h100() -> Source:
     no recompute, mbs 1, distributed optimizer (zero 1), SP with TP, vpp per ``_interleave``."""
     file = "megatron_core_h100_weak_scaling.csv"
     rows = []
-    for r in _read(file):
+    for r in read_csv(file):
         h, layers, heads = int(r["hidden_size"]), int(r["num_layers"]), int(r["attention_heads"])
         seq, vocab = int(r["seq_len"]), int(r["vocab_size"])
         model = gpt_model(f"gpt-mcore-{r['model']}", hidden=h, layers=layers, heads=heads, vocab=vocab,
@@ -308,7 +316,7 @@ def load_llama3_405b() -> Source:
     file = "llama3_405b_table4_scaling.csv"
     model = load_model("llama3.1-405b")
     rows = []
-    for r in _read(file):
+    for r in read_csv(file):
         seq, pp, per_dp = int(r["seq_len"]), int(r["pp"]), int(r["batch_size_per_dp_sequences"])
         dp = int(r["dp"])
         layout = {"gpus": int(r["gpus"]), "tp": int(r["tp"]), "pp": pp, "cp": int(r["cp"]), "dp": dp,
@@ -322,25 +330,3 @@ def load_llama3_405b() -> Source:
                         mfu=float(r["bf16_mfu_pct"]) / 100.0, cell=row_id, allow_uneven=True,
                         derived="TFLOP/s / (6·N + 12·L·h·s), playbook convention"))
     return Source("llama3_405b", file, tuple(rows), notes="derived tokens/s; layout assumptions")
-
-
-SOURCES: dict[str, Callable[[], Source]] = {
-    "playbook_sweep": load_playbook_sweep,
-    "playbook_best": load_playbook_best,
-    "torchtitan": load_torchtitan,
-    "sc21": load_sc21,
-    "korthikanti": load_korthikanti,
-    "megatron_core_h100": load_megatron_core_h100,
-    "llama3_405b": load_llama3_405b,
-}
-
-
-def load_source(name: str) -> Source:
-    if name not in SOURCES:
-        raise UnknownNameError("validation source", name, SOURCES)
-    return SOURCES[name]()
-
-
-def load_sources(names: Iterable[str] | None = None) -> dict[str, Source]:
-    """The named sources (all of them by default), loaded."""
-    return {name: load_source(name) for name in (names or SOURCES)}

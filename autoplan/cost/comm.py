@@ -107,3 +107,57 @@ def strides(placement: np.ndarray, tp: np.ndarray, cp: np.ndarray, dp: np.ndarra
             out[name] = running if chosen is None else np.where(chosen, running, out[name])
             running = running * sizes[name]
     return out
+
+
+# --- data-parallel collectives: NCCL's latency model by algorithm and group size ---------------
+
+def domains_spanned(link: GroupLink) -> np.ndarray:
+    """N: the scale-up domains (nodes) a group spans, ``n / k`` with k of its ranks per domain."""
+    return np.maximum(1.0, np.ceil(link.size / np.maximum(link.ranks_per_domain, 1.0)))
+
+
+def ring_latency_s(ctx: CostContext, link: GroupLink, rounds: float) -> np.ndarray:
+    """Latency of one ring collective, NCCL's tuning model (NVIDIA/nccl src/graph/tuning.cc,
+    ``ncclTopoTuneModel``): ``rounds·((n − N)·α_up + (N − 1)·α_out)``, the ring's ``n − 1`` steps
+    of which ``N − 1`` cross a NIC (N domains spanned); rounds = 1 for all-gather and
+    reduce-scatter, 2 for all-reduce. It grows linearly with the group, unlike a tree."""
+    gpu, n = ctx.cluster.gpu, link.size
+    nodes = domains_spanned(link)
+    steps = rounds * ((n - nodes) * gpu.scale_up_latency_s + (nodes - 1.0) * gpu.scale_out_latency_s)
+    return np.where(n > 1, steps, 0.0)
+
+
+def tree_latency_s(ctx: CostContext, link: GroupLink) -> np.ndarray:
+    """Latency of a (double binary) tree all-reduce: up and down a tree of depth log2(n) whose
+    log2(k) levels inside a domain cost α_up and log2(N) levels across domains α_out:
+    ``2·(log2(k)·α_up + log2(N)·α_out)``. NCCL's tuning model (same source) chains the k ranks
+    inside a node instead; a tree there too keeps a group inside one domain never slower than
+    the same group split over domains (NVSwitch connects every pair of a node's GPUs)."""
+    gpu, n = ctx.cluster.gpu, link.size
+    inside = np.maximum(np.minimum(link.ranks_per_domain, n), 1.0)
+    steps = 2.0 * (np.log2(inside) * gpu.scale_up_latency_s + np.log2(domains_spanned(link)) * gpu.scale_out_latency_s)
+    return np.where(n > 1, steps, 0.0)
+
+
+def dp_all_gather_s(ctx: CostContext, link: GroupLink, num_bytes: np.ndarray,
+                    num_collectives: np.ndarray) -> np.ndarray:
+    """``num_collectives`` ring all-gathers (= reduce-scatters) that together move ``num_bytes``
+    per rank (the full buffers): (n − 1)/n·S/busbw + num_collectives·ring latency. NCCL runs
+    all-gather and reduce-scatter as rings only (tuning.cc: trees are for all-reduce)."""
+    n = link.size
+    transfer = (n - 1) / n * num_bytes / link.bus_bytes_per_s
+    return np.where(n > 1, transfer + num_collectives * ring_latency_s(ctx, link, 1.0), 0.0)
+
+
+dp_reduce_scatter_s = dp_all_gather_s
+
+
+def dp_all_reduce_s(ctx: CostContext, link: GroupLink, num_bytes: np.ndarray,
+                    num_collectives: np.ndarray) -> np.ndarray:
+    """``num_collectives`` all-reduces moving ``num_bytes`` per rank: 2(n − 1)/n·S/busbw (ring
+    and tree both reach the bus bandwidth on large buffers) + per collective the smaller of the
+    ring's and the tree's latency, as NCCL picks the faster algorithm per call (tuning.cc)."""
+    n = link.size
+    latency = np.minimum(ring_latency_s(ctx, link, 2.0), tree_latency_s(ctx, link))
+    transfer = 2.0 * (n - 1) / n * num_bytes / link.bus_bytes_per_s
+    return np.where(n > 1, transfer + num_collectives * latency, 0.0)

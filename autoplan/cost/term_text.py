@@ -69,11 +69,17 @@ def _selective_share(ctx, lay) -> str:
 
 
 def _dp_collectives(ctx, lay) -> str:
+    buckets = "in ⌈P/dp_bucket_params⌉ buckets"
     if lay.zero == 0:
-        return "R = AR(P·grad_reduce_bytes), Gth = 0, Z3 = 0"
-    if lay.zero <= 2:
-        return "R = RS(P·grad_reduce_bytes), Gth = AG(P·BF16_BYTES), Z3 = 0"
-    return "R = 0, Gth = 0, Z3 = 2·AG(P·BF16_BYTES) + RS(P·grad_reduce_bytes)"
+        return f"R = AR(P·grad_reduce_bytes) {buckets}, Gth = 0, Z3 = 0, F = 0"
+    per_step = lay.pp > 1 and ctx.profile.zero3_pp_unsharded_bytes > 0
+    if lay.zero <= 2 or per_step:
+        return (f"R = RS(P·grad_reduce_bytes), Gth = AG(P·PARAM_GATHER_BYTES) "
+                f"{'per layer, once per step (pipeline keeps the stage unsharded)' if per_step else buckets}, "
+                "Z3 = 0, F = 0")
+    return ("R = 0, Gth = 0, Z3 = g·AG(P·PARAM_GATHER_BYTES) + RS(P·grad_reduce_bytes), one collective per "
+            "layer, g = ZERO3_GATHERS_PER_MICROBATCH (+ the recomputed forward's gather of layers over "
+            "zero3_reuse_distance_params); F = (AG + RS)/L_S")
 
 
 VARIANTS: dict[str, Variant] = {
@@ -105,9 +111,14 @@ VARIANTS: dict[str, Variant] = {
                                "under selective, or with recompute_modules each named module's matmul share of t_mm "
                                "(norms and SwiGLU at HBM speed); else 0",
                                _selective_share),
-    "dp_collectives": Variant("R = AR(P·grad_reduce_bytes) under zero 0, RS(P·grad_reduce_bytes) under zero 1–2; "
-                              "Gth = AG(P·BF16_BYTES) under zero 1–2; Z3 = 2·AG(P·BF16_BYTES) + "
-                              "RS(P·grad_reduce_bytes) under zero 3; each 0 otherwise", _dp_collectives),
+    "dp_collectives": Variant("R = AR(P·grad_reduce_bytes) under zero 0, RS(P·grad_reduce_bytes) under zero 1–2, "
+                              "in ⌈P/dp_bucket_params⌉ buckets; Gth = AG(P·PARAM_GATHER_BYTES) under zero 1–2; "
+                              "Z3 = g·AG(P·PARAM_GATHER_BYTES) + RS(P·grad_reduce_bytes) per micro-batch under "
+                              "zero 3, one collective per layer, g = ZERO3_GATHERS_PER_MICROBATCH (+ the "
+                              "recomputed forward's gather where a layer exceeds zero3_reuse_distance_params); "
+                              "F = (AG + RS)/L_S, ZeRO-3's first gather and last reduce-scatter; ZeRO-3 over a "
+                              "pipeline that keeps the stage unsharded (zero3_pp_unsharded_bytes > 0) reduces "
+                              "and gathers once per step like zero 2; each 0 otherwise", _dp_collectives),
     "flops_n": Variant("N = the flops_convention's parameter count (playbook: active parameters with a tied "
                        "head counted again; causal: the same with the attention term halved; megatron: "
                        "without the embedding lookup)",
@@ -129,6 +140,10 @@ CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
                                 "TP collectives per layer and pass (2 all-gathers + 2 reduce-scatters)"),
     "BACKWARD_MATMUL_FACTOR": ("autoplan.cost.time", "BACKWARD_MATMUL_FACTOR", 2.0,
                                "matmul backward time over its forward (input and weight gradients; SC'21 Sec. 5.1)"),
+    "PARAM_GATHER_BYTES": ("autoplan.cost.data_parallel", "PARAM_GATHER_BYTES", 2.0,
+                           "bytes of one gathered parameter (bf16 param_dtype)"),
+    "ZERO3_GATHERS_PER_MICROBATCH": ("autoplan.cost.data_parallel", "ZERO3_GATHERS_PER_MICROBATCH", 2.0,
+                                     "ZeRO-3 parameter gathers per layer and micro-batch: forward and backward"),
     "OFFLOAD_STAGING_LAYERS": ("autoplan.cost.recompute", "OFFLOAD_STAGING_LAYERS", 1.0,
                                "layers of activations an offloading stage keeps in transfer (TE's double buffer)"),
 }

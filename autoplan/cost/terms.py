@@ -14,7 +14,9 @@ h_div = tp if sp else 1; h the hidden size, V the vocabulary, L_S the layers of 
 on the stage (twice a stage's under pp_schedule dualpipe: ``cost.schedule.parameter_copies``); G the ZeRO group, G_e = max(G·tp/(ep·etp), 1) the expert-data-parallel group;
 AG, RS, AR, A2A(S): ring all-gather, reduce-scatter, all-reduce, all-to-all of S bytes over a
 group (``cost/comm.py``: AG = RS = (n−1)/n·S/busbw + log2(n)·α, AR twice that, busbw from
-``scale_up_efficiency`` or ``scale_out_efficiency``).
+``scale_up_efficiency`` or ``scale_out_efficiency``). Data-parallel collectives (``cost/data_parallel.py``)
+pay NCCL's latency per collective instead: ring (n − N)·α_up + (N − 1)·α_out over N nodes
+(twice for AR), or for AR the tree's 2·(log2(k)·α_up + log2(N)·α_out) when smaller.
 """
 
 from __future__ import annotations
@@ -160,9 +162,11 @@ TIME_TERMS_DEFINED = [
           "GEMM's FLOPs per GPU; t_att = tokens·attention score FLOPs/2/tp / (peak_bf16_flops_per_s·"
           "attention_efficiency)·unfused_attention_factor; t_ew = elementwise_bytes_per_token_hidden·tokens·h·(REPLICATED_ELEMENTWISE_SHARE"
           "/h_div + (1 − REPLICATED_ELEMENTWISE_SHARE)/tp) / (hbm_bytes_per_s·hbm_efficiency); head (last stage) "
-          "= 3·2·tokens·V·h/tp / (peak_bf16_flops_per_s·η); the slowest of the first and last stage by "
+          "= 3·2·tokens·V·h/tp / (peak_bf16_flops_per_s·η) + tokens·V/tp·loss_hbm_bytes_per_logit / "
+          "(hbm_bytes_per_s·hbm_efficiency) (the memory-bound loss); the slowest of the first and last stage by "
           "compute + recompute",
-          f"{SC21} Sec. 5.1 (backward = 2 × forward); FlashAttention-2 (Dao 2023) Sec. 3", GEMM),
+          f"{SC21} Sec. 5.1 (backward = 2 × forward); FlashAttention-2 (Dao 2023) Sec. 3; PyTorch "
+          "cross_entropy (log_softmax + nll_loss) passes over the logits", (*GEMM, "loss_hbm_bytes_per_logit")),
     _time("recompute", "forward work recomputed in backward",
           "grad_acc × Σ_layers (f_mm·t_mm + f_att·t_att + f_ew·t_ew); {recompute_share}",
           f"{KORTHIKANTI} Sec. 5, Appendix A; Megatron-Core core_v0.15.3 transformer_block.py "
@@ -201,13 +205,17 @@ TIME_TERMS_DEFINED = [
           ("pp_overlap", "BF16_BYTES", *LINKS)),
     _time("dp_exposed", "data-parallel gradient reduction and parameter gathers not hidden",
           "R − dp_overlap·min(R, B/(1 + B)·t_mc) + Gth − dp_overlap·min(Gth, "
-          "t_mc/(1 + B)) + grad_acc·max(0, Z3 − fsdp_overlap·t_mc); {dp_collectives}; P = the "
+          "t_mc/(1 + B)) + F + grad_acc·max(0, Z3 − fsdp_overlap·t_mc); {dp_collectives}; P = the "
           "parameters per GPU of the heavier of the first and last stage, its non-expert part over dp·cp, its "
           "expert part over the expert-data-parallel group; t_mc = compute + recompute of one micro-batch, "
           "B = BACKWARD_MATMUL_FACTOR (the backward share B/(1 + B) hides the gradient reduction, the forward "
           "share 1/(1 + B) the parameter gather)",
-          f"PyTorch DDP gradient buckets; {ZERO}; FSDP2 prefetch",
-          ("dp_overlap", "fsdp_overlap", "grad_reduce_bytes", "BF16_BYTES", "BACKWARD_MATMUL_FACTOR", *LINKS)),
+          f"PyTorch DDP gradient buckets; {ZERO}, Sec. 7 (2Ψ, 3Ψ per step); FSDP2 prefetch; NVIDIA/nccl "
+          "src/graph/tuning.cc (ring and tree latency); DeepSpeed partitioned_param_coordinator.py "
+          "(stage3_max_reuse_distance)",
+          ("dp_overlap", "fsdp_overlap", "grad_reduce_bytes", "PARAM_GATHER_BYTES", "BACKWARD_MATMUL_FACTOR",
+           "ZERO3_GATHERS_PER_MICROBATCH", "dp_bucket_params", "zero3_reuse_distance_params",
+           "zero3_pp_unsharded_bytes", *LINKS)),
     _time("bubble", "pipeline fill and drain",
           "bubble(pp_schedule) × t_micro: 1f1b, afab (pp − 1); interleaved (pp − 1)/vpp; zb-h1 (pp − 1)(1 − 2w)/vpp; "
           "zb-v max(0, (pp − 1)(1 − 3w)/2); dualpipe (pp/2 − 1)(2 − f − 3w); dualpipev (pp − 1)(2 − f − 3w)/2; "

@@ -6,7 +6,8 @@ less efficiently); flash attention at its own efficiency; memory-bound element-w
 HBM bytes. Backward costs 2× the forward (Narayanan et al. SC'21, Sec. 5.1: 3 passes of 2·N·T).
 Pipeline (Narayanan et al. SC'21, Sec. 2.2): step = (m + (p-1)/v) · t_stage for 1F1B and
 interleaved 1F1B; other schedules' bubbles and hidden communication in ``cost.schedule``. DP gradient reduction overlaps the backward of the last micro-batch except
-for what does not fit (``dp_overlap``); ZeRO-3 gathers every micro-batch, prefetched.
+for what does not fit (``dp_overlap``); ZeRO-3 gathers every micro-batch, prefetched
+(``autoplan.cost.data_parallel``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from autoplan.cost import comm
 from autoplan.cost.context import CostContext
+from autoplan.cost.data_parallel import dp_comm_s
 from autoplan.cost.flops import (
     attention_score_flops_per_token,
     layer_matmul_flops_per_token,
@@ -129,29 +131,6 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
     return {"tp": tp, "tp_fixed": overhead, "cp": cp, "ep": ep}
 
 
-def _dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarray,
-               expert_params: np.ndarray) -> dict[str, np.ndarray]:
-    """Data-parallel gradient reduction and parameter gathering per step (or per micro-batch)."""
-    group = b.dp * b.cp
-    link = comm.group_link(ctx, group, np.minimum(st["dp"], st["cp"]))
-    grad_bytes = ctx.profile.grad_reduce_bytes  # the trainer's gradient-reduction dtype
-    grads = comm.reduce_scatter_s(link, stage_params * grad_bytes)
-    gathers = comm.all_gather_s(link, stage_params * BF16_BYTES)
-    all_reduce = comm.all_reduce_s(link, stage_params * grad_bytes)
-    if ctx.model.moe is not None:  # expert parameters reduce over the expert-data-parallel group
-        edp = np.maximum(group * b.tp / (b.ep * b.etp), 1.0)
-        elink = comm.group_link(ctx, edp, b.ep * b.etp)
-        has_experts = expert_params > 0  # no latency for an empty collective
-        grads = grads + np.where(has_experts, comm.reduce_scatter_s(elink, expert_params * grad_bytes), 0.0)
-        gathers = gathers + np.where(has_experts, comm.all_gather_s(elink, expert_params * BF16_BYTES), 0.0)
-        all_reduce = all_reduce + np.where(
-            has_experts, comm.all_reduce_s(elink, expert_params * grad_bytes), 0.0)
-    step_grads = np.select([b.zero == 0, b.zero <= 2], [all_reduce, grads], 0.0)
-    step_gathers = np.where((b.zero >= 1) & (b.zero <= 2), gathers, 0.0)
-    per_micro = np.where(b.zero >= 3, 2.0 * gathers + grads, 0.0)
-    return {"grads": step_grads, "gathers": step_gathers, "per_micro": per_micro}
-
-
 def _layer_compute_s(fwd: dict[str, np.ndarray], matmul_s: np.ndarray) -> np.ndarray:
     """Forward + backward of one layer: matmuls 1 + BACKWARD_MATMUL_FACTOR, attention
     1 + ATTENTION_BACKWARD_FACTOR, element-wise work 3 passes."""
@@ -184,6 +163,16 @@ def _layer_bytes(ctx: CostContext, b: LayoutBatch, n: np.ndarray, n_dense: np.nd
     return dense_share * dense + (1.0 - dense_share) * moe
 
 
+def loss_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:
+    """Memory-bound cross-entropy over the vocabulary, forward and backward, on the last stage:
+    tokens·V/tp logits × ``loss_hbm_bytes_per_logit`` / (HBM bandwidth·hbm_efficiency). The
+    profile's figure counts the passes PyTorch's loss makes over each logit (see the profiles);
+    0 where a profile does not state it. It matters where V is large against h (small models)."""
+    logits = tokens * ctx.model.vocab_size / b.tp
+    return logits * ctx.profile.loss_hbm_bytes_per_logit / (
+        ctx.cluster.gpu.hbm_bytes_per_s * ctx.efficiency.hbm_efficiency)
+
+
 def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
                layers: StageLayers | None = None) -> dict[str, np.ndarray]:
     """Every time term (seconds per step) and the step time."""
@@ -195,6 +184,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     tokens = b.mbs * ctx.training.seq_len / b.cp
     head = 3.0 * 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp / (
         ctx.cluster.gpu.peak_bf16_flops_per_s * gemm_efficiency(ctx, 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp))
+    head = head + loss_s(ctx, b, tokens)
     st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
     lc = _per_layer_comm_s(ctx, b, st)
     out: dict[str, np.ndarray] = {}
@@ -228,7 +218,8 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     pp_sends = 2.0 * chunks_per_rank(schedule, b.vpp)  # activation forward, its gradient back, per chunk
     pp_send = np.where((b.pp > 1) & ~hidden, pp_sends * comm.p2p_s(ctx, st["pp"], b.pp, pp_bytes), 0.0) * (
         1 - e.pp_overlap)
-    dp = _dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"])
+    dp = dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"],
+                   np.maximum(layers.first, layers.last))
     micro_compute = parts["compute"] + parts["recompute"]
     zero3_exposed = np.maximum(0.0, dp["per_micro"] - e.fsdp_overlap * micro_compute)
     t_micro = micro_compute + parts["tp"] + parts["cp"] + parts["ep"] + parts["offload"] + pp_send + zero3_exposed
@@ -239,7 +230,8 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     backward_last = micro_compute * (BACKWARD_MATMUL_FACTOR / (1.0 + BACKWARD_MATMUL_FACTOR))
     forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR)
     dp_exposed = (dp["grads"] - e.dp_overlap * np.minimum(dp["grads"], backward_last)
-                  + dp["gathers"] - e.dp_overlap * np.minimum(dp["gathers"], forward_first))
+                  + dp["gathers"] - e.dp_overlap * np.minimum(dp["gathers"], forward_first)
+                  + dp["per_step_floor"])
     # The Adam step updates the parameters this GPU owns: ZeRO >= 1 shards them like the
     # optimizer states (the same groups as the memory model).
     dense_group, expert_group = zero_shard_groups(ctx, b)

@@ -10,6 +10,7 @@ from typing import Any
 from autoplan.errors import SpecError, UnknownNameError, shown
 from autoplan.profiles.efficiency import CalibratedParameters
 from autoplan.profiles.parameter_files import DEFAULTS_PATH, profile_parameters
+from autoplan.profiles.transfer import transfer_parameters
 from autoplan.specs.yaml_io import check_keys, read_mapping
 
 _PROFILE_DIR = Path(__file__).resolve().parent
@@ -71,12 +72,27 @@ class TrainerProfile:
     zero3_pp_unsharded_bytes: float  # per param kept unsharded by ZeRO-3 when pp > 1
     selective_recompute_matmul_fraction: float  # share of layer matmul FLOPs recomputed
     selective_recomputes_attention: bool  # Megatron 'core_attn': attention scores recomputed
+    # Optional in a profile's YAML (these defaults otherwise):
+    # gradient elements per data-parallel reduction bucket (ZeRO 0-2): Megatron-Core's floor of
+    # max(40M, 1M·dp) elements (megatron/core/distributed/distributed_data_parallel.py).
+    dp_bucket_params: float = 4.0e7
+    # ZeRO-3: a parameter gathered for the recomputed forward is kept for the backward when at
+    # most this many parameters are used in between (one layer's worth); FSDP recomputes inside
+    # the backward's own unshard (inf); DeepSpeed stage3_max_reuse_distance.
+    zero3_reuse_distance_params: float = float("inf")
+    # HBM bytes the loss moves per logit, forward and backward (autoplan.cost.time.loss_s); 0 =
+    # not stated by the profile (the term is then left out).
+    loss_hbm_bytes_per_logit: float = 0.0
     sources: tuple[str, ...] = ()
     parameters: dict[str, CalibratedParameters] = field(default_factory=dict)
 
     def parameters_for(self, gpu_name: str) -> CalibratedParameters:
-        """The calibrated parameters for ``gpu_name``, else the profile's ``default`` ones."""
-        return self.parameters.get(gpu_name, self.parameters["default"])
+        """The calibrated parameters for ``gpu_name``; for a GPU this trainer was not calibrated
+        on, the efficiencies of its nearest calibrated GPU (``transfer.transfer_parameters``)."""
+        if gpu_name in self.parameters:
+            return self.parameters[gpu_name]
+        calibrated = {name: p for name, p in self.parameters.items() if name != "default"}
+        return transfer_parameters(calibrated, gpu_name, self.parameters["default"])
 
     def with_parameters(self, gpu_name: str, params: CalibratedParameters) -> TrainerProfile:
         return replace(self, parameters={**self.parameters, gpu_name: params})
@@ -84,6 +100,7 @@ class TrainerProfile:
 
 _COEF_KEYS = [f.name for f in fields(ActivationCoefficients)]
 _PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
+_OPTIONAL_KEYS = ["dp_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit"]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:
@@ -95,9 +112,9 @@ def _coefficients(data: Any, where: str) -> ActivationCoefficients:
 
 def profile_from_mapping(data: dict, where: str) -> TrainerProfile:
     """Build a ``TrainerProfile`` from a parsed YAML mapping."""
-    required = [k for k in _PROFILE_KEYS if k not in ("sources", "parameters")]
+    required = [k for k in _PROFILE_KEYS if k not in ("sources", "parameters", *_OPTIONAL_KEYS)]
     parameters = profile_parameters(data, where)  # first: it names the sections that replace 'efficiency:'
-    check_keys(data, where, required=required, optional=["sources", "defaults", "calibrated"])
+    check_keys(data, where, required=required, optional=["sources", "defaults", "calibrated", *_OPTIONAL_KEYS])
     values = {k: v for k, v in data.items() if k not in ("defaults", "calibrated")}
     values["parameters"] = parameters
     for key in ("attention", "mlp"):

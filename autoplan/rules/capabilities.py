@@ -13,7 +13,7 @@ import numpy as np
 from autoplan.rules.table import ALL, Rule
 
 PROFILES = "autoplan/profiles/<trainer>.yaml"
-NO_EXPERT_TP = ("torchtitan", "nanotron", "hf")
+NO_EXPERT_TP = ("torchtitan", "nanotron", "hf", "llmfoundry")
 
 
 def _fix_zero(ctx, x) -> str:

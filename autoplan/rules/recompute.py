@@ -22,7 +22,7 @@ from autoplan.recompute_modules import module_bit
 from autoplan.rules.table import ALL, Rule, RuleContext
 
 MEGATRON = ("megatron",)
-OTHERS = ("torchtitan", "nanotron", "deepspeed", "hf")
+OTHERS = ("torchtitan", "nanotron", "deepspeed", "hf", "llmfoundry")
 ARGS = "Megatron-LM core_v0.15.3 megatron/training/arguments.py"
 CONFIG = "Megatron-LM core_v0.15.3 megatron/core/transformer/transformer_config.py (__post_init__)"
 NO_LAYERS = ("torchtitan 0.3.0 torchtitan/config/job_config.py ActivationCheckpoint (mode, "

@@ -71,7 +71,7 @@ def test_every_torchtitan_benchmark_row_fits():
     """torchtitan's published benchmark rows (validation/torchtitan_benchmarks.csv, the rows the
     accuracy benchmark uses, each with the settings its row states) all ran: all must fit."""
     from autoplan.calibration.fit import predict_rows
-    from autoplan.calibration.validation import load_source
+    from autoplan.calibration.sources import load_source
 
     rows = list(load_source("torchtitan").rows)
     predicted = predict_rows(rows)

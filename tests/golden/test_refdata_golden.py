@@ -11,7 +11,8 @@ import yaml
 from autoplan.calibration.accuracy import zero_figure1_gb
 from autoplan.calibration.fit import predict_rows
 from autoplan.specs.models import load_model
-from autoplan.calibration.validation import PLAYBOOK_MEMORY_UNIT, Row, load_source, load_sources
+from autoplan.calibration.sources import load_source, load_sources
+from autoplan.calibration.validation import PLAYBOOK_MEMORY_UNIT, Row
 
 CASES = yaml.safe_load(Path(__file__).with_name("cases.yaml").read_text(encoding="utf-8"))
 

@@ -150,6 +150,8 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
     pp_choices = [d for d in (1, 2, 3, 4) if model.num_layers % d == 0]
     if trainer == "torchtitan" and model.tied_embeddings:
         pp_choices = [1]  # torchtitan cannot tie embeddings across stages
+    if not any(z <= p.max_zero_with_pp for z in p.allowed_zero):
+        pp_choices = [1]  # no pipeline in this trainer (llmfoundry: FSDP only)
     pp = draw(st.sampled_from(pp_choices))
     cp = draw(st.sampled_from([1, 2, 4] if p.supports_cp else [1]))
     seq = seq_len or draw(st.sampled_from([128, 256, 512, 1024, 2048]))

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoplan.calibration import band_fit
+from autoplan.calibration.sources import load_sources
 from autoplan.calibration.uncertainty import (
     BANDS_FILE,
     UNKNOWN_GENERATION,
@@ -23,7 +24,6 @@ from autoplan.calibration.uncertainty import (
     intervals,
     load_bands,
 )
-from autoplan.calibration.validation import load_sources
 from autoplan.profiles import list_trainers
 from autoplan.specs.hardware import list_gpus, load_gpu
 

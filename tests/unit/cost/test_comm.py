@@ -154,3 +154,36 @@ def test_tp_group_leaves_the_node_when_cp_is_innermost():
     g = comm.group_link(ctx_for(), np.array([8.0]), st["tp"])
     assert not g.inside_domain[0]
     assert g.bus_bytes_per_s[0] == 4 * NIC
+
+
+# --- data-parallel collectives: NCCL's ring / tree latency (src/graph/tuning.cc) ----------------
+
+@pytest.mark.parametrize("size, stride, rounds, expected", [
+    (8, 1, 1, 7 * ALPHA_UP),                           # one domain: 7 ring steps over NVLink
+    (16, 1, 1, 14 * ALPHA_UP + 1 * ALPHA_OUT),         # 2 nodes: 15 steps, 1 of them crosses a NIC
+    (64, 1, 2, 2 * (56 * ALPHA_UP + 7 * ALPHA_OUT)),   # all-reduce ring: twice the 63 steps, 7 inter
+    (4, 8, 1, 3 * ALPHA_OUT),                          # one rank per node: every step crosses a NIC
+])
+def test_ring_latency_counts_intra_and_inter_node_steps(size, stride, rounds, expected):
+    assert comm.ring_latency_s(ctx_for(), link(size, stride), rounds)[0] == pytest.approx(expected, rel=1e-12)
+
+
+def test_tree_latency_climbs_log2_levels_inside_and_across_nodes():
+    # 64 ranks, 8 per node: 2·(log2(8)·α_up + log2(8)·α_out)
+    assert comm.tree_latency_s(ctx_for(), link(64, 1))[0] == pytest.approx(2 * (3 * ALPHA_UP + 3 * ALPHA_OUT))
+
+
+def test_dp_all_reduce_takes_the_faster_algorithm_per_collective():
+    # 512 ranks over 64 nodes: ring 2·(448·α_up + 63·α_out) = 3.948 ms, tree 2·(3·α_up + 6·α_out)
+    # = 0.138 ms: 3 all-reduces of 1 GB cost 2·511/512·1e9/400e9 + 3 × the tree's latency.
+    g, ctx = link(512, 1), ctx_for()
+    tree = 2 * (3 * ALPHA_UP + 6 * ALPHA_OUT)
+    t = comm.dp_all_reduce_s(ctx, g, np.array([1e9]), np.array([3.0]))
+    assert t[0] == pytest.approx(2 * 511 / 512 * 1e9 / (8 * NIC) + 3 * tree, rel=1e-12)
+
+
+def test_dp_all_gather_pays_one_ring_latency_per_collective():
+    # 16 ranks over 2 nodes, 32 per-layer gathers of 1 GB in all: 15/16·1e9/400e9 + 32·(14·α_up + α_out)
+    g = link(16, 1)
+    t = comm.dp_all_gather_s(ctx_for(), g, np.array([1e9]), np.array([32.0]))
+    assert t[0] == pytest.approx(15 / 16 * 1e9 / (8 * NIC) + 32 * (14 * ALPHA_UP + ALPHA_OUT), rel=1e-12)

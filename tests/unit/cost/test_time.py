@@ -165,31 +165,40 @@ P_LAST = 16_779_264 + 1_024 + 32_768_000
 
 
 
+# Megatron's gradient buckets of 4e7 elements: P_LAST = 49,548,288 params -> 2 buckets, each an
+# NCCL collective with its own latency. Inside one 8-GPU domain (N = 1) the ring all-reduce's
+# 2·(8 − 1) = 14 steps cost more than the tree's 2·log2(8) = 6 levels: 6·α_up.
+BUCKETS = 2
+AR_LATENCY = 6 * ALPHA_UP
+AG_LATENCY = 7 * ALPHA_UP  # ring all-gather / reduce-scatter: n − 1 steps
+
+
 def test_data_parallel_all_reduce_without_zero():
     # dp = 8 on NVLink (stride 1), fp32 gradients (4 B), no overlap:
-    # ring all-reduce 2·7/8·4P/450e9 + 2·log2(8)·3 µs = 7.708e-4 + 1.8e-5 s
+    # ring all-reduce 2·7/8·4P/450e9 + 2 buckets × tree latency 6·3 µs = 7.708e-4 + 3.6e-5 s
     model = dataclasses.replace(MODEL, num_layers=2)
     table = evaluate_one(ctx_for(model), pp=2, dp=8, zero=0)
-    expected = 2 * 7 / 8 * 4 * P_LAST / NVLINK + 2 * 3 * ALPHA_UP
+    expected = 2 * 7 / 8 * 4 * P_LAST / NVLINK + BUCKETS * AR_LATENCY
     assert table["time_dp_exposed_s"][0] == pytest.approx(expected, rel=1e-12)
 
 
 def test_data_parallel_reduction_uses_the_trainers_gradient_dtype():
     # DeepSpeed reduces in the communication dtype (bf16, 2 B): with the same layout the ring
-    # all-reduce moves 2·7/8·2P/450e9 + 2·log2(8)·3 µs (Megatron: 4P).
+    # all-reduce moves 2·7/8·2P/450e9 + 2 buckets × 6·3 µs (Megatron: 4P).
     model = dataclasses.replace(MODEL, num_layers=2)
     bf16 = dataclasses.replace(load_profile("megatron"), grad_reduce_bytes=2.0)
     ctx = dataclasses.replace(ctx_for(model), profile=bf16)
     table = evaluate_one(ctx, pp=2, dp=8, zero=0)
-    expected = 2 * 7 / 8 * 2 * P_LAST / NVLINK + 2 * 3 * ALPHA_UP
+    expected = 2 * 7 / 8 * 2 * P_LAST / NVLINK + BUCKETS * AR_LATENCY
     assert table["time_dp_exposed_s"][0] == pytest.approx(expected, rel=1e-12)
 
 
 def test_data_parallel_reduce_scatter_and_gather_with_zero_1():
-    # reduce-scatter of fp32 grads (4P) + all-gather of bf16 weights (2P), each (n-1)/n·S/bw + 3α
+    # reduce-scatter of fp32 grads (4P) + all-gather of bf16 weights (2P), each
+    # (n-1)/n·S/bw + 2 buckets × 7 ring steps × α_up
     model = dataclasses.replace(MODEL, num_layers=2)
     table = evaluate_one(ctx_for(model), pp=2, dp=8, zero=1)
-    expected = 7 / 8 * (4 + 2) * P_LAST / NVLINK + 2 * 3 * ALPHA_UP
+    expected = 7 / 8 * (4 + 2) * P_LAST / NVLINK + 2 * BUCKETS * AG_LATENCY
     assert table["time_dp_exposed_s"][0] == pytest.approx(expected, rel=1e-12)
 
 

@@ -1,0 +1,85 @@
+"""Data-parallel and ZeRO/FSDP traffic of one step: what each GPU sends, in which dtype, in how
+many collectives, and over which links.
+
+* ZeRO 0-2 (DDP, Megatron's distributed optimizer, ZeRO-1/2): once per step the gradients are
+  all-reduced (ZeRO-0) or reduce-scattered (ZeRO-1/2) in the trainer's reduction dtype
+  (``grad_reduce_bytes``: Megatron/torchtitan/FSDP DEFAULT fp32, DeepSpeed and Composer PURE
+  bf16) in buckets of ``dp_bucket_params`` elements, and ZeRO-1/2 all-gather the updated bf16
+  parameters (Rajbhandari et al. 2020, ZeRO, Sec. 7: 2Ψ for stages 1-2).
+* ZeRO-3 / FSDP: every micro-batch gathers each layer's bf16 parameters for the forward and
+  again for the backward and reduce-scatters its gradients (ZeRO Sec. 7.2.2: 3Ψ, 1.5× DDP),
+  one collective per layer (an FSDP unit is a transformer block: torchtitan
+  ``apply_fsdp``; Composer wraps each MPTBlock). Under full recompute the recomputed forward
+  runs inside the backward's own gather for FSDP1/FSDP2 (the checkpoint sits inside the FSDP
+  unit); DeepSpeed ZeRO-3 gathers again unless the layer is within
+  ``stage3_max_reuse_distance`` parameters (``zero3_reuse_distance_params``,
+  deepspeed/runtime/zero/partitioned_param_coordinator.py). None of it shrinks with the
+  micro-batch, so a small micro-batch on many GPUs is communication-bound.
+* ZeRO-3 with a pipeline where the trainer keeps the stage's parameters and gradients unsharded
+  across micro-batches (``zero3_pp_unsharded_bytes > 0``: torch.distributed.pipelining turns off
+  reshard-after-backward and gradient sync until the last micro-batch, stage.py
+  ``backward_maybe_with_nosync``): one gather and one reduce-scatter per step.
+
+Bandwidth per GPU (``comm.group_link``): inside a scale-up domain the NVLink bus bandwidth;
+across domains a ring whose k ranks per domain each drive their own NIC (rail-optimised: a DP
+group with TP inside the node has k = 1, one NIC per GPU). Latency per collective: NCCL's ring
+(linear in the group) or tree (all-reduce only) model, ``comm.ring_latency_s``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.cost import comm
+from autoplan.cost.context import CostContext
+from autoplan.cost.recompute import full_recompute_share
+from autoplan.layout import LayoutBatch
+
+PARAM_GATHER_BYTES = 2.0  # bf16 parameters gathered (FSDP MixedPrecision param_dtype, Megatron, DeepSpeed)
+ZERO3_GATHERS_PER_MICROBATCH = 2.0  # forward and backward (ZeRO Sec. 7.2.2)
+
+
+def zero3_gathers_per_microbatch(ctx: CostContext, b: LayoutBatch, layer_params: np.ndarray,
+                                 n_layers: np.ndarray) -> np.ndarray:
+    """Parameter all-gathers per layer and micro-batch: forward + backward, plus the recomputed
+    forward of the layers under full recompute whose parameters are not kept in between (more
+    than ``zero3_reuse_distance_params`` of them: DeepSpeed's stage3_max_reuse_distance)."""
+    regather = layer_params > ctx.profile.zero3_reuse_distance_params
+    return ZERO3_GATHERS_PER_MICROBATCH + np.where(regather, full_recompute_share(b, n_layers), 0.0)
+
+
+def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarray,
+              expert_params: np.ndarray, n_layers: np.ndarray) -> dict[str, np.ndarray]:
+    """Seconds of data-parallel traffic: per step ``grads`` and ``gathers`` (ZeRO 0-2, and
+    ZeRO-3 kept unsharded over a pipeline's micro-batches), per micro-batch ``per_micro``
+    (ZeRO-3), and ``per_step_floor``: ZeRO-3's first layer gather and last reduce-scatter of a
+    step, which no compute can hide (prefetch needs a layer to run behind)."""
+    p = ctx.profile
+    group = b.dp * b.cp
+    link = comm.group_link(ctx, group, np.minimum(st["dp"], st["cp"]))
+    layers = np.maximum(n_layers, 1.0)
+    buckets = np.maximum(1.0, np.ceil(stage_params / p.dp_bucket_params))
+    grad_bytes, gather_bytes = stage_params * p.grad_reduce_bytes, stage_params * PARAM_GATHER_BYTES
+    per_step = (b.zero >= 3) & (b.pp > 1) & (p.zero3_pp_unsharded_bytes > 0)
+    # ZeRO-3 over a pipeline gathers and reduces per layer, once per step.
+    count = np.where(b.zero >= 3, layers, buckets)
+    grads = comm.dp_reduce_scatter_s(ctx, link, grad_bytes, count)
+    gathers = comm.dp_all_gather_s(ctx, link, gather_bytes, count)
+    all_reduce = comm.dp_all_reduce_s(ctx, link, grad_bytes, buckets)
+    if ctx.model.moe is not None:  # expert parameters reduce over the expert-data-parallel group
+        edp = np.maximum(group * b.tp / (b.ep * b.etp), 1.0)
+        elink = comm.group_link(ctx, edp, b.ep * b.etp)
+        has = expert_params > 0  # no latency for an empty collective
+        ebuckets = np.maximum(1.0, np.ceil(expert_params / p.dp_bucket_params))
+        ecount = np.where(b.zero >= 3, layers, ebuckets)
+        grads = grads + np.where(has, comm.dp_reduce_scatter_s(ctx, elink, expert_params * p.grad_reduce_bytes, ecount), 0.0)
+        gathers = gathers + np.where(has, comm.dp_all_gather_s(ctx, elink, expert_params * PARAM_GATHER_BYTES, ecount), 0.0)
+        all_reduce = all_reduce + np.where(has, comm.dp_all_reduce_s(
+            ctx, elink, expert_params * p.grad_reduce_bytes, ebuckets), 0.0)
+    zero3 = (b.zero >= 3) & ~per_step
+    step_grads = np.select([b.zero == 0, (b.zero <= 2) | per_step], [all_reduce, grads], 0.0)
+    step_gathers = np.where(((b.zero >= 1) & (b.zero <= 2)) | per_step, gathers, 0.0)
+    gathers_per_micro = zero3_gathers_per_microbatch(ctx, b, stage_params / layers, layers)
+    per_micro = np.where(zero3, gathers_per_micro * gathers + grads, 0.0)
+    floor = np.where(zero3, (gathers + grads) / layers, 0.0)
+    return {"grads": step_grads, "gathers": step_gathers, "per_micro": per_micro, "per_step_floor": floor}
