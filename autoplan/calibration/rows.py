@@ -44,6 +44,7 @@ class Row:
     allow_uneven: bool = True
     derived: str = ""
     attention_kernel: str = "flash"  # 'eager' for the 2021-22 Megatron runs (softmax scores saved)
+    fp8_recipe: str = "tensorwise"  # the setup's FP8 recipe where the layout's precision is fp8
 
     @property
     def num_gpus(self) -> int:
@@ -56,7 +57,7 @@ class Row:
 
     @property
     def context_key(self) -> tuple:
-        return (self.model.name, self.hardware, self.trainer, *self.setup, self.attention_kernel)
+        return (self.model.name, self.hardware, self.trainer, *self.setup, self.attention_kernel, self.fp8_recipe)
 
     @property
     def has_time(self) -> bool:
@@ -80,15 +81,16 @@ class Source:
 
 @lru_cache(maxsize=None)
 def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, int, int],
-             attention_kernel: str = "flash") -> CostContext:
+             attention_kernel: str = "flash", fp8_recipe: str = "tensorwise") -> CostContext:
     gpu = load_gpu(hardware)
     profile = load_profile(trainer)
     num_gpus, seq_len, gbs_seqs = setup
-    training = TrainingSpec(make_cluster(gpu, num_gpus), seq_len, gbs_seqs, attention_kernel=attention_kernel)
+    training = TrainingSpec(make_cluster(gpu, num_gpus), seq_len, gbs_seqs, attention_kernel=attention_kernel,
+                            fp8_recipe=fp8_recipe)
     return CostContext(model=model, training=training, profile=profile,
                        parameters=profile.parameters_for(gpu.name))
 
 
 def row_context(row: Row) -> CostContext:
     """The cost context of a row (its setup) with the shipped profile's parameters for its GPU."""
-    return _context(row.model, row.hardware, row.trainer, row.setup, row.attention_kernel)
+    return _context(row.model, row.hardware, row.trainer, row.setup, row.attention_kernel, row.fp8_recipe)

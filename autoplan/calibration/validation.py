@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from autoplan.calibration.nemo_source import load_nemo
 from autoplan.calibration.rows import Row, Source
 from autoplan.errors import UnknownNameError
 from autoplan.paths import data_dir
@@ -332,6 +333,7 @@ SOURCES: dict[str, Callable[[], Source]] = {
     "korthikanti": load_korthikanti,
     "megatron_core_h100": load_megatron_core_h100,
     "llama3_405b": load_llama3_405b,
+    "nemo": load_nemo,
 }
 
 
