@@ -48,6 +48,7 @@ class Row:
     # Composer FSDP 'PURE' mixed precision reducing gradients in bf16: ("grad_reduce_bytes", 2).
     profile_overrides: tuple[tuple[str, float], ...] = ()
     nic_bytes_per_s: float = 0.0  # the cluster's NIC bandwidth per GPU; 0 = the GPU preset's
+    fp8_recipe: str = "tensorwise"  # the setup's FP8 recipe where the layout's precision is fp8
 
     @property
     def num_gpus(self) -> int:
@@ -61,7 +62,7 @@ class Row:
     @property
     def context_key(self) -> tuple:
         return (self.model.name, self.hardware, self.trainer, *self.setup, self.attention_kernel,
-                self.profile_overrides, self.nic_bytes_per_s)
+                self.profile_overrides, self.nic_bytes_per_s, self.fp8_recipe)
 
     @property
     def has_time(self) -> bool:
@@ -86,13 +87,13 @@ class Source:
 @lru_cache(maxsize=None)
 def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, int, int],
              attention_kernel: str = "flash", profile_overrides: tuple[tuple[str, float], ...] = (),
-             nic_bytes_per_s: float = 0.0) -> CostContext:
+             nic_bytes_per_s: float = 0.0, fp8_recipe: str = "tensorwise") -> CostContext:
     gpu = load_gpu(hardware)
     profile = replace(load_profile(trainer), **dict(profile_overrides))
     num_gpus, seq_len, gbs_seqs = setup
     nic = nic_bytes_per_s if nic_bytes_per_s > 0 else None
     training = TrainingSpec(make_cluster(gpu, num_gpus, nic_bytes_per_s=nic), seq_len, gbs_seqs,
-                            attention_kernel=attention_kernel)
+                            attention_kernel=attention_kernel, fp8_recipe=fp8_recipe)
     return CostContext(model=model, training=training, profile=profile,
                        parameters=profile.parameters_for(gpu.name))
 
@@ -100,4 +101,4 @@ def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, in
 def row_context(row: Row) -> CostContext:
     """The cost context of a row (its setup) with the shipped profile's parameters for its GPU."""
     return _context(row.model, row.hardware, row.trainer, row.setup, row.attention_kernel,
-                    row.profile_overrides, row.nic_bytes_per_s)
+                    row.profile_overrides, row.nic_bytes_per_s, row.fp8_recipe)

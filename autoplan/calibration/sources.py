@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from autoplan.calibration.nemo_source import load_nemo
 from autoplan.calibration.published_runs import load_mpt, load_other_runs
 from autoplan.calibration.rows import Source
 from autoplan.calibration.validation import (
@@ -28,6 +29,7 @@ SOURCES: dict[str, Callable[[], Source]] = {
     "llama3_405b": load_llama3_405b,
     "mpt": load_mpt,
     "other_runs": load_other_runs,
+    "nemo": load_nemo,
 }
 
 

@@ -91,3 +91,29 @@ def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
         selective = np.where(b.recompute_modules > 0, named, own)
     full = full_recompute_share(b, m.num_layers / b.pp) * (matmul + attention)
     return np.select([b.recompute == 2, b.recompute == 1], [full, selective], 0.0)
+
+
+def linear_io_elements_per_token(ctx: CostContext) -> tuple[float, float]:
+    """Elements per token of one (dense layer, MoE layer) that an FP8 recipe casts: each linear
+    layer's input (forward) and its output gradient (backward), summed over the layer's linears.
+
+    A linear of ``in`` × ``out`` casts ``in`` + ``out`` elements per token (Transformer Engine
+    ``_Linear``: the input in forward, grad_output in backward). Dense: QKV (h, q + 2·kv), the
+    output projection (q, h), fc1 (h, 2f gated / f), fc2 (f, h). MoE: the attention part, each of
+    the top-k routed experts' fc1/fc2 and the shared experts'. MLA's low-rank projections are
+    counted as a plain QKV (a small share of the cast traffic).
+    """
+    m = ctx.model
+    gate = 2.0 if m.activation == "swiglu" else 1.0
+    attention = (m.hidden_size + m.q_size + 2.0 * m.kv_size) + (m.q_size + m.hidden_size)
+    dense = attention + (m.hidden_size + gate * m.ffn_hidden_size) + (m.ffn_hidden_size + m.hidden_size)
+    if m.moe is None:
+        return dense, dense
+    moe = m.moe
+
+    def expert(width: float) -> float:
+        return (m.hidden_size + gate * width) + (width + m.hidden_size)
+
+    routed = moe.num_experts_per_token * expert(moe.expert_ffn_hidden_size)
+    shared = moe.num_shared_experts * expert(moe.shared_expert_ffn_hidden_size) if moe.num_shared_experts else 0.0
+    return dense, attention + routed + shared

@@ -93,9 +93,12 @@ VARIANTS: dict[str, Variant] = {
     "passes": Variant("passes (= 2: forward and backward; 3 under full recompute)",
                       _if(lambda lay: lay.recompute == "full", "3", "2")),
     "cp_passes": Variant("(3, or 4 under full recompute)", _if(lambda lay: lay.recompute == "full", "4", "3")),
-    "fp8": Variant("(× fp8_gemm_speedup under fp8)", _if(lambda lay: lay.precision == "fp8", "× fp8_gemm_speedup")),
-    "pp_factor": Variant("(× pp_collective_overhead_factor if pp > 1)",
-                         _if(lambda lay: lay.pp > 1, "× pp_collective_overhead_factor")),
+    "fp8": Variant("(× S_fp8 under fp8: 1 + (fp8_gemm_speedup − 1)·(peak_fp8/peak_bf16 − 1)·RECIPE_GAIN_SHARE, "
+                   "autoplan/cost/fp8.py)", _if(lambda lay: lay.precision == "fp8",
+                                                "× S_fp8 (fp8_gemm_speedup scaled by the GPU's FP8/BF16 peak ratio "
+                                                "and the recipe's RECIPE_GAIN_SHARE)")),
+    "pp_factor": Variant("(× pp_collective_overhead_factor if pp > 1 and the pipeline crosses the scale-up domain)",
+                         _if(lambda lay: lay.pp > 1, "× pp_collective_overhead_factor if the pipeline crosses nodes")),
     "layer_bytes": Variant("a = A_none (no recompute), A_selective (selective: the profile's own set, or with "
                            "recompute_modules A_none less each named module's bytes, recompute.py), "
                            "s·tokens·full_recompute_input_bytes_per_h·h/h_div + (1 − s)·A_none (full; s = 1, "

@@ -156,17 +156,24 @@ def _time(term: str, meaning: str, formula: str, source: str, parameters: tuple[
 
 TIME_TERMS_DEFINED = [
     _time("compute", "forward and backward compute of the slowest stage",
-          "grad_acc × (n_dense·c(t_mm_dense) + n_moe·c(t_mm_moe) + head); c(t_mm) = (1 + BACKWARD_MATMUL_FACTOR)·t_mm + "
+          "grad_acc × (n_dense·(c(t_mm_dense) + t_cast_dense) + n_moe·(c(t_mm_moe) + t_cast_moe + moe_layer_fixed_s) "
+          "+ head); c(t_mm) = (1 + BACKWARD_MATMUL_FACTOR)·t_mm + "
           "(1 + ATTENTION_BACKWARD_FACTOR)·t_att + 3·t_ew; t_mm = tokens·layer matmul FLOPs/tp / "
           "(peak_bf16_flops_per_s {fp8} · η(F)), η(F) = gemm_efficiency_max·F/(F + gemm_half_flops), F = one "
-          "GEMM's FLOPs per GPU; t_att = tokens·attention score FLOPs/2/tp / (peak_bf16_flops_per_s·"
+          "GEMM's FLOPs per GPU (MoE: the grouped GEMM over all local experts' tokens, 2·tokens·top_k·h·f_e/etp, "
+          "·ep/E without moe_grouped_gemm); t_cast = under fp8 tokens·(linear inputs + output gradients per "
+          "token)/tp·(CAST_BYTES_PER_ELEMENT + AMAX_PASS_BYTES[fp8_recipe]) / (hbm_bytes_per_s·hbm_efficiency), "
+          "else 0; t_att = tokens·attention score FLOPs/2/tp / (peak_bf16_flops_per_s·"
           "attention_efficiency)·unfused_attention_factor; t_ew = elementwise_bytes_per_token_hidden·tokens·h·(REPLICATED_ELEMENTWISE_SHARE"
           "/h_div + (1 − REPLICATED_ELEMENTWISE_SHARE)/tp) / (hbm_bytes_per_s·hbm_efficiency); head (last stage) "
           "= 3·2·tokens·V·h/tp / (peak_bf16_flops_per_s·η) + tokens·V/tp·loss_hbm_bytes_per_logit / "
           "(hbm_bytes_per_s·hbm_efficiency) (the memory-bound loss); the slowest of the first and last stage by "
           "compute + recompute",
           f"{SC21} Sec. 5.1 (backward = 2 × forward); FlashAttention-2 (Dao 2023) Sec. 3; PyTorch "
-          "cross_entropy (log_softmax + nll_loss) passes over the logits", (*GEMM, "loss_hbm_bytes_per_logit")),
+          "cross_entropy (log_softmax + nll_loss) passes over the logits; autoplan/cost/fp8.py "
+          "(DeepSeek-V3 report Sec. 3.3.2, Transformer Engine recipes); autoplan/cost/moe_time.py (Megatron-Core "
+          "--moe-grouped-gemm, MoEAlltoAllTokenDispatcher)",
+          (*GEMM, "loss_hbm_bytes_per_logit", "moe_layer_fixed_s", "fp8_recipe")),
     _time("recompute", "forward work recomputed in backward",
           "grad_acc × Σ_layers (f_mm·t_mm + f_att·t_att + f_ew·t_ew); {recompute_share}",
           f"{KORTHIKANTI} Sec. 5, Appendix A; Megatron-Core core_v0.15.3 transformer_block.py "
@@ -181,22 +188,28 @@ TIME_TERMS_DEFINED = [
           "(AsyncDoubleBufferGroupOffloadHandler: one layer in transfer while the next computes)",
           ("host_bytes_per_s", "BACKWARD_MATMUL_FACTOR")),
     _time("tp_exposed", "tensor-parallel communication not hidden by compute",
-          "grad_acc × L_S × ({passes}·2·(AG + RS)(tokens·h·BF16_BYTES) over tp × (1 − tp_overlap) "
-          "+ (tp > 1) {passes}·TP_COLLECTIVES_PER_PASS·collective_overhead_s {pp_factor})",
+          "grad_acc × L_S × ({passes}·TP_COLLECTIVES_PER_PASS·RING(tokens·h·BF16_BYTES) over tp × (1 − tp_overlap "
+          "if tp_comm_overlap else 1) + (tp > 1) {passes}·TP_COLLECTIVES_PER_PASS·collective_overhead_s {pp_factor}); "
+          "RING(S) = (tp − 1)/tp·S/busbw + (tp − 1)·α, busbw and α of the ring's slowest hop (NVLink inside the "
+          "scale-up domain; k ranks per domain × NIC and the NIC's α once the rank order spreads the group "
+          "over domains)",
           f"{KORTHIKANTI} Sec. 4.2.2 (sequence parallelism: 2 all-gathers + 2 reduce-scatters per layer "
-          "and pass)", ("tp_overlap", "collective_overhead_s", "pp_collective_overhead_factor", "BF16_BYTES",
-                        "TP_COLLECTIVES_PER_PASS", *LINKS)),
+          "and pass); Thakur et al. 2005 Sec. 4 (ring); autoplan/cost/tp_comm.py",
+          ("tp_overlap", "tp_comm_overlap", "collective_overhead_s", "pp_collective_overhead_factor", "BF16_BYTES", "TP_COLLECTIVES_PER_PASS", *LINKS)),
     _time("cp_exposed", "context-parallel ring exchange not hidden by attention",
           "grad_acc × max(0, L_S·{cp_passes}·(cp − 1)·(2·tokens·kv_size/tp·BF16_BYTES/busbw + α) − cp_overlap·"
           "L_S·(1 + ATTENTION_BACKWARD_FACTOR)·t_att)",
           "ring attention (Liu et al. 2023); Megatron-Core context parallelism",
           ("cp_overlap", "BF16_BYTES", "ATTENTION_BACKWARD_FACTOR", *LINKS)),
     _time("ep_exposed", "expert-parallel all-to-all not hidden by compute",
-          "grad_acc × n_moe × {passes}·2·A2A(tokens/h_div·top_k·h·BF16_BYTES) over ep × (1 − ep_overlap), 0 "
-          "under pp_schedule dualpipe/dualpipev (hidden under the paired chunk); "
-          "A2A = max((k−1)/n·S/scale-up bw, (n−k)/n·S/NIC bw) + log2(n)·α, k ranks per scale-up domain",
-          "Megatron-Core MoE token dispatcher (dispatch + combine); DeepSeek-V3 report Sec. 3.2.1 (DualPipe)",
-          ("ep_overlap", "BF16_BYTES", *LINKS)),
+          "grad_acc × n_moe × {passes}·Σ_(dispatch, combine) (max(T·top_k·(k − 1)/n·h·B/scale-up bw, "
+          "T·c·h·B/NIC bw) + log2(n)·α) × (1 − ep_overlap if moe_a2a_overlap else 1); T = tokens/h_div, k ranks "
+          "per scale-up domain, c = top_k·(n − k)/n remote copies per token, or with moe_token_dedup the expected "
+          "distinct remote domains (D − 1)·(1 − (1 − 1/D)^top_k), D = n/k, capped at max_groups_per_token·max(1, "
+          "D/num_expert_groups); B = BF16_BYTES, the dispatch 1 + 4/128 under fp8 with moe_fp8_dispatch; 0 under pp_schedule dualpipe/dualpipev (hidden under the paired chunk)",
+          "Megatron-Core MoE token dispatcher (dispatch + combine); DeepSeek-V3 report Sec. 2.1.2, 3.2.2 "
+          "(node-limited routing, DeepEP), Sec. 3.2.1 (DualPipe); autoplan/cost/moe_time.py",
+          ("ep_overlap", "moe_a2a_overlap", "moe_token_dedup", "moe_fp8_dispatch", "BF16_BYTES", *LINKS)),
     _time("pp_exposed", "pipeline point-to-point sends not hidden",
           "grad_acc × (pp > 1) 2·chunks·(tokens·h·BF16_BYTES/h_div / bw + α) × (1 − pp_overlap), chunks = vpp "
           "(2 under zb-v, dualpipev), 0 under dualpipe/dualpipev; bw, α of the "

@@ -8,13 +8,16 @@ Pipeline (Narayanan et al. SC'21, Sec. 2.2): step = (m + (p-1)/v) · t_stage for
 interleaved 1F1B; other schedules' bubbles and hidden communication in ``cost.schedule``. DP gradient reduction overlaps the backward of the last micro-batch except
 for what does not fit (``dp_overlap``); ZeRO-3 gathers every micro-batch, prefetched
 (``autoplan.cost.data_parallel``).
+Mechanisms in their own modules: TP rings over the links the rank order gives them
+(``tp_comm``), MoE grouped GEMM, fixed cost and dispatch (``moe_time``), FP8 speed-up and casts
+(``fp8``), and which overlap the trainer's options switch on (``overlap``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost import comm
+from autoplan.cost import comm, fp8, moe_time
 from autoplan.cost.context import CostContext
 from autoplan.cost.data_parallel import dp_comm_s
 from autoplan.cost.flops import (
@@ -22,6 +25,7 @@ from autoplan.cost.flops import (
     layer_matmul_flops_per_token,
 )
 from autoplan.cost.memory import layer_activation_bytes, zero_shard_groups
+from autoplan.cost.overlap import overlap_fractions
 from autoplan.cost.recompute import (
     full_recompute_share,
     module_extra_passes,
@@ -35,6 +39,7 @@ from autoplan.cost.schedule import (
     resolved_schedule,
 )
 from autoplan.cost.stages import StageLayers, stage_layers
+from autoplan.cost.tp_comm import tp_collective_s
 from autoplan.layout import LayoutBatch
 from autoplan.profiles import TrainerProfile
 
@@ -75,15 +80,12 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     m, e, gpu = ctx.model, ctx.efficiency, ctx.cluster.gpu
     tokens = b.mbs * ctx.training.seq_len / b.cp
     peak = gpu.peak_bf16_flops_per_s
-    matmul_peak = peak * np.where(b.precision == 1, e.fp8_gemm_speedup, 1.0)
+    matmul_peak = peak * fp8.matmul_speedup(ctx, b)
     dense_per_token, moe_per_token = layer_matmul_flops_per_token(ctx)
     typical = 2.0 * tokens * m.hidden_size * m.ffn_hidden_size / b.tp
     dense_mm = tokens * dense_per_token / b.tp / (matmul_peak * gemm_efficiency(ctx, typical))
     if m.moe is not None:
-        moe = m.moe
-        per_expert_tokens = tokens * moe.num_experts_per_token * b.ep / moe.num_experts
-        expert_gemm = 2.0 * per_expert_tokens * m.hidden_size * moe.expert_ffn_hidden_size / b.etp
-        moe_eff = gemm_efficiency(ctx, expert_gemm)
+        moe_eff = gemm_efficiency(ctx, moe_time.expert_gemm_flops(ctx, b, tokens))
         moe_mm = tokens * moe_per_token / b.tp / (matmul_peak * moe_eff)
     else:
         moe_mm = dense_mm
@@ -108,14 +110,16 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
     passes = 2.0 + full + np.where(b.recompute == 1, module_tp, 0.0)
     activation_bytes = tokens * m.hidden_size * BF16_BYTES
     tp_link = comm.group_link(ctx, b.tp, st["tp"])
-    # Sequence parallel: 2 all-gathers + 2 reduce-scatters per pass (= 2 all-reduces without SP).
-    tp = passes * 2.0 * (comm.all_gather_s(tp_link, activation_bytes)
-                         + comm.reduce_scatter_s(tp_link, activation_bytes))
+    # Sequence parallel: 2 all-gathers + 2 reduce-scatters per pass (= 2 all-reduces without SP),
+    # rings over the links the rank order puts the TP group on (tp_comm).
+    tp = passes * TP_COLLECTIVES_PER_PASS * tp_collective_s(tp_link, activation_bytes)
     # A fixed, never-hidden cost per TP collective (launch and synchronisation of the blocking
-    # collective; ``collective_overhead_s``, larger with a pipeline: ``pp_collective_overhead_factor``).
+    # collective; ``collective_overhead_s``), larger when the pipeline crosses nodes
+    # (``pp_collective_overhead_factor``: blocking cross-node pipeline transfers, see its doc).
     c = ctx.corrections
+    pp_crosses = (b.pp > 1) & (st["pp"] * b.pp > ctx.cluster.scale_up_domain_size)
     overhead = np.where(b.tp > 1, passes * TP_COLLECTIVES_PER_PASS * c.collective_overhead_s
-                        * np.where(b.pp > 1, c.pp_collective_overhead_factor, 1.0), 0.0)
+                        * np.where(pp_crosses, c.pp_collective_overhead_factor, 1.0), 0.0)
     cp_link = comm.group_link(ctx, b.cp, st["cp"])
     kv_step_bytes = 2.0 * tokens * m.kv_size / b.tp * BF16_BYTES
     # Ring attention: cp-1 K/V exchanges forward, K/V and their gradients backward (2×).
@@ -125,9 +129,8 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
     if m.moe is not None:
         ep_link = comm.group_link(ctx, b.ep, b.etp)
         h_div = np.where(b.sp > 0, b.tp, 1.0)
-        routed = tokens / h_div * m.moe.num_experts_per_token * m.hidden_size * BF16_BYTES
         ep_passes = 2.0 + full + np.where(b.recompute == 1, module_ep, 0.0)
-        ep = ep_passes * 2.0 * comm.all_to_all_s(ctx, ep_link, routed)  # dispatch + combine
+        ep = ep_passes * moe_time.dispatch_combine_s(ctx, b, ep_link, tokens / h_div)
     return {"tp": tp, "tp_fixed": overhead, "cp": cp, "ep": ep}
 
 
@@ -180,8 +183,12 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     layers = layers if layers is not None else stage_layers(m, b.pp, b.vpp, b.pp_split)
     fwd = _layer_forward_s(ctx, b)
     dense_c, moe_c = (_layer_compute_s(fwd, fwd[k]) for k in ("dense_matmul", "moe_matmul"))
-    recompute_s = _layer_recompute_s(ctx, b, fwd)
     tokens = b.mbs * ctx.training.seq_len / b.cp
+    dense_cast, moe_cast = fp8.cast_s(ctx, b, tokens)
+    dense_c = dense_c + dense_cast
+    moe_c = moe_c + moe_cast + (moe_time.fixed_s(ctx, 2.0) if m.moe is not None else 0.0)
+    ov = overlap_fractions(ctx)
+    recompute_s = _layer_recompute_s(ctx, b, fwd)
     head = 3.0 * 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp / (
         ctx.cluster.gpu.peak_bf16_flops_per_s * gemm_efficiency(ctx, 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp))
     head = head + loss_s(ctx, b, tokens)
@@ -200,9 +207,9 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
         offload = (offload_exposed_s(ctx, b, _layer_bytes(ctx, b, n, n_dense), n, forward, compute - forward)
                    if b.offload_layers.any() else np.zeros_like(compute))  # 0 without offload, faster
         attention_share = n * (1 + ATTENTION_BACKWARD_FACTOR) * fwd["attention"]
-        tp = n * (lc["tp"] * (1.0 - e.tp_overlap) + lc["tp_fixed"])
+        tp = n * (lc["tp"] * (1.0 - ov.tp) + lc["tp_fixed"])
         cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
-        ep = n_moe * lc["ep"] * (1.0 - e.ep_overlap)
+        ep = n_moe * lc["ep"] * (1.0 - ov.ep)
         stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload)
     # The slowest stage by work (compute + recompute) sets the pace; choosing by work keeps
     # compute + recompute monotone in the recompute mode.
@@ -229,8 +236,8 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step.
     backward_last = micro_compute * (BACKWARD_MATMUL_FACTOR / (1.0 + BACKWARD_MATMUL_FACTOR))
     forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR)
-    dp_exposed = (dp["grads"] - e.dp_overlap * np.minimum(dp["grads"], backward_last)
-                  + dp["gathers"] - e.dp_overlap * np.minimum(dp["gathers"], forward_first)
+    dp_exposed = (dp["grads"] - ov.grad_reduce * np.minimum(dp["grads"], backward_last)
+                  + dp["gathers"] - ov.param_gather * np.minimum(dp["gathers"], forward_first)
                   + dp["per_step_floor"])
     # The Adam step updates the parameters this GPU owns: ZeRO >= 1 shards them like the
     # optimizer states (the same groups as the memory model).

@@ -64,6 +64,10 @@ class PhysicalEfficiency:
     fp8_gemm_speedup: float = _physical(
         "Achieved GEMM speed-up of FP8 over BF16; at most the peak ratio 2 of Hopper and Blackwell.",
         (1.0, 2.0), (1.2, 1.9), unit="ratio")
+    moe_layer_fixed_s: float = _physical(
+        "Fixed time of one MoE layer per micro-batch, forward + backward, that does not shrink with "
+        "the tokens: router, permute/unpermute, the host sync of dropless routing and the launches "
+        "of some 75 small kernels (autoplan/cost/moe_time.py).", (0.0, 0.01), (5e-5, 2e-3), unit="s")
     elementwise_bytes_per_token_hidden: float = _physical(
         "HBM bytes that memory-bound ops (norms, activations, RoPE, residual adds) move per token "
         "per hidden unit per layer in forward; backward moves twice that.",
@@ -110,9 +114,12 @@ class Corrections:
         "of a blocking collective (a few to tens of µs), which the bandwidth terms omit.",
         (0.0, 0.01), (0.0, 5e-5), neutral=0.0, unit="s")
     pp_collective_overhead_factor: float = _correction(
-        "Multiplies collective_overhead_s when pp > 1: stands in for pipelined ranks waiting on each "
-        "other's blocking collectives and for TP groups the rank order places across nodes. Waiting "
-        "may plausibly double or triple a collective's fixed cost; far more means a missing mechanism.",
+        "Multiplies collective_overhead_s for layouts whose pipeline crosses the scale-up domain "
+        "(pp > 1, pipeline neighbours on different nodes) and tp > 1. Stands in for the stalls of "
+        "blocking pipeline point-to-point transfers across nodes that hold every TP rank of a stage "
+        "(nanotron src/nanotron/parallel/pipeline_parallel/p2p.py: each send first exchanges two "
+        "metadata tensors with blocking dist.send/recv read back on the host), which the model has "
+        "no term for. TP groups spread over nodes are modelled (cost/tp_comm.py), not this.",
         (1.0, 100.0), (1.0, 4.0), neutral=1.0, unit="ratio")
     memory_pressure_threshold: float = _correction(
         "Fraction of usable memory above which the caching allocator frees and retries "

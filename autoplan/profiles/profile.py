@@ -11,6 +11,7 @@ from autoplan.errors import SpecError, UnknownNameError, shown
 from autoplan.profiles.efficiency import CalibratedParameters
 from autoplan.profiles.parameter_files import DEFAULTS_PATH, profile_parameters
 from autoplan.profiles.transfer import transfer_parameters
+from autoplan.profiles.trainer_options import TrainerOptions, options_from_mapping
 from autoplan.specs.yaml_io import check_keys, read_mapping
 
 _PROFILE_DIR = Path(__file__).resolve().parent
@@ -85,6 +86,7 @@ class TrainerProfile:
     loss_hbm_bytes_per_logit: float = 0.0
     sources: tuple[str, ...] = ()
     parameters: dict[str, CalibratedParameters] = field(default_factory=dict)
+    options: TrainerOptions = field(default_factory=TrainerOptions)  # see trainer_options.py
 
     def parameters_for(self, gpu_name: str) -> CalibratedParameters:
         """The calibrated parameters for ``gpu_name``; for a GPU this trainer was not calibrated
@@ -112,9 +114,9 @@ def _coefficients(data: Any, where: str) -> ActivationCoefficients:
 
 def profile_from_mapping(data: dict, where: str) -> TrainerProfile:
     """Build a ``TrainerProfile`` from a parsed YAML mapping."""
-    required = [k for k in _PROFILE_KEYS if k not in ("sources", "parameters", *_OPTIONAL_KEYS)]
+    required = [k for k in _PROFILE_KEYS if k not in ("sources", "parameters", "options", *_OPTIONAL_KEYS)]
     parameters = profile_parameters(data, where)  # first: it names the sections that replace 'efficiency:'
-    check_keys(data, where, required=required, optional=["sources", "defaults", "calibrated", *_OPTIONAL_KEYS])
+    check_keys(data, where, required=required, optional=["sources", "defaults", "calibrated", *_OPTIONAL_KEYS, "options"])
     values = {k: v for k, v in data.items() if k not in ("defaults", "calibrated")}
     values["parameters"] = parameters
     for key in ("attention", "mlp"):
@@ -123,6 +125,7 @@ def profile_from_mapping(data: dict, where: str) -> TrainerProfile:
             raise SpecError(where, f"{key}: needs coefficients for 'none' and 'selective'")
     values["allowed_zero"] = tuple(int(z) for z in data["allowed_zero"])
     values["sources"] = tuple(data.get("sources", ()))
+    values["options"] = options_from_mapping(data.get("options"), where)
     return TrainerProfile(**values)
 
 

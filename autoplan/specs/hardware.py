@@ -44,7 +44,7 @@ _BOTH_DIRECTIONS_WORDS = ("both", "bidir", "duplex")
 _REQUIRED_KEYS = ("name", "memory", "usable_memory", "peak_bf16", "peak_fp8", "hbm_bandwidth",
                   "scale_up_bandwidth", "scale_up_domain", "nic_bandwidth", "gpus_per_node",
                   "scale_up_latency", "scale_out_latency", "sources")
-_OPTIONAL_KEYS = ("aliases", "description", "notes", "host_link")
+_OPTIONAL_KEYS = ("aliases", "description", "notes", "host_link", "fp8_block_scaled_mma")
 # The GPU's link to host memory when a file does not state one: PCIe Gen5 x16, 32 GT/s per lane
 # × 16 lanes, 64 GB/s per direction nominal (PCI-SIG PCIe 5.0 Base Specification).
 PCIE_GEN5_X16_BYTES_PER_S = 64e9
@@ -77,6 +77,9 @@ class GPUSpec:
     scale_out_latency_s: float
     sources: tuple[str, ...]
     host_bytes_per_s: float = PCIE_GEN5_X16_BYTES_PER_S  # GPU <-> host memory, per direction
+    # Tensor cores that take per-block scale factors in the MMA (Blackwell tcgen05 block-scaled
+    # MMA, MXFP8); on Hopper block scales are applied outside the MMA (autoplan.cost.fp8).
+    fp8_block_scaled_mma: bool = False
 
     def __post_init__(self) -> None:
         problem = _gpu_problem(self)
@@ -221,6 +224,13 @@ def _strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in value)
 
 
+def _flag(data: Mapping[str, Any], key: str, where: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise SpecError(where, f"{key}: expected true or false, got {shown(value)}")
+    return value
+
+
 def gpu_from_mapping(data: dict, where: str) -> GPUSpec:
     """A GPUSpec from a YAML/JSON mapping (see hardware_db/README.md for the schema)."""
     check_keys(data, where, required=_REQUIRED_KEYS, optional=_OPTIONAL_KEYS)
@@ -249,7 +259,8 @@ def gpu_from_mapping(data: dict, where: str) -> GPUSpec:
         scale_up_latency_s=times["scale_up_latency"], scale_out_latency_s=times["scale_out_latency"],
         sources=_strings(data, "sources", where),
         host_bytes_per_s=(_bandwidth(data, "host_link", where, "64 GB/s per direction", directional=True)
-                          if "host_link" in data else PCIE_GEN5_X16_BYTES_PER_S))
+                          if "host_link" in data else PCIE_GEN5_X16_BYTES_PER_S),
+        fp8_block_scaled_mma=_flag(data, "fp8_block_scaled_mma", where))
     problem = _gpu_problem(SimpleNamespace(**kwargs), _YAML_KEYS)
     if problem:
         raise SpecError(where, problem)
@@ -285,6 +296,8 @@ def gpu_to_mapping(gpu: GPUSpec) -> dict[str, Any]:
             value = _exact_quantity(value, units) + suffix
         data[key] = value
     data.update(gpus_per_node=gpu.gpus_per_node, sources=list(gpu.sources))
+    if gpu.fp8_block_scaled_mma:
+        data["fp8_block_scaled_mma"] = True
     return data
 
 

@@ -73,7 +73,7 @@ HF_KEYS: dict[str, tuple[str, ...]] = {
     "deepseek_v3": _DECODER_KEYS + _MOE_KEYS + (
         "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
         "topk_method", "attention_bias", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-        "qk_nope_head_dim", "v_head_dim"),
+        "qk_nope_head_dim", "v_head_dim", "n_group", "topk_group"),
     "gpt2": ("n_layer", "n_embd", "n_head", "n_inner", "n_positions", "vocab_size",
              "tie_word_embeddings"),
 }
@@ -267,6 +267,8 @@ def _deepseek_v3(config: Mapping[str, Any], where: str) -> dict[str, Any]:
         shared_expert_ffn_hidden_size=expert_ffn if num_shared else 0,
         num_dense_layers=_int(config, "first_k_dense_replace", where, minimum=0),
         router_bias=config.get("topk_method") in (None, "noaux_tc"),
+        num_expert_groups=_int(config, "n_group", where, default=0, minimum=0),
+        max_groups_per_token=_int(config, "topk_group", where, default=0, minimum=0),
     )
     return fields
 
@@ -370,7 +372,9 @@ def _deepseek_v3_config(m: ModelSpec) -> dict[str, Any]:
             "topk_method": "noaux_tc" if moe.router_bias else "greedy",
             "q_lora_rank": mla.q_lora_rank or None, "kv_lora_rank": mla.kv_lora_rank,
             "qk_rope_head_dim": mla.qk_rope_head_dim, "qk_nope_head_dim": mla.qk_nope_head_dim,
-            "v_head_dim": mla.v_head_dim}
+            "v_head_dim": mla.v_head_dim,
+            **({"n_group": moe.num_expert_groups, "topk_group": moe.max_groups_per_token}
+               if moe.num_expert_groups else {})}
 
 
 _WRITERS: dict[str, Callable[[ModelSpec], dict[str, Any]]] = {

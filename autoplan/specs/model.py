@@ -33,6 +33,11 @@ class MoESpec:
     shared_expert_ffn_hidden_size: int = 0
     num_dense_layers: int = 0
     router_bias: bool = False  # DeepSeek-V3's e_score_correction_bias (num_experts floats)
+    # Group-limited routing (DeepSeek-V3 ``n_group`` 8, ``topk_group`` 4; Megatron
+    # --moe-router-num-groups / --moe-router-group-topk): the experts form ``num_expert_groups``
+    # groups and a token's experts lie in at most ``max_groups_per_token`` of them. 0 = unlimited.
+    num_expert_groups: int = 0
+    max_groups_per_token: int = 0
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ def test_physical_fractions_never_exceed_one_and_corrections_have_a_neutral_valu
         if p.kind == CORRECTIONS:
             assert p.bounds[0] <= p.neutral <= p.bounds[1], name
     neutral = neutral_corrections()
-    assert neutral.pp_collective_overhead_factor == 1.0 and neutral.memory_reserve_bytes == 0.0
+    assert neutral.unfused_attention_factor == 1.0 and neutral.memory_reserve_bytes == 0.0
 
 
 def test_the_two_kinds_do_not_share_a_name():
@@ -87,8 +87,8 @@ def test_sourced_value_without_a_source_is_refused_naming_file_and_key():
     ("physical_efficiency", "gemm_efficiency_max", 1.2,
      r"physical_efficiency.gemm_efficiency_max: must lie in \[0.05, 1\], got 1.2"),
     ("physical_efficiency", "dp_overlap", -0.1, r"physical_efficiency.dp_overlap: must lie in \[0, 1\], got -0.1"),
-    ("corrections", "pp_collective_overhead_factor", 0.5,
-     r"corrections.pp_collective_overhead_factor: must lie in \[1, 100\]"),
+    ("corrections", "unfused_attention_factor", 0.5,
+     r"corrections.unfused_attention_factor: must lie in \[1, 50\]"),
     ("corrections", "allocator_overhead", "5%", "corrections.allocator_overhead: expected a number, got '5%'"),
 ])
 def test_out_of_bounds_values_are_refused_naming_file_and_key(section, name, value, message):
@@ -142,15 +142,16 @@ def test_profile_file_with_two_sections(tmp_path):
     assert params.efficiency.gemm_efficiency_max == 0.7 and params.corrections.step_overhead_s == 0.3
     assert params.fitted_on == "mine"
     # the shipped non-flash correction of megatron/a100-80gb is kept (the file does not set it)
-    assert params.corrections.unfused_attention_factor == pytest.approx(8.879242)
+    assert params.corrections.unfused_attention_factor == load_profile("megatron").parameters_for(
+        "a100-80gb").corrections.unfused_attention_factor > 1.0
 
 
 def test_old_flat_profile_file_is_mapped_onto_the_sections(tmp_path):
     path = _file(tmp_path, {"efficiency": {"gemm_efficiency_max": 0.7, "attention_efficiency": 0.05,
-                                           "pp_collective_overhead_factor": 2.0, "fitted_on": "old"}})
+                                           "collective_overhead_s": 2e-5, "fitted_on": "old"}})
     params = apply_profile_file(load_profile("megatron"), "a100-80gb", path).parameters_for("a100-80gb")
     assert params.efficiency.attention_efficiency == 0.05
-    assert params.corrections.pp_collective_overhead_factor == 2.0 and params.fitted_on == "old"
+    assert params.corrections.collective_overhead_s == 2e-5 and params.fitted_on == "old"
     # the old attention_efficiency already carried the non-flash slow-down: neutral correction
     assert params.corrections.unfused_attention_factor == 1.0
 
@@ -178,19 +179,19 @@ def test_flags_on_a_bound_and_outside_the_plausible_range():
         "scale_out_efficiency": 0.7,             # plausible: no flag
         "gemm_half_flops": 1e12,                 # on the upper bound
         "allocator_overhead": 1e-8,              # on the lower bound, which is its neutral value
-        "pp_collective_overhead_factor": 81.0})}  # plausible 1-4
+        "unfused_attention_factor": 8.9})}  # plausible 1-4
     assert set(flags) == {"gemm_efficiency_max", "gemm_half_flops", "allocator_overhead",
-                          "pp_collective_overhead_factor"}
+                          "unfused_attention_factor"}
     assert flags["gemm_efficiency_max"] == "outside its plausible range [0.5, 0.9]"
     assert flags["gemm_half_flops"].startswith("on its bound 1e+12")
     assert "neutral value" in flags["allocator_overhead"]
 
 
 def test_the_shipped_fits_that_stand_in_for_missing_mechanisms_are_flagged():
-    # The fitted values that stand in for missing mechanisms: nanotron's 0.996 GEMM efficiency, 0.13 scale-out efficiency and
-    # 81× collective factor; Megatron A100's non-flash attention; torchtitan's 0.186 attention.
+    # The fitted values that stand in for missing mechanisms: nanotron's 0.22 scale-out efficiency and
+    # 54× collective factor on cross-node pipelines; Megatron A100's non-flash attention; torchtitan's 0.186 attention.
     nanotron = {f.name for f in flag_fitted(load_profile("nanotron").parameters["h100-sxm"])}
-    assert {"gemm_efficiency_max", "scale_out_efficiency", "pp_collective_overhead_factor"} <= nanotron
+    assert {"scale_out_efficiency", "pp_collective_overhead_factor"} <= nanotron
     megatron = {f.name for f in flag_fitted(load_profile("megatron").parameters["a100-80gb"])}
     assert "unfused_attention_factor" in megatron
     torchtitan = {f.name for f in flag_fitted(load_profile("torchtitan").parameters["h100-96gb-500w"])}

@@ -1,0 +1,90 @@
+"""NVIDIA's NeMo performance summaries (Megatron-Core) as rows autoplan can predict.
+
+``validation/nemo_megatron_bridge_perf.csv`` is a copy of the project's refdata file of the same
+name (NeMo 24.03-25.07 performance pages: DGX-H100, DGX-B200, GB200 NVL72; every row FP8;
+dense Llama/GPT-3 and Mixtral MoE). Conventions applied here, each an assumption where the
+table is silent:
+
+* tokens/s per GPU is read as published (the refdata README: prefer it over their TFLOP/s).
+* Trainer: the megatron profile (NeMo runs Megatron-Core). ZeRO: ``fsdp = 1`` is Megatron-FSDP
+  (zero 3), otherwise the distributed optimizer (zero 1), NeMo's default. SP with TP.
+* Recompute: none (ASSUMED: the tables do not state it; NeMo's recipes of those releases decide).
+* FP8 recipe: ``tensorwise`` where the row says per-tensor current scaling, else ``delayed``
+  (ASSUMED: Transformer Engine's delayed scaling is NeMo's default before 25.04).
+* vp / cp / ep empty mean 1; the micro-batch and global batch are as published.
+
+Rows left out, with the reason: fine-tuning tasks (sft, lora: a frozen or partial model),
+rows without a tokens/s figure (the long-sequence tables' layout-only rows), models without a
+preset in ``model_db/`` (GPT3-5B/20B, Llama 2 13B, Nemotron, Llama 4 Scout), and rows whose
+batch columns cannot be a run (micro-batch larger than the global batch).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from typing import Any
+
+from autoplan.calibration.rows import Row, Source
+from autoplan.paths import data_dir
+from autoplan.specs.models import load_model
+
+NEMO_FILE = "nemo_megatron_bridge_perf.csv"
+_MODELS = {"LLAMA2-7B": "llama2-7b", "LLAMA2-70B": "llama2-70b", "LLAMA3-8B": "llama3-8b",
+           "LLAMA3-70B": "llama3-70b", "LLAMA3-405B": "llama3.1-405b", "LLAMA3.1-405B": "llama3.1-405b",
+           "GPT3-175B": "gpt3-175b", "Mixtral-8x7B": "mixtral-8x7b", "Mixtral-8x22B": "mixtral-8x22b"}
+_HARDWARE = {"H100-SXM5-80GB": "h100-sxm", "B200": "b200", "GB200 (NVL72)": "gb200-nvl72"}
+
+
+def _degree(text: str) -> int:
+    """A parallel degree column: empty (not stated) means 1."""
+    text = (text or "").strip()
+    return int(float(text)) if text else 1
+
+
+def _number(text: str) -> float:
+    text = (text or "").strip()
+    return float(text) if text else math.nan
+
+
+def _exclusion(r: dict[str, str]) -> str:
+    """Why a row cannot be predicted ('' when it can)."""
+    if not r["task"].startswith("pretrain"):
+        return f"task = {r['task']} (fine-tuning, not pre-training)"
+    if not math.isfinite(_number(r["tokens_per_s_per_gpu"])):
+        return "no tokens/s"
+    if r["model"] not in _MODELS:
+        return f"model = {r['model']} (no preset in model_db)"
+    if _number(r["mbs"]) > _number(r["gbs"]):
+        return f"mbs = {r['mbs']} > gbs = {r['gbs']} (batch columns cannot be a run)"
+    return ""
+
+
+def _layout(r: dict[str, str]) -> dict[str, Any]:
+    tp, pp, cp = _degree(r["tp"]), _degree(r["pp"]), _degree(r["cp"])
+    fsdp = _degree(r["fsdp"]) if (r["fsdp"] or "").strip() else 0
+    return {"gpus": int(r["num_gpus"]), "tp": tp, "pp": pp, "cp": cp, "vpp": _degree(r["vp"]),
+            "ep": _degree(r["ep"]), "zero": 3 if fsdp == 1 else 1, "mbs": int(float(r["mbs"])),
+            "seq_len": int(r["seq_len"]), "gbs_seqs": int(float(r["gbs"])), "recompute": "none",
+            "precision": "fp8"}
+
+
+def load_nemo() -> Source:
+    """The NeMo rows autoplan can reproduce (see the module doc for the conventions)."""
+    rows, excluded = [], []
+    with open(data_dir("validation") / NEMO_FILE, newline="", encoding="utf-8") as handle:
+        for i, r in enumerate(csv.DictReader(handle)):
+            row_id = f"nemo:{i + 2}"
+            reason = _exclusion(r)
+            if reason:
+                excluded.append((row_id, reason))
+                continue
+            recipe = "tensorwise" if "current scaling" in r["precision"] else "delayed"
+            hardware = _HARDWARE[r["gpu_type"]]
+            cell = f"{r['model']}/{hardware}/{r['num_gpus']}gpus/seq{r['seq_len']}"
+            rows.append(Row(source="nemo", row_id=row_id, model=load_model(_MODELS[r["model"]]),
+                            hardware=hardware, trainer="megatron", layout=_layout(r),
+                            tokens_per_s_per_gpu=_number(r["tokens_per_s_per_gpu"]), cell=cell,
+                            allow_uneven=True, fp8_recipe=recipe))
+    return Source("nemo", NEMO_FILE, tuple(rows), tuple(excluded),
+                  notes="Megatron-Core FP8 (delayed unless stated); recompute none and zero 1 assumed")

@@ -1,0 +1,58 @@
+"""FP8 training: the GEMM speed-up per GPU generation and recipe, and the casts it adds.
+
+Speed-up. ``fp8_gemm_speedup`` is the GEMM speed-up the trainer reaches with one scale per
+tensor (tensorwise or delayed scaling: cuBLASLt folds the two scales into the GEMM epilogue) on a
+GPU whose FP8 peak is twice its BF16 peak (H100, B200). On another GPU the gain scales with its
+peak ratio R = peak_fp8 / peak_bf16 (R ≤ 1, e.g. A100 without FP8: no gain). Recipes with
+per-block scales keep a share of the gain (:data:`RECIPE_GAIN_SHARE`): on Hopper the 1×128 /
+128×128 block scales are applied outside the tensor-core MMA (DeepSeek-V3 report, arXiv
+2412.19437, Sec. 3.3.2: partial sums promoted to CUDA cores every 128 elements; DeepGEMM),
+whereas Blackwell's block-scaled MMA takes MXFP8 scales in the instruction (``GPUSpec.
+fp8_block_scaled_mma``); MXFP8 does not run on Hopper (Transformer Engine requires compute
+capability 10.0 for MXFP8BlockScaling), so it keeps no gain there.
+
+Casts. Each linear's input (forward) and output gradient (backward) is quantised: read bf16
+(2 B), write the fp8 row-wise copy and, for the transposed GEMMs of backward, a column-wise copy
+(1 B each) — :data:`CAST_BYTES_PER_ELEMENT`; current (tensorwise) scaling reads the tensor once
+more to find its amax first (``AMAX_PASS_BYTES``; Transformer Engine ``Float8CurrentScaling``),
+delayed scaling takes the amax from the history and fuses it into the cast. Weights are cast once
+per step (Transformer Engine caches them across micro-batches, ``is_first_microbatch``) and are
+not counted; nor is the per-step amax all-reduce of delayed scaling (a few KB).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.cost.context import CostContext
+from autoplan.cost.flops import linear_io_elements_per_token
+from autoplan.layout import LayoutBatch
+
+FP8_PRECISION_CODE = 1  # layout.PRECISIONS index of 'fp8'
+REFERENCE_PEAK_RATIO = 2.0  # FP8/BF16 dense peak of H100 and B200, at which fp8_gemm_speedup holds
+# Share of the FP8 gain a recipe keeps: (block scales outside the MMA [Hopper], block-scaled MMA [Blackwell]).
+RECIPE_GAIN_SHARE = {"tensorwise": (1.0, 1.0), "delayed": (1.0, 1.0), "blockwise": (0.75, 1.0),
+                     "mxfp8": (0.0, 1.0)}
+CAST_BYTES_PER_ELEMENT = 4.0  # read bf16 (2) + write fp8 row-wise (1) + column-wise (1)
+AMAX_PASS_BYTES = {"tensorwise": 2.0, "delayed": 0.0, "blockwise": 0.0, "mxfp8": 0.0}
+
+
+def matmul_speedup(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """GEMM speed-up over BF16 per layout: 1 + (fp8_gemm_speedup − 1)·(R − 1)/(REFERENCE_PEAK_RATIO − 1)
+    · RECIPE_GAIN_SHARE[recipe][block-scaled MMA] under fp8, else 1 (see the module doc)."""
+    gpu = ctx.cluster.gpu
+    ratio = gpu.peak_fp8_flops_per_s / gpu.peak_bf16_flops_per_s
+    share = RECIPE_GAIN_SHARE[ctx.training.fp8_recipe][int(gpu.fp8_block_scaled_mma)]
+    gain = (ctx.efficiency.fp8_gemm_speedup - 1.0) * max(ratio - 1.0, 0.0) / (REFERENCE_PEAK_RATIO - 1.0)
+    return np.where(b.precision == FP8_PRECISION_CODE, 1.0 + gain * share, 1.0)
+
+
+def cast_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds of FP8 casts of one (dense, MoE) layer for one micro-batch, forward + backward:
+    tokens · elements per token / tp · (CAST_BYTES_PER_ELEMENT + AMAX_PASS_BYTES[recipe]) /
+    (hbm_bytes_per_s · hbm_efficiency); 0 under bf16. Memory-bound element-wise kernels."""
+    per_element = CAST_BYTES_PER_ELEMENT + AMAX_PASS_BYTES[ctx.training.fp8_recipe]
+    rate = ctx.cluster.gpu.hbm_bytes_per_s * ctx.efficiency.hbm_efficiency
+    on = (b.precision == FP8_PRECISION_CODE) * tokens / b.tp * per_element / rate
+    dense, moe = linear_io_elements_per_token(ctx)
+    return on * dense, on * moe

@@ -1,0 +1,87 @@
+"""FP8 speed-up per GPU and recipe, MoE dispatch volumes and TP rings (arithmetic in comments)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from autoplan.api import build_context, build_training
+from autoplan.cost import fp8, moe_time
+from autoplan.cost.comm import GroupLink, group_link
+from autoplan.cost.tp_comm import tp_collective_s
+from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.profiles.trainer_options import TrainerOptions
+
+
+def ctx_on(hardware: str, recipe: str = "tensorwise", model: str = "llama3-8b", gpus: int = 8):
+    return build_context(model, build_training(gpus, 4096, gpus, hardware=hardware, fp8_recipe=recipe))
+
+
+def speedup(hardware: str, recipe: str) -> float:
+    ctx = ctx_on(hardware, recipe)
+    batch = LayoutBatch.from_layouts([resolve_layout({"precision": "fp8"}, ctx.training)])
+    return float(fp8.matmul_speedup(ctx, batch)[0]), ctx.efficiency.fp8_gemm_speedup
+
+
+@pytest.mark.parametrize("hardware, recipe, share", [
+    ("h100-sxm", "tensorwise", 1.0), ("h100-sxm", "delayed", 1.0), ("h100-sxm", "blockwise", 0.75),
+    ("h100-sxm", "mxfp8", 0.0), ("b200", "mxfp8", 1.0), ("b200", "blockwise", 1.0)])
+def test_fp8_gain_scales_with_the_peak_ratio_and_the_recipe(hardware, recipe, share):
+    # S = 1 + (S_ref − 1)·(peak_fp8/peak_bf16 − 1)·share; H100 1979/989, B200 4500/2250 = 2
+    ratios = {"h100-sxm": 1979 / 989, "b200": 4500 / 2250}
+    got, reference = speedup(hardware, recipe)
+    assert got == pytest.approx(1 + (reference - 1) * (ratios[hardware] - 1) * share, rel=1e-12)
+
+
+def test_no_fp8_gain_without_fp8_tensor_cores():
+    # A100: peak_fp8 0 -> ratio 0 -> no gain (and never a slow-down from the speed-up itself)
+    assert speedup("a100-80gb", "tensorwise")[0] == 1.0
+
+
+def test_bf16_layouts_pay_no_casts():
+    ctx = ctx_on("h100-sxm")
+    batch = LayoutBatch.from_layouts([resolve_layout({}, ctx.training)])
+    dense, moe = fp8.cast_s(ctx, batch, np.array([4096.0]))
+    assert dense[0] == 0.0 and moe[0] == 0.0
+
+
+def test_tp_ring_pays_one_latency_per_step():
+    # 16 ranks, busbw 400e9, α 10 µs, S = 32 MiB: 15/16·S/400e9 + 15·10 µs
+    link = GroupLink(size=np.array([16.0]), bus_bytes_per_s=np.array([400e9]), latency_s=np.array([1e-5]),
+                     inside_domain=np.array([False]), ranks_per_domain=np.array([8.0]))
+    size = 32 * 2**20
+    assert tp_collective_s(link, np.array([size]))[0] == pytest.approx(15 / 16 * size / 400e9 + 15e-5)
+
+
+def _deepseek(ep: int, dedup: bool):
+    ctx = build_context("deepseek-v3", build_training(ep, 4096, ep, hardware="h100-sxm"))
+    profile = dataclasses.replace(ctx.profile, options=TrainerOptions(moe_token_dedup=dedup))
+    ctx = dataclasses.replace(ctx, profile=profile)
+    return ctx, group_link(ctx, np.array([float(ep)]), np.array([1.0]))
+
+
+def test_plain_dispatch_sends_every_remote_copy():
+    # EP 64 over 8 nodes of 8: top-8 copies, 56/64 of them off the node: 8·56/64 = 7
+    ctx, link = _deepseek(64, dedup=False)
+    assert moe_time.remote_copies_per_token(ctx, link)[0] == pytest.approx(7.0)
+
+
+def test_dedup_sends_one_copy_per_remote_node_and_node_limit_caps_it():
+    # D = 8 nodes, k = 8: E[distinct remote] = 7·(1 − (7/8)^8) = 4.90, capped by topk_group 4
+    # (n_group 8 over 8 nodes: one group per node) at 4
+    ctx, link = _deepseek(64, dedup=True)
+    assert 7 * (1 - (7 / 8) ** 8) > 4.0
+    assert moe_time.remote_copies_per_token(ctx, link)[0] == pytest.approx(4.0)
+
+
+def test_grouped_gemm_spans_all_local_experts():
+    # grouped: 2·tokens·k·h·f_e/etp; per expert (no grouped GEMM): ·ep/E
+    ctx = build_context("mixtral-8x7b", build_training(8, 4096, 8, hardware="h100-sxm"))
+    batch = LayoutBatch.from_layouts([resolve_layout({"ep": 8}, ctx.training)])
+    grouped = moe_time.expert_gemm_flops(ctx, batch, np.array([4096.0]))[0]
+    assert grouped == pytest.approx(2 * 4096 * 2 * 4096 * 14336)
+    looped = dataclasses.replace(ctx, profile=dataclasses.replace(
+        ctx.profile, options=TrainerOptions(moe_grouped_gemm=False)))
+    assert moe_time.expert_gemm_flops(looped, batch, np.array([4096.0]))[0] == pytest.approx(grouped * 8 / 8)
