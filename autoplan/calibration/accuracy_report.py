@@ -273,7 +273,7 @@ def interval_figures(sources: Mapping[str, Source], fit_ids: set[str],
             hi = pred[column] * np.array([getattr(b, high) for b in bands])
             share = 100.0 * float(np.mean((measured[ok] >= lo[ok]) & (measured[ok] <= hi[ok])))
             groups = ", ".join(sorted({b.group + ("" if b.measured else " (unmeasured)") for b in bands}))
-            out.append(Figure("intervals", f"{name} {figure}: held-out rows inside their band [{groups}]",
+            out.append(Figure("intervals", f"{name} {figure}: held-out rows inside their band ({groups})",
                               "held-out", int(ok.sum()), share, target="70-95", met=70.0 <= share <= 95.0))
     return out
 
