@@ -74,6 +74,11 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     files = {MODULE_FILE: _module(model, layout, training, launch, family, flavor, commands, warnings)}
     toml_launch = [f"torchrun --nproc-per-node {per_node} --nnodes {nodes} -m torchtitan.train "
                    f"--job.config_file {TOML_FILE}"]
+    if family == "deepseek_v3" and layout.cp > 1:  # 0.2.2's deepseek_v3 attends with flex attention
+        warnings.append(f"no {TOML_FILE}: torchtitan 0.2.2's deepseek_v3 uses flex attention, which its "
+                        "context parallelism refuses ('Context Parallel only supports SDPA attention')")
+        files[MODULE_FILE] = _module(model, layout, training, launch, family, flavor, commands, warnings)
+        return ExportResult(files, warnings)
     files[TOML_FILE] = _toml(model, layout, training, launch, family, toml_flavor, toml_launch, toml_warnings)
     if toml_flavor == CUSTOM_FLAVOR:
         files[f"{FLAVOR_MODULE}.py"] = _v02_flavor_module(model, layout, training)
@@ -156,7 +161,9 @@ def _module(model, lay, training, launch, family, flavor, commands, warnings) ->
         f"{'Llama-3 scaling' if _llama3_scaling(model) else 'no RoPE scaling'} from the model)"])
     ac = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}[lay.recompute]
     fp8 = lay.precision == "fp8"
-    converters = "[Float8LinearConverter.Config(model_compile_enabled=True)]" if fp8 else "None"
+    keep_bf16 = ["lm_head", *(["router.gate"] if model.moe is not None else [])]  # as torchtitan's recipes
+    converters = (f"[Float8LinearConverter.Config(model_compile_enabled=True, filter_fqns={keep_bf16!r})]"
+                  if fp8 else "None")
     parallel = ",\n".join(f"            {k}={v!r}" for k, v in _parallelism(model, lay).items())
     train = ",\n".join(f"            {k}={v!r}" for k, v in batch(lay, training).items())
     registry = f"_{family}.model_registry"
@@ -253,7 +260,8 @@ def _toml(model, lay, training, launch, family, flavor, commands, warnings) -> s
               ("compile", [("enable", lay.precision == "fp8"), ("components", ["model", "loss"])]),
               ("debug", [("seed", launch.seed)])]
     if lay.precision == "fp8":
-        tables.append(("quantize.linear.float8", [("recipe_name", "rowwise"), ("filter_fqns", ["output"])]))
+        keep_bf16 = ["output", *(["router.gate"] if model.moe is not None else [])]
+        tables.append(("quantize.linear.float8", [("recipe_name", "rowwise"), ("filter_fqns", keep_bf16)]))
     if flavor == CUSTOM_FLAVOR:
         tables.append(("experimental", [("custom_import", FLAVOR_MODULE)]))
     return commented(head) + toml_tables(tables)
@@ -334,6 +342,9 @@ def model_warnings(m: ModelSpec, family: str, flavor: str) -> list[str]:
 
 def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
     warnings = []
+    if lay.precision == "fp8" and m.moe is not None:
+        warnings.append("precision=fp8: torchtitan 0.3.0's Float8 converter covers nn.Linear layers only; "
+                        "the MoE experts (grouped GEMMs) stay BF16 while the prediction speeds them up")
     order = placement_warning("torchtitan", ORDERS, lay)
     if order:
         warnings.append(order)

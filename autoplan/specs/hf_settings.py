@@ -6,7 +6,7 @@ that the exported job trains the model of the config (``autoplan.export``). Defa
 of the ``transformers`` configuration classes (``configuration_<type>.py``); DeepSeek-V3's
 ``aux_loss_alpha`` and ``seq_aux`` come from DeepSeek's own ``configuration_deepseek.py``
 (transformers' class has neither). A token id given as a list (an instruct model's several end
-tokens) is read as its first element.
+tokens) is read as its first element; an explicit null means none (an absent key: the default).
 """
 
 from __future__ import annotations
@@ -117,11 +117,13 @@ def flag(config: Mapping[str, Any], key: str, where: str, default: bool) -> bool
 
 
 def _token_id(config: Mapping[str, Any], key: str, where: str, default: int | None) -> int | None:
-    value = config.get(key)
+    if key not in config:
+        return default
+    value = config[key]
     if isinstance(value, list) and value:
         value = value[0]
-    if value is None:
-        return default
+    if value is None:  # an explicit null: the model has none
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise SpecError(where, f"{key}: expected a token id (an integer >= 0) or a list of them, got {shown(value)}")
     return value

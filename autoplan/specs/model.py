@@ -36,7 +36,7 @@ class MoESpec:
     router_bias: bool = False  # DeepSeek-V3's e_score_correction_bias (num_experts floats)
     # Routing (what the trainer's router computes; the cost model reads none of these):
     score_function: str = "softmax"  # DeepSeek-V3 'sigmoid' (scoring_func)
-    normalize_topk: bool = False  # top-k weights renormalised to sum 1 (Mixtral; norm_topk_prob)
+    normalize_topk: bool = True  # top-k weights renormalised to sum 1 (Mixtral; norm_topk_prob)
     routed_scaling_factor: float = 1.0  # DeepSeek-V3 2.5
     num_expert_groups: int = 1  # group-limited routing: n_group (DeepSeek-V3 8)
     num_limited_groups: int = 1  # groups each token may use: topk_group (DeepSeek-V3 4)

@@ -189,7 +189,7 @@ def test_megatron_core_accepts_the_shape_and_batch(case, tmp_path):
 MEGATRON_LM = ARGS_OF + '''
 import json, os, sys
 words, text = script_args(sys.argv[1])
-gpus = int(sys.argv[2])
+gpus, want = int(sys.argv[2]), json.loads(sys.argv[3])
 sys.path.insert(0, os.environ["MEGATRON_LM"])
 if "CUDA_DEVICE_MAX_CONNECTIONS=1" in text:
     os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
@@ -207,7 +207,6 @@ args.world_size, args.rank = gpus, 0
 A.validate_args(args)
 args.apply_rope_fusion = False
 A.core_transformer_config_from_args(args)
-want = json.loads(sys.argv[3])
 got = {k: getattr(args, k) for k in want}
 assert got == want, (got, want)
 '''

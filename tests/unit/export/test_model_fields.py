@@ -137,3 +137,19 @@ def test_megatron_deepspeed_uses_flash_attention_unless_eager():
     f = flags(bash_words(script))
     assert "--use-flash-attn-v2" in f and "--recompute-granularity" not in f
     assert f["--rotary-position-embeddings-theta"] == "500000"
+
+
+def test_torchtitan_fp8_keeps_head_and_router_in_bf16_and_warns_for_experts():
+    layout = plan_from_record({"gpus": 32, "ep": 8, "zero": 3, "mbs": 2, "seq_len": 4096, "gbs_seqs": 256,
+                               "precision": "fp8"})
+    result = render("torchtitan", load_model("qwen3-30b-a3b"), *layout)
+    assert "filter_fqns=['lm_head', 'router.gate']" in result.files["torchtitan_autoplan.py"]
+    assert 'filter_fqns = ["output", "router.gate"]' in result.files["torchtitan_job.toml"]
+    assert any("experts (grouped GEMMs) stay BF16" in w for w in result.warnings)
+
+
+def test_torchtitan_deepseek_with_cp_writes_no_v022_toml():
+    layout = plan_from_record({"gpus": 64, "pp": 4, "cp": 2, "ep": 8, "zero": 3, "seq_len": 4096, "gbs_seqs": 64})
+    result = render("torchtitan", load_model("deepseek-v3"), *layout)
+    assert "torchtitan_job.toml" not in result.files and "torchtitan_autoplan.py" in result.files
+    assert any("only supports SDPA" in w for w in result.warnings)

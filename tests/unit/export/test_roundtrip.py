@@ -194,7 +194,8 @@ def from_deepspeed(files, model) -> dict:
         assert int(f["--zero-stage"]) == config["zero_optimization"]["stage"]
     recompute = "full" if "activation_checkpointing" in config else f.get("--recompute-granularity") or "none"
     values = {"gpus": gpus, "tp": tp, "pp": pp, "vpp": 1, "cp": 1,
-              "ep": int(f.get("--moe-expert-parallel-size", 1)),
+              "ep": int(f.get("--moe-expert-parallel-size",  # plain DeepSpeed: AutoEP in the JSON
+                              config.get("expert_parallel", {}).get("autoep_size", 1))),
               "etp": tp if "--enable-expert-tensor-parallelism" in f else 1,
               "zero": config["zero_optimization"]["stage"], "mbs": mbs, "gbs_seqs": config["train_batch_size"],
               "seq_len": int(f["--seq-length"]) if "--seq-length" in f else None,
