@@ -22,7 +22,7 @@ RULES = [
          "DeepSpeed 0.19.8 deepspeed/runtime/engine.py ('Native DeepSpeed MoE is not supported with ZeRO "
          "Stage 3. Use AutoEP or choose ZeRO stage 1/2'; _configure_expert_parallel: AutoEP refuses an "
          "mpu's tensor parallelism)",
-         fix=lambda c, x: "use --zero 1 (or tp = pp = 1: plain DeepSpeed with AutoEP)"),
+         fix=lambda c, x: "try --zero 1"),
     Rule("ep_divides_dp", DEEPSPEED, "ep must divide dp (expert groups are carved from DP)",
          lambda c, b: b.dp % b.ep != 0,
          lambda c, x: f"ep={x.ep}, dp={x.dp}",
