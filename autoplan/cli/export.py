@@ -53,11 +53,15 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, train_steps,
         from autoplan.report.destination import check_out_file
 
         check_out_file(output)  # before the work (a folder is made and checked as it is written)
+    prediction = None
     if plan:
-        model, layout, training = _from_plan(ctx, plan, rank, trainer, kwargs)
+        model, layout, training, prediction = _from_plan(ctx, plan, rank, trainer, kwargs)
     else:
         model, layout, training = _from_options(kwargs)
-    launch = LaunchOptions(train_steps=train_steps, tokenizer=tokenizer, data_path=data_path)
+    launch = LaunchOptions(train_steps=train_steps, tokenizer=tokenizer, data_path=data_path,
+                           prediction=prediction)
+    if prediction is not None:
+        click.echo(f"predicted for this plan: {prediction.describe()}", err=True)
     result = render(trainer, model, layout, training, launch, allow_uneven_pp=allow_uneven_pp)
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -65,9 +69,11 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, train_steps,
 
 
 def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: dict):
-    """(model, layout, training) of the plan of ``rank`` in a
-    plans.json; the setup is the record's gpus, seq_len and gbs_seqs on the hardware options."""
+    """(model, layout, training, prediction) of the plan of ``rank`` in a plans.json; the setup is
+    the record's gpus, seq_len and gbs_seqs on the hardware options; the prediction is the
+    record's, by the profile the plans were searched with."""
     from autoplan.export import read_plans, select_plan
+    from autoplan.export.common import Prediction
     from autoplan.layout import layout_from_record, record_setup
     from autoplan.specs.models import load_model
 
@@ -95,7 +101,8 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: d
         raise AutoplanError(f"{plan}: plan of rank {rank} has no {' or '.join(missing)}")
     training = training_from_options(kwargs, model.seq_len, gpus=setup["gpus"], gbs_seqs=setup["gbs_seqs"],
                                      seq_len=setup.get("seq_len"), gbs_tokens=None)
-    return model, layout_from_record(record, training), training
+    prediction = Prediction.from_record(record, str(data.get("trainer") or "searched"))
+    return model, layout_from_record(record, training), training, prediction
 
 
 def _from_options(kwargs: dict):

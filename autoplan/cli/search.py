@@ -89,8 +89,9 @@ def knob_options(func):
 @click.option("--top", "top_k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Plans to show.")
 @click.option("--export", "export_to", default=None, metavar="TRAINER[,TRAINER...]",
-              help="Also write the best plan's configs into <out>/configs/: megatron, torchtitan, "
-                   "nanotron, deepspeed.")
+              help="Also write configs into <out>/configs/ for megatron, torchtitan, nanotron, deepspeed: "
+                   "for each, the best plan that trainer can run (searched again with its own profile "
+                   "and rules), labelled with its predicted figures.")
 @click.option("--report", is_flag=True, help="Write plots and report.html into the result folder.")
 @click.option("--gpu-hour-price", type=click.FloatRange(min=0.0, min_open=True), default=None,
               metavar="USD", help="Price of one GPU-hour; adds the dollars to train (needs --train-tokens).")
@@ -215,19 +216,24 @@ def _costs(result, kw: dict):
 
 
 def _export(result, trainers: str, out: str, allow_uneven_pp: bool) -> list[str]:
-    """The best plan's trainer configs under <out>/configs/."""
+    """Each trainer's best plan that it can run, as its configs under <out>/configs/; one line per
+    trainer on stderr (its plan and predicted figures, or why it has none)."""
     from pathlib import Path
 
-    from autoplan.export import export_plan
+    from autoplan.export import parse_trainers, write_files
+    from autoplan.export.per_trainer import best_plans
     from autoplan.report.html import EXPORT_FOLDER
 
-    rows = result.plan_rows(1)
-    if len(rows) == 0:
+    if len(result.plan_rows(1)) == 0:
         return []
-    record = result.top_records(1)[0]
-    paths = export_plan(record, result.ctx.model, trainers, Path(out) / EXPORT_FOLDER,
-                        result.row_context(int(rows[0])).training, allow_uneven_pp=allow_uneven_pp)
-    return [str(Path(p).relative_to(out)) for p in paths]
+    written = []
+    for plan in best_plans(result, parse_trainers(trainers)):
+        click.echo(f"export {plan.summary()}", err=True)
+        for warning in plan.result.warnings if plan.result else []:
+            click.echo(f"  warning: {warning}", err=True)
+        if plan.result is not None:
+            written += write_files(plan.result.files, Path(out) / EXPORT_FOLDER)
+    return [str(Path(p).relative_to(out)) for p in written]
 
 
 class _progress_bar:

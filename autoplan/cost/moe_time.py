@@ -17,7 +17,7 @@
   parallel (``comm.all_to_all_s``). With de-duplication (DeepEP, ``moe_token_dedup``) a token
   crosses to a remote domain once per domain however many of its experts live there, then is
   forwarded over NVLink: E[distinct remote domains] = (D − 1)·(1 − (1 − 1/D)^k) for k uniform
-  choices over D domains, capped by group-limited routing at max_groups_per_token·max(1, D/G)
+  choices over D domains, capped by group-limited routing at num_limited_groups·max(1, D/G)
   domains (DeepSeek-V3 report, arXiv 2412.19437, Sec. 2.1.2 and 3.2.2: at most 4 nodes per
   token). Dispatch moves 1 + 4/128 bytes per element in FP8 (``moe_fp8_dispatch``), the combine
   bf16.
@@ -52,8 +52,8 @@ def remote_copies_per_token(ctx: CostContext, link: GroupLink) -> np.ndarray:
     plain = k * (n - per_domain) / np.maximum(n, 1.0)
     domains = np.maximum(n / np.maximum(per_domain, 1.0), 1.0)
     distinct = (domains - 1.0) * (1.0 - (1.0 - 1.0 / domains) ** k)
-    if moe.max_groups_per_token and moe.num_expert_groups:
-        cap = moe.max_groups_per_token * np.maximum(1.0, domains / moe.num_expert_groups)
+    if moe.num_expert_groups > 1:
+        cap = moe.num_limited_groups * np.maximum(1.0, domains / moe.num_expert_groups)
         distinct = np.minimum(distinct, cap)
     return np.where(ctx.profile.options.moe_token_dedup, distinct, plain)
 

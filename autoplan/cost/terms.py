@@ -205,7 +205,7 @@ TIME_TERMS_DEFINED = [
           "grad_acc × n_moe × {passes}·Σ_(dispatch, combine) (max(T·top_k·(k − 1)/n·h·B/scale-up bw, "
           "T·c·h·B/NIC bw) + log2(n)·α) × (1 − ep_overlap if moe_a2a_overlap else 1); T = tokens/h_div, k ranks "
           "per scale-up domain, c = top_k·(n − k)/n remote copies per token, or with moe_token_dedup the expected "
-          "distinct remote domains (D − 1)·(1 − (1 − 1/D)^top_k), D = n/k, capped at max_groups_per_token·max(1, "
+          "distinct remote domains (D − 1)·(1 − (1 − 1/D)^top_k), D = n/k, capped at num_limited_groups·max(1, "
           "D/num_expert_groups); B = BF16_BYTES, the dispatch 1 + 4/128 under fp8 with moe_fp8_dispatch; 0 under pp_schedule dualpipe/dualpipev (hidden under the paired chunk)",
           "Megatron-Core MoE token dispatcher (dispatch + combine); DeepSeek-V3 report Sec. 2.1.2, 3.2.2 "
           "(node-limited routing, DeepEP), Sec. 3.2.1 (DualPipe); autoplan/cost/moe_time.py",

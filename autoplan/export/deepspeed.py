@@ -47,6 +47,8 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     per_node, nodes = launch_shape(training)
     warnings = _warnings(model, layout)
     config = ds_config(layout, launch, with_optimizer=not uses_megatron(layout), moe=model.moe is not None)
+    if model.moe is not None and layout.ep > 1 and not uses_megatron(layout):
+        config["expert_parallel"] = autoep_section(model, layout)
     files = {CONFIG_FILE: json.dumps(config, indent=2) + "\n"}
     files[SCRIPT_FILE] = _script(model, layout, training, launch, per_node, nodes, warnings)
     return ExportResult(files, warnings)
@@ -84,6 +86,21 @@ def ds_config(lay: Layout, launch: LaunchOptions, *, with_optimizer: bool, moe: 
     return config
 
 
+AUTOEP_PRESETS = ("mixtral", "qwen3_moe", "deepseek_v3")  # deepspeed/module_inject/auto_ep_presets at 0.19.8
+
+
+def autoep_section(m: ModelSpec, lay: Layout) -> dict[str, object]:
+    """AutoEP (``expert_parallel`` in the JSON, ``deepspeed/module_inject/auto_ep_config.py``
+    ``parse_autoep_config`` at 0.19.8): DeepSpeed replaces the Hugging Face model's MoE blocks with
+    expert-parallel ones over ``autoep_size`` ranks, found by the preset of the model type (other
+    types need ``moe_layer_pattern``/``expert_pattern``, a header warning). AutoEP is also what lets
+    ZeRO-3 run experts (engine.py refuses native DeepSpeed MoE under ZeRO-3)."""
+    section: dict[str, object] = {"enabled": True, "autoep_size": lay.ep, "expert_tensor_parallel_size": 1}
+    if m.model_type in AUTOEP_PRESETS:
+        section["preset_model"] = m.model_type
+    return section
+
+
 def megatron_deepspeed_args(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOptions) -> Args:
     """Megatron-DeepSpeed ``pretrain_gpt.py`` flags (without --data-path, added by the script)."""
     args: Args = [("--tensor-model-parallel-size", lay.tp), ("--pipeline-model-parallel-size", lay.pp)]
@@ -94,9 +111,11 @@ def megatron_deepspeed_args(m: ModelSpec, lay: Layout, training: TrainingSpec, l
     args += [("--deepspeed", None), ("--deepspeed_config", CONFIG_FILE), ("--zero-stage", lay.zero),
              ("--micro-batch-size", lay.mbs), ("--global-batch-size", lay.gbs_seqs),
              ("--seq-length", training.seq_len), ("--bf16", None)]
+    if training.attention_kernel == "flash":  # the fused kernel the profile assumes (no s×s scores kept)
+        args.append(("--use-flash-attn-v2", None))
     if lay.recompute == "full":
         args += [("--checkpoint-activations", None), ("--deepspeed-activation-checkpointing", None)]
-    elif lay.recompute == "selective":
+    elif lay.recompute == "selective" and training.attention_kernel != "flash":
         args.append(("--recompute-granularity", "selective"))
     return args + _mds_model_args(m, lay, training) + _mds_moe_args(m, lay) + _mds_schedule_args(m, launch)
 
@@ -110,9 +129,10 @@ def _mds_model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
         args.append(("--kv-channels", m.head_dim))
     if m.activation == "swiglu":
         args.append(("--swiglu", None))
-    args.append(("--normalization", m.norm))
+    args += [("--normalization", m.norm), ("--layernorm-epsilon", m.norm_eps)]
     if m.position_embedding == "rope":
-        args.append(("--use-rotary-position-embeddings", None))
+        args += [("--use-rotary-position-embeddings", None),
+                 ("--rotary-position-embeddings-theta", round(m.rope_theta))]
     if not m.linear_bias:
         args.append(("--disable-bias-linear", None))
     if not m.tied_embeddings:
@@ -124,7 +144,8 @@ def _mds_moe_args(m: ModelSpec, lay: Layout) -> Args:
     if m.moe is None:
         return []
     args: Args = [("--num-experts", m.moe.num_experts), ("--moe-expert-parallel-size", lay.ep),
-                  ("--topk", m.moe.num_experts_per_token), ("--expert-interval", 1)]
+                  ("--topk", m.moe.num_experts_per_token), ("--expert-interval", 1),
+                  ("--moe-loss-coeff", m.moe.aux_loss_coeff)]
     if lay.etp > 1:
         args.append(("--enable-expert-tensor-parallelism", None))
     return args
@@ -166,13 +187,19 @@ def _script(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOpt
                                                          ("--deepspeed_config", CONFIG_FILE)]))
                 + torchrun + '    "$TRAIN_SCRIPT" "${ARGS[@]}" "$@"\n')
         version = VERSION
-    head = header_lines(version, m, lay, training, launch=commands, warnings=warnings, notes=_notes(lay))
+    head = header_lines(version, m, lay, training, launch=commands, warnings=warnings, notes=_notes(lay, training),
+                        prediction=launch.prediction)
     return "#!/usr/bin/env bash\n" + commented(head) + "set -euo pipefail\n" + body
 
 
-def _notes(lay: Layout) -> list[str]:
+def _notes(lay: Layout, training: TrainingSpec) -> list[str]:
     if uses_megatron(lay):
-        return ["the optimizer comes from Megatron-DeepSpeed's flags, so the JSON has none"]
+        notes = ["the optimizer comes from Megatron-DeepSpeed's flags, so the JSON has none"]
+        if lay.recompute == "selective" and training.attention_kernel == "flash":
+            notes.append("recompute=selective: with flash attention Megatron-DeepSpeed's selective recompute "
+                         "checkpoints nothing (megatron/model/transformer.py sets checkpoint_core_attention "
+                         "only for unfused attention), as the prediction assumes; no flag is written")
+        return notes
     notes = [f"build the model with the shape above; the JSON holds batch, ZeRO-{lay.zero} and precision"]
     if lay.recompute == "full":
         notes.append("full recompute: call model.gradient_checkpointing_enable() (Hugging Face) or wrap "
@@ -191,10 +218,9 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
     if lay.recompute == "selective" and not uses_megatron(lay):
         warnings.append("recompute=selective: plain DeepSpeed has no selective recompute; exported "
                         "without recompute")
-    if m.moe is not None and not uses_megatron(lay):
-        warnings.append(f"expert parallelism lives in the model code, not the JSON: build the MoE "
-                        f"layers with deepspeed.moe.layer.MoE(num_experts={m.moe.num_experts}, "
-                        f"ep_size={lay.ep}, k={m.moe.num_experts_per_token})")
+    if m.moe is not None and lay.ep > 1 and not uses_megatron(lay) and m.model_type not in AUTOEP_PRESETS:
+        warnings.append(f"AutoEP has no preset for model_type {m.model_type!r}: add moe_layer_pattern, "
+                        "expert_pattern and router_pattern to the JSON's expert_parallel section")
     warnings += _mds_warnings(m, lay) if uses_megatron(lay) else []
     return warnings
 
@@ -204,7 +230,13 @@ def _mds_warnings(m: ModelSpec, lay: Layout) -> list[str]:
     if m.mla is not None or m.qk_norm or (m.qkv_bias and not m.linear_bias):
         warnings.append("Megatron-DeepSpeed's GPT model has no latent attention, q/k norms or "
                         "q/k/v-only biases; those parts of the model are not expressed")
+    if m.rope_scaling:
+        warnings.append(f"rope_scaling {m.rope_scaling_dict} has no Megatron-DeepSpeed flag; RoPE is unscaled")
     moe = m.moe
+    if moe is not None and (moe.score_function != "softmax" or moe.num_expert_groups > 1 or moe.router_bias
+                            or moe.routed_scaling_factor != 1.0):
+        warnings.append("Megatron-DeepSpeed's top-k gate (softmax, no groups, bias or scaling) cannot "
+                        "express the model's router")
     if moe is not None and (moe.num_shared_experts or moe.num_dense_layers
                             or moe.expert_ffn_hidden_size != m.ffn_hidden_size):
         warnings.append("Megatron-DeepSpeed MoE layers use --ffn-hidden-size for every expert in every "

@@ -14,7 +14,18 @@ ep, etp            --expert-model-parallel-size, --expert-tensor-parallel-size (
 sp                 --sequence-parallel
 zero 1             --use-distributed-optimizer
 zero 3             Megatron-FSDP: --use-megatron-fsdp --data-parallel-sharding-strategy
-                   optim_grads_params (+ the flags its docs require)
+                   optim_grads_params (+ the flags its docs require) and
+                   --init-model-with-meta-device (each rank builds only its shard: a 70B at
+                   tp=1 would not fit while being built)
+overlap            from the megatron profile's overlap fractions (the time model's assumptions,
+                   autoplan/profiles/defaults.yaml): dp_overlap (fsdp_overlap under ZeRO-3) > 0
+                   -> --overlap-grad-reduce, + --overlap-param-gather with zero >= 1;
+                   tp_overlap > 0 with sp -> --tp-comm-overlap (each only where the profile's
+                   options: switch it on, autoplan/profiles/trainer_options.py); what cannot be switched on
+                   (tp overlap without sp, expert all-to-all overlap, p2p overlap without vpp)
+                   is a header warning
+model              autoplan.export.megatron_model (RoPE base/scaling, norm epsilon, MLA, MoE
+                   routing from the model)
 mbs, gbs           --micro-batch-size, --global-batch-size (grad_acc = gbs/(mbs·dp))
 recompute          selective: --recompute-granularity selective (Megatron's default core_attn),
                    with recompute_modules --recompute-modules m1 m2 ...;
@@ -23,15 +34,15 @@ recompute          selective: --recompute-granularity selective (Megatron's defa
                    --recompute-num-layers N (N layers of each virtual stage)
 offload_layers     refused by the rules: core_v0.15.3 has no --cpu-offloading-num-layers
 precision          --bf16, and --fp8-format hybrid for fp8
+data               --data-path: a blend 'w1 prefix1 w2 prefix2' becomes its words
 placement          default order tp-cp-ep-dp-pp, or --use-tp-pp-dp-mapping (tp-cp-ep-pp-dp)
 =================  ===========================================================================
 """
 
 from __future__ import annotations
 
-import itertools
+from dataclasses import replace
 
-from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.common import (
     ExportResult,
     LaunchOptions,
@@ -42,8 +53,11 @@ from autoplan.export.common import (
     padded_vocab,
     shell_args,
 )
+from autoplan.export.megatron_model import model_args, model_warnings
 from autoplan.export.placement import matching_order, placement_warning
 from autoplan.layout import Layout
+from autoplan.profiles import load_profile
+from autoplan.profiles.efficiency import PhysicalEfficiency
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import TrainingSpec
 
@@ -57,13 +71,16 @@ Args = list[tuple[str, object]]
 def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions) -> ExportResult:
     """The launch script for this plan (a pure function of its inputs)."""
     per_node, nodes = launch_shape(training)
-    warnings = _warnings(model, layout)
-    args = (parallel_args(layout) + batch_args(layout, training) + recompute_args(layout)
+    efficiency = assumed_efficiency(training)
+    warnings = _warnings(model, layout) + overlap_warnings(layout, efficiency)
+    args = (parallel_args(layout) + overlap_args(layout, efficiency) + batch_args(layout, training)
+            + recompute_args(layout)
             + precision_args(layout, training) + model_args(model, layout, training) + vocab_args(model, layout, launch)
             + data_args(launch) + schedule_args(launch))
     commands = [f"MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..{nodes - 1}> MASTER_ADDR=<node 0> "
               f"bash {FILE_NAME}  (on each of the {nodes} node(s))"]
     head = header_lines(VERSION, model, layout, training, launch=commands, warnings=warnings,
+                        prediction=launch.prediction,
                         notes=_notes(model, layout, training, launch))
     env = ""
     if (layout.tp > 1 or layout.cp > 1) and layout.zero != 3:
@@ -89,10 +106,55 @@ def parallel_args(lay: Layout) -> Args:
     elif lay.zero == 3:
         args += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", "optim_grads_params"),
                  ("--no-gradient-accumulation-fusion", None), ("--use-distributed-optimizer", None),
-                 ("--ckpt-format", "fsdp_dtensor")]
+                 ("--ckpt-format", "fsdp_dtensor"), ("--init-model-with-meta-device", None)]
     if matching_order(ORDERS, lay) == "--use-tp-pp-dp-mapping":  # the default order is tried first
         args.append(("--use-tp-pp-dp-mapping", None))
     return args
+
+
+def assumed_efficiency(training: TrainingSpec) -> PhysicalEfficiency:
+    """The overlap fractions the time model assumed: the megatron profile's, for this GPU, with
+    those its ``options:`` switch off set to 0 (``autoplan.cost.overlap.overlap_fractions``)."""
+    profile = load_profile("megatron")
+    eff, options = profile.parameters_for(training.cluster.gpu.name).efficiency, profile.options
+    return replace(eff, tp_overlap=eff.tp_overlap if options.tp_comm_overlap else 0.0,
+                   ep_overlap=eff.ep_overlap if options.moe_a2a_overlap else 0.0,
+                   dp_overlap=eff.dp_overlap if options.overlap_grad_reduce else 0.0,
+                   fsdp_overlap=eff.fsdp_overlap if options.overlap_grad_reduce else 0.0)
+
+
+def overlap_args(lay: Layout, eff: PhysicalEfficiency) -> Args:
+    """The overlap flags of what the time model hides (``autoplan.cost.time``, after the
+    profile's options): ``dp_overlap`` (``fsdp_overlap`` under ZeRO-3) of the gradient reduction
+    -> ``--overlap-grad-reduce``, with the distributed optimizer's / Megatron-FSDP's parameter
+    all-gather -> ``--overlap-param-gather`` (validate_args: needs the distributed optimizer or
+    Megatron-FSDP, and --overlap-grad-reduce); ``tp_overlap`` -> ``--tp-comm-overlap``
+    (validate_args: needs sequence parallel; Transformer Engine layers, Megatron's default
+    --transformer-impl)."""
+    args: Args = []
+    dp_hidden = eff.fsdp_overlap if lay.zero == 3 else eff.dp_overlap
+    if lay.dp * lay.cp > 1 and dp_hidden > 0:
+        args.append(("--overlap-grad-reduce", None))
+        if lay.zero >= 1 and load_profile("megatron").options.overlap_param_gather:
+            args.append(("--overlap-param-gather", None))
+    if eff.tp_overlap > 0 and lay.tp > 1 and lay.sp:
+        args.append(("--tp-comm-overlap", None))
+    return args
+
+
+def overlap_warnings(lay: Layout, eff: PhysicalEfficiency) -> list[str]:
+    """Overlap the prediction assumed that the script cannot switch on."""
+    warnings = []
+    if eff.tp_overlap > 0 and lay.tp > 1 and not lay.sp:
+        warnings.append(f"the prediction hides {eff.tp_overlap:.0%} of TP communication, but "
+                        "--tp-comm-overlap needs sequence parallel (sp=false here); it stays exposed")
+    if eff.ep_overlap > 0 and lay.ep > 1:
+        warnings.append(f"the prediction hides {eff.ep_overlap:.0%} of the expert all-to-all; the script "
+                        "does not turn on --overlap-moe-expert-parallel-comm")
+    if eff.pp_overlap > 0 and lay.pp > 1 and lay.vpp == 1:
+        warnings.append(f"the prediction hides {eff.pp_overlap:.0%} of pipeline sends, but Megatron overlaps "
+                        "them only with the interleaved schedule (vpp > 1)")
+    return warnings
 
 
 def batch_args(lay: Layout, training: TrainingSpec) -> Args:
@@ -129,96 +191,6 @@ def precision_args(lay: Layout, training: TrainingSpec) -> Args:
     return args
 
 
-def model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
-    """The model shape as Megatron flags (and the virtual-stage size, which needs the layers)."""
-    args: Args = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
-                  ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_attention_heads)]
-    if lay.pp_split == "embed-loss":
-        args.append(("--pipeline-model-parallel-layout", embed_loss_layout(m.num_layers, lay.pp, lay.vpp)))
-    elif m.num_layers % (lay.pp * lay.vpp):
-        args.append(("--pipeline-model-parallel-layout", pipeline_layout(m.num_layers, lay.pp, lay.vpp)))
-    elif lay.vpp > 1:
-        args.append(("--num-layers-per-virtual-pipeline-stage", m.num_layers // (lay.pp * lay.vpp)))
-    if m.num_kv_heads < m.num_attention_heads and m.mla is None:
-        args += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
-    if m.mla is None and m.head_dim * m.num_attention_heads != m.hidden_size:
-        args.append(("--kv-channels", m.head_dim))
-    args.append(("--max-position-embeddings", max(m.max_position_embeddings, training.seq_len)))
-    args += _architecture_args(m) + _mla_args(m) + _moe_args(m, lay, training)
-    return args
-
-
-def pipeline_layout(num_layers: int, pp: int, vpp: int) -> str:
-    """Megatron's layout string for unequal stages, e.g. 'E(t*4|)*2t*3|t*3L' for 14 layers on 4
-    stages: stages split by '|', E the embedding, t a decoder layer, L the loss, 'x*n' and
-    '(...)*n' repeat (``megatron/core/transformer/pipeline_parallel_layer_layout.py``,
-    ``parse_str_to_list``, at core_v0.15.3); virtual stage k·pp + r runs on rank r."""
-    *head, last = virtual_stage_layers(num_layers, pp, vpp)
-    runs = [(count, len(list(group))) for count, group in itertools.groupby(head)]
-    text = "".join(f"(t*{count}|)*{n}" if n > 1 else f"t*{count}|" for count, n in runs)
-    return f"E{text}t*{last}L"
-
-
-def embed_loss_layout(num_layers: int, pp: int, vpp: int) -> str:
-    """The layout string of ``pp_split = embed-loss`` (the embedding and the loss count as one
-    layer each, ``virtual_stage_layers(..., embed_loss=True)``), e.g. 'E|(t|)*126L' for Llama 3
-    405B's 126 layers on pp 16 × vpp 8; same syntax as ``pipeline_layout``."""
-    stages = [f"t*{n}" if n else "" for n in virtual_stage_layers(num_layers, pp, vpp, embed_loss=True)]
-    runs = [(text, len(list(group))) for text, group in itertools.groupby(stages[1:-1])]
-    middle = "".join(f"({text}|)*{n}" if n > 1 else f"{text}|" for text, n in runs)
-    return f"E{stages[0]}|{middle}{stages[-1]}L"
-
-
-def _architecture_args(m: ModelSpec) -> Args:
-    args: Args = [("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
-                  ("--position-embedding-type", "rope" if m.position_embedding == "rope" else "learned_absolute")]
-    if m.activation == "swiglu":
-        args.append(("--swiglu", None))
-    if not m.linear_bias:
-        args.append(("--disable-bias-linear", None))
-    if m.qkv_bias and not m.linear_bias:
-        args.append(("--add-qkv-bias", None))
-    if m.qk_norm:
-        args.append(("--qk-layernorm", None))
-    if not m.tied_embeddings:
-        args.append(("--untie-embeddings-and-output-weights", None))
-    return args + [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
-
-
-def _mla_args(m: ModelSpec) -> Args:
-    if m.mla is None:
-        return []
-    mla = m.mla
-    args: Args = [("--multi-latent-attention", None)]
-    if mla.q_lora_rank > 0:
-        args.append(("--q-lora-rank", mla.q_lora_rank))
-    return args + [("--kv-lora-rank", mla.kv_lora_rank), ("--qk-head-dim", mla.qk_nope_head_dim),
-                   ("--qk-pos-emb-head-dim", mla.qk_rope_head_dim), ("--v-head-dim", mla.v_head_dim)]
-
-
-def _moe_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
-    if m.moe is None:
-        return []
-    moe = m.moe
-    args: Args = [("--num-experts", moe.num_experts), ("--moe-router-topk", moe.num_experts_per_token),
-                  ("--moe-ffn-hidden-size", moe.expert_ffn_hidden_size),
-                  ("--expert-model-parallel-size", lay.ep), ("--expert-tensor-parallel-size", lay.etp),
-                  ("--moe-grouped-gemm", None), ("--moe-token-dispatcher-type", "alltoall"),
-                  ("--moe-router-load-balancing-type", "aux_loss"), ("--moe-aux-loss-coeff", 0.001)]
-    if moe.num_shared_experts:
-        args.append(("--moe-shared-expert-intermediate-size",
-                     moe.num_shared_experts * moe.shared_expert_ffn_hidden_size))
-    if moe.num_dense_layers:
-        args.append(("--moe-layer-freq",
-                     f"([0]*{moe.num_dense_layers}+[1]*{m.num_layers - moe.num_dense_layers})"))
-    if moe.router_bias:
-        args += [("--moe-router-enable-expert-bias", None), ("--moe-router-score-function", "sigmoid")]
-    if training.moe_capacity_factor is not None:  # the cost model pads to capacity (memory.py)
-        args += [("--moe-expert-capacity-factor", float(training.moe_capacity_factor)),
-                 ("--moe-pad-expert-input-to-capacity", None)]
-    return args
-
-
 def vocab_args(m: ModelSpec, lay: Layout, launch: LaunchOptions) -> Args:
     """Tokenizer flags and ``--padded-vocab-size`` (the embedding rows; tp must divide them)."""
     padded = padded_vocab(m.vocab_size, lay.tp)
@@ -230,9 +202,25 @@ def vocab_args(m: ModelSpec, lay: Layout, launch: LaunchOptions) -> Args:
 
 
 def data_args(launch: LaunchOptions) -> Args:
+    """``--data-path`` takes several words (``nargs='*'``; a blend is 'weight prefix weight
+    prefix ...'), so a blend given as one string becomes its words; any other value (a path with
+    spaces) stays one word."""
     if launch.data_path:
-        return [("--data-path", launch.data_path), ("--split", "99,1,0")]
+        return [("--data-path", data_words(launch.data_path)), ("--split", "99,1,0")]
     return [("--mock-data", None)]
+
+
+def data_words(data_path: str) -> list[str]:
+    """A blend 'w1 p1 w2 p2 ...' (weights that are numbers) as its words, else [data_path]."""
+    words = data_path.split()
+    weights = words[0::2]
+    if len(words) < 2 or len(words) % 2:
+        return [data_path]
+    try:
+        [float(weight) for weight in weights]
+    except ValueError:
+        return [data_path]
+    return words
 
 
 def schedule_args(launch: LaunchOptions) -> Args:
@@ -243,7 +231,7 @@ def schedule_args(launch: LaunchOptions) -> Args:
 
 
 def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
-    warnings = []
+    warnings = model_warnings(m)
     order = placement_warning("Megatron-LM", ORDERS, lay)
     if order:
         warnings.append(order)
@@ -260,9 +248,6 @@ def _notes(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOpti
     if not launch.tokenizer:
         notes.append(f"NullTokenizer adds one EOD token: --vocab-size {m.vocab_size - 1} gives "
                      f"{m.vocab_size} token ids; pass a real tokenizer for real data")
-    if m.position_embedding == "rope":
-        notes.append("RoPE base and scaling are Megatron's defaults (autoplan's model spec does not "
-                     "record them); add --rotary-base for the real model")
     if training.seq_len > m.max_position_embeddings:
         notes.append(f"--max-position-embeddings raised to seq_len {training.seq_len} "
                      f"(the model's is {m.max_position_embeddings})")

@@ -6,7 +6,9 @@ follow ``examples/config_tiny_llama.yaml``. Mapping: dp/tp/pp as they are, ``pp_
 ``tp_linear_async_communication`` with sequence parallel, ``recompute_layer`` for full recompute,
 ``tokens.micro_batch_size = mbs``, ``tokens.batch_accumulation_per_replica = grad_acc``,
 ``optimizer.zero_stage = zero``. Llama-shaped models use ``LlamaConfig``; Qwen and MoE models use
-``Qwen2Config`` (with ``moe_config``).
+``Qwen2Config`` (with ``moe_config``). From the model: ``rope_theta``, ``rms_norm_eps``,
+``bos/eos_token_id``, ``tie_word_embeddings``, ``attention_bias``, ``router_aux_loss_coef``; RoPE
+scaling and the MoE routing nanotron cannot take are header warnings (:func:`model_warnings`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from autoplan.specs.training import TrainingSpec
 VERSION = "nanotron main @ 2411b022 (2026-04-07; package version 0.4)"
 FILE_NAME = "nanotron_config.yaml"
 ORDERS = {"context": "tp-cp-dp-pp"}  # ParallelContext: ranks reshaped as (ep, pp, dp, cp, tp)
+DEFAULT_TOKEN_IDS = (1, 2)  # LlamaConfig/Qwen2Config defaults, used when the model gives none
 
 
 def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions) -> ExportResult:
@@ -60,7 +63,8 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     notes = ["nanotron assigns layers to pipeline stages itself, balancing the embedding and LM head too",
              "dataset null = nanotron's dummy data generator" if not launch.data_path else
              "the data set is read with Hugging Face datasets (text column 'text')"]
-    head = header_lines(VERSION, model, layout, training, launch=commands, notes=notes, warnings=warnings)
+    head = header_lines(VERSION, model, layout, training, launch=commands, notes=notes, warnings=warnings,
+                        prediction=launch.prediction)
     text = commented(head) + yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
     return ExportResult({FILE_NAME: text}, warnings)
 
@@ -97,9 +101,10 @@ def model_config(m: ModelSpec, lay: Layout, training: TrainingSpec) -> dict[str,
         "num_key_value_heads": m.num_kv_heads,
         "max_position_embeddings": max(m.max_position_embeddings, training.seq_len),
         "vocab_size": m.vocab_size, "tie_word_embeddings": m.tied_embeddings,
-        "rms_norm_eps": 1.0e-5, "rope_theta": 500000.0, "rope_scaling": None, "rope_interleaved": False,
+        "rms_norm_eps": m.norm_eps, "rope_theta": m.rope_theta, "rope_scaling": None, "rope_interleaved": False,
         "attention_bias": m.qkv_bias, "initializer_range": 0.02, "pretraining_tp": 1, "use_cache": True,
-        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None}
+        "bos_token_id": DEFAULT_TOKEN_IDS[0] if m.bos_token_id is None else m.bos_token_id,
+        "eos_token_id": DEFAULT_TOKEN_IDS[1] if m.eos_token_id is None else m.eos_token_id, "pad_token_id": None}
     if m.moe is None and m.model_type not in ("qwen2", "qwen3"):
         return {**config, "is_llama_config": True}
     config["is_qwen2_config"] = True
@@ -111,7 +116,7 @@ def model_config(m: ModelSpec, lay: Layout, training: TrainingSpec) -> dict[str,
             "shared_expert_intermediate_size": moe.num_shared_experts * moe.shared_expert_ffn_hidden_size,
             "enable_shared_expert": moe.num_shared_experts > 0,
             "layers": list(range(moe.num_dense_layers, m.num_layers)) if moe.num_dense_layers else [-1],
-            "token_dispatcher_type": "alltoall"}
+            "router_aux_loss_coef": moe.aux_loss_coeff, "token_dispatcher_type": "alltoall"}
     return config
 
 
@@ -136,8 +141,35 @@ def _data(launch: LaunchOptions) -> dict[str, object]:
     return {"dataset": dataset, "seed": launch.seed, "num_loading_workers": 1}
 
 
-def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
+def model_warnings(m: ModelSpec) -> list[str]:
+    """What nanotron's LlamaConfig/Qwen2Config and its MoE router cannot take from the model
+    (``src/nanotron/nn/moe.py``: softmax over all experts, top-k weights not renormalised, no
+    balance loss, no groups, bias or scaling)."""
     warnings = []
+    if m.rope_scaling:
+        warnings.append(f"rope_scaling {m.rope_scaling_dict} is not applied: nanotron's models have no "
+                        "RoPE scaling (rope_scaling: null)")
+    if m.bos_token_id is None or m.eos_token_id is None:
+        warnings.append(f"the model gives no bos/eos token id; nanotron's defaults {DEFAULT_TOKEN_IDS} are "
+                        "written: set them from the tokenizer")
+    moe = m.moe
+    if moe is not None:
+        differ = [text for bad, text in [
+            (moe.score_function != "softmax", f"{moe.score_function} scores"),
+            (moe.normalize_topk, "renormalised top-k weights"),
+            (moe.routed_scaling_factor != 1.0, f"routed scaling {moe.routed_scaling_factor}"),
+            (moe.num_expert_groups > 1,
+             f"group-limited routing ({moe.num_limited_groups} of {moe.num_expert_groups} groups)"),
+            (moe.router_bias, "an expert bias (aux-loss-free balancing)"),
+            (moe.aux_loss_coeff > 0, f"a balance loss of weight {moe.aux_loss_coeff}")] if bad]
+        if differ:
+            warnings.append("nanotron's router (softmax over all experts, top-k weights as they are, no "
+                            "balance loss) cannot express the model's " + ", ".join(differ))
+    return warnings
+
+
+def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
+    warnings = model_warnings(m)
     order = placement_warning("nanotron", ORDERS, lay)
     if order:
         warnings.append(order)

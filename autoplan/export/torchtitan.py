@@ -50,13 +50,16 @@ KNOWN_FLAVORS = {
     "qwen3-8b": ("qwen3", "8B", True), "qwen3-30b-a3b": ("qwen3", "30B-A3B", True),
     "qwen3-235b-a22b": ("qwen3", "235B-A22B", True), "deepseek-v3": ("deepseek_v3", "671B", True),
 }
-_NOT_SHAPE = ("name", "aliases", "sources", "seq_len", "max_position_embeddings")
+# Fields a torchtitan flavor need not match (RoPE scaling is checked apart: model_warnings).
+_NOT_SHAPE = ("name", "aliases", "sources", "seq_len", "max_position_embeddings", "rope_scaling",
+              "bos_token_id", "eos_token_id", "num_mtp_layers")
+TITAN_LLAMA3_SCALING = 8.0  # every llama3 flavor: ComplexRoPE scaling='llama', scaling_factor default 8
 
 
 def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions) -> ExportResult:
     per_node, nodes = launch_shape(training)
     family, flavor, in_v02 = model_flavor(model)
-    warnings = _warnings(model, layout)
+    warnings = _warnings(model, layout) + model_warnings(model, family, flavor)
     toml_flavor = flavor if in_v02 else CUSTOM_FLAVOR
     toml_warnings = list(warnings)
     if toml_flavor == CUSTOM_FLAVOR and model.tied_embeddings:
@@ -71,6 +74,11 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     files = {MODULE_FILE: _module(model, layout, training, launch, family, flavor, commands, warnings)}
     toml_launch = [f"torchrun --nproc-per-node {per_node} --nnodes {nodes} -m torchtitan.train "
                    f"--job.config_file {TOML_FILE}"]
+    if family == "deepseek_v3" and layout.cp > 1:  # 0.2.2's deepseek_v3 attends with flex attention
+        warnings.append(f"no {TOML_FILE}: torchtitan 0.2.2's deepseek_v3 uses flex attention, which its "
+                        "context parallelism refuses ('Context Parallel only supports SDPA attention')")
+        files[MODULE_FILE] = _module(model, layout, training, launch, family, flavor, commands, warnings)
+        return ExportResult(files, warnings)
     files[TOML_FILE] = _toml(model, layout, training, launch, family, toml_flavor, toml_launch, toml_warnings)
     if toml_flavor == CUSTOM_FLAVOR:
         files[f"{FLAVOR_MODULE}.py"] = _v02_flavor_module(model, layout, training)
@@ -153,13 +161,16 @@ def batch(lay: Layout, training: TrainingSpec) -> dict[str, int]:
 
 
 def _module(model, lay, training, launch, family, flavor, commands, warnings) -> str:
-    head = header_lines(VERSION, model, lay, training, launch=commands, warnings=warnings, notes=[
+    head = header_lines(VERSION, model, lay, training, launch=commands, warnings=warnings,
+                        prediction=launch.prediction, notes=[
         "the model is torchtitan's own flavor" if flavor != CUSTOM_FLAVOR else
-        "the model is a Llama-3 flavor registered below (RoPE theta 500000, Llama-3 scaling: "
-        "autoplan's model spec does not record RoPE settings)"])
+        f"the model is a Llama-3 flavor registered below (RoPE theta {model.rope_theta:g}, "
+        f"{'Llama-3 scaling' if _llama3_scaling(model) else 'no RoPE scaling'} from the model)"])
     ac = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}[lay.recompute]
     fp8 = lay.precision == "fp8"
-    converters = "[Float8LinearConverter.Config(model_compile_enabled=True)]" if fp8 else "None"
+    keep_bf16 = ["lm_head", *(["router.gate"] if model.moe is not None else [])]  # as torchtitan's recipes
+    converters = (f"[Float8LinearConverter.Config(model_compile_enabled=True, filter_fqns={keep_bf16!r})]"
+                  if fp8 else "None")
     parallel = ",\n".join(f"            {k}={v!r}" for k, v in _parallelism(model, lay).items())
     train = ",\n".join(f"            {k}={v!r}" for k, v in batch(lay, training).items())
     registry = f"_{family}.model_registry"
@@ -217,21 +228,22 @@ def _v03_flavor(m: ModelSpec, lay: Layout, training: TrainingSpec) -> str:
             "        dim=dim,\n        vocab_size=vocab_size,\n" + tying
             + f"        tok_embeddings=Embedding.Config(num_embeddings=vocab_size, embedding_dim=dim, "
             f"param_init={embed_init}),\n"
-            "        norm=RMSNorm.Config(normalized_shape=dim, param_init=_llama3._NORM_INIT),\n"
+            f"        norm=RMSNorm.Config(normalized_shape=dim, eps={m.norm_eps!r}, param_init=_llama3._NORM_INIT),\n"
             "        lm_head=Linear.Config(in_features=dim, out_features=vocab_size,\n"
             "                              param_init=_llama3._output_linear_init(dim)),\n"
             "        layers=_llama3._build_llama3_layers(\n"
             "            fuse_qkv=True, n_layers=n_layers, dim=dim, n_heads=n_heads, n_kv_heads=n_kv_heads,\n"
             "            hidden_dim=hidden_dim,\n"
-            f"            rope=ComplexRoPE.Config(dim=dim // n_heads, max_seq_len={max_seq}, theta=500000,\n"
-            "                                    scaling='llama'),\n"
+            f"            rope=ComplexRoPE.Config(dim=dim // n_heads, max_seq_len={max_seq}, theta={m.rope_theta!r},\n"
+            f"                                    {_v03_scaling(m)}),\n"
             "            attn_backend=attn_backend, tp_gemm_backend=tp_gemm_backend),\n"
             "    )\n\n\n"
             f"_llama3.llama3_configs[{CUSTOM_FLAVOR!r}] = _autoplan_flavor\n")
 
 
 def _toml(model, lay, training, launch, family, flavor, commands, warnings) -> str:
-    head = header_lines(TOML_VERSION, model, lay, training, launch=commands, warnings=warnings)
+    head = header_lines(TOML_VERSION, model, lay, training, launch=commands, warnings=warnings,
+                        prediction=launch.prediction)
     model_items: list[tuple[str, object]] = [
         ("name", family), ("flavor", flavor),
         ("hf_assets_path", launch.tokenizer or "./tests/assets/tokenizer")]
@@ -255,7 +267,8 @@ def _toml(model, lay, training, launch, family, flavor, commands, warnings) -> s
               ("compile", [("enable", lay.precision == "fp8"), ("components", ["model", "loss"])]),
               ("debug", [("seed", launch.seed)])]
     if lay.precision == "fp8":
-        tables.append(("quantize.linear.float8", [("recipe_name", "rowwise"), ("filter_fqns", ["output"])]))
+        keep_bf16 = ["output", *(["router.gate"] if model.moe is not None else [])]
+        tables.append(("quantize.linear.float8", [("recipe_name", "rowwise"), ("filter_fqns", keep_bf16)]))
     if flavor == CUSTOM_FLAVOR:
         tables.append(("experimental", [("custom_import", FLAVOR_MODULE)]))
     return commented(head) + toml_tables(tables)
@@ -273,17 +286,72 @@ def _v02_flavor_module(m: ModelSpec, lay: Layout, training: TrainingSpec) -> str
     head = header_lines(TOML_VERSION, m, lay, training, notes=["imported by [experimental] custom_import; keep "
                                                      "this file on PYTHONPATH"])
     return (commented(head) + '"""Registers the autoplan llama3 flavor for torchtitan 0.2.2."""\n\n'
-            "from torchtitan.models.llama3 import TransformerModelArgs, llama3_args\n\n"
+            "from torchtitan.models.llama3 import TransformerModelArgs, llama3_args\n"
+            "from torchtitan.models.llama3.model.args import RoPEScalingArgs\n\n"
             f"llama3_args[{CUSTOM_FLAVOR!r}] = TransformerModelArgs(\n"
             f"    dim={m.hidden_size}, n_layers={m.num_layers}, n_heads={m.num_attention_heads}, "
             f"n_kv_heads={m.num_kv_heads},\n"
             f"    vocab_size={m.vocab_size}, multiple_of={m.ffn_hidden_size}, "
             f"ffn_dim_multiplier={multiplier!r},\n"
-            f"    rope_theta=500000, max_seq_len={max(training.seq_len, m.max_position_embeddings)},\n)\n")
+            f"    norm_eps={m.norm_eps!r}, rope_theta={m.rope_theta!r}, rope_scaling_args={_v02_scaling(m)},\n"
+            f"    max_seq_len={max(training.seq_len, m.max_position_embeddings)},\n)\n")
+
+
+_LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+def _llama3_scaling(m: ModelSpec) -> dict[str, float | str]:
+    """The model's Llama-3 RoPE scaling ({} when it has another or none)."""
+    scaling = m.rope_scaling_dict
+    return scaling if scaling.get("rope_type", scaling.get("type")) == "llama3" else {}
+
+
+def _llama3_arguments(scaling: dict[str, float | str]) -> str:
+    """``scaling_factor=..., low_freq_factor=..., high_freq_factor=...,
+    original_max_position_embeddings=...`` (the names of both torchtitan versions)."""
+    factor, low, high, original = (scaling.get(key) for key in _LLAMA3_KEYS)
+    return (f"scaling_factor={float(factor or 8.0)!r}, low_freq_factor={float(low or 1.0)!r}, "
+            f"high_freq_factor={float(high or 4.0)!r}, original_max_position_embeddings={int(original or 8192)}")
+
+
+def _v03_scaling(m: ModelSpec) -> str:
+    """``ComplexRoPE.Config`` scaling arguments (``torchtitan/models/common/rope.py``)."""
+    scaling = _llama3_scaling(m)
+    return f"scaling='llama', {_llama3_arguments(scaling)}" if scaling else "scaling='none'"
+
+
+def _v02_scaling(m: ModelSpec) -> str:
+    """0.2.2's ``RoPEScalingArgs``: it always applies Llama-3 scaling, which a factor of 1 turns
+    into the identity (``precompute_freqs_cis`` in ``torchtitan/models/llama3/model/model.py``)."""
+    scaling = _llama3_scaling(m)
+    return f"RoPEScalingArgs({_llama3_arguments(scaling)})" if scaling else "RoPEScalingArgs(scaling_factor=1.0)"
+
+
+def model_warnings(m: ModelSpec, family: str, flavor: str) -> list[str]:
+    """What the exported flavor cannot take from the model. torchtitan's own flavors match the
+    model's shape, theta and norm eps; its llama3 flavors all apply Llama-3.1 RoPE scaling x8
+    (``torchtitan/models/llama3/__init__.py``), which may differ from the model's."""
+    if flavor != CUSTOM_FLAVOR:
+        factor = float(_llama3_scaling(m).get("factor", 0.0))
+        if family == "llama3" and factor != TITAN_LLAMA3_SCALING:
+            have = f"x{factor:g}" if factor else "none"
+            return [(f"torchtitan's {flavor} flavor applies Llama-3 RoPE scaling x{TITAN_LLAMA3_SCALING:g}; "
+                     f"the model's is {have}")]
+        return []
+    warnings = []
+    if m.rope_scaling and not _llama3_scaling(m):
+        warnings.append(f"rope_scaling {m.rope_scaling_dict} is not Llama-3 scaling; the flavor has none")
+    if m.norm_eps != 1e-5:
+        warnings.append(f"torchtitan 0.3.0's _build_llama3_layers fixes the layer norms' eps at 1e-5 "
+                        f"(the model's {m.norm_eps:g} is set on the final norm and in the 0.2.2 flavor)")
+    return warnings
 
 
 def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
     warnings = []
+    if lay.precision == "fp8" and m.moe is not None:
+        warnings.append("precision=fp8: torchtitan 0.3.0's Float8 converter covers nn.Linear layers only; "
+                        "the MoE experts (grouped GEMMs) stay BF16 while the prediction speeds them up")
     order = placement_warning("torchtitan", ORDERS, lay)
     if order:
         warnings.append(order)

@@ -32,6 +32,7 @@ to ``num_attention_heads`` for every type (transformers' class defaults are fixe
 mistral/mixtral (8), qwen2/qwen3 (32), qwen3_moe (4) and deepseek_v3 (128); configs saved by
 transformers always write the key). A ``null`` value counts as absent.
 
+RoPE, norm epsilon, token ids, MTP and MoE routing fields are read by :mod:`autoplan.specs.hf_settings`.
 Autoplan keys allowed next to the HF fields: ``name``, ``aliases``, ``sources``, ``seq_len``
 (default training sequence length; default ``min(4096, max_position_embeddings)``) and
 ``description``. With ``strict=True`` (presets in ``model_db/``) any other key is an error; a
@@ -50,6 +51,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from autoplan.errors import SpecError, shown
+from autoplan.specs import hf_settings
 from autoplan.specs.model import MLASpec, ModelSpec, MoESpec
 from autoplan.specs.yaml_io import check_keys, check_name, get_int
 
@@ -73,7 +75,7 @@ HF_KEYS: dict[str, tuple[str, ...]] = {
     "deepseek_v3": _DECODER_KEYS + _MOE_KEYS + (
         "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
         "topk_method", "attention_bias", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-        "qk_nope_head_dim", "v_head_dim", "n_group", "topk_group"),
+        "qk_nope_head_dim", "v_head_dim"),
     "gpt2": ("n_layer", "n_embd", "n_head", "n_inner", "n_positions", "vocab_size",
              "tie_word_embeddings"),
 }
@@ -96,8 +98,8 @@ def model_from_hf_config(config: Mapping[str, Any], where: str, *, name: str | N
     model_type = _model_type(config, where)
     if strict:
         check_keys(config, where, required=("model_type",),
-                   optional=HF_KEYS[model_type] + AUTOPLAN_KEYS)
-    fields = _READERS[model_type](config, where)
+                   optional=HF_KEYS[model_type] + hf_settings.SETTING_KEYS[model_type] + AUTOPLAN_KEYS)
+    fields = _READERS[model_type](config, where) | hf_settings.read_settings(config, where, model_type)
     fields.update(_autoplan_fields(config, where, name, model_type, fields))
     try:
         return ModelSpec(model_type=model_type, **fields)
@@ -127,13 +129,7 @@ def _int(config: Mapping[str, Any], key: str, where: str, *, default: int | None
     return get_int({key: default if value is None else value}, key, where, minimum=minimum)
 
 
-def _bool(config: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
-    value = config.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise SpecError(where, f"{key}: expected true or false, got {shown(value)}")
-    return value
+_bool = hf_settings.flag  # true/false, or the default when absent or null
 
 
 def _str_list(config: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
@@ -204,6 +200,7 @@ def _mixtral(config: Mapping[str, Any], where: str) -> dict[str, Any]:
         num_experts=_int(config, "num_local_experts", where),
         num_experts_per_token=_int(config, "num_experts_per_tok", where),
         expert_ffn_hidden_size=fields["ffn_hidden_size"],
+        **hf_settings.read_routing(config, where, "mixtral"),
     )
     return fields
 
@@ -225,6 +222,7 @@ def _qwen3_moe(config: Mapping[str, Any], where: str) -> dict[str, Any]:
         num_experts_per_token=_int(config, "num_experts_per_tok", where),
         expert_ffn_hidden_size=_int(config, "moe_intermediate_size", where),
         num_dense_layers=_qwen3_moe_dense_layers(config, where, fields["num_layers"]),
+        **hf_settings.read_routing(config, where, "qwen3_moe"),
     )
     return fields
 
@@ -267,8 +265,7 @@ def _deepseek_v3(config: Mapping[str, Any], where: str) -> dict[str, Any]:
         shared_expert_ffn_hidden_size=expert_ffn if num_shared else 0,
         num_dense_layers=_int(config, "first_k_dense_replace", where, minimum=0),
         router_bias=config.get("topk_method") in (None, "noaux_tc"),
-        num_expert_groups=_int(config, "n_group", where, default=0, minimum=0),
-        max_groups_per_token=_int(config, "topk_group", where, default=0, minimum=0),
+        **hf_settings.read_routing(config, where, "deepseek_v3"),
     )
     return fields
 
@@ -340,7 +337,7 @@ def model_to_hf_config(spec: ModelSpec) -> dict[str, Any]:
     Raises SpecError naming the fields when ``spec`` has one its ``model_type`` cannot express
     (e.g. a Llama with ``qk_norm``, a Mixtral whose experts differ in width from its MLP).
     """
-    config = {"model_type": spec.model_type, **_WRITERS[spec.model_type](spec),
+    config = {"model_type": spec.model_type, **_WRITERS[spec.model_type](spec), **hf_settings.write_settings(spec),
               "name": spec.name, "aliases": list(spec.aliases), "sources": list(spec.sources),
               "seq_len": spec.seq_len}
     back = model_from_hf_config(config, f"model '{spec.name}'", strict=True)
@@ -372,9 +369,7 @@ def _deepseek_v3_config(m: ModelSpec) -> dict[str, Any]:
             "topk_method": "noaux_tc" if moe.router_bias else "greedy",
             "q_lora_rank": mla.q_lora_rank or None, "kv_lora_rank": mla.kv_lora_rank,
             "qk_rope_head_dim": mla.qk_rope_head_dim, "qk_nope_head_dim": mla.qk_nope_head_dim,
-            "v_head_dim": mla.v_head_dim,
-            **({"n_group": moe.num_expert_groups, "topk_group": moe.max_groups_per_token}
-               if moe.num_expert_groups else {})}
+            "v_head_dim": mla.v_head_dim}
 
 
 _WRITERS: dict[str, Callable[[ModelSpec], dict[str, Any]]] = {

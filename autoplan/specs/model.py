@@ -14,6 +14,7 @@ from autoplan.errors import SpecError, shown
 ACTIVATIONS = ("swiglu", "gelu")
 NORMS = ("rmsnorm", "layernorm")
 POSITION_EMBEDDINGS = ("rope", "learned")
+SCORE_FUNCTIONS = ("softmax", "sigmoid")
 
 
 @dataclass(frozen=True)
@@ -33,11 +34,14 @@ class MoESpec:
     shared_expert_ffn_hidden_size: int = 0
     num_dense_layers: int = 0
     router_bias: bool = False  # DeepSeek-V3's e_score_correction_bias (num_experts floats)
-    # Group-limited routing (DeepSeek-V3 ``n_group`` 8, ``topk_group`` 4; Megatron
-    # --moe-router-num-groups / --moe-router-group-topk): the experts form ``num_expert_groups``
-    # groups and a token's experts lie in at most ``max_groups_per_token`` of them. 0 = unlimited.
-    num_expert_groups: int = 0
-    max_groups_per_token: int = 0
+    # Routing (what the trainer's router computes; the cost model reads none of these):
+    score_function: str = "softmax"  # DeepSeek-V3 'sigmoid' (scoring_func)
+    normalize_topk: bool = True  # top-k weights renormalised to sum 1 (Mixtral; norm_topk_prob)
+    routed_scaling_factor: float = 1.0  # DeepSeek-V3 2.5
+    num_expert_groups: int = 1  # group-limited routing: n_group (DeepSeek-V3 8)
+    num_limited_groups: int = 1  # groups each token may use: topk_group (DeepSeek-V3 4)
+    aux_loss_coeff: float = 0.0  # load-balancing loss weight (router_aux_loss_coef, aux_loss_alpha)
+    aux_loss_per_sequence: bool = False  # DeepSeek's seq_aux: the balance loss per sequence
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,13 @@ class ModelSpec:
     linear_bias: bool = False  # GPT-2 style: every linear layer has a bias
     moe: MoESpec | None = None
     mla: MLASpec | None = None
+    # Fields the trainers take that size nothing (the cost model reads none of them):
+    rope_theta: float = 10000.0
+    rope_scaling: tuple[tuple[str, float | str], ...] = ()  # HF rope_scaling items, sorted; () = none
+    norm_eps: float = 1e-5
+    bos_token_id: int | None = None  # None: the config gives none (the trainer's default is used)
+    eos_token_id: int | None = None
+    num_mtp_layers: int = 0  # DeepSeek-V3 multi-token prediction modules (not counted by the cost model)
     seq_len: int = 4096  # default training sequence length
     model_type: str = "llama"
     aliases: tuple[str, ...] = ()
@@ -100,6 +111,15 @@ class ModelSpec:
             if not 0 <= moe.num_dense_layers <= self.num_layers:
                 raise SpecError(where, f"num_dense_layers must be in [0, {self.num_layers}], "
                                        f"got {moe.num_dense_layers}")
+            _check_routing(where, moe)
+        if not (self.rope_theta > 0 and self.norm_eps > 0):
+            raise SpecError(where, f"rope_theta > 0 and norm_eps > 0 must hold, got "
+                                   f"({shown(self.rope_theta)}, {shown(self.norm_eps)})")
+
+    @property
+    def rope_scaling_dict(self) -> dict[str, float | str]:
+        """The HF ``rope_scaling`` mapping ({} when the model has none)."""
+        return dict(self.rope_scaling)
 
     @property
     def is_moe(self) -> bool:
@@ -122,3 +142,12 @@ class ModelSpec:
         if self.mla is not None:
             return self.num_attention_heads * (self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim)
         return self.num_kv_heads * self.head_dim
+
+
+def _check_routing(where: str, moe: MoESpec) -> None:
+    if moe.score_function not in SCORE_FUNCTIONS:
+        raise SpecError(where, f"score_function must be one of {SCORE_FUNCTIONS}, got {shown(moe.score_function)}")
+    groups, limited = moe.num_expert_groups, moe.num_limited_groups
+    if not (1 <= limited <= groups and moe.num_experts % groups == 0):
+        raise SpecError(where, "1 <= num_limited_groups <= num_expert_groups and num_experts % "
+                               f"num_expert_groups == 0 must hold, got ({limited}, {groups}, {moe.num_experts})")

@@ -215,3 +215,24 @@ def test_export_plan_is_all_or_nothing(tmp_path):
         export_plan(PLAN_A, load_model("llama3-8b"), ["megatron", "torchtitan"], out,  # zero=1: torchtitan no
                     plan_from_record(PLAN_A)[1])
     assert not out.exists()
+
+
+def test_search_exports_each_trainers_best_plan(tmp_path):
+    """The headline four-trainer export never fails as a whole: nanotron (no ZeRO-3) gets its own
+    best plan, every trainer's files carry its predicted figures, and the terminal says which."""
+    out = str(tmp_path / "run")
+    result = run("search", "-m", "llama3-8b", "-g", "32", "--gbs-seqs", "128", "--tp", "1,2", "--pp", "1,2",
+                 "--export", "megatron,torchtitan,nanotron,deepspeed", "--out", out)
+    assert result.exit_code == 0, result.output
+    for trainer in ("megatron", "torchtitan", "nanotron", "deepspeed"):
+        assert f"export {trainer}: plan " in result.stderr and "predicted peak memory" in result.stderr
+    nanotron = (tmp_path / "run" / "configs" / "nanotron_config.yaml").read_text()
+    assert "# Predicted: peak memory" in nanotron and "zero_stage: 3" not in nanotron
+
+
+def test_export_from_plans_json_labels_the_prediction(tmp_path):
+    plans = plans_file(tmp_path, [{**PLAN_A, "peak_memory_gib": 50.0, "step_time_s": 2.0}], model="llama3-8b",
+                       trainer="megatron")
+    result = run("export", plans, "--to", "megatron")
+    assert result.exit_code == 0, result.output
+    assert "# Predicted: peak memory 50.0 GiB per GPU, step 2 s, 4,000 tokens/s per GPU, MFU 40.0%" in result.stdout

@@ -1,8 +1,10 @@
 """The exported files, read by the trainers' own code on CPU (optional; marker ``trainers``).
 
-Skipped unless the packages import; install them as docs/export.md says. Each check runs in a
-subprocess (one process group per process, and Megatron-LM's checkout must not shadow the
-installed megatron-core):
+Skipped unless the packages import; install them as docs/export.md says, one virtual environment
+per trainer (``tests/trainers/setup_envs.sh``: megatron-core 0.15.3 pins numpy < 2, torchtitan
+needs numpy 2), named by ``AUTOPLAN_<TRAINER>_PYTHON`` (default: this interpreter). Each check
+runs in a subprocess of that interpreter (one process group per process, and Megatron-LM's
+checkout must not shadow the installed megatron-core):
 
 * DeepSpeed 0.19.8: ``DeepSpeedConfig`` on a fake process group of the plan's world size, with an
   ``mpu`` giving the plan's data-parallel size (its batch assertion is the trainer's own).
@@ -17,6 +19,7 @@ installed megatron-core):
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -38,21 +41,38 @@ def _cases(trainer):
     return [pytest.param(c, id=c["name"]) for c in CASES if trainer in c["trainers"]]
 
 
-def _need(module):
-    if importlib.util.find_spec(module) is None:
+def _python(trainer: str) -> str:
+    """The interpreter of ``trainer``'s environment (AUTOPLAN_<TRAINER>_PYTHON, else this one)."""
+    return os.environ.get(f"AUTOPLAN_{trainer.upper()}_PYTHON", sys.executable)
+
+
+def _need(module, trainer):
+    """Skip unless ``module`` imports in ``trainer``'s interpreter (an import that fails, e.g. on
+    a numpy ABI clash, skips rather than fails)."""
+    python = _python(trainer)
+    if python == sys.executable and importlib.util.find_spec(module.split(".")[0]) is None:
         pytest.skip(f"{module} is not installed (see docs/export.md)")
+    done = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, timeout=300,
+                          check=False)
+    if done.returncode:
+        pytest.skip(f"{module} does not import in {python}: {done.stderr.strip().splitlines()[-1:]}")
+
+
+def _model(case):
+    name = case["model"]
+    return load_model(GOLDEN / name if name.endswith(".json") else name)
 
 
 def _export(case, trainer, folder: Path):
     layout, training = plan_from_record(case["layout"])
-    result = render(trainer, load_model(case["model"]), layout, training)
+    result = render(trainer, _model(case), layout, training)
     for name, text in result.files.items():
         (folder / name).write_text(text)
     return layout
 
 
-def _check(code: str, *args, env=None):
-    done = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+def _check(code: str, *args, env=None, trainer=""):
+    done = subprocess.run([_python(trainer), "-c", code, *map(str, args)], capture_output=True, text=True,
                           timeout=600, env={**os.environ, **(env or {})})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     return done.stdout
@@ -81,15 +101,18 @@ class MPU:
 cfg = DeepSpeedConfig(json.load(open(path)), mpu=MPU())
 assert (cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu, cfg.gradient_accumulation_steps) == (gbs, mbs, acc)
 assert cfg.zero_optimization_stage == zero
+autoep = json.load(open(path)).get("expert_parallel")
+if autoep:  # AutoEP, parsed by DeepSpeed's own parse_autoep_config
+    assert cfg.expert_parallel_config.enabled and cfg.expert_parallel_config.autoep_size == autoep["autoep_size"]
 '''
 
 
 @pytest.mark.parametrize("case", _cases("deepspeed"))
 def test_deepspeed_accepts_the_config(case, tmp_path):
-    _need("deepspeed")
+    _need("deepspeed", "deepspeed")
     lay = _export(case, "deepspeed", tmp_path)
     _check(DEEPSPEED, tmp_path / "deepspeed_config.json", case["layout"]["gpus"], lay.dp, lay.mbs, lay.grad_acc,
-           lay.gbs_seqs, lay.zero)
+           lay.gbs_seqs, lay.zero, trainer="deepspeed")
 
 
 TORCHTITAN = '''
@@ -112,11 +135,11 @@ dims.build_mesh()
 
 @pytest.mark.parametrize("case", _cases("torchtitan"))
 def test_torchtitan_builds_the_config_and_mesh(case, tmp_path):
-    _need("torchtitan")
+    _need("torchtitan", "torchtitan")
     if case["layout"].get("precision") == "fp8":
         pytest.skip("torchtitan's Float8 converter needs an SM89+ GPU and torchao")
     _export(case, "torchtitan", tmp_path)
-    _check(TORCHTITAN, tmp_path, case["layout"]["gpus"])
+    _check(TORCHTITAN, tmp_path, case["layout"]["gpus"], trainer="torchtitan")
 
 
 MEGATRON_CORE = ARGS_OF + '''
@@ -155,18 +178,18 @@ assert calc.get() == grad_acc, (calc.get(), grad_acc)
 
 @pytest.mark.parametrize("case", _cases("megatron"))
 def test_megatron_core_accepts_the_shape_and_batch(case, tmp_path):
-    _need("megatron.core")
-    _need("torch")
+    _need("megatron.core", "megatron")
     if case["layout"].get("precision") == "fp8":
         pytest.skip("megatron-core checks Transformer Engine's version for FP8 MoE")
     lay = _export(case, "megatron", tmp_path)
-    _check(MEGATRON_CORE, tmp_path / "megatron_pretrain_gpt.sh", case["layout"]["gpus"], lay.grad_acc)
+    _check(MEGATRON_CORE, tmp_path / "megatron_pretrain_gpt.sh", case["layout"]["gpus"], lay.grad_acc,
+           trainer="megatron")
 
 
 MEGATRON_LM = ARGS_OF + '''
-import os, sys
+import json, os, sys
 words, text = script_args(sys.argv[1])
-gpus = int(sys.argv[2])
+gpus, want = int(sys.argv[2]), json.loads(sys.argv[3])
 sys.path.insert(0, os.environ["MEGATRON_LM"])
 if "CUDA_DEVICE_MAX_CONNECTIONS=1" in text:
     os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
@@ -184,6 +207,8 @@ args.world_size, args.rank = gpus, 0
 A.validate_args(args)
 args.apply_rope_fusion = False
 A.core_transformer_config_from_args(args)
+got = {k: getattr(args, k) for k in want}
+assert got == want, (got, want)
 '''
 
 
@@ -192,6 +217,17 @@ def test_megatron_lm_parses_and_validates_the_arguments(case, tmp_path):
     root = os.environ.get("MEGATRON_LM", "")
     if not (Path(root) / "megatron" / "training" / "arguments.py").exists():
         pytest.skip("set MEGATRON_LM to a Megatron-LM core_v0.15.3 checkout")
-    _need("torch")
-    _export(case, "megatron", tmp_path)
-    _check(MEGATRON_LM, tmp_path / "megatron_pretrain_gpt.sh", case["layout"]["gpus"])
+    _need("torch", "megatron")
+    lay = _export(case, "megatron", tmp_path)
+    model, (_, training) = _model(case), plan_from_record(case["layout"])
+    # what the plan and the model say, read back from Megatron's own parsed args; the overlap
+    # flags follow the megatron profile (dp_overlap 0.9, fsdp_overlap 0.8: both > 0)
+    want = {"world_size": case["layout"]["gpus"], "tensor_model_parallel_size": lay.tp,
+            "pipeline_model_parallel_size": lay.pp, "context_parallel_size": lay.cp,
+            "expert_model_parallel_size": lay.ep, "sequence_parallel": lay.sp and lay.tp > 1,
+            "micro_batch_size": lay.mbs, "global_batch_size": lay.gbs_seqs, "seq_length": training.seq_len,
+            "rotary_base": round(model.rope_theta), "norm_epsilon": model.norm_eps,
+            "use_distributed_optimizer": lay.zero >= 1, "init_model_with_meta_device": lay.zero == 3,
+            "overlap_grad_reduce": lay.dp * lay.cp > 1, "padded_vocab_size": -(-model.vocab_size // lay.tp) * lay.tp}
+    _check(MEGATRON_LM, tmp_path / "megatron_pretrain_gpt.sh", case["layout"]["gpus"], json.dumps(want),
+           trainer="megatron")

@@ -19,7 +19,7 @@ import yaml
 from autoplan.api import plan_from_record
 from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export import LaunchOptions, render
-from autoplan.export.megatron import pipeline_layout
+from autoplan.export.megatron_model import pipeline_layout
 from autoplan.specs.models import load_model
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "export"
@@ -209,7 +209,8 @@ def from_deepspeed(files, model) -> dict:
         assert int(f["--zero-stage"]) == config["zero_optimization"]["stage"]
     recompute = "full" if "activation_checkpointing" in config else f.get("--recompute-granularity") or "none"
     values = {"gpus": gpus, "tp": tp, "pp": pp, "vpp": 1, "cp": 1,
-              "ep": int(f.get("--moe-expert-parallel-size", 1)),
+              "ep": int(f.get("--moe-expert-parallel-size",  # plain DeepSpeed: AutoEP in the JSON
+                              config.get("expert_parallel", {}).get("autoep_size", 1))),
               "etp": tp if "--enable-expert-tensor-parallelism" in f else 1,
               "zero": config["zero_optimization"]["stage"], "mbs": mbs, "gbs_seqs": config["train_batch_size"],
               "seq_len": int(f["--seq-length"]) if "--seq-length" in f else None,
@@ -219,7 +220,8 @@ def from_deepspeed(files, model) -> dict:
 
 @pytest.mark.parametrize(("model_name", "values", "trainer"), RUNS, ids=IDS)
 def test_files_parse_back_to_the_layout(model_name, values, trainer):
-    model, (layout, training) = load_model(model_name), plan_from_record(values)
+    model = load_model(GOLDEN / model_name if model_name.endswith(".json") else model_name)
+    layout, training = plan_from_record(values)
     files = render(trainer, model, layout, training, LaunchOptions(), allow_uneven_pp=True).files
     expected = layout.to_record(training)
     if trainer == "megatron":
@@ -241,9 +243,12 @@ def test_files_parse_back_to_the_layout(model_name, values, trainer):
         got = from_deepspeed(files, model)
         if got["seq_len"] is None:  # plain DeepSpeed: the training script owns seq_len
             got["seq_len"] = training.seq_len
-        plain_selective = layout.recompute == "selective" and layout.tp == layout.pp == 1
+        # plain DeepSpeed has no selective recompute; Megatron-DeepSpeed's checkpoints nothing with
+        # flash attention (checkpoint_core_attention is set for unfused attention only), so no flag
+        selective_is_none = layout.recompute == "selective" and (
+            layout.tp == layout.pp == 1 or training.attention_kernel == "flash")
         recovered = [(got, {**expected, "precision": "bf16",
-                            "recompute": "none" if plain_selective else layout.recompute})]
+                            "recompute": "none" if selective_is_none else layout.recompute})]
     for got, want in recovered:
         assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
 
