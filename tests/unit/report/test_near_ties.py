@@ -30,8 +30,17 @@ def test_near_tied_count_is_the_overlap_with_the_best():
     assert nt.near_tied_count(np.array([]), band) == 0
 
 
+def test_reordered_count_stops_at_the_first_plan_beyond_the_margin():
+    # within 5% of 100: 100, 97, 95.5; 94 is not, and 96 after it is not reached
+    tokens = np.array([100.0, 97.0, 95.5, 94.0, 96.0, 50.0])
+    assert nt.reordered_count(tokens, 5) == 3
+    assert nt.reordered_count(tokens, 2) == 2  # never beyond the near-tied plans
+    assert nt.reordered_count(tokens, 1) == 1
+
+
 def test_robust_order_reorders_only_the_near_tied_plans(result, monkeypatch):
     monkeypatch.setattr(nt, "result_band", lambda r: WIDE)
+    monkeypatch.setattr(nt, "REORDER_WITHIN", 1.0)  # the whole near-tied group
     n = nt.near_ties(result).num_plans
     tokens = result.table["tokens_per_s_per_gpu"]
     assert n >= 2 and np.all(tokens[:n] * WIDE.tokens_high_factor >= tokens[0] * WIDE.tokens_low_factor)
@@ -50,6 +59,13 @@ def test_robust_order_reorders_only_the_near_tied_plans(result, monkeypatch):
     for a in range(n - 1):  # equal keys keep their predicted order (tokens/s descending)
         if keys[a] == keys[a + 1]:
             assert robust.table["tokens_per_s_per_gpu"][a] >= robust.table["tokens_per_s_per_gpu"][a + 1]
+
+
+def test_robust_order_never_ranks_a_plan_beyond_the_margin_first(result, monkeypatch):
+    monkeypatch.setattr(nt, "result_band", lambda r: ErrorBand("megatron/hopper/dense", True, 12, 0.5, 2.0, 0.9, 1.1))
+    robust = nt.robust_order(result)
+    best = result.table["tokens_per_s_per_gpu"][0]
+    assert robust.table["tokens_per_s_per_gpu"][0] >= (1 - nt.REORDER_WITHIN) * best
 
 
 def test_cross_node_dims_counts_groups_beyond_the_domain(result):
