@@ -14,6 +14,7 @@ from autoplan.cli import main
 from autoplan.cli.search import SAMPLER_CHOICES
 from autoplan.cost.evaluate import evaluate
 from autoplan.layout import LayoutBatch, layout_from_record
+from autoplan.report.near_ties import REORDER_WITHIN
 from autoplan.search import SAMPLERS
 
 HEADLINE = ["search", "--model", "70b", "--gpus", "512", "--gbs-tokens", "4M"]
@@ -60,7 +61,12 @@ def test_each_top_plan_is_legal_fits_and_meets_the_batch(headline):
         assert plan["dp"] * plan["mbs"] * plan["grad_acc"] == 512
         assert plan["dp"] * plan["tp"] * plan["pp"] * plan["cp"] == 512
     speeds = [plan["tokens_per_s_per_gpu"] for plan in plans]
-    assert speeds == sorted(speeds, reverse=True)
+    # ranked by speed, except that the plans within REORDER_WITHIN of the best lead in their
+    # robustness order (autoplan.report.near_ties)
+    close = [s >= (1 - REORDER_WITHIN) * max(speeds) for s in speeds]
+    head = close.index(False) if False in close else len(close)
+    assert all(close[:head]) and not any(close[head:])
+    assert speeds[head:] == sorted(speeds[head:], reverse=True)
 
 
 def test_json_document_shape(headline):
