@@ -95,6 +95,7 @@ def calibrated(workdir, measured_csv):
     return json.loads(result.stdout), yaml.safe_load(out.read_text()), out
 
 
+@pytest.mark.slow  # ~30 s together; tests/unit/calibration/test_fit.py covers recovery in the default run
 def test_calibration_recovers_the_known_efficiency(calibrated):
     _, profile, _ = calibrated
     assert profile["trainer"] == "megatron" and profile["hardware"] == "h100-sxm"
@@ -106,6 +107,7 @@ def test_calibration_recovers_the_known_efficiency(calibrated):
     assert profile["fit"]["flagged"] == {}  # the truth's values are all plausible
 
 
+@pytest.mark.slow  # ~30 s together; tests/unit/calibration/test_fit.py covers recovery in the default run
 def test_held_out_error_drops_below_the_shipped_profile(calibrated):
     summary, profile, _ = calibrated
     errors = profile["fit"]["errors_pct"]
@@ -119,6 +121,7 @@ def test_held_out_error_drops_below_the_shipped_profile(calibrated):
     assert profile["fit"]["folds"] == 3 and profile["fit"]["rows"] == 10
 
 
+@pytest.mark.slow  # ~30 s together; tests/unit/calibration/test_fit.py covers recovery in the default run
 def test_written_profile_stays_inside_the_physical_bounds(calibrated):
     _, profile, _ = calibrated
     for name, p in PARAMETERS.items():
@@ -152,6 +155,7 @@ def test_profile_is_used_by_compare_and_refused_for_another_trainer(calibrated, 
     assert "calibrated for trainer 'megatron'" in result.stderr
 
 
+@pytest.mark.slow  # ~30 s together; tests/unit/calibration/test_fit.py covers recovery in the default run
 def test_calibration_is_deterministic_for_a_seed(workdir, measured_csv):
     args = ["calibrate", str(measured_csv), *CONTEXT, "--params", "gemm_efficiency_max,attention_efficiency",
             "--starts", "2", "--folds", "2", "--max-evals", "40", "--seed", "7"]
