@@ -116,6 +116,7 @@ def search_command(**kw) -> None:
 
         parse_trainers(kw["export_to"])  # refuse an unknown trainer before searching
     from autoplan.report.destination import check_out_dir, clear
+    from autoplan.report.near_ties import robust_order
     from autoplan.report.results import MAX_CSV_ROWS, default_out_dir, record_files
     from autoplan.search import SearchOptions, search
     from autoplan.search.study import study_meta
@@ -135,7 +136,7 @@ def search_command(**kw) -> None:
     owned = check_out_dir(kw["out_dir"], study_meta(ctx, space)["key"])  # before the work
     try:
         with _progress_bar() as progress:
-            result = _robust_order(search(ctx, space, options, progress=progress))
+            result = robust_order(search(ctx, space, options, progress=progress))  # near-tied plans by robustness
     except BaseException:
         if made:
             with contextlib.suppress(OSError):
@@ -164,13 +165,6 @@ def search_command(**kw) -> None:
     _caps_note(result)
     if result.num_ranked > MAX_CSV_ROWS:
         click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {result.num_ranked} ranked layouts", err=True)
-
-
-def _robust_order(result):
-    """The near-tied plans re-ordered by robustness (autoplan.report.near_ties)."""
-    from autoplan.report.near_ties import robust_order
-
-    return robust_order(result)
 
 
 def _uneven_note(result) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoplan.cost.context import CostContext
+from autoplan.profiles.efficiency import PhysicalEfficiency
+from autoplan.profiles.trainer_options import TrainerOptions
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,12 @@ class Overlap:
 
 def overlap_fractions(ctx: CostContext) -> Overlap:
     """The profile's overlap efficiencies where its options overlap, else 0."""
-    e, o = ctx.efficiency, ctx.profile.options
+    return overlap_of(ctx.efficiency, ctx.profile.options)
+
+
+def overlap_of(e: PhysicalEfficiency, o: TrainerOptions) -> Overlap:
+    """:func:`overlap_fractions` from an efficiency and the trainer's options (exports use it
+    without a cost context)."""
     return Overlap(tp=e.tp_overlap if o.tp_comm_overlap else 0.0,
                    grad_reduce=e.dp_overlap if o.overlap_grad_reduce else 0.0,
                    param_gather=e.dp_overlap if o.overlap_param_gather else 0.0,

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from autoplan.cost.overlap import overlap_of
 from autoplan.export.common import (
     ExportResult,
     LaunchOptions,
@@ -116,11 +117,9 @@ def assumed_efficiency(training: TrainingSpec) -> PhysicalEfficiency:
     """The overlap fractions the time model assumed: the megatron profile's, for this GPU, with
     those its ``options:`` switch off set to 0 (``autoplan.cost.overlap.overlap_fractions``)."""
     profile = load_profile("megatron")
-    eff, options = profile.parameters_for(training.cluster.gpu.name).efficiency, profile.options
-    return replace(eff, tp_overlap=eff.tp_overlap if options.tp_comm_overlap else 0.0,
-                   ep_overlap=eff.ep_overlap if options.moe_a2a_overlap else 0.0,
-                   dp_overlap=eff.dp_overlap if options.overlap_grad_reduce else 0.0,
-                   fsdp_overlap=eff.fsdp_overlap if options.overlap_grad_reduce else 0.0)
+    eff = profile.parameters_for(training.cluster.gpu.name).efficiency
+    hidden = overlap_of(eff, profile.options)
+    return replace(eff, tp_overlap=hidden.tp, ep_overlap=hidden.ep, dp_overlap=hidden.grad_reduce)
 
 
 def overlap_args(lay: Layout, eff: PhysicalEfficiency) -> Args:
