@@ -55,7 +55,7 @@ _EXPORTS = {
     "Layout": "autoplan.layout",
     "LayoutBatch": "autoplan.layout",
     "resolve_layout": "autoplan.layout",
-    "layout_from_record": "autoplan.layout",
+    "layout_from_record": "autoplan.layout_records",
     # the cost model
     "CostContext": "autoplan.cost.context",
     "CostTable": "autoplan.cost.evaluate",

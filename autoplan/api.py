@@ -7,7 +7,8 @@ from typing import Any
 
 from autoplan.calibration.profile_file import apply_profile_file
 from autoplan.cost.context import CostContext
-from autoplan.layout import SETUP_FIELDS, Layout, layout_from_record, record_setup
+from autoplan.layout import SETUP_FIELDS, Layout
+from autoplan.layout_records import layout_from_record, record_setup
 from autoplan.profiles import load_profile
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import ModelSpec

@@ -136,7 +136,7 @@ class Layout:
         return {name: values[name] for name in RECORD_FIELDS}
 
 
-def _as_int(name: str, value: Any) -> int:
+def as_int(name: str, value: Any) -> int:
     if isinstance(value, bool):
         raise LayoutError(f"{name} must be an integer, got {shown(value)}")
     try:
@@ -152,7 +152,7 @@ def _as_int(name: str, value: Any) -> int:
     return int(number)
 
 
-def _as_bool(name: str, value: Any) -> bool:
+def as_bool(name: str, value: Any) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     text = str(value).strip().lower()
@@ -163,12 +163,12 @@ def _as_bool(name: str, value: Any) -> bool:
     raise LayoutError(f"{name} must be true or false, got {shown(value)}")
 
 
-def _production_knobs(v: Mapping[str, Any], recompute: str) -> dict[str, Any]:
+def production_knobs(v: Mapping[str, Any], recompute: str) -> dict[str, Any]:
     """recompute_layers, recompute_modules and offload_layers of a layout, checked against
     ``recompute`` (layers only with full, modules only with selective)."""
     out: dict[str, Any] = {}
     for name in ("recompute_layers", "offload_layers"):
-        out[name] = _as_int(name, v.get(name, 0))
+        out[name] = as_int(name, v.get(name, 0))
         if out[name] < 0:
             raise LayoutError(f"{name} must be >= 0, got {out[name]}")
     out["recompute_modules"] = modules_text(modules_code(v.get("recompute_modules", "")))
@@ -225,18 +225,18 @@ def resolve_layout(values: Mapping[str, Any], training: TrainingSpec) -> Layout:
     unknown = set(values) - set(FIELDS)
     if unknown:
         raise LayoutError(f"unknown layout field(s) {sorted(unknown)}; valid: {', '.join(FIELDS)}")
-    v: dict[str, Any] = {k: val for k, val in values.items() if not _blank(val)}
+    v: dict[str, Any] = {k: val for k, val in values.items() if not is_blank(val)}
     out: dict[str, Any] = {}
     for name in ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs"):
-        out[name] = _as_int(name, v.get(name, 1))
+        out[name] = as_int(name, v.get(name, 1))
         if out[name] < 1:
             raise LayoutError(f"{name} must be >= 1, got {out[name]}")
-    out["zero"] = _as_int("zero", v.get("zero", 1))
+    out["zero"] = as_int("zero", v.get("zero", 1))
     if not 0 <= out["zero"] <= 3:
         raise LayoutError(f"zero must be 0, 1, 2 or 3, got {out['zero']}")
-    given = {name: _as_int(name, v[name]) for name in ("dp", "grad_acc") if name in v}
+    given = {name: as_int(name, v[name]) for name in ("dp", "grad_acc") if name in v}
     if "sp" in v:
-        given["sp"] = _as_bool("sp", v["sp"])
+        given["sp"] = as_bool("sp", v["sp"])
     derived = {k: a[0] for k, a in derive_batch_knobs(
         {k: np.array([float(x)]) for k, x in {**out, **given}.items()}, training).items()}
     _check_derived(out, given, derived, training)
@@ -246,7 +246,7 @@ def resolve_layout(values: Mapping[str, Any], training: TrainingSpec) -> Layout:
         if value not in choices:
             raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {shown(v.get(name))}")
         out[name] = value
-    out.update(_production_knobs(v, out["recompute"]))
+    out.update(production_knobs(v, out["recompute"]))
     return Layout(**out)
 
 
@@ -273,62 +273,9 @@ def _check_derived(out: dict[str, int], given: dict[str, Any], derived: dict[str
                       f"({dp}·{mbs} = {dp * mbs})")
 
 
-def _blank(value: Any) -> bool:
+def is_blank(value: Any) -> bool:
     """None, NaN or an empty cell: a value left to the defaults."""
     return value is None or value != value or (isinstance(value, str) and not value.strip())
-
-
-def record_setup(record: Mapping[str, Any], required: Iterable[str] = ()) -> dict[str, int]:
-    """The setup columns (gpus, seq_len, gbs_seqs) a record has, as integers; LayoutError when
-    one of ``required`` is missing or blank."""
-    out = {}
-    for name in SETUP_FIELDS:
-        if name in record and not _blank(record[name]):
-            out[name] = _as_int(name, record[name])
-            if out[name] < 1:
-                raise LayoutError(f"{name} must be >= 1, got {out[name]}")
-        elif name in required:
-            raise LayoutError(f"layout needs '{name}'")
-    return out
-
-
-def layout_from_record(record: Mapping[str, Any], training: TrainingSpec | None = None) -> Layout:
-    """The one way from a record (a dict, a CSV row, a plans.json row) to a ``Layout``.
-
-    With ``training``, the layout knobs (``FIELDS``) go through :func:`resolve_layout`, blank
-    cells taking its defaults; other columns (predictions, names) are ignored. The setup columns
-    a record may carry must agree with ``training``: gpus and seq_len equal, and gbs_seqs equal
-    to the layout's dp·mbs·grad_acc. Without ``training`` (display of a results-file row) the
-    record must hold every knob; they are converted and checked for type, not re-derived.
-    """
-    if training is None:
-        return _complete_layout(record)
-    layout = resolve_layout({k: record[k] for k in FIELDS if k in record}, training)
-    setup = record_setup(record)
-    expected = {"gpus": training.gpus, "seq_len": training.seq_len, "gbs_seqs": layout.gbs_seqs}
-    for name, value in setup.items():
-        if value != expected[name]:
-            raise LayoutError(f"the record's {name} ({value}) must equal the training setup's "
-                              f"{name} ({expected[name]}) for {layout.describe()}")
-    return layout
-
-
-def _complete_layout(record: Mapping[str, Any]) -> Layout:
-    missing = [name for name in FIELDS if name not in PRODUCTION_DEFAULTS and name not in OPTIONAL_CODE_FIELDS
-               and (name not in record or _blank(record[name]))]
-    if missing:
-        raise LayoutError(f"a record without its training setup must hold every layout field; "
-                          f"missing {', '.join(missing)}")
-    values: dict[str, Any] = {name: _as_int(name, record[name]) for name in INT_FIELDS}
-    values["sp"] = _as_bool("sp", record["sp"])
-    for name, choices in CODE_FIELDS.items():
-        raw = record.get(name)
-        values[name] = choices[0] if name in OPTIONAL_CODE_FIELDS and _blank(raw) else str(raw).strip().lower()
-        if values[name] not in choices:
-            raise LayoutError(f"{name} must be one of {', '.join(choices)}, got {shown(raw)}")
-    given = {k: record[k] for k in PRODUCTION_DEFAULTS if k in record and not _blank(record[k])}
-    values.update(_production_knobs(given, values["recompute"]))
-    return Layout(**values)
 
 
 class LayoutBatch:

@@ -206,7 +206,7 @@ def zero_figure1_gb(num_params: float = 7.5e9, dp: int = 64) -> list[float]:
     the deepspeed profile (2 + 2 + K=12 bytes per parameter): ZeRO paper Fig. 1 (Rajbhandari et
     al. 2020) gives 120 / 31.4 / 16.6 / 1.9 GB for 7.5B parameters on 64 GPUs."""
     from autoplan.api import build_context, build_training
-    from autoplan.cost.memory import model_state_bytes
+    from autoplan.cost.model_states import model_state_bytes
     from autoplan.layout import LayoutBatch, resolve_layout
 
     ctx = build_context("llama3-8b", build_training(dp, 2048, dp, hardware="a100-80gb"), trainer="deepspeed")

@@ -32,7 +32,8 @@ from autoplan.calibration.simplex import Space, multistart
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import AutoplanError
-from autoplan.layout import LayoutBatch, layout_from_record
+from autoplan.layout import LayoutBatch
+from autoplan.layout_records import layout_from_record
 from autoplan.profiles import PARAMETERS, CalibratedParameters, Flag, flag_values
 
 MEMORY_PARAMS = ("memory_reserve_bytes", "allocator_overhead")

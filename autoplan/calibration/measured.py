@@ -45,9 +45,8 @@ from autoplan.layout import (
     RECORD_FIELDS,
     SETUP_FIELDS,
     LayoutBatch,
-    layout_from_record,
-    record_setup,
 )
+from autoplan.layout_records import layout_from_record, record_setup
 from autoplan.profiles import PARAMETERS, CalibratedParameters, Flag
 from autoplan.profiles.efficiency import CORRECTIONS, PHYSICAL
 from autoplan.profiles.profile import TrainerProfile

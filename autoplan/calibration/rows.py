@@ -25,7 +25,7 @@ NAN = float("nan")
 class Row:
     """One measurement (published, or a user's own run) and everything needed to predict it.
 
-    ``layout`` is a record (:func:`autoplan.layout.layout_from_record`): the layout knobs and
+    ``layout`` is a record (:func:`autoplan.layout_records.layout_from_record`): the layout knobs and
     the setup's gpus, seq_len and gbs_seqs. A missing measured
     figure is NaN. ``cell`` groups rows a ranking is compared within (playbook: model/nodes).
     """

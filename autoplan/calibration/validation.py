@@ -97,7 +97,7 @@ def playbook_flops_per_token(model: ModelSpec, seq_len: int) -> float:
 def sc21_flops_per_token(hidden: int, layers: int, vocab: int, seq_len: int) -> float:
     """SC'21 eq. (Narayanan et al. 2021, Sec. 5.1): 96·l·h²·(1 + s/6h + V/16lh) per token,
     hardware FLOPs including the full activation recompute every Table 1 run used."""
-    h, l = float(hidden), float(layers)
+    h, l = float(hidden), float(layers)  # noqa: E741 (the paper's l)
     return 96.0 * l * h * h * (1.0 + seq_len / (6.0 * h) + vocab / (16.0 * l * h))
 
 

@@ -74,7 +74,7 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: d
     record's, by the profile the plans were searched with."""
     from autoplan.export import read_plans, select_plan
     from autoplan.export.common import Prediction
-    from autoplan.layout import layout_from_record, record_setup
+    from autoplan.layout_records import layout_from_record, record_setup
     from autoplan.specs.models import load_model
 
     model_name = kwargs["model_name"]

@@ -21,6 +21,7 @@ import dataclasses
 import numpy as np
 
 from autoplan.cost.context import CostContext
+from autoplan.cost.model_states import model_state_bytes, params_on_stage, zero3_gathered_bytes
 from autoplan.cost.recompute import (
     OFFLOAD_STAGING_LAYERS,
     full_recompute_share,
@@ -82,10 +83,9 @@ def attention_coefficients(ctx: CostContext, mode: str) -> ActivationCoefficient
 # Bytes per element of an FP8 tensor as Transformer Engine keeps it, by recipe (specs.training.
 # FP8_RECIPES): the fp8 byte plus its share of the scales. Activations: per-tensor scaling has
 # one scale per tensor; Float8BlockScaling an fp32 scale per 1x128 block (+4/128); MXFP8 an E8M0
-# scale per 32 elements (+1/32). Weights: 128x128 blocks (+4/16384) under blockwise.
+# scale per 32 elements (+1/32). (Weights: cost.model_states.)
 # (transformer_engine/pytorch/tensor/{float8,float8_blockwise,mxfp8}_tensor.py, the quantizers.)
 FP8_ACTIVATION_ELEMENT_BYTES = {"tensorwise": 1.0, "delayed": 1.0, "blockwise": 1.0 + 4.0 / 128, "mxfp8": 1.0 + 1.0 / 32}
-FP8_WEIGHT_ELEMENT_BYTES = {"tensorwise": 1.0, "delayed": 1.0, "blockwise": 1.0 + 4.0 / 128**2, "mxfp8": 1.0 + 1.0 / 32}
 # Linear-layer inputs per token (elements, in the profile's coefficient form) that a TE layer
 # saves for backward: the LayerNorm output into QKV (h) and into FC1 (h), the attention output
 # into the projection (q), the activation output into FC2 (f); in MoE layers the routed tokens
@@ -213,99 +213,6 @@ def selective_module_bytes(ctx: CostContext, b: LayoutBatch,
     return out[0], out[1]
 
 
-def _params_on_stage(ctx: CostContext, b: LayoutBatch, dense_layers: np.ndarray,
-                     moe_layers: np.ndarray, first: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(non-expert, expert) parameters held by one GPU of a stage (element counts)."""
-    pc = ctx.params
-    per_dense = pc.attention_per_layer / b.tp + pc.norm_per_layer + pc.dense_mlp_per_layer / b.tp
-    per_moe_dense_part = (pc.attention_per_layer / b.tp + pc.norm_per_layer + pc.router_per_layer
-                          + pc.shared_expert_per_layer / b.tp)
-    dense = dense_layers * per_dense + moe_layers * per_moe_dense_part
-    expert = moe_layers * pc.expert_per_layer / (b.ep * b.etp)
-    # With pp = 1 the one stage holds both ends: embedding, final norm and LM head.
-    single = b.pp == 1
-    embedding = pc.embedding / b.tp
-    head = pc.final_norm + np.where((b.pp > 1) & (pc.lm_head == 0), pc.lm_head_matmul, pc.lm_head) / b.tp
-    if first:
-        dense = dense + embedding + np.where(single, head, 0.0)
-    else:
-        dense = dense + head + np.where(single, embedding, 0.0)
-    return dense, expert
-
-
-def _shard(zero: np.ndarray, stage: int, group: np.ndarray) -> np.ndarray:
-    """Divisor for a model state that ZeRO shards from ``stage`` on."""
-    return np.where(zero >= stage, group, 1.0)
-
-
-def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
-    """(non-expert, expert) group sizes that ZeRO shards model states over.
-
-    Non-expert states shard over dp, or dp·cp where the trainer's optimizer spans the context-
-    parallel ranks too (``zero_shards_over_cp``: Megatron's distributed optimizer uses the
-    data-parallel group with CP, ``megatron/core/parallel_state.py``); expert states over the
-    expert-data-parallel group dp·(cp)·tp/(ep·etp) of Megatron-Core's expert grid.
-    """
-    dp_group = b.dp * (b.cp if ctx.profile.zero_shards_over_cp else 1.0)
-    return dp_group, np.maximum(dp_group * b.tp / (b.ep * b.etp), 1.0)
-
-
-def _weight_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
-    """Bytes per parameter of the compute weights: bf16, plus the FP8 copies under fp8.
-
-    Under fp8 Transformer Engine keeps ``fp8_weight_extra_bytes`` per parameter of FP8 data (the
-    row-wise copy and its transpose or column-wise copy, transformer_engine/pytorch/module/base.py
-    ``get_weight_workspace``), scaled by the recipe's FP8_WEIGHT_ELEMENT_BYTES. With
-    ``fp8_param_gather`` (Megatron ``--fp8-param-gather``: TE ``fp8_model_init``, primary weights
-    stored as FP8 tensors, megatron/core/fp8_utils.py) the bf16 compute copy is gone.
-    """
-    p, t = ctx.profile, ctx.training
-    fp8 = b.precision == 1
-    fp8_copies = p.fp8_weight_extra_bytes * FP8_WEIGHT_ELEMENT_BYTES[t.fp8_recipe]
-    bf16_copy = np.where(fp8 & t.fp8_param_gather, 0.0, p.weight_bytes)
-    return bf16_copy + np.where(fp8, fp8_copies, 0.0)
-
-
-def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,
-                      expert_params: np.ndarray) -> dict[str, np.ndarray]:
-    """Weights, gradients, master weights and optimizer states per GPU (ZeRO paper, Fig. 1)."""
-    p = ctx.profile
-    dp_group, expert_group = zero_shard_groups(ctx, b)
-    weight_bytes = _weight_bytes_per_param(ctx, b)
-    out = {}
-    # ZeRO-3 with a pipeline: some trainers keep the compute copy and its gradient unsharded
-    # (torchtitan: reshard_after_forward=False when PP is on); written as bytes that the
-    # ZeRO-3 divisor below cancels. With nothing to shard over, FSDP is not applied at all.
-    keeps = (b.zero >= 3) & (b.pp > 1) & (dp_group > 1)
-    weight_bytes = weight_bytes + np.where(keeps, p.zero3_pp_unsharded_bytes * dp_group, 0.0)
-    # Megatron --grad-reduce-in-bf16: the main_grad buffer takes the parameters' dtype
-    # (megatron/core/distributed/distributed_data_parallel.py, grad_dtype of the param_and_grad_buffer).
-    grad_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else p.grad_bytes
-    for name, per_param, stage in (("weights", weight_bytes, 3), ("gradients", grad_bytes, 2),
-                                   ("master_weights", p.master_bytes, 1),
-                                   ("optimizer_states", p.optimizer_bytes, 1)):
-        out[name] = per_param * (dense_params / _shard(b.zero, stage, dp_group)
-                                 + expert_params / _shard(b.zero, stage, expert_group))
-    return out
-
-
-def zero3_gathered_bytes(p, one_layer_params: np.ndarray) -> np.ndarray:
-    """Unsharded bf16 weights and gradients that ZeRO-3 / FSDP holds at its peak (bytes per GPU).
-
-    FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, ``FSDPParamGroup``) gathers
-    whole layers: the current one and the prefetched next one (``zero3_prefetch_layers``), with
-    the current layer's unsharded gradient before its reduce-scatter. DeepSpeed caps both
-    (deepspeed/runtime/zero/partitioned_param_coordinator.py ``fetch_sub_module``: gathered
-    parameters stay below ``stage3_max_live_parameters``, default 1e9 elements; gradients are
-    reduce-scattered through ``reduce_bucket_size``, default 5e8 elements, deepspeed/runtime/zero/
-    stage3.py ``DeepSpeedZeroOptimizer_Stage3``): ``zero3_max_live_params`` and
-    ``zero3_grad_bucket_params``, infinite where the trainer has no such cap.
-    """
-    layers = p.zero3_prefetch_layers * one_layer_params
-    return BF16_BYTES * (np.minimum(layers, p.zero3_max_live_params)
-                         + np.minimum(layers, p.zero3_grad_bucket_params))
-
-
 def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: bool,
                  acts: dict[str, tuple[np.ndarray, np.ndarray]],
                  params: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
@@ -371,8 +278,8 @@ def stage_param_counts(ctx: CostContext, b: LayoutBatch, layers: StageLayers) ->
     """(non-expert, expert) parameters per GPU of the first and the last stage, times the
     schedule's copies (``schedule.parameter_copies``: 2 under DualPipe)."""
     copies = parameter_copies(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule))
-    first = _params_on_stage(ctx, b, layers.first_dense, layers.first_moe, True)
-    last = _params_on_stage(ctx, b, layers.last_dense, layers.last_moe, False)
+    first = params_on_stage(ctx, b, layers.first_dense, layers.first_moe, True)
+    last = params_on_stage(ctx, b, layers.last_dense, layers.last_moe, False)
     return {"first": (copies * first[0], copies * first[1]), "last": (copies * last[0], copies * last[1])}
 
 

@@ -31,7 +31,7 @@ def _zero_group(ctx, lay) -> str:
 
 
 def _shard(stage: int, expert: bool) -> Variant:
-    """The divisor of a model state that ZeRO shards from ``stage`` on (``memory._shard``)."""
+    """The divisor of a model state that ZeRO shards from ``stage`` on (``model_states.shard_divisor``)."""
     def pick(ctx, lay) -> str:
         if lay.zero < stage:
             return "1"

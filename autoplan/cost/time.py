@@ -24,7 +24,8 @@ from autoplan.cost.flops import (
     attention_score_flops_per_token,
     layer_matmul_flops_per_token,
 )
-from autoplan.cost.memory import layer_activation_bytes, zero_shard_groups
+from autoplan.cost.memory import layer_activation_bytes
+from autoplan.cost.model_states import zero_shard_groups
 from autoplan.cost.overlap import overlap_fractions
 from autoplan.cost.recompute import (
     full_recompute_share,

@@ -27,7 +27,8 @@ from typing import Any
 
 from autoplan.errors import AutoplanError
 from autoplan.export.common import ExportError, ExportResult, LaunchOptions
-from autoplan.layout import Layout, layout_from_record
+from autoplan.layout import Layout
+from autoplan.layout_records import layout_from_record
 from autoplan.profiles import load_profile
 from autoplan.report.destination import OutputError, write_text
 from autoplan.rules import RuleContext, TrainerRuleError, check_layout
@@ -88,7 +89,7 @@ def export_plan(plan_record: Mapping[str, Any], model: ModelSpec | str, trainers
     """Write the files of one plan for each trainer into ``out_dir``; returns the paths written.
 
     ``plan_record`` is a flat record (a row of ``plans.json``); its gpus, seq_len and gbs_seqs
-    must agree with ``training`` (see :func:`autoplan.layout.layout_from_record`).
+    must agree with ``training`` (see :func:`autoplan.layout_records.layout_from_record`).
 
     Every trainer is rendered (and its rules checked) before anything is written, so a refused
     plan leaves no partial output.

@@ -10,8 +10,8 @@ from typing import Any
 from autoplan.errors import SpecError, UnknownNameError, shown
 from autoplan.profiles.efficiency import CalibratedParameters
 from autoplan.profiles.parameter_files import DEFAULTS_PATH, profile_parameters
-from autoplan.profiles.transfer import transfer_parameters
 from autoplan.profiles.trainer_options import TrainerOptions, options_from_mapping
+from autoplan.profiles.transfer import transfer_parameters
 from autoplan.specs.yaml_io import check_keys, read_mapping
 
 _PROFILE_DIR = Path(__file__).resolve().parent

@@ -14,9 +14,8 @@ from autoplan.layout import (
     SETUP_FIELDS,
     Layout,
     LayoutBatch,
-    layout_from_record,
-    record_setup,
 )
+from autoplan.layout_records import layout_from_record, record_setup
 from autoplan.specs.training import TrainingSpec
 
 OUTPUT_COLUMNS = ("fits", "infeasible_reason", "peak_memory_bytes", "peak_memory_gib", "peak_stage",
@@ -46,7 +45,7 @@ def compare_layouts(frame, model: str, *, trainer: str = "megatron", profile_pat
                     allow_uneven: bool = True, settings: Mapping[str, Any] | None = None):
     """Prediction columns appended to ``frame``; a bad row gets fits=False and a reason.
 
-    Each row is a record (:func:`autoplan.layout.layout_from_record`) with its own training
+    Each row is a record (:func:`autoplan.layout_records.layout_from_record`) with its own training
     setup from its gpus, seq_len and gbs_seqs columns; ``defaults`` fill blank cells (gpus,
     seq_len, gbs_seqs, precision; the sequence length defaults to the model's). Rows that share
     a setup are evaluated as one batch; ``settings`` are the setup's trainer settings

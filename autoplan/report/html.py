@@ -145,7 +145,7 @@ def _format(value: Any, fmt: str) -> str:
 
 def _table_html(frame_top) -> str:
     """The ranked plans as an HTML table (id ``ranked-plans``), rank 1 first."""
-    from autoplan.layout import layout_from_record
+    from autoplan.layout_records import layout_from_record
 
     columns = [c for c in TABLE_COLUMNS if c[0] in frame_top.columns]
     head = "<th>rank</th><th>layout</th>" + "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in columns)

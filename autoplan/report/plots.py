@@ -17,7 +17,8 @@ import numpy as np
 
 from autoplan.cost.memory import MEMORY_TERMS
 from autoplan.cost.terms import time_terms
-from autoplan.layout import Layout, layout_from_record
+from autoplan.layout import Layout
+from autoplan.layout_records import layout_from_record
 from autoplan.search.recipe import pareto_indices
 from autoplan.units import GiB
 

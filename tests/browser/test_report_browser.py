@@ -15,7 +15,8 @@ import pytest
 
 from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
-from autoplan.layout import LayoutBatch, layout_from_record, resolve_layout
+from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.layout_records import layout_from_record
 from autoplan.report.html import PLOT_FILES, add_cost_columns, write_report
 from autoplan.units import GiB
 

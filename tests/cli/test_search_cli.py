@@ -13,7 +13,8 @@ from autoplan.api import build_context, build_training
 from autoplan.cli import main
 from autoplan.cli.search import SAMPLER_CHOICES
 from autoplan.cost.evaluate import evaluate
-from autoplan.layout import LayoutBatch, layout_from_record
+from autoplan.layout import LayoutBatch
+from autoplan.layout_records import layout_from_record
 from autoplan.report.near_ties import REORDER_WITHIN
 from autoplan.search import SAMPLERS
 

@@ -46,7 +46,7 @@ def test_derived_tokens(case):
 
 def test_every_source_loads_with_resolvable_layouts():
     from autoplan.calibration.rows import row_context
-    from autoplan.layout import layout_from_record
+    from autoplan.layout_records import layout_from_record
 
     for name, source in load_sources().items():
         assert source.rows, name

@@ -17,15 +17,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from autoplan.cost.context import CostContext
-from autoplan.cost.evaluate import evaluate
-from autoplan.cost.memory import MEMORY_TERMS, model_state_bytes
-from autoplan.report.explain import explain_terms
 from autoplan.api import plan_from_record
-from autoplan.cost.evaluate import CostTable
+from autoplan.cost.context import CostContext
+from autoplan.cost.evaluate import CostTable, evaluate
+from autoplan.cost.memory import MEMORY_TERMS
+from autoplan.cost.model_states import model_state_bytes
 from autoplan.layout import PLACEMENTS, Layout, LayoutBatch
-from autoplan.search.recipe import concat, take
 from autoplan.profiles import list_trainers, load_profile
+from autoplan.report.explain import explain_terms
+from autoplan.search.recipe import concat, take
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import MLASpec, ModelSpec, MoESpec
 from autoplan.specs.training import FLOPS_CONVENTIONS, TrainingSpec

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autoplan.export import render
 from autoplan.api import plan_from_record
+from autoplan.export import render
 from autoplan.specs.models import load_model
 
 pytestmark = pytest.mark.trainers

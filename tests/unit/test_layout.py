@@ -10,8 +10,17 @@ import pytest
 
 from autoplan.api import build_training, plan_from_record
 from autoplan.errors import AutoplanError, LayoutError
-from autoplan.layout import (CODE_FIELDS, DEFAULT_PLACEMENT, FIELDS, PLACEMENTS, Layout, LayoutBatch,
-                             derive_batch_knobs, layout_from_record, resolve_layout)
+from autoplan.layout import (
+    CODE_FIELDS,
+    DEFAULT_PLACEMENT,
+    FIELDS,
+    PLACEMENTS,
+    Layout,
+    LayoutBatch,
+    derive_batch_knobs,
+    resolve_layout,
+)
+from autoplan.layout_records import layout_from_record
 
 
 def resolve(record) -> Layout:

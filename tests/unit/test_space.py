@@ -11,8 +11,16 @@ import pytest
 from autoplan.api import build_training
 from autoplan.errors import AutoplanError, SpecError, UnknownNameError
 from autoplan.layout import derive_batch_knobs, resolve_layout
-from autoplan.space import (KNOBS, EmptySpaceError, SearchSpace, check_not_empty, count_enumerable,
-                            enumerate_space, list_spaces, load_space)
+from autoplan.space import (
+    KNOBS,
+    EmptySpaceError,
+    SearchSpace,
+    check_not_empty,
+    count_enumerable,
+    enumerate_space,
+    list_spaces,
+    load_space,
+)
 
 
 def test_builtin_spaces_load():

@@ -5,9 +5,23 @@ from __future__ import annotations
 import pytest
 
 from autoplan.errors import AutoplanError
-from autoplan.units import (GB, GiB, KiB, MiB, TB, UnitError, bandwidth_qualifier, format_bytes,
-                            format_count, format_time, parse_bandwidth, parse_bytes, parse_count,
-                            parse_flops_rate, parse_time)
+from autoplan.units import (
+    GB,
+    TB,
+    GiB,
+    KiB,
+    MiB,
+    UnitError,
+    bandwidth_qualifier,
+    format_bytes,
+    format_count,
+    format_time,
+    parse_bandwidth,
+    parse_bytes,
+    parse_count,
+    parse_flops_rate,
+    parse_time,
+)
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autoplan.calibration.fit import (CalibrationError, cross_validate, fit_efficiency,
-                                predict_rows, split_rows)
+from autoplan.calibration.fit import CalibrationError, cross_validate, fit_efficiency, predict_rows, split_rows
+from autoplan.calibration.rows import Row
 from autoplan.calibration.simplex import nelder_mead
 from autoplan.cost.context import CostContext
 from autoplan.errors import AutoplanError
@@ -19,7 +19,6 @@ from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.models import load_model
 from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
-from autoplan.calibration.rows import Row
 
 MODEL = load_model("usp-1b")
 START = load_defaults()  # where every fit starts (the uncalibrated defaults)

@@ -14,9 +14,9 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from autoplan.errors import AutoplanError
-from autoplan.cli import main
 from autoplan.calibration.log_import import LogImportError, human_number, parse_log
+from autoplan.cli import main
+from autoplan.errors import AutoplanError
 from autoplan.units import GiB, MiB
 
 MEGATRON = """\

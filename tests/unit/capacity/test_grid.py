@@ -54,7 +54,8 @@ def test_batch_reachable_needs_dp_dividing_the_batch():
 
 
 def test_grid_snaps_to_usable_counts_and_refine_lands_between():
-    usable = lambda n: n & (n - 1) == 0
+    def usable(n):
+        return n & (n - 1) == 0
     counts = grid.geometric_grid(H100, 256, 8192, usable)
     assert counts == [256, 512, 1024, 2048, 4096, 8192]
     assert grid.refine(H100, counts, [1024], 256, 8192, usable) == []  # nothing usable in between

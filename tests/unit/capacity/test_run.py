@@ -11,7 +11,7 @@ import pytest
 from autoplan.capacity.files import read_capacity_csv, write_capacity
 from autoplan.capacity.front import chosen_row, rank_points
 from autoplan.export import read_plans, select_plan
-from autoplan.layout import layout_from_record
+from autoplan.layout_records import layout_from_record
 from autoplan.specs.training import TrainingSpec
 
 

@@ -14,12 +14,12 @@ import pytest
 
 from autoplan.cost import comm
 from autoplan.cost.context import CostContext
-from autoplan.specs.training import TrainingSpec
 from autoplan.layout import PLACEMENTS
 from autoplan.profiles import load_profile
 from autoplan.profiles.parameter_files import load_defaults
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import ModelSpec
+from autoplan.specs.training import TrainingSpec
 
 GPU = load_gpu("h100-sxm")
 NVLINK, NIC = 450e9, 50e9

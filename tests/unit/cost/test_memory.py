@@ -13,11 +13,12 @@ import dataclasses
 import numpy as np
 import pytest
 
+from autoplan.api import build_context, build_training, plan_from_record
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
-from autoplan.cost.memory import MEMORY_TERMS, layer_activation_bytes, model_state_bytes
+from autoplan.cost.memory import MEMORY_TERMS, layer_activation_bytes
+from autoplan.cost.model_states import model_state_bytes
 from autoplan.cost.stages import stage_layers
-from autoplan.api import build_context, build_training, plan_from_record
 from autoplan.layout import LayoutBatch, resolve_layout
 from autoplan.profiles import load_profile
 from autoplan.specs.hardware import load_gpu, make_cluster

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from autoplan.api import build_context, build_training
-from autoplan.cost.memory import layer_activation_bytes, model_state_bytes, zero3_gathered_bytes
+from autoplan.cost.memory import layer_activation_bytes
+from autoplan.cost.model_states import model_state_bytes, zero3_gathered_bytes
 from autoplan.layout import LayoutBatch, resolve_layout
 from autoplan.profiles import load_profile
 from autoplan.specs.training import TrainingSpecError

@@ -13,17 +13,17 @@ import dataclasses
 import numpy as np
 import pytest
 
+from autoplan.api import build_training, plan_from_record
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
-from autoplan.api import build_training, plan_from_record
 from autoplan.cost.time import adam_step_bytes_per_param, gemm_efficiency
 from autoplan.layout import LayoutBatch
 from autoplan.profiles import CalibratedParameters, PhysicalEfficiency, load_profile
 from autoplan.profiles.efficiency import neutral_corrections
-from autoplan.specs.training import TrainingSpec
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
+from autoplan.specs.training import TrainingSpec
 
 GPU = load_gpu("h100-sxm")
 PEAK = 989e12

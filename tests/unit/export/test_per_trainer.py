@@ -6,7 +6,7 @@ import functools
 
 from autoplan.api import build_context, build_training
 from autoplan.export.per_trainer import best_plans
-from autoplan.layout import layout_from_record
+from autoplan.layout_records import layout_from_record
 from autoplan.profiles import load_profile
 from autoplan.rules import RuleContext, check_layout
 from autoplan.search import search

@@ -10,8 +10,15 @@ import yaml
 
 from autoplan.calibration.profile_file import apply_profile_file
 from autoplan.errors import SpecError
-from autoplan.profiles import (PARAMETERS, Corrections, PhysicalEfficiency, flag_fitted, flag_values, list_trainers,
-                               load_profile)
+from autoplan.profiles import (
+    PARAMETERS,
+    Corrections,
+    PhysicalEfficiency,
+    flag_fitted,
+    flag_values,
+    list_trainers,
+    load_profile,
+)
 from autoplan.profiles.efficiency import CORRECTIONS, PHYSICAL, neutral_corrections
 from autoplan.profiles.parameter_files import DEFAULTS_PATH, load_defaults, profile_parameters, sourced_values
 

@@ -11,11 +11,12 @@ from functools import cache
 import numpy as np
 import pytest
 
-from autoplan.report import plots
 from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import LayoutError
-from autoplan.layout import LayoutBatch, layout_from_record, resolve_layout
+from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.layout_records import layout_from_record
+from autoplan.report import plots
 from autoplan.units import GiB
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

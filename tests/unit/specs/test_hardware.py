@@ -9,8 +9,7 @@ import yaml
 
 from autoplan.errors import AutoplanError, SpecError, UnknownNameError
 from autoplan.paths import data_dir
-from autoplan.specs.hardware import (Cluster, GPUSpec, gpu_from_mapping, list_gpus, load_gpu,
-                                     make_cluster)
+from autoplan.specs.hardware import Cluster, GPUSpec, gpu_from_mapping, list_gpus, load_gpu, make_cluster
 
 GiB, MiB = 2.0**30, 2.0**20
 EXPECTED_PRESETS = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h100-96gb-500w", "h200",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from autoplan.cost.params import count_params
