@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections import Counter
@@ -156,13 +157,13 @@ def cv_report(sources, fit_ids, seed: int, k: int = 5) -> None:
               f"memory median {e['memory_median_ape_pct']} ({len(rows)} rows)")
 
 
-def write_error_bands(seed: int) -> int:
+def write_error_bands(seed: int, jobs: int) -> int:
     """Regenerate the error-band file (autoplan.calibration.band_fit) and print its groups."""
     from autoplan.calibration.band_fit import bands_document, write_bands
     from autoplan.calibration.uncertainty import BANDS_FILE
 
     start = time.time()
-    document = bands_document(load_sources(), seed)
+    document = bands_document(load_sources(), seed, jobs)
     write_bands(document)
     print(f"wrote {BANDS_FILE} ({time.time() - start:.0f} s); measured groups:")
     for name, g in document["groups"].items():
@@ -181,9 +182,11 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", action="store_true", help="list the row ids fitted on and held out")
     parser.add_argument("--write-bands", action="store_true",
                         help="regenerate the error bands (autoplan/calibration/error_bands.yaml) and stop")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="worker processes for --write-bands (default: every core; same file as 1)")
     args = parser.parse_args(argv)
     if args.write_bands:
-        return write_error_bands(args.seed)
+        return write_error_bands(args.seed, max(1, args.jobs))
     start = time.time()
     sources = load_sources()
     fit_ids = fit_split(sources, args.fraction, args.seed)

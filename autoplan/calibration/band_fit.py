@@ -29,14 +29,17 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import multiprocessing
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import yaml
 
 from autoplan.calibration.accuracy import FIT_LOSS, FIT_PLAN, NOT_FITTED, Pair
-from autoplan.calibration.fit import cross_validate, log_errors, predict_rows
+from autoplan.calibration.fit import PREDICTED, fit_efficiency, fold_assignment, log_errors, predict_rows
 from autoplan.calibration.rows import Row, Source, row_context
 from autoplan.calibration.uncertainty import (
     BANDS_FILE,
@@ -74,28 +77,72 @@ def _ratios(pred: Mapping[str, np.ndarray], rows: Sequence[Row]) -> dict[str, np
             "peak_memory": -log_errors(pred["peak_memory_bytes"], memory)}
 
 
-def heldout_ratios(rows: Sequence[Row], seed: int = 0,
-                   plan: Mapping[Pair, Sequence[str]] = FIT_PLAN) -> tuple[list[Row], dict[str, np.ndarray]]:
+def heldout_ratios(rows: Sequence[Row], seed: int = 0, plan: Mapping[Pair, Sequence[str]] = FIT_PLAN,
+                   jobs: int = 1) -> tuple[list[Row], dict[str, np.ndarray]]:
     """(rows, their held-out log ratios): cross-validated for the calibrated pairs, the shipped
-    profile's for pairs never fitted."""
+    profile's for pairs never fitted. The folds of every pair are fitted in ``jobs`` worker
+    processes (the same figures as one process: each fold's fit is seeded and independent)."""
     by_pair: dict[Pair, list[Row]] = {}
     for row in rows:
         by_pair.setdefault((row.trainer, row.hardware), []).append(row)
+    chosen: dict[Pair, list[Row]] = {}
+    tasks: list[_FoldTask] = []
+    for pair, members in sorted(by_pair.items()):
+        if pair in plan and len(members) > MAX_CV_ROWS:
+            pick = np.sort(np.random.default_rng(seed).permutation(len(members))[:MAX_CV_ROWS])
+            members = [members[i] for i in pick]
+        chosen[pair] = members
+        if pair in plan:
+            folds = fold_assignment(len(members), FOLDS, seed)
+            tasks += [_FoldTask(pair, members, tuple(plan[pair]), FIT_LOSS.get(pair, "soft_l1"), seed, folds, fold)
+                      for fold in range(int(folds.max()) + 1)]
+    if jobs > 1 and len(tasks) > 1:
+        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=_pool_context()) as pool:
+            done = list(pool.map(_run_fold, tasks))
+    else:
+        done = [_run_fold(task) for task in tasks]
     kept: list[Row] = []
     parts: list[dict[str, np.ndarray]] = []
-    for pair, members in sorted(by_pair.items()):
+    for pair, members in chosen.items():
         if pair in plan:
-            if len(members) > MAX_CV_ROWS:
-                pick = np.sort(np.random.default_rng(seed).permutation(len(members))[:MAX_CV_ROWS])
-                members = [members[i] for i in pick]
-            cv = cross_validate(members, row_context, plan[pair], seed, FOLDS,
-                                loss=FIT_LOSS.get(pair, "soft_l1"), prior_rows=0.0)  # as the shipped fits
-            pred = cv.predicted
+            pred = {name: np.full(len(members), np.nan) for name in PREDICTED}
+            for task, fold_pred in zip(tasks, done):
+                if task.pair == pair:
+                    for name in PREDICTED:
+                        pred[name][task.folds == task.fold] = fold_pred[name]
         else:
             pred = predict_rows(members, row_context)
         kept += members
         parts.append(_ratios(pred, members))
     return kept, {f: np.concatenate([p[f] for p in parts]) if parts else np.array([]) for f in FIGURES}
+
+
+@dataclass(frozen=True)
+class _FoldTask:
+    """One fold of one pair's cross-validation: fit on the other folds, predict this one."""
+
+    pair: Pair
+    rows: list[Row]
+    params: tuple[str, ...]
+    loss: str
+    seed: int
+    folds: np.ndarray
+    fold: int
+
+
+def _run_fold(task: _FoldTask) -> dict[str, np.ndarray]:
+    """The held-out predictions of ``task.fold`` (as :func:`autoplan.calibration.fit.cross_validate`
+    makes them, with the shipped fits' options), in the order of that fold's rows."""
+    train = [r for r, f in zip(task.rows, task.folds) if f != task.fold]
+    test = [r for r, f in zip(task.rows, task.folds) if f == task.fold]
+    eff, _ = fit_efficiency(train, row_context, task.params, task.seed, loss=task.loss, prior_rows=0.0)
+    return predict_rows(test, row_context, eff)
+
+
+def _pool_context():
+    """fork where the platform has it (workers inherit the loaded sources), else spawn."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
 def default_ratios(rows: Sequence[Row]) -> dict[str, np.ndarray]:
@@ -176,10 +223,10 @@ def fingerprint(sources: Mapping[str, Source]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def bands_document(sources: Mapping[str, Source], seed: int = 0) -> dict:
+def bands_document(sources: Mapping[str, Source], seed: int = 0, jobs: int = 1) -> dict:
     """The whole bands file as a mapping (groups, inputs, fingerprint)."""
     rows = measured_rows(sources)
-    cv_rows, heldout = heldout_ratios(rows, seed)
+    cv_rows, heldout = heldout_ratios(rows, seed, jobs=jobs)
     groups = build_groups(rows, heldout, default_ratios(rows), cv_rows)
     return {"coverage": COVERAGE, "quantiles": [round(q, 4) for q in QUANTILES], "folds": FOLDS,
             "max_cv_rows": MAX_CV_ROWS, "min_rows": MIN_ROWS, "seed": seed,

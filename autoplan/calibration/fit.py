@@ -331,6 +331,17 @@ class CrossValidation:
         return error_summary(self.predicted, _measured(self.rows))
 
 
+def fold_assignment(num_rows: int, k: int, seed: int) -> np.ndarray:
+    """The fold of each of ``num_rows`` rows: a seeded permutation dealt round-robin into
+    ``min(k, num_rows)`` folds. Raises ``CalibrationError`` below 2 folds."""
+    k = min(k, num_rows)
+    if k < 2:
+        raise CalibrationError(f"cross-validation needs at least 2 rows, got {num_rows}")
+    folds = np.empty(num_rows, dtype=int)
+    folds[np.random.default_rng(seed).permutation(num_rows)] = np.arange(num_rows) % k
+    return folds
+
+
 def cross_validate(rows: Sequence[Row], base_ctx_factory: ContextFactory = row_context,
                    params: Sequence[str] = DEFAULT_PARAMS, seed: int = 0, k: int = 5,
                    **fit_options) -> CrossValidation:
@@ -340,11 +351,8 @@ def cross_validate(rows: Sequence[Row], base_ctx_factory: ContextFactory = row_c
     leave-one-out). Raises ``CalibrationError`` when a training fold has too few rows.
     """
     rows = list(rows)
-    k = min(k, len(rows))
-    if k < 2:
-        raise CalibrationError(f"cross-validation needs at least 2 rows, got {len(rows)}")
-    folds = np.empty(len(rows), dtype=int)
-    folds[np.random.default_rng(seed).permutation(len(rows))] = np.arange(len(rows)) % k
+    folds = fold_assignment(len(rows), k, seed)
+    k = int(folds.max()) + 1
     predicted = {name: np.full(len(rows), np.nan) for name in PREDICTED}
     fitted = []
     for fold in range(k):

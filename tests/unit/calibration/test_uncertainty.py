@@ -12,6 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoplan.calibration import band_fit
+from autoplan.calibration.accuracy import FIT_LOSS
+from autoplan.calibration.fit import cross_validate
+from autoplan.calibration.rows import row_context
 from autoplan.calibration.sources import load_sources
 from autoplan.calibration.uncertainty import (
     BANDS_FILE,
@@ -134,3 +137,23 @@ def test_quantile_band_clips_to_contain_one():
     assert high == pytest.approx(1.1 + 0.1 * band_fit.QUANTILES[1], rel=1e-3)
     # widening by w multiplies the high factor by e^w
     assert band_fit.quantile_band(r, 0.1)[1] == pytest.approx(high * math.exp(0.1), rel=1e-3)
+
+
+@pytest.mark.slow
+def test_cross_validated_ratios_are_the_same_in_worker_processes(sources):
+    """--write-bands --jobs N fits the folds in N processes; the file must not depend on N, and
+    each fold is the fit that :func:`cross_validate` makes."""
+    rows = [r for r in band_fit.measured_rows(sources) if r.source == "korthikanti" and r.has_time][:6]
+    pair = (rows[0].trainer, rows[0].hardware)
+    rows = [r for r in rows if (r.trainer, r.hardware) == pair]
+    plan = {pair: ("gemm_efficiency_max",)}
+    one_rows, one = band_fit.heldout_ratios(rows, seed=3, plan=plan, jobs=1)
+    two_rows, two = band_fit.heldout_ratios(rows, seed=3, plan=plan, jobs=2)
+    assert [r.row_id for r in one_rows] == [r.row_id for r in two_rows]
+    assert np.all(np.isfinite(one["tokens_per_s"]))
+    np.testing.assert_array_equal(one["tokens_per_s"], two["tokens_per_s"])
+    cv = cross_validate(rows, row_context, plan[pair], 3, band_fit.FOLDS,
+                        loss=FIT_LOSS.get(pair, "soft_l1"), prior_rows=0.0)
+    measured = np.array([r.tokens_per_s_per_gpu for r in rows])
+    np.testing.assert_allclose(one["tokens_per_s"], np.log(measured / cv.predicted["tokens_per_s_per_gpu"]),
+                               rtol=0, atol=1e-12)
