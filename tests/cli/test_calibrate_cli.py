@@ -128,6 +128,7 @@ def test_written_profile_stays_inside_the_physical_bounds(calibrated):
         assert p.bounds[0] <= flat(profile)[name] <= p.bounds[1], name
 
 
+@pytest.mark.slow  # a few seconds; `pytest -m slow`
 def test_profile_round_trips_through_estimate(calibrated, truth_profile):
     _, _, path = calibrated
     layout = ["--gpus", "16", "--tp", "4", "--pp", "2", "--mbs", "2", "--gbs-seqs", "64", "--seq-len", "4096",
@@ -143,6 +144,7 @@ def test_profile_round_trips_through_estimate(calibrated, truth_profile):
     assert shipped["tokens_per_s_per_gpu"] != pytest.approx(truth["tokens_per_s_per_gpu"], rel=0.02)
 
 
+@pytest.mark.slow  # a few seconds; `pytest -m slow`
 def test_profile_is_used_by_compare_and_refused_for_another_trainer(calibrated, measured_csv):
     _, _, path = calibrated
     out = run(["compare", str(measured_csv), *CONTEXT, "--profile", str(path)]).stdout
@@ -177,6 +179,7 @@ def test_default_output_path_and_table_summary(tmp_path, measured_csv, monkeypat
     assert "--profile results/calibrated-megatron-h100-sxm.yaml" in result.stdout
 
 
+@pytest.mark.slow  # a few seconds; `pytest -m slow`
 def test_model_column_overrides_the_model_option(tmp_path, measured_csv):
     text = measured_csv.read_text().splitlines()
     with_model = [text[0] + ",model"] + [line + ",llama3-8b" for line in text[1:]]
@@ -307,6 +310,7 @@ def test_validate_quick_reports_every_evaluation_section():
     assert all(f["met"] for f in figures if f["section"] == "golden")
 
 
+@pytest.mark.slow  # a few seconds; `pytest -m slow`
 def test_validate_table_and_csv():
     table = run(["validate", "--quick"]).stdout
     assert "memory" in table and "ranking" in table and "targets met" in table

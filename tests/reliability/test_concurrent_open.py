@@ -38,6 +38,7 @@ def open_together(storage: str, processes: int = 4) -> None:
     assert all(out.strip() == "together" for out, _ in outputs)
 
 
+@pytest.mark.slow  # a few seconds; `pytest -m slow`
 def test_four_processes_create_one_sqlite_study_at_once(tmp_path):
     open_together(f"sqlite:///{tmp_path / 'new.db'}")
 

@@ -81,6 +81,7 @@ def test_workers_see_each_others_trials(ctx, tmp_path):
     assert one.sync() == 16 and len(_trials(options.storage, "s")) == 32
 
 
+@pytest.mark.slow  # a few seconds; `pytest -m slow`
 def test_exhaustive_chunks_dealt_to_workers_give_the_same_plans_csv(tmp_path, monkeypatch):
     """Chunks of 256 layouts dealt to 3 processes give the plans.csv of a one-process run (in
     one chunk of 1,728 layouts), and the study holds every assessed layout once."""

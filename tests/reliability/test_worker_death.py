@@ -35,6 +35,7 @@ def _spawned_workers(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # a few seconds; `pytest -m slow`
 def test_a_killed_worker_stops_the_search_with_one_line(tmp_path):
     command = [sys.executable, "-m", "autoplan.cli", *SEARCH, "--storage", f"sqlite:///{tmp_path / 's.db'}",
                "--trials", "1000000", "--out", str(tmp_path / "out")]

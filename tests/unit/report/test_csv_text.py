@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from autoplan.api import build_context, build_training
 from autoplan.report.csv_text import csv_text
@@ -23,6 +24,7 @@ def test_awkward_cells_match_pandas():
     assert csv_text(columns) == pandas_csv(columns)
 
 
+@pytest.mark.slow  # a few seconds; `pytest -m slow`
 def test_a_search_writes_what_pandas_would():
     ctx = build_context("mixtral-8x7b", build_training(64, 4096, 512))
     space = load_space("moe").with_overrides(recompute_modules=("", "core_attn,mlp"), pp=(1, 2, 4))

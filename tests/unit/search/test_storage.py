@@ -34,6 +34,7 @@ def _key(trial):
     return (tuple(sorted(trial.params.items())), tuple(trial.values or ()), trial.state)
 
 
+@pytest.mark.slow  # a few seconds; `pytest -m slow`
 def test_exhaustive_stores_every_evaluated_layout_once(ctx, tmp_path):
     result = search(ctx, SPACE, _options(tmp_path, sampler="exhaustive"))
     trials = _stored(tmp_path)
