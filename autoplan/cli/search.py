@@ -296,13 +296,15 @@ def _emit(result, output_format: str, top_k: int, costs=None) -> None:
 
 
 def _ties_note(result, output_format: str) -> None:
-    """One line on the plans the model cannot tell apart from the best (stdout under the
-    table, stderr beside csv/json)."""
+    """One line on the plans the model cannot tell apart from the best, and one per strategy
+    knob compared (the best plan of each value; stdout under the table, stderr beside csv/json)."""
     from autoplan.report.near_ties import near_ties
 
-    line = near_ties(result).line()
-    if line:
-        click.echo(line, err=output_format != "table")
+    from autoplan.report.per_choice import per_choice_lines
+
+    for line in [near_ties(result).line(), *per_choice_lines(result)]:
+        if line:
+            click.echo(line, err=output_format != "table")
 
 
 LONG_CONTEXT_SEQ_LEN = 32 * 1024

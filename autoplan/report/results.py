@@ -23,6 +23,7 @@ from autoplan.report.columns import columns_markdown, plain_dictionary
 from autoplan.report.csv_text import csv_text
 from autoplan.report.destination import write_text
 from autoplan.report.near_ties import near_ties, result_band
+from autoplan.report.per_choice import per_choice_summary
 from autoplan.search import SearchResult
 from autoplan.search.topk import DEFAULT_KEEP_ROWS
 from autoplan.units import GiB
@@ -56,7 +57,7 @@ def summary(result: SearchResult, top: int) -> dict[str, Any]:
             "space": result.space.name, "sampler": result.sampler, "seed": result.options.seed,
             "allow_uneven_pp": result.options.allow_uneven_pp,
             "recipe": result.counts.to_dict(), "knob_caps": cap_notes(result), **uncertainty_summary(result),
-            "plans": plans,
+            "best_per_choice": per_choice_summary(result), "plans": plans,
             "columns": plain_dictionary(plans[0] if plans else [])}
 
 
