@@ -22,7 +22,7 @@ def build_training(num_gpus: int, seq_len: int, gbs_seqs: int, *, hardware: str 
                    flops_convention: str = "playbook", **settings: Any) -> TrainingSpec:
     """Load the GPU, build its cluster of ``num_gpus`` and the ``TrainingSpec`` around it;
     ``settings`` are the setup's other fields (attention_kernel, fp8_recipe, fp8_param_gather,
-    grad_reduce_in_bf16, moe_capacity_factor)."""
+    grad_reduce_in_bf16, shard_gradients, moe_capacity_factor)."""
     cluster = make_cluster(load_gpu(hardware), num_gpus, gpus_per_node=gpus_per_node,
                            nic_bytes_per_s=parse_bandwidth(nic) if nic else None)
     return TrainingSpec(cluster=cluster, seq_len=seq_len, gbs_seqs=gbs_seqs, gbs_tolerance=gbs_tolerance,

@@ -89,18 +89,24 @@ PREDICTED = ("tokens_per_s_per_gpu", "peak_memory_bytes", "fits", "mfu")
 
 
 def predict(prepared: Prepared, parameters: CalibratedParameters | None = None) -> dict[str, np.ndarray]:
-    """Predicted tokens/s per GPU, peak memory, fits and MFU of every row (row order).
+    """Predicted tokens/s per GPU, memory, fits and MFU of every row (row order).
 
-    ``parameters`` replace each context's own (the shipped profile's) when given.
+    ``peak_memory_bytes`` is the memory of the GPU the row measured (``Row.memory_stage``: the
+    heaviest stage, or the first stage's); ``peak_memory_all_stages_bytes`` the heaviest stage's,
+    which ``fits`` compares with the GPU. ``parameters`` replace each context's own (the shipped
+    profile's) when given.
     """
     n = len(prepared.rows)
-    out = {name: np.full(n, np.nan) for name in PREDICTED}
+    out = {name: np.full(n, np.nan) for name in (*PREDICTED, "peak_memory_all_stages_bytes")}
     for ctx, batch, index, uneven in prepared.groups:
         if parameters is not None:
             ctx = replace(ctx, parameters=parameters)
         table = evaluate(ctx, batch, allow_uneven=uneven)
         for name in PREDICTED:
             out[name][index] = table[name]
+        out["peak_memory_all_stages_bytes"][index] = table["peak_memory_bytes"]
+        first = np.array([prepared.rows[i].memory_stage == "first" for i in index])
+        out["peak_memory_bytes"][index] = np.where(first, table["mem_first_total_bytes"], table["peak_memory_bytes"])
     out["fits"] = out["fits"] > 0.5
     return out
 

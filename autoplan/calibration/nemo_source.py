@@ -12,6 +12,11 @@ table is silent:
 * FP8 recipe: ``tensorwise`` where the row says per-tensor current scaling, else ``delayed``
   (ASSUMED: Transformer Engine's delayed scaling is NeMo's default before 25.04).
 * vp / cp / ep empty mean 1; the micro-batch and global batch are as published.
+* Gradient buffers: bf16. Every row is FP8, and NeMo's FP8 recipes reduce gradients in bf16
+  (NeMo 1 launcher ``optim.grad_sync_dtype: bf16``; NeMo 2 scripts/performance:
+  ``bf16_with_fp8_mixed()`` with ``plugins.grad_reduce_in_fp32 = False`` and
+  ``ddp.grad_reduce_in_fp32 = False``): the profile's grad_bytes becomes 2 (memory only, like
+  ``TrainingSpec.grad_reduce_in_bf16``; the reduction time keeps the profile's dtype).
 
 Rows left out, with the reason: fine-tuning tasks (sft, lora: a frozen or partial model),
 rows without a tokens/s figure (the long-sequence tables' layout-only rows), models without a
@@ -33,6 +38,7 @@ NEMO_FILE = "nemo_megatron_bridge_perf.csv"
 _MODELS = {"LLAMA2-7B": "llama2-7b", "LLAMA2-70B": "llama2-70b", "LLAMA3-8B": "llama3-8b",
            "LLAMA3-70B": "llama3-70b", "LLAMA3-405B": "llama3.1-405b", "LLAMA3.1-405B": "llama3.1-405b",
            "GPT3-175B": "gpt3-175b", "Mixtral-8x7B": "mixtral-8x7b", "Mixtral-8x22B": "mixtral-8x22b"}
+BF16_GRADIENTS = (("grad_bytes", 2.0),)  # see the module doc: NeMo's FP8 recipes keep bf16 gradients
 _HARDWARE = {"H100-SXM5-80GB": "h100-sxm", "B200": "b200", "GB200 (NVL72)": "gb200-nvl72"}
 
 
@@ -85,6 +91,6 @@ def load_nemo() -> Source:
             rows.append(Row(source="nemo", row_id=row_id, model=load_model(_MODELS[r["model"]]),
                             hardware=hardware, trainer="megatron", layout=_layout(r),
                             tokens_per_s_per_gpu=_number(r["tokens_per_s_per_gpu"]), cell=cell,
-                            allow_uneven=True, fp8_recipe=recipe))
+                            allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS))
     return Source("nemo", NEMO_FILE, tuple(rows), tuple(excluded),
                   notes="Megatron-Core FP8 (delayed unless stated); recompute none and zero 1 assumed")

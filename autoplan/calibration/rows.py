@@ -49,6 +49,10 @@ class Row:
     profile_overrides: tuple[tuple[str, float], ...] = ()
     nic_bytes_per_s: float = 0.0  # the cluster's NIC bandwidth per GPU; 0 = the GPU preset's
     fp8_recipe: str = "tensorwise"  # the setup's FP8 recipe where the layout's precision is fp8
+    # Which GPU's memory the source measured: "peak" (the heaviest pipeline stage, e.g. the max
+    # over PP ranks torchtitan's tables give) or "first" (the first stage's rank only, where the
+    # trainer logs from world rank 0: nanotron's log_memory).
+    memory_stage: str = "peak"
 
     @property
     def num_gpus(self) -> int:

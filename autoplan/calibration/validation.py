@@ -30,12 +30,12 @@ from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
 from autoplan.units import GB, GiB
 
-# The playbook labels its memory "GB" without saying 1e9 or 2^30. Read as GB (1e9). With the
-# nanotron reserve and fragmentation refitted under each reading (benchmarks/accuracy.py prints
-# both) the held-out median and p90 errors are the same to 0.1 pt, since the fitted
-# fragmentation absorbs the 7.4% ratio; GB needs the smaller fragmentation (15% against 23%
-# over tracked bytes) and so is the more physical reading. Not decided by the data alone.
-PLAYBOOK_MEMORY_UNIT = GB
+# The playbook labels its memory "GB"; the figure is nanotron's benchmark CSV column "Mem Alloc
+# (GB)" = torch.cuda.max_memory_allocated() / 1024**3, written by world rank 0 only
+# (src/nanotron/helpers.py, create_table_log and log_throughput -> write_to_csv; the playbook's
+# scripts/scaling_benchmarks.py sets general.benchmark_csv_path): GiB under a GB label. (Before the
+# source was read, the data alone could not tell: benchmarks/accuracy.py still prints the fit of both.)
+PLAYBOOK_MEMORY_UNIT = GiB
 NAN = float("nan")
 
 
@@ -104,6 +104,11 @@ def sc21_flops_per_token(hidden: int, layers: int, vocab: int, seq_len: int) -> 
 # --- Ultra-Scale Playbook (nanotron, 8xH100 80GB nodes, seq 4096, 256 sequences) -----------
 
 _PLAYBOOK_MODELS = {"1B": "usp-1b", "8B": "usp-8b"}
+# nanotron writes its benchmark CSV from world rank 0 only, a GPU of the first pipeline stage
+# (src/nanotron/helpers.py, log_throughput: write_to_csv when the world rank is 0). The sweep's PP
+# runs bear it out: with one micro-batch (grad_accum 1) their memory is the first stage's (one
+# micro-batch in flight, no logits), far below the last stage's.
+PLAYBOOK_MEMORY_STAGE = "first"
 
 
 def _playbook_row(source: str, line: int, r: dict[str, str], memory_unit: float) -> Row:
@@ -116,7 +121,8 @@ def _playbook_row(source: str, line: int, r: dict[str, str], memory_unit: float)
                hardware="h100-sxm", trainer="nanotron", layout=layout,
                tokens_per_s_per_gpu=number_or_nan(r["tokens_per_sec_per_gpu"]),
                peak_memory_bytes=number_or_nan(r["gpu_memory_gb"]) * memory_unit, status=r["status"],
-               mfu=number_or_nan(r["mfu_pct"]) / 100.0, cell=f"{r['model_label']}/{r['nodes']} nodes")
+               mfu=number_or_nan(r["mfu_pct"]) / 100.0, cell=f"{r['model_label']}/{r['nodes']} nodes",
+               memory_stage=PLAYBOOK_MEMORY_STAGE)
 
 
 def _playbook_inconsistency(r: dict[str, str]) -> str:

@@ -118,11 +118,12 @@ class HiddenAliasOption(click.Option):
 
 def setup_settings(kw: dict) -> dict:
     """The trainer settings of the setup (TrainingSpec fields) from the --attention-kernel,
-    --fp8-recipe, --fp8-param-gather, --grad-reduce-in-bf16 and --moe-capacity-factor options."""
+    --fp8-recipe, --fp8-param-gather, --grad-reduce-in-bf16, --shard-gradients and --moe-capacity-factor options."""
     return {name: kw[name] for name in SETUP_SETTINGS if name in kw}
 
 
-SETUP_SETTINGS = ("attention_kernel", "fp8_recipe", "fp8_param_gather", "grad_reduce_in_bf16", "moe_capacity_factor")
+SETUP_SETTINGS = ("attention_kernel", "fp8_recipe", "fp8_param_gather", "grad_reduce_in_bf16", "shard_gradients",
+                  "moe_capacity_factor")
 SETUP_SETTING_OPTIONS = [
     click.option("--attention-kernel", type=click.Choice(["flash", "eager"]), default="flash", show_default=True,
                  help="Attention kernel: flash/fused (no s² scores saved) or eager (scores saved)."),
@@ -132,6 +133,9 @@ SETUP_SETTING_OPTIONS = [
                  help="FP8 primary weights, no bf16 copy (Megatron --fp8-param-gather)."),
     click.option("--grad-reduce-in-bf16", is_flag=True,
                  help="bf16 gradient buffers instead of fp32 (Megatron --grad-reduce-in-bf16)."),
+    click.option("--shard-gradients", is_flag=True,
+                 help="Gradients sharded over DP with the optimizer states from zero 1 on "
+                      "(FSDP-style DP with a pipeline, as Llama 3's trainer)."),
     click.option("--moe-capacity-factor", type=click.FloatRange(0.0, min_open=True), default=None,
                  help="Expert capacity factor with padding [default: dropless]."),
 ]

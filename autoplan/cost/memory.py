@@ -21,7 +21,12 @@ import dataclasses
 import numpy as np
 
 from autoplan.cost.context import CostContext
-from autoplan.cost.model_states import model_state_bytes, params_on_stage, zero3_gathered_bytes
+from autoplan.cost.model_states import (
+    model_state_bytes,
+    params_on_stage,
+    sharded_gradient_transient_bytes,
+    zero3_gathered_bytes,
+)
 from autoplan.cost.recompute import (
     OFFLOAD_STAGING_LAYERS,
     full_recompute_share,
@@ -264,6 +269,7 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     one_layer_params = (dense_params + expert_params) / np.maximum(n_layers, 1.0)
     zero3 = np.where(b.zero >= 3, zero3_gathered_bytes(p, one_layer_params), 0.0)
     tp_buffer = np.where(b.tp > 1, tokens * m.hidden_size * BF16_BYTES, 0.0)
+    zero3 = zero3 + sharded_gradient_transient_bytes(ctx, b, one_layer_params)
     terms["communication_buffers"] = zero3 + tp_buffer + moe_dispatch_bytes(ctx, b, tokens, n_layers - n_dense)
     tracked = sum(terms.values())
     terms["reserve"] = c.allocator_overhead * tracked + c.memory_reserve_bytes

@@ -74,6 +74,28 @@ def weight_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     return bf16_copy + np.where(fp8, fp8_copies, 0.0)
 
 
+def gradient_shard_stage(ctx: CostContext) -> int:
+    """The ZeRO stage from which gradients are sharded: 2 (ZeRO paper, Fig. 1), or 1 where the
+    setup's ``shard_gradients`` says the trainer's data parallelism shards them with the
+    optimizer states (Llama 3's FSDP-style DP, arXiv 2407.21783 Sec. 3.3.2)."""
+    return 1 if ctx.training.shard_gradients else 2
+
+
+def sharded_gradient_transient_bytes(ctx: CostContext, b: LayoutBatch, one_layer_params: np.ndarray) -> np.ndarray:
+    """The unsharded gradient of the layer being reduce-scattered, where gradients are sharded
+    below ZeRO-3 (bytes per GPU): zero 2, or zero 1 under ``shard_gradients``.
+
+    Sharded gradients are reduce-scattered layer by layer in every backward (FSDP's post-backward
+    hook, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py ``post_backward``; DeepSpeed
+    ZeRO-2 ``reduce_bucket_size``): the layer's bf16 gradient and its copy in the reduce dtype
+    (``grad_reduce_bytes``; Llama 3 reduce-scatters in fp32, Sec. 3.3.2 "Numerical stability").
+    One layer; ZeRO-3's own buffers are ``zero3_gathered_bytes``.
+    """
+    sharded = (b.zero >= gradient_shard_stage(ctx)) & (b.zero < 3)
+    reduce_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else ctx.profile.grad_reduce_bytes
+    return np.where(sharded, (BF16_BYTES + reduce_bytes) * one_layer_params, 0.0)
+
+
 def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,
                       expert_params: np.ndarray) -> dict[str, np.ndarray]:
     """Weights, gradients, master weights and optimizer states per GPU (ZeRO paper, Fig. 1)."""
@@ -89,7 +111,7 @@ def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray
     # Megatron --grad-reduce-in-bf16: the main_grad buffer takes the parameters' dtype
     # (megatron/core/distributed/distributed_data_parallel.py, grad_dtype of the param_and_grad_buffer).
     grad_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else p.grad_bytes
-    for name, per_param, stage in (("weights", weight_bytes, 3), ("gradients", grad_bytes, 2),
+    for name, per_param, stage in (("weights", weight_bytes, 3), ("gradients", grad_bytes, gradient_shard_stage(ctx)),
                                    ("master_weights", p.master_bytes, 1),
                                    ("optimizer_states", p.optimizer_bytes, 1)):
         out[name] = per_param * (dense_params / shard_divisor(b.zero, stage, dp_group)

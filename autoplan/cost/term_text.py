@@ -30,14 +30,16 @@ def _zero_group(ctx, lay) -> str:
     return "dp·cp" if ctx.profile.zero_shards_over_cp else "dp"
 
 
-def _shard(stage: int, expert: bool) -> Variant:
-    """The divisor of a model state that ZeRO shards from ``stage`` on (``model_states.shard_divisor``)."""
+def _shard(stage: int, expert: bool, gradients: bool = False) -> Variant:
+    """The divisor of a model state that ZeRO shards from ``stage`` on (``model_states.shard_divisor``);
+    ``gradients``: from stage 1 under the setup's shard_gradients (``model_states.gradient_shard_stage``)."""
     def pick(ctx, lay) -> str:
-        if lay.zero < stage:
+        if lay.zero < (1 if gradients and ctx.training.shard_gradients else stage):
             return "1"
         group = _zero_group(ctx, lay)
         return f"max({group}·tp/(ep·etp), 1)" if expert else f"({group})"
-    return Variant(f"({'G_e' if expert else 'G'} if zero ≥ {stage} else 1)", pick)
+    since = f"zero ≥ {stage}" + (" (≥ 1 under shard_gradients)" if gradients else "")
+    return Variant(f"({'G_e' if expert else 'G'} if {since} else 1)", pick)
 
 
 def _weight_bytes(ctx, lay) -> str:
@@ -85,7 +87,7 @@ def _dp_collectives(ctx, lay) -> str:
 VARIANTS: dict[str, Variant] = {
     "G": Variant("dp·cp if zero_shards_over_cp else dp", _zero_group),
     "z1": _shard(1, False), "z1e": _shard(1, True),
-    "z2": _shard(2, False), "z2e": _shard(2, True),
+    "z2": _shard(2, False, True), "z2e": _shard(2, True, True),
     "z3": _shard(3, False), "z3e": _shard(3, True),
     "weight_bytes": Variant("(weight_bytes (none under fp8 with fp8_param_gather) + fp8_weight_extra_bytes·"
                             "FP8_WEIGHT_ELEMENT_BYTES[fp8_recipe] under fp8 + zero3_pp_unsharded_bytes·G "

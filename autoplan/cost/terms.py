@@ -72,7 +72,8 @@ MEMORY_TERMS_DEFINED = [
     *_stage_memory("gradients", "gradient buffers per GPU",
                    "grad_bytes (BF16_BYTES under grad_reduce_in_bf16) × (P_dense / {z2} + P_expert / {z2e}), G = {G}",
                    f"{ZERO}; trainer profile; megatron/core/distributed/distributed_data_parallel.py "
-                   "(--grad-reduce-in-bf16)", ("grad_bytes", "grad_reduce_in_bf16", "BF16_BYTES", *MODEL_STATE)),
+                   "(--grad-reduce-in-bf16); Llama 3 (arXiv 2407.21783) Sec. 3.3.2 (shard_gradients)",
+                   ("grad_bytes", "grad_reduce_in_bf16", "shard_gradients", "BF16_BYTES", *MODEL_STATE)),
     *_stage_memory("master_weights", "fp32 master weights per GPU",
                    "master_bytes × (P_dense / {z1} + P_expert / {z1e}), G = {G}",
                    f"{ZERO}; megatron/training/theoretical_memory_usage.py", ("master_bytes", *MODEL_STATE)),
@@ -111,13 +112,14 @@ MEMORY_TERMS_DEFINED = [
                    "Λ = zero3_prefetch_layers·(P_dense + P_expert)/L_S; + (stage has MoE layers) "
                    "MOE_DISPATCH_COPIES (1 if ep = 1)·c·k·tokens/h_div·h·BF16_BYTES, c = moe_capacity_factor "
                    "(1 dropless) "
-                   "+ (tp > 1) tokens·h·BF16_BYTES",
-                   "FSDP2 prefetch (torch.distributed.fsdp); DeepSpeed stage3_max_live_parameters and "
+                   "+ (tp > 1) tokens·h·BF16_BYTES + (gradients sharded below zero 3: zero 2, or zero 1 under "
+                   "shard_gradients) (BF16_BYTES + grad_reduce_bytes)·(P_dense + P_expert)/L_S",
+                   "FSDP2 prefetch and post-backward reduce-scatter (torch.distributed.fsdp); DeepSpeed stage3_max_live_parameters and "
                    "reduce_bucket_size (deepspeed/runtime/zero/partitioned_param_coordinator.py); "
                    "Megatron sequence-parallel all-gather; megatron/core/transformer/moe/token_dispatcher.py "
                    "(MoEAlltoAllTokenDispatcher)",
                    ("zero3_prefetch_layers", "zero3_max_live_params", "zero3_grad_bucket_params", "BF16_BYTES",
-                    "MOE_DISPATCH_COPIES", "moe_capacity_factor")),
+                    "MOE_DISPATCH_COPIES", "moe_capacity_factor", "shard_gradients", "grad_reduce_bytes")),
     *_stage_memory("reserve", "allocator fragmentation, CUDA context, NCCL and library workspaces",
                    "allocator_overhead × (sum of the stage's other memory terms) + memory_reserve_bytes",
                    "calibrated per trainer and GPU (profiles/*.yaml)", ("allocator_overhead", "memory_reserve_bytes")),

@@ -74,6 +74,9 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     per_node, nodes = launch_shape(training)
     efficiency = assumed_efficiency(training)
     warnings = _warnings(model, layout) + overlap_warnings(layout, efficiency)
+    if training.shard_gradients:
+        warnings.append("the prediction assumed gradients sharded over DP (shard_gradients); Megatron's "
+                        "distributed optimizer keeps the whole gradient buffer, so this run needs more memory")
     args = (parallel_args(layout) + overlap_args(layout, efficiency) + batch_args(layout, training)
             + recompute_args(layout)
             + precision_args(layout, training) + model_args(model, layout, training) + vocab_args(model, layout, launch)

@@ -61,6 +61,12 @@ class TrainingSpec:
     ``grad_reduce_in_bf16`` keeps the gradient buffers in bf16 instead of the profile's fp32
     (Megatron ``--grad-reduce-in-bf16``, NeMo 1 ``optim.grad_sync_dtype: bf16``, NeMo 2
     ``grad_reduce_in_fp32=False``); it changes the gradient memory only, not the reduction time.
+    ``shard_gradients`` shards the gradients over the data-parallel group together with the
+    optimizer states from ZeRO stage 1 on (ZeRO-2 semantics under a pipeline): the FSDP-style data
+    parallelism of Meta's Llama 3 trainer ("shards optimizer states and gradients, but ... does not
+    reshard [parameters] after forward", Llama 3 Herd of Models, arXiv 2407.21783, Sec. 3.3.2),
+    which no exported trainer runs with a pipeline (Megatron's distributed optimizer keeps the
+    whole gradient buffer); memory only.
     ``moe_capacity_factor`` is None for dropless MoE (Megatron's default) or the capacity factor
     c of a trainer that drops tokens and pads each expert to capacity (Megatron
     ``--moe-expert-capacity-factor c --moe-pad-expert-input-to-capacity``); memory only.
@@ -75,6 +81,7 @@ class TrainingSpec:
     fp8_recipe: str = "tensorwise"
     fp8_param_gather: bool = False
     grad_reduce_in_bf16: bool = False
+    shard_gradients: bool = False
     moe_capacity_factor: float | None = None
 
     def __post_init__(self) -> None:
@@ -100,7 +107,7 @@ class TrainingSpec:
         factor = self.moe_capacity_factor
         if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
             raise TrainingSpecError(f"moe_capacity_factor must be None (dropless) or > 0, got {shown(factor)}")
-        for name in ("fp8_param_gather", "grad_reduce_in_bf16"):
+        for name in ("fp8_param_gather", "grad_reduce_in_bf16", "shard_gradients"):
             if not isinstance(getattr(self, name), bool):
                 raise TrainingSpecError(f"{name} must be true or false, got {shown(getattr(self, name))}")
 

@@ -9,7 +9,7 @@ import pytest
 
 from autoplan.api import build_context, build_training
 from autoplan.cost.memory import layer_activation_bytes
-from autoplan.cost.model_states import model_state_bytes, zero3_gathered_bytes
+from autoplan.cost.model_states import model_state_bytes, sharded_gradient_transient_bytes, zero3_gathered_bytes
 from autoplan.layout import LayoutBatch, resolve_layout
 from autoplan.profiles import load_profile
 from autoplan.specs.training import TrainingSpecError
@@ -17,10 +17,10 @@ from autoplan.specs.training import TrainingSpecError
 SEQ = 4096
 
 
-def _at(trainer: str = "megatron", precision: str = "fp8", **setup):
+def _at(trainer: str = "megatron", precision: str = "fp8", zero: int = 1, **setup):
     training = dataclasses.replace(build_training(8, SEQ, 8), **setup)
     ctx = build_context("llama3-8b", training, trainer=trainer)
-    batch = LayoutBatch.from_layouts([resolve_layout({"mbs": 1, "precision": precision}, training)])
+    batch = LayoutBatch.from_layouts([resolve_layout({"mbs": 1, "precision": precision, "zero": zero}, training)])
     return ctx, batch
 
 
@@ -74,6 +74,24 @@ def test_weight_bytes_per_parameter(setup, expected):
 def test_grad_reduce_in_bf16_halves_megatrons_gradient_buffer():
     assert _bytes_per_param("gradients") == 4.0
     assert _bytes_per_param("gradients", grad_reduce_in_bf16=True) == 2.0
+
+
+def test_shard_gradients_shards_the_fp32_gradient_buffer_from_zero_1():
+    """Llama 3's FSDP-style DP (arXiv 2407.21783 Sec. 3.3.2) shards gradients with the optimizer
+    states: 4 bytes over dp = 8 is 0.5 per parameter under zero 1; zero 0 keeps all 4."""
+    assert _bytes_per_param("gradients", shard_gradients=True) == 0.5
+    assert _bytes_per_param("gradients", shard_gradients=True, zero=0) == 4.0
+
+
+@pytest.mark.parametrize("zero, setup, expected", [
+    (1, dict(shard_gradients=True), 6.0),                           # bf16 gradient + its fp32 reduce copy
+    (1, dict(shard_gradients=True, grad_reduce_in_bf16=True), 4.0),  # reduced in bf16: 2 + 2
+    (1, dict(), 0.0),                                               # Megatron's buffer: nothing in flight
+    (3, dict(shard_gradients=True), 0.0),                           # ZeRO-3 has its own buffers
+])
+def test_sharded_gradients_hold_one_layer_unsharded_while_reduce_scattering(zero, setup, expected):
+    ctx, batch = _at(zero=zero, **setup)
+    assert float(sharded_gradient_transient_bytes(ctx, batch, np.array([1e9]))[0]) / 1e9 == expected
 
 
 def test_training_spec_rejects_unknown_kernels_and_recipes():

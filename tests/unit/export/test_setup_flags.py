@@ -34,3 +34,13 @@ def test_eager_attention_and_capacity_factor():
     assert words[words.index("--attention-backend") + 1] == "unfused"
     assert words[words.index("--moe-expert-capacity-factor") + 1] == "1.25"
     assert "--moe-pad-expert-input-to-capacity" in words
+
+
+def test_sharded_gradients_are_a_warning_megatron_cannot_follow():
+    """Megatron has no option that shards its gradient buffer under zero 1: the script says so."""
+    layout, training = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "zero": 1})
+    plain = render("megatron", load_model("llama3-8b"), layout, training).warnings
+    sharded = render("megatron", load_model("llama3-8b"), layout,
+                     dataclasses.replace(training, shard_gradients=True)).warnings
+    assert [w for w in sharded if w not in plain] and all("shard_gradients" not in w for w in plain)
+    assert any("shard_gradients" in w for w in sharded)
