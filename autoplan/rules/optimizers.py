@@ -63,6 +63,12 @@ RULES = [
          lambda c, x: f"optimizer={x.optimizer}, zero={x.zero}",
          "Megatron-LM core_v0.19.0 megatron/training/arguments.py (validate_args, emerging optimizer check)",
          fix=lambda c, x: "try --zero 1"),
+    Rule("deepspeed_megatron_optimizer", ("deepspeed",),
+         "Megatron-DeepSpeed (DeepSpeed with tp > 1 or pp > 1) runs --optimizer adam or sgd",
+         lambda c, b: ((b.tp > 1) | (b.pp > 1)) & ~np.isin(b.optimizer, [OPTIMIZER["adamw"], OPTIMIZER["sgd"]]),
+         lambda c, x: f"optimizer={x.optimizer}, tp={x.tp}, pp={x.pp}",
+         "deepspeedai/Megatron-DeepSpeed megatron/arguments.py (--optimizer choices adam, sgd)",
+         fix=lambda c, x: "try --optimizer adamw or --tp 1 --pp 1"),
     Rule("trainer_state_offload", ALL, "the trainer must be able to offload these model states to the host",
          lambda c, b: ~np.isin(b.offload, _codes(OFFLOADS, c.profile.name, OFFLOAD, ("none",))),
          lambda c, x: f"offload={x.offload}, {c.profile.name} offloads "

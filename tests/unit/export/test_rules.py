@@ -114,6 +114,8 @@ CASES = [
      "optimizer=muon, torchtitan runs adamw"),
     ("megatron_emerging_optimizer_fsdp", "megatron", "llama3-8b", lay(zero=3, optimizer="muon"),
      "optimizer=muon, zero=3"),
+    ("deepspeed_megatron_optimizer", "deepspeed", "llama3-8b", lay(gpus=16, tp=2, optimizer="lion"),
+     "optimizer=lion, tp=2, pp=1"),
     ("trainer_state_offload", "nanotron", "llama3-8b", lay(offload="optimizer"),
      "offload=optimizer, nanotron offloads nothing"),
     ("offload_params_zero3", "deepspeed", "llama3-8b", lay(zero=1, offload="params"), "offload=params, zero=1"),
