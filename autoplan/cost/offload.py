@@ -33,7 +33,9 @@ FP32_BYTES = 4.0
 BF16_BYTES = 2.0
 # PCIe moves at most ~80% of the raw rate as payload (128b/130b encoding, TLP/DLLP headers at a
 # 256-byte max payload); pinned cudaMemcpy measures ~25 GB/s of 32 on Gen4 x16 and ~50-55 GB/s
-# of 64 on Gen5 x16 (NVIDIA nvbandwidth / CUDA samples bandwidthTest figures).
+# of 64 on Gen5 x16 (NVIDIA nvbandwidth / CUDA samples bandwidthTest figures). The same fraction
+# is assumed for NVLink-C2C (GH200/GB200: 450 GB/s per direction nominal); no measured C2C copy
+# rate is among the sources here.
 HOST_LINK_EFFICIENCY = 0.8
 # A streaming kernel reaches ~75% of a socket's theoretical DRAM bandwidth (STREAM triad on
 # 2-socket Xeon / EPYC servers, McCalpin's STREAM results).
