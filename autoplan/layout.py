@@ -33,11 +33,17 @@ PP_SCHEDULES = ("default", "1f1b", "interleaved", "afab", "zb-h1", "zb-v", "dual
 # (Megatron --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split;
 # Llama 3's one layer fewer on the first and the last stage).
 PP_SPLITS = ("balanced", "embed-loss")
+# The optimizer (autoplan.cost.optimizer; 'adamw' = the trainer's Adam, as before) and what goes to
+# host memory (autoplan.cost.offload): nothing, the optimizer states with the fp32 master weights
+# (ZeRO-Offload), or also the ZeRO-3 parameter shards (ZeRO-Infinity offload_param).
+OPTIMIZERS = ("adamw", "adamw8bit", "adafactor", "sgd", "lion", "muon")
+OFFLOADS = ("none", "optimizer", "params")
 
 INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_acc")
 MAX_DEGREE = 2**20  # the largest parallel degree or micro-batch accepted (options, space files)
 # The pipeline knobs a record may leave out (older plans.json, CSV rows): their first choice.
-OPTIONAL_CODE_FIELDS = {"pp_schedule": PP_SCHEDULES, "pp_split": PP_SPLITS}
+OPTIONAL_CODE_FIELDS = {"pp_schedule": PP_SCHEDULES, "pp_split": PP_SPLITS,
+                        "optimizer": OPTIMIZERS, "offload": OFFLOADS}
 CODE_FIELDS = {"recompute": RECOMPUTE, "precision": PRECISIONS, "placement": PLACEMENTS, **OPTIONAL_CODE_FIELDS}
 # Recompute and offload as production runs them (see ``Layout``), with the value that means
 # "as before": full recompute of every layer, the trainer's own selective set, no offload.
@@ -71,7 +77,9 @@ class Layout:
       and come back for backward (``TransformerConfig.cpu_offloading_num_layers``).
 
     ``pp_schedule`` (``PP_SCHEDULES``) and ``pp_split`` (``PP_SPLITS``) choose the pipeline
-    schedule and how layers fall on stages (``autoplan.cost.schedule``, ``autoplan.cost.stages``).
+    schedule and how layers fall on stages (``autoplan.cost.schedule``, ``autoplan.cost.stages``);
+    ``optimizer`` (``OPTIMIZERS``) and ``offload`` (``OFFLOADS``) the optimizer and what of the
+    model states lives in host memory (``autoplan.cost.optimizer``, ``autoplan.cost.offload``).
     """
 
     dp: int
@@ -93,6 +101,8 @@ class Layout:
     offload_layers: int = 0
     pp_schedule: str = "default"
     pp_split: str = "balanced"
+    optimizer: str = "adamw"
+    offload: str = "none"
 
     def describe(self) -> str:
         """'tp=8 pp=4 vpp=2 cp=1 dp=16 ... ' in a stable order, for tables and messages."""
@@ -115,6 +125,10 @@ class Layout:
             parts.append(f"sched={self.pp_schedule}")
         if self.pp_split != "balanced":
             parts.append(f"split={self.pp_split}")
+        if self.optimizer != "adamw":
+            parts.append(f"opt={self.optimizer}")
+        if self.offload != "none":
+            parts.append(f"offload_states={self.offload}")
         if self.precision != "bf16":
             parts.append(self.precision)
         if not self.sp and self.tp > 1:

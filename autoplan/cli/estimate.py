@@ -64,9 +64,16 @@ def _print_estimate(ctx, batch, record) -> None:
     lay = batch.layout(0)
     click.echo(f"{ctx.model.name} on {ctx.training.gpus} × {ctx.cluster.gpu.name} ({ctx.profile.name}): "
                f"{lay.describe()}")
-    status = "fits" if record["fits"] else "DOES NOT FIT"
+    # Only the host's share failing (offload): the GPU line still says the GPU's peak fits.
+    gpu_fits = record["fits"] or (not record["host_memory_fits"]
+                                  and record["peak_memory_bytes"] <= ctx.cluster.gpu.usable_memory_bytes)
+    status = "fits" if gpu_fits else "DOES NOT FIT"
     click.echo(f"  memory   peak {record['peak_memory_gib']:.1f} GiB of "
                f"{ctx.cluster.gpu.usable_memory_bytes / 2**30:.1f} GiB usable ({status})")
+    if lay.offload != "none":
+        click.echo(f"  host     {record['host_memory_bytes'] / 2**30:.1f} GiB of offloaded model states of "
+                   f"{ctx.cluster.gpu.host_memory_bytes / 2**30:.1f} GiB host memory per GPU "
+                   f"({'fits' if record['host_memory_fits'] else 'DOES NOT FIT'})")
     click.echo(f"  time     step {record['step_time_s']:.3f} s, {record['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, "
                f"MFU {record['mfu']:.1%}, HFU {record['hfu']:.1%}, bubble {record['bubble_fraction']:.1%}")
     if record["infeasible_reason"]:

@@ -10,6 +10,8 @@ import click
 
 from autoplan.layout import (
     MAX_DEGREE,
+    OFFLOADS,
+    OPTIMIZERS,
     PLACEMENTS,
     PP_SCHEDULES,
     PP_SPLITS,
@@ -54,13 +56,19 @@ def layout_options(func: Callable) -> Callable:
         click.option("--pp-split", type=click.Choice(PP_SPLITS), default=PP_SPLITS[0], show_default=True,
                      help="Layers on pipeline stages: balanced, or embed-loss (the embedding and the loss "
                           "count as one layer each, Llama 3's split)."),
+        click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=OPTIMIZERS[0], show_default=True,
+                     help="Optimizer: adamw, adamw8bit (bitsandbytes), adafactor, sgd (momentum), lion, "
+                          "muon (AdamW for embeddings, head and norms)."),
+        click.option("--offload", type=click.Choice(OFFLOADS), default=OFFLOADS[0], show_default=True,
+                     help="Model states in host memory: none; optimizer (optimizer states and fp32 master "
+                          "weights, CPU optimizer step); params (also the ZeRO-3 weight shards)."),
     ]
     return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
 
 
 LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "zero", "mbs", "grad_acc", "recompute",
                "precision", "sp", "placement", "recompute_layers", "recompute_modules", "offload_layers",
-               "pp_schedule", "pp_split")
+               "pp_schedule", "pp_split", "optimizer", "offload")
 
 
 def layout_values(kwargs: dict[str, Any]) -> dict[str, Any]:

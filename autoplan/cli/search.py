@@ -22,7 +22,7 @@ from autoplan.cli.options import (
 )
 from autoplan.cli.plan_table import COST_COLUMNS, print_table
 from autoplan.errors import NoFeasiblePlanError
-from autoplan.layout import PLACEMENTS, PP_SCHEDULES, PP_SPLITS, PRECISIONS, RECOMPUTE
+from autoplan.layout import OFFLOADS, OPTIMIZERS, PLACEMENTS, PP_SCHEDULES, PP_SPLITS, PRECISIONS, RECOMPUTE
 
 SAMPLER_CHOICES = ("auto", "exhaustive", "tpe", "nsga2", "random")  # = autoplan.search.SAMPLERS
 INT_KNOB_HELP = {"tp": "tensor", "pp": "pipeline", "vpp": "virtual pipeline (interleaved)",
@@ -55,6 +55,11 @@ def knob_options(func):
                      help=f"Pipeline schedule(s): {', '.join(PP_SCHEDULES)} (default = the trainer's own)."),
         click.option("--pp-split", type=ChoiceList(PP_SPLITS), default=None,
                      help="Stage split(s): balanced, embed-loss (the embedding and loss count as a layer each)."),
+        click.option("--optimizer", type=ChoiceList(OPTIMIZERS), default=None,
+                     help=f"Optimizer(s): {', '.join(OPTIMIZERS)} [default: adamw]."),
+        click.option("--offload", type=ChoiceList(OFFLOADS), default=None,
+                     help="Model states in host memory: none, optimizer (states + fp32 master), "
+                          "params (also ZeRO-3 weight shards) [default: none]."),
     ]
     for option in reversed(options):
         func = option(func)

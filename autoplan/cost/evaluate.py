@@ -37,7 +37,9 @@ class CostTable:
         """The infeasibility reason code of each layout ('' when it is legal and fits)."""
         codes = self.columns["reason_code"].astype(int)
         fits = self.columns["fits"]
-        return [REASON_CODES[c] if c else ("" if f else "out_of_memory") for c, f in zip(codes, fits)]
+        host = self.columns["host_memory_fits"]
+        return [REASON_CODES[c] if c else ("" if f else "out_of_memory" if h else "host_out_of_memory")
+                for c, f, h in zip(codes, fits, host)]
 
     def record(self, i: int) -> dict[str, Any]:
         """Layout fields and every prediction of layout ``i`` as plain Python values."""
@@ -117,6 +119,8 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True)
         cols["hfu"] = cols["hardware_tflops_per_gpu"] * 1e12 / peak
         cols["peak_memory_gib"] = cols["peak_memory_bytes"] / GiB
         cols["memory_headroom_gib"] = (capacity - cols["peak_memory_bytes"]) / GiB
-        cols["fits"] = (codes == 0) & (cols["peak_memory_bytes"] <= capacity)
+        # Offloaded model states must fit in the host memory of the GPU's share of its node.
+        cols["host_memory_fits"] = cols["host_memory_bytes"] <= ctx.cluster.gpu.host_memory_bytes
+        cols["fits"] = (codes == 0) & (cols["peak_memory_bytes"] <= capacity) & cols["host_memory_fits"]
     cols["reason_code"] = codes.astype(np.float64)
     return CostTable(batch=b, columns=cols, training=ctx.training)

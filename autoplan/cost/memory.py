@@ -23,10 +23,12 @@ import numpy as np
 from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import (
     model_state_bytes,
+    owned_params,
     params_on_stage,
     sharded_gradient_transient_bytes,
     zero3_gathered_bytes,
 )
+from autoplan.cost.offload import move_to_host
 from autoplan.cost.recompute import (
     OFFLOAD_STAGING_LAYERS,
     full_recompute_share,
@@ -231,6 +233,8 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     n_dense = layers.first_dense if first else layers.last_dense
     dense_params, expert_params = params
     terms = model_state_bytes(ctx, b, dense_params, expert_params)
+    # Offload (Layout.offload) moves model states to the host: never more GPU bytes.
+    host = move_to_host(ctx, b, terms, owned_params(ctx, b, dense_params, expert_params))
     act_none, act_sel = acts["none"], acts["selective"]
     moe_share = np.where(n_layers > 0, (n_layers - n_dense) / np.maximum(n_layers, 1.0), 0.0)
     mean_none = act_none[0] * (1 - moe_share) + act_none[1] * moe_share
@@ -273,6 +277,7 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     terms["communication_buffers"] = zero3 + tp_buffer + moe_dispatch_bytes(ctx, b, tokens, n_layers - n_dense)
     tracked = sum(terms.values())
     terms["reserve"] = c.allocator_overhead * tracked + c.memory_reserve_bytes
+    terms["host"] = host
     return terms
 
 
@@ -297,14 +302,16 @@ def memory_table(ctx: CostContext, b: LayoutBatch, layers: StageLayers | None = 
     acts = {mode: layer_activation_bytes(ctx, b, mode) for mode in ("none", "selective")}
     acts["selective"] = selective_module_bytes(ctx, b, acts)
     out: dict[str, np.ndarray] = {}
-    totals = {}
+    totals, host = {}, {}
     for stage_name, first in (("first", True), ("last", False)):
         terms = stage_memory(ctx, b, layers, first, acts, params[stage_name])
         for name in MEMORY_TERMS:
             out[f"mem_{stage_name}_{name}_bytes"] = terms[name]
         totals[stage_name] = sum(terms[name] for name in MEMORY_TERMS)
         out[f"mem_{stage_name}_total_bytes"] = totals[stage_name]
+        host[stage_name] = terms["host"]
     out["peak_memory_bytes"] = np.maximum(totals["first"], totals["last"])
+    out["host_memory_bytes"] = np.maximum(host["first"], host["last"])
     out["peak_stage"] = np.where(totals["first"] >= totals["last"], 0.0, b.pp - 1.0)
     out["layers_first_stage"] = layers.first
     out["layers_last_stage"] = layers.last

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost.context import CostContext
+from autoplan.cost.optimizer import state_bytes_per_param
 from autoplan.layout import LayoutBatch
 
 BF16_BYTES = 2.0
@@ -56,6 +57,13 @@ def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.
     """
     dp_group = b.dp * (b.cp if ctx.profile.zero_shards_over_cp else 1.0)
     return dp_group, np.maximum(dp_group * b.tp / (b.ep * b.etp), 1.0)
+
+
+def owned_params(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,
+                 expert_params: np.ndarray) -> np.ndarray:
+    """Parameters whose optimizer state one GPU holds (and updates): ZeRO >= 1 shards them."""
+    dp_group, expert_group = zero_shard_groups(ctx, b)
+    return dense_params / shard_divisor(b.zero, 1, dp_group) + expert_params / shard_divisor(b.zero, 1, expert_group)
 
 
 def weight_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
@@ -112,10 +120,15 @@ def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray
     # (megatron/core/distributed/distributed_data_parallel.py, grad_dtype of the param_and_grad_buffer).
     grad_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else p.grad_bytes
     for name, per_param, stage in (("weights", weight_bytes, 3), ("gradients", grad_bytes, gradient_shard_stage(ctx)),
-                                   ("master_weights", p.master_bytes, 1),
-                                   ("optimizer_states", p.optimizer_bytes, 1)):
+                                   ("master_weights", p.master_bytes, 1)):
         out[name] = per_param * (dense_params / shard_divisor(b.zero, stage, dp_group)
                                  + expert_params / shard_divisor(b.zero, stage, expert_group))
+    # The optimizer's state (autoplan.cost.optimizer), per non-expert and expert parameter.
+    dense_state, expert_state = state_bytes_per_param(ctx, b)
+    dense_owned, expert_owned = dense_params / shard_divisor(b.zero, 1, dp_group), expert_params / shard_divisor(
+        b.zero, 1, expert_group)
+    out["optimizer_states"] = np.where(dense_state == expert_state, dense_state * (dense_owned + expert_owned),
+                                       dense_state * dense_owned + expert_state * expert_owned)
     return out
 
 

@@ -151,6 +151,14 @@ CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
                                      "ZeRO-3 parameter gathers per layer and micro-batch: forward and backward"),
     "OFFLOAD_STAGING_LAYERS": ("autoplan.cost.recompute", "OFFLOAD_STAGING_LAYERS", 1.0,
                                "layers of activations an offloading stage keeps in transfer (TE's double buffer)"),
+    "BNB_BLOCK_ELEMENTS": ("autoplan.cost.optimizer", "BNB_BLOCK_ELEMENTS", 2048.0,
+                           "elements per fp32 absmax of bitsandbytes' blockwise 8-bit states"),
+    "NEWTON_SCHULZ_ITERATIONS": ("autoplan.cost.optimizer", "NEWTON_SCHULZ_ITERATIONS", 5.0,
+                                 "Muon's Newton–Schulz steps per update (Jordan et al. 2024)"),
+    "HOST_LINK_EFFICIENCY": ("autoplan.cost.offload", "HOST_LINK_EFFICIENCY", 0.8,
+                             "payload share of the host link's raw rate (PCIe encoding and headers)"),
+    "HOST_MEMORY_EFFICIENCY": ("autoplan.cost.offload", "HOST_MEMORY_EFFICIENCY", 0.75,
+                               "share of host DRAM bandwidth a streaming CPU kernel reaches (STREAM triad)"),
 }
 
 

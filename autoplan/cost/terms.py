@@ -77,9 +77,15 @@ MEMORY_TERMS_DEFINED = [
     *_stage_memory("master_weights", "fp32 master weights per GPU",
                    "master_bytes × (P_dense / {z1} + P_expert / {z1e}), G = {G}",
                    f"{ZERO}; megatron/training/theoretical_memory_usage.py", ("master_bytes", *MODEL_STATE)),
-    *_stage_memory("optimizer_states", "Adam moments per GPU",
-                   "optimizer_bytes × (P_dense / {z1} + P_expert / {z1e}), G = {G}",
-                   f"{ZERO} (Adam: K = 12 with the master weights)", ("optimizer_bytes", *MODEL_STATE)),
+    *_stage_memory("optimizer_states", "optimizer states per GPU (0 on the GPU under offload)",
+                   "s × P_dense / {z1} + s_e × P_expert / {z1e}, G = {G}; s by optimizer: adamw optimizer_bytes, "
+                   "adamw8bit 2·(1 + 4/BNB_BLOCK_ELEMENTS), adafactor 4·Σ(r + c)/Σ r·c over the model's matrices "
+                   "(4 per vector element), sgd and lion 4, muon 4 on the hidden matrices and optimizer_bytes on "
+                   "the rest (s_e = 4)",
+                   f"{ZERO} (Adam: K = 12 with the master weights); bitsandbytes optim/optimizer.py "
+                   "(Optimizer2State, blockwise absmax); Shazeer & Stern 2018 Alg. 4; Chen et al. 2023 (Lion); "
+                   "Jordan et al. 2024 and Liu et al. 2025 Moonlight Sec. 2 (Muon); autoplan.cost.optimizer",
+                   ("optimizer_bytes", "BNB_BLOCK_ELEMENTS", *MODEL_STATE)),
     *_stage_memory("activations", "activations saved for backward at the stage's peak",
                    "a × (in_flight × (1 − o) + OFFLOAD_STAGING_LAYERS if offload_layers > 0) + working, o = "
                    "min(offload_layers, L_S)/L_S; {layer_bytes}; A_mode = tokens × the profile's per-token "
@@ -136,6 +142,14 @@ MEMORY_TOTALS = [
     Term("memory_headroom_gib", "memory_headroom", "memory", "GiB", "usable memory left at the peak",
          "(usable_memory_bytes − peak_memory_bytes) / 2^30", "hardware_db/gpus/*.yaml (usable_memory)",
          ("usable_memory_bytes",)),
+    Term("host_memory_bytes", "host_memory", "memory", "bytes",
+         "model states offloaded to host memory per GPU (offload; 0 without)",
+         "master weights + optimizer states (+ weight shards under offload params) + 4 × owned parameters "
+         "(the fp32 gradient copy)", "Ren et al. 2021 ZeRO-Offload Fig. 2; DeepSpeed stage_1_and_2.py; "
+         "autoplan.cost.offload"),
+    Term("host_memory_fits", "host_memory_fits", "flag", "bool", "offloaded bytes fit in host memory per GPU",
+         "host_memory_bytes ≤ host_memory_bytes (of the GPU)", "hardware_db/gpus/*.yaml (host_memory)",
+         ("host_memory_bytes",)),
     Term("peak_stage", "peak_stage", "code", "stage rank", "pipeline rank that holds the peak",
          "0 if mem_first_total_bytes ≥ mem_last_total_bytes else pp − 1", "autoplan/cost/memory.py"),
     Term("layers_first_stage", "layers_first_stage", "count", "layers", "transformer layers on the first stage",
@@ -239,14 +253,29 @@ TIME_TERMS_DEFINED = [
           f"{SC21} Sec. 2.2 (1F1B, interleaved); Qi et al. 2023 Zero Bubble Pipeline Parallelism Sec. 3 (ZB-H1, "
           "ZB-H2), Qi et al. 2024 Pipeline Parallelism with Controllable Memory (ZB-V); DeepSeek-V3 report Table 2 "
           "(DualPipe); autoplan.cost.schedule.bubble_micro_batches", ("BACKWARD_MATMUL_FACTOR",)),
-    _time("optimizer", "optimizer step (memory-bound Adam update)",
-          "(P_dense/{z1} + P_expert/{z1e}) × (grad_bytes + 2·(master_bytes + optimizer_bytes) + "
-          "weight_bytes) / (hbm_bytes_per_s·hbm_efficiency), P of the heavier of the first and last stage, "
-          "sharded like the optimizer states",
-          "Adam update memory traffic: read the gradient, master weight and moments, write master and moments "
-          "and the compute copy (autoplan.cost.time.adam_step_bytes_per_param)",
+    _time("optimizer", "optimizer step on the GPU (memory-bound update; 0 under offload)",
+          "(P_dense/{z1}) × (grad_bytes + 2·(master_bytes + s) + weight_bytes) + (P_expert/{z1e}) × (… s_e …), "
+          "/ (hbm_bytes_per_s·hbm_efficiency), s the optimizer's state bytes (optimizer_states), P of the "
+          "heavier of the first and last stage, sharded like the optimizer states",
+          "update memory traffic: read the gradient, master weight and states, write master and states "
+          "and the compute copy (autoplan.cost.optimizer.step_bytes_per_param)",
           ("grad_bytes", "master_bytes", "optimizer_bytes", "weight_bytes", "zero_shards_over_cp", "hbm_bytes_per_s",
            "hbm_efficiency")),
+    _time("muon", "Muon's Newton–Schulz iterations and its gradient gather (0 for other optimizers)",
+          "owned·tp·F_NS / (peak_bf16_flops_per_s·gemm_efficiency_max) + AG(grad_reduce_bytes × matrix share × "
+          "P_stage) over the ZeRO group when zero ≥ 1; F_NS = NEWTON_SCHULZ_ITERATIONS·(4·m²·n + 2·m³) per m×n "
+          "matrix (m ≤ n) per parameter of the model's hidden matrices",
+          "Jordan et al. 2024 (Muon, zeropower_via_newtonschulz5); Liu et al. 2025 Moonlight Sec. 2.3 "
+          "(distributed Muon, Algorithm 3); Megatron --muon-tp-mode duplicated; autoplan.cost.optimizer_step",
+          ("peak_bf16_flops_per_s", "gemm_efficiency_max", "grad_reduce_bytes", "NEWTON_SCHULZ_ITERATIONS")),
+    _time("optimizer_offload", "optimizer step on the host with its transfers (offload, else 0)",
+          "max(0, owned·grad_reduce_bytes/b_link − backward of the last micro-batch) + owned·s_step / "
+          "(host_memory_bytes_per_s·HOST_MEMORY_EFFICIENCY) + owned·BF16_BYTES/b_link; b_link = "
+          "host_bytes_per_s·HOST_LINK_EFFICIENCY, s_step the step's bytes with an fp32 gradient",
+          "Ren et al. 2021 ZeRO-Offload Sec. 4 (CPU Adam, overlap of the gradient copy with backward); "
+          "DeepSpeed csrc/adam/cpu_adam_impl.cpp; autoplan.cost.offload",
+          ("grad_reduce_bytes", "host_bytes_per_s", "host_memory_bytes_per_s", "HOST_LINK_EFFICIENCY",
+           "HOST_MEMORY_EFFICIENCY", "BF16_BYTES")),
     _time("overhead", "fixed per-step time (data loading, logging, launches)", "step_overhead_s",
           "calibrated per trainer and GPU (profiles/*.yaml)", ("step_overhead_s",)),
     _time("memory_pressure", "allocator frees and retries near the memory limit",
@@ -282,7 +311,8 @@ TOTALS_AND_RATES = [
          "hardware_tflops_per_gpu·10^12 / peak_bf16_flops_per_s", f"{KORTHIKANTI} Sec. 6",
          ("peak_bf16_flops_per_s",)),
     Term("fits", "fits", "flag", "bool", "the layout is legal and its peak fits in usable memory",
-         "reason_code = 0 and peak_memory_bytes ≤ usable_memory_bytes", "autoplan/rules/ (the rule table)",
+         "reason_code = 0 and peak_memory_bytes ≤ usable_memory_bytes and host_memory_fits",
+         "autoplan/rules/ (the rule table)",
          ("usable_memory_bytes",)),
     Term("reason_code", "reason_code", "code", "code", "the first broken rule (0 when legal)",
          "index into rules.REASON_CODES", "autoplan/rules/evaluate.py"),

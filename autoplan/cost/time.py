@@ -25,7 +25,8 @@ from autoplan.cost.flops import (
     layer_matmul_flops_per_token,
 )
 from autoplan.cost.memory import layer_activation_bytes
-from autoplan.cost.model_states import zero_shard_groups
+from autoplan.cost.offload import param_fetch_s
+from autoplan.cost.optimizer_step import optimizer_step_s
 from autoplan.cost.overlap import overlap_fractions
 from autoplan.cost.recompute import (
     full_recompute_share,
@@ -42,7 +43,6 @@ from autoplan.cost.schedule import (
 from autoplan.cost.stages import StageLayers, stage_layers
 from autoplan.cost.tp_comm import tp_collective_s
 from autoplan.layout import LayoutBatch
-from autoplan.profiles import TrainerProfile
 
 BF16_BYTES = 2.0
 # Backward of a matmul costs 2× its forward (input and weight gradients): Narayanan et al. SC'21,
@@ -55,19 +55,6 @@ ATTENTION_BACKWARD_FACTOR = 2.5  # flash attention backward ≈ 2.5× forward (D
 # memory-bound element-wise work follows the same split.
 REPLICATED_ELEMENTWISE_SHARE = 10.0 / 34.0
 TP_COLLECTIVES_PER_PASS = 4.0  # 2 all-gathers + 2 reduce-scatters (or 2 all-reduces) per layer
-
-
-def adam_step_bytes_per_param(p: TrainerProfile) -> float:
-    """HBM bytes one Adam step moves per parameter it updates, from the profile's bytes per state.
-
-    Seven streams: read the gradient, the master weight and the moments m, v (grad_bytes +
-    master_bytes + optimizer_bytes), write the master weight and the moments back (master_bytes +
-    optimizer_bytes) and the compute copy of the weight (weight_bytes), each once (a fused
-    multi-tensor Adam; caches do not hold the states). Megatron (weight 2, grad 4, master 4,
-    m + v 8): 4 + 4 + 8 + 4 + 8 + 2 = 30 B; nanotron's grad_bytes 6 counts its bf16 gradient and
-    fp32 accumulator: 32 B; torchtitan's FSDP keeps no separate compute copy: 28 B.
-    """
-    return p.grad_bytes + 2.0 * (p.master_bytes + p.optimizer_bytes) + p.weight_bytes
 
 
 def gemm_efficiency(ctx: CostContext, gemm_flops: np.ndarray) -> np.ndarray:
@@ -229,7 +216,8 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     dp = dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"],
                    np.maximum(layers.first, layers.last))
     micro_compute = parts["compute"] + parts["recompute"]
-    zero3_exposed = np.maximum(0.0, dp["per_micro"] - e.fsdp_overlap * micro_compute)
+    fetch = param_fetch_s(ctx, b, stage_params, np.maximum(layers.first, layers.last))  # 0 without offload
+    zero3_exposed = np.maximum(0.0, dp["per_micro"] + fetch - e.fsdp_overlap * micro_compute)
     t_micro = micro_compute + parts["tp"] + parts["cp"] + parts["ep"] + parts["offload"] + pp_send + zero3_exposed
     m_count = b.grad_acc
     bubble = bubble_micro_batches(schedule, b.pp, b.vpp, 1.0 / (1.0 + BACKWARD_MATMUL_FACTOR)) * t_micro
@@ -240,14 +228,11 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     dp_exposed = (dp["grads"] - ov.grad_reduce * np.minimum(dp["grads"], backward_last)
                   + dp["gathers"] - ov.param_gather * np.minimum(dp["gathers"], forward_first)
                   + dp["per_step_floor"])
-    # The Adam step updates the parameters this GPU owns: ZeRO >= 1 shards them like the
-    # optimizer states (the same groups as the memory model).
-    dense_group, expert_group = zero_shard_groups(ctx, b)
-    sharded = b.zero >= 1
-    updated = (stage_params["dense"] / np.where(sharded, dense_group, 1.0)
-               + stage_params["expert"] / np.where(sharded, expert_group, 1.0))
-    optimizer = updated * adam_step_bytes_per_param(p) / (ctx.cluster.gpu.hbm_bytes_per_s * e.hbm_efficiency)
-    step = m_count * t_micro + bubble + dp_exposed + optimizer + ctx.corrections.step_overhead_s
+    # The optimizer step (autoplan.cost.optimizer_step): on the GPU, or on the host under offload.
+    opt = optimizer_step_s(ctx, b, st, stage_params, np.maximum(layers.first, layers.last), backward_last)
+    optimizer = opt["optimizer"]
+    step = (m_count * t_micro + bubble + dp_exposed + optimizer + opt["muon"] + opt["offload"]
+            + ctx.corrections.step_overhead_s)
     out.update({
         "time_compute_s": m_count * parts["compute"],
         "time_recompute_s": m_count * parts["recompute"],
@@ -259,6 +244,8 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
         "time_dp_exposed_s": dp_exposed + m_count * zero3_exposed,
         "time_bubble_s": bubble,
         "time_optimizer_s": optimizer,
+        "time_muon_s": opt["muon"],
+        "time_optimizer_offload_s": opt["offload"],
         "time_overhead_s": np.full_like(b.tp, ctx.corrections.step_overhead_s),
         "step_time_s": step,
         "bubble_fraction": bubble / step,

@@ -60,6 +60,10 @@ def ds_config(lay: Layout, launch: LaunchOptions, *, with_optimizer: bool, moe: 
     zero: dict[str, object] = {"stage": lay.zero}
     if lay.zero >= 2:
         zero.update(overlap_comm=True, contiguous_gradients=True)
+    if lay.offload in ("optimizer", "params"):  # ZeRO-Offload: DeepSpeedCPUAdam / CPULion on the host
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if lay.offload == "params":  # ZeRO-Infinity parameter offload (stage 3)
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     config: dict[str, object] = {
         "train_batch_size": lay.gbs_seqs,
         "train_micro_batch_size_per_gpu": lay.mbs,
@@ -78,12 +82,29 @@ def ds_config(lay: Layout, launch: LaunchOptions, *, with_optimizer: bool, moe: 
             "cpu_checkpointing": False, "number_checkpoints": None,
             "synchronize_checkpoint_boundary": False, "profile": False}
     if with_optimizer:
-        config["optimizer"] = {"type": "AdamW", "params": {
-            "lr": launch.lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": launch.weight_decay}}
+        config["optimizer"] = ds_optimizer(lay, launch)
+        if lay.optimizer in TORCH_OPTIMIZERS and lay.zero > 0:
+            config["zero_allow_untested_optimizer"] = True  # engine.py: a torch.optim class under ZeRO
         config["scheduler"] = {"type": "WarmupCosineLR", "params": {
             "total_num_steps": launch.train_steps, "warmup_num_steps": launch.warmup_steps,
             "cos_min_ratio": launch.min_lr / launch.lr}}
     return config
+
+
+# torch.optim classes DeepSpeed builds by name (engine.py _configure_basic_optimizer); the others
+# are its own (deepspeed/runtime/config.py DEEPSPEED_OPTIMIZERS).
+TORCH_OPTIMIZERS = {"sgd": "SGD", "adafactor": "Adafactor"}
+
+
+def ds_optimizer(lay: Layout, launch: LaunchOptions) -> dict[str, object]:
+    """The ``optimizer`` section: AdamW, Lion, Muon (DeepSpeed's), SGD with momentum or Adafactor
+    (torch.optim by name). Muon needs each parameter's ``use_muon`` set by the training script
+    (engine.py asserts it; a note in the launch script)."""
+    extra: dict[str, object] = {"adamw": {"betas": [0.9, 0.95], "eps": 1e-8}, "lion": {"betas": [0.9, 0.99]},
+                                "muon": {"momentum": 0.95}, "sgd": {"momentum": 0.9}, "adafactor": {}}[lay.optimizer]
+    params = {"lr": launch.lr, **extra, "weight_decay": launch.weight_decay}
+    kind = {"adamw": "AdamW", "lion": "Lion", "muon": "Muon"}.get(lay.optimizer) or TORCH_OPTIMIZERS[lay.optimizer]
+    return {"type": kind, "params": params}
 
 
 AUTOEP_PRESETS = ("mixtral", "qwen3_moe", "deepseek_v3")  # deepspeed/module_inject/auto_ep_presets at 0.19.8
@@ -111,6 +132,8 @@ def megatron_deepspeed_args(m: ModelSpec, lay: Layout, training: TrainingSpec, l
     args += [("--deepspeed", None), ("--deepspeed_config", CONFIG_FILE), ("--zero-stage", lay.zero),
              ("--micro-batch-size", lay.mbs), ("--global-batch-size", lay.gbs_seqs),
              ("--seq-length", training.seq_len), ("--bf16", None)]
+    if lay.optimizer == "sgd":
+        args.append(("--optimizer", "sgd"))
     if training.attention_kernel == "flash":  # the fused kernel the profile assumes (no s×s scores kept)
         args.append(("--use-flash-attn-v2", None))
     if lay.recompute == "full":
@@ -194,13 +217,17 @@ def _script(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOpt
 
 def _notes(lay: Layout, training: TrainingSpec) -> list[str]:
     if uses_megatron(lay):
-        notes = ["the optimizer comes from Megatron-DeepSpeed's flags, so the JSON has none"]
+        notes = ["the optimizer comes from Megatron-DeepSpeed's flags, so the JSON has none"
+                 + (" (--optimizer sgd)" if lay.optimizer == "sgd" else "")]
         if lay.recompute == "selective" and training.attention_kernel == "flash":
             notes.append("recompute=selective: with flash attention Megatron-DeepSpeed's selective recompute "
                          "checkpoints nothing (megatron/model/transformer.py sets checkpoint_core_attention "
                          "only for unfused attention), as the prediction assumes; no flag is written")
         return notes
     notes = [f"build the model with the shape above; the JSON holds batch, ZeRO-{lay.zero} and precision"]
+    if lay.optimizer == "muon":
+        notes.append("optimizer Muon: set p.use_muon = True on the 2-D hidden matrices and False on the "
+                     "embedding, head and norms before deepspeed.initialize (engine.py asserts it)")
     if lay.recompute == "full":
         notes.append("full recompute: call model.gradient_checkpointing_enable() (Hugging Face) or wrap "
                      "layers with deepspeed.checkpointing.checkpoint")

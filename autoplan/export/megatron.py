@@ -33,6 +33,10 @@ recompute          selective: --recompute-granularity selective (Megatron's defa
                    --recompute-num-layers 1, with recompute_layers N --recompute-method block
                    --recompute-num-layers N (N layers of each virtual stage)
 offload_layers     refused by the rules: core_v0.15.3 has no --cpu-offloading-num-layers
+optimizer          --optimizer sgd|muon|lion (adam, Megatron's AdamW, is the default; muon needs
+                   core_v0.16.0, lion core_v0.17.1: a header warning)
+offload            optimizer: --optimizer-cpu-offload --optimizer-offload-fraction 1.0
+                   --overlap-cpu-optimizer-d2h-h2d --use-precision-aware-optimizer
 precision          --bf16, and --fp8-format hybrid for fp8
 data               --data-path: a blend 'w1 prefix1 w2 prefix2' becomes its words
 placement          default order tp-cp-ep-dp-pp, or --use-tp-pp-dp-mapping (tp-cp-ep-pp-dp)
@@ -78,7 +82,7 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
         warnings.append("the prediction assumed gradients sharded over DP (shard_gradients); Megatron's "
                         "distributed optimizer keeps the whole gradient buffer, so this run needs more memory")
     args = (parallel_args(layout) + overlap_args(layout, efficiency) + batch_args(layout, training)
-            + recompute_args(layout)
+            + recompute_args(layout) + optimizer_args(layout)
             + precision_args(layout, training) + model_args(model, layout, training) + vocab_args(model, layout, launch)
             + data_args(launch) + schedule_args(launch))
     commands = [f"MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..{nodes - 1}> MASTER_ADDR=<node 0> "
@@ -113,6 +117,26 @@ def parallel_args(lay: Layout) -> Args:
                  ("--ckpt-format", "fsdp_dtensor"), ("--init-model-with-meta-device", None)]
     if matching_order(ORDERS, lay) == "--use-tp-pp-dp-mapping":  # the default order is tried first
         args.append(("--use-tp-pp-dp-mapping", None))
+    return args
+
+
+# autoplan's optimizer -> Megatron --optimizer, with the first tag that has it (arguments.py).
+MEGATRON_OPTIMIZERS = {"adamw": ("adam", "core_v0.15.3"), "sgd": ("sgd", "core_v0.15.3"),
+                       "muon": ("muon", "core_v0.16.0"), "lion": ("lion", "core_v0.17.1")}
+
+
+def optimizer_args(lay: Layout) -> Args:
+    """``--optimizer`` where it is not Megatron's default adam (AdamW: decoupled weight decay), and
+    under offload=optimizer the hybrid CPU optimizer: ``--optimizer-cpu-offload`` with the
+    ``--use-precision-aware-optimizer`` validate_args requires, all of it on the CPU
+    (``--optimizer-offload-fraction 1.0``) and its copies overlapped with the CPU step
+    (``--overlap-cpu-optimizer-d2h-h2d``)."""
+    args: Args = []
+    if lay.optimizer != "adamw":
+        args.append(("--optimizer", MEGATRON_OPTIMIZERS[lay.optimizer][0]))
+    if lay.offload == "optimizer":
+        args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", 1.0),
+                 ("--overlap-cpu-optimizer-d2h-h2d", None), ("--use-precision-aware-optimizer", None)]
     return args
 
 
@@ -242,6 +266,10 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
         warnings.append(f"the embedding and output layer are padded from {m.vocab_size} to {padded} rows "
                         f"so that tp={lay.tp} divides them (+{(padded - m.vocab_size) * m.hidden_size} "
                         "parameters per matrix)")
+    since = MEGATRON_OPTIMIZERS[lay.optimizer][1]
+    if since != "core_v0.15.3":
+        warnings.append(f"--optimizer {MEGATRON_OPTIMIZERS[lay.optimizer][0]} needs Megatron-LM {since} or later "
+                        "(arguments.py at core_v0.15.3 offers adam and sgd); run this script with such a version")
     return warnings
 
 

@@ -88,8 +88,9 @@ def optimizer(lay: Layout, launch: LaunchOptions) -> dict[str, object]:
             "learning_rate_scheduler": {"learning_rate": launch.lr, "lr_warmup_steps": launch.warmup_steps,
                                         "lr_warmup_style": "linear", "lr_decay_style": "cosine",
                                         "min_decay_lr": launch.min_lr},
-            "optimizer_factory": {"name": "adamW", "adam_beta1": 0.9, "adam_beta2": 0.95,
-                                  "adam_eps": 1.0e-8, "torch_adam_is_fused": True}}
+            "optimizer_factory": ({"name": "sgd"} if lay.optimizer == "sgd" else  # SGDOptimizerArgs
+                                  {"name": "adamW", "adam_beta1": 0.9, "adam_beta2": 0.95,
+                                   "adam_eps": 1.0e-8, "torch_adam_is_fused": True})}
 
 
 def model_config(m: ModelSpec, lay: Layout, training: TrainingSpec) -> dict[str, object]:

@@ -155,9 +155,16 @@ def _parallelism(model: ModelSpec, lay: Layout) -> dict[str, object]:
     return values
 
 
-def batch(lay: Layout, training: TrainingSpec) -> dict[str, int]:
+def batch(lay: Layout, training: TrainingSpec) -> dict[str, object]:
+    """TrainingConfig (0.3) / [training] (0.2.2) fields: the batch, and under offload=params
+    ``enable_cpu_offload`` (FSDP2 CPUOffloadPolicy: parameters, gradients and optimizer states
+    on the CPU; torchtitan/config/configs.py, job_config.py at v0.2.2)."""
     local = lay.mbs * lay.grad_acc if lay.pp > 1 else lay.mbs
-    return {"local_batch_size": local, "global_batch_size": lay.gbs_seqs, "seq_len": training.seq_len}
+    values: dict[str, object] = {"local_batch_size": local, "global_batch_size": lay.gbs_seqs,
+                                 "seq_len": training.seq_len}
+    if lay.offload == "params":
+        values["enable_cpu_offload"] = True
+    return values
 
 
 def _module(model, lay, training, launch, family, flavor, commands, warnings) -> str:

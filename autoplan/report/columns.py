@@ -42,6 +42,9 @@ LAYOUT_COLUMNS = {
                                          "zb-h1, zb-v, dualpipe, dualpipev (autoplan.cost.schedule)")),
     "pp_split": ("code", "split", ("layers on pipeline stages: balanced, or embed-loss (the embedding and the "
                                    "loss count as one layer each)")),
+    "optimizer": ("code", "optimizer", "optimizer: adamw, adamw8bit, adafactor, sgd, lion, muon (autoplan.cost.optimizer)"),
+    "offload": ("code", "states", ("model states in host memory: none, optimizer (states + fp32 master weights), "
+                                   "params (also the ZeRO-3 weight shards) (autoplan.cost.offload)")),
 }
 SEARCH_COLUMNS = {
     "reaches_batch": ("flag", "bool", "the layout reaches the global batch within the tolerance"),

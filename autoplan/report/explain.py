@@ -12,7 +12,7 @@ from typing import Any
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable
 from autoplan.cost.term_text import formula_text, parameter_value
-from autoplan.cost.terms import STAGES, Term, memory_terms, time_terms
+from autoplan.cost.terms import STAGES, Term, memory_terms, term, time_terms
 from autoplan.units import GiB
 
 DISPLAY_UNITS = {"bytes": ("GiB", GiB)}  # unit of a term -> (unit shown, divisor)
@@ -41,10 +41,14 @@ def _row(ctx: CostContext, table: CostTable, i: int, t: Term) -> dict[str, Any]:
 def explain_terms(ctx: CostContext, table: CostTable, i: int) -> list[dict[str, Any]]:
     """Every memory term (per stage) and time term of layout ``i`` with formula and source.
 
-    The memory rows of a stage add up to its total, the time rows to the step time.
+    The memory rows of a stage add up to its total, the time rows to the step time. Under
+    offload a last row (stage 'host') gives the model states held in host memory per GPU.
     """
     rows = [_row(ctx, table, i, t) for stage in STAGES for t in memory_terms(stage)]
-    return rows + [_row(ctx, table, i, t) for t in time_terms()]
+    rows += [_row(ctx, table, i, t) for t in time_terms()]
+    if table.batch.layout(i).offload != "none":
+        rows.append({**_row(ctx, table, i, term("host_memory_bytes")), "stage": "host"})
+    return rows
 
 
 def bottleneck(table: CostTable, i: int) -> str:

@@ -1,7 +1,7 @@
 """The best plan for each value of a strategy knob that a search compared.
 
 When a search spans several values of a knob that names a strategy rather than a degree (the
-pipeline schedule today), the ranked list shows only the winners; a user weighing DualPipe
+pipeline schedule, the optimizer, the offload), the ranked list shows only the winners; a user weighing DualPipe
 against 1F1B wants the best plan of each next to the other, with its rank and its distance
 from the overall best. A value with no feasible plan names the rule that sets its layouts apart.
 """
@@ -14,7 +14,7 @@ import numpy as np
 
 from autoplan.layout import CODE_FIELDS
 
-STRATEGY_KNOBS = ("pp_schedule",)
+STRATEGY_KNOBS = ("pp_schedule", "optimizer", "offload")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ TIME_COLOURS = {"compute": "#1f4e8c", "recompute": "#7fa7d9", "tp_exposed": "#d9
                 "cp_exposed": "#e7298a", "ep_exposed": "#7570b3", "pp_exposed": "#a6761d",
                 "offload_exposed": "#fb9a99",
                 "dp_exposed": "#e6ab02", "bubble": "#bdbdbd", "optimizer": "#1b9e77",
+                "muon": "#66c2a5", "optimizer_offload": "#b3de69",
                 "overhead": "#666666", "memory_pressure": "#8c2d04"}
 MEMORY_COLOURS = dict(zip(MEMORY_TERMS, ("#1f4e8c", "#4a7fc1", "#9ecae1", "#1b9e77", "#d95f02",
                                          "#fdae6b", "#e7298a", "#7570b3", "#bdbdbd")))

@@ -30,6 +30,10 @@ def why_not(ctx: CostContext, batch: LayoutBatch, table: CostTable, i: int = 0, 
         return explain_reason(ctx, batch, i, code) + (f": {fix}" if fix else "")
     if table["fits"][i]:
         return ""
+    if not table["host_memory_fits"][i]:  # offloaded model states beyond the host's share
+        return (f"out of host memory: {table['host_memory_bytes'][i] / GiB:.1f} GiB of offloaded model states "
+                f"per GPU over the {ctx.cluster.gpu.host_memory_bytes / GiB:.1f} GiB of host memory per GPU; "
+                "try --offload optimizer or none, or more GPUs")
     stage = "first" if table["peak_stage"][i] == 0 else "last"
     biggest = max(MEMORY_TERMS, key=lambda t: table[f"mem_{stage}_{t}_bytes"][i])
     over = -table["memory_headroom_gib"][i]

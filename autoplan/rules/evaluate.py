@@ -20,6 +20,7 @@ from autoplan.rules import (
     common,
     deepspeed,
     megatron,
+    optimizers,
     recompute,
     schedules,
     stages,
@@ -30,7 +31,7 @@ from autoplan.rules.table import Rule, RuleContext
 RULES: list[Rule] = [
     *common.RULES, *stages.RULES, *common.PIPELINE_RULES,
     *megatron.RULES, *torchtitan.RULES, *capabilities.RULES, *deepspeed.RULES, *recompute.RULES,
-    *common.BATCH_RULES, *capabilities.PROFILE_RULES, *schedules.RULES,
+    *common.BATCH_RULES, *capabilities.PROFILE_RULES, *schedules.RULES, *optimizers.RULES,
 ]
 REASON_CODES = ["ok"] + [rule.name for rule in RULES]
 REASON_MESSAGES = {rule.name: rule.invariant for rule in RULES}

@@ -44,7 +44,8 @@ _BOTH_DIRECTIONS_WORDS = ("both", "bidir", "duplex")
 _REQUIRED_KEYS = ("name", "memory", "usable_memory", "peak_bf16", "peak_fp8", "hbm_bandwidth",
                   "scale_up_bandwidth", "scale_up_domain", "nic_bandwidth", "gpus_per_node",
                   "scale_up_latency", "scale_out_latency", "sources")
-_OPTIONAL_KEYS = ("aliases", "description", "notes", "host_link", "fp8_block_scaled_mma")
+_OPTIONAL_KEYS = ("aliases", "description", "notes", "host_link", "fp8_block_scaled_mma", "host_memory",
+                  "host_memory_bandwidth")
 # The GPU's link to host memory when a file does not state one: PCIe Gen5 x16, 32 GT/s per lane
 # × 16 lanes, 64 GB/s per direction nominal (PCI-SIG PCIe 5.0 Base Specification).
 PCIE_GEN5_X16_BYTES_PER_S = 64e9
@@ -80,6 +81,10 @@ class GPUSpec:
     # Tensor cores that take per-block scale factors in the MMA (Blackwell tcgen05 block-scaled
     # MMA, MXFP8); on Hopper block scales are applied outside the MMA (autoplan.cost.fp8).
     fp8_block_scaled_mma: bool = False
+    # The node's host DRAM and its bandwidth divided by its GPUs (offload of model states,
+    # autoplan.cost.offload); 0 where a file does not state them: nothing can be offloaded.
+    host_memory_bytes: float = 0.0
+    host_memory_bytes_per_s: float = 0.0
 
     def __post_init__(self) -> None:
         problem = _gpu_problem(self)
@@ -96,7 +101,9 @@ _YAML_KEYS = {"memory_bytes": "memory", "usable_memory_bytes": "usable_memory",
               "hbm_bytes_per_s": "hbm_bandwidth", "scale_up_bytes_per_s": "scale_up_bandwidth",
               "scale_up_domain_size": "scale_up_domain", "nic_bytes_per_s": "nic_bandwidth",
               "scale_up_latency_s": "scale_up_latency", "scale_out_latency_s": "scale_out_latency",
-              "host_bytes_per_s": "host_link"}
+              "host_bytes_per_s": "host_link", "host_memory_bytes": "host_memory",
+              "host_memory_bytes_per_s": "host_memory_bandwidth"}
+_ZERO_OK = ("peak_fp8_flops_per_s", "host_memory_bytes", "host_memory_bytes_per_s")
 
 
 def _gpu_problem(gpu: Any, names: Mapping[str, str] | None = None) -> str | None:
@@ -111,10 +118,10 @@ def _gpu_problem(gpu: Any, names: Mapping[str, str] | None = None) -> str | None
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 return f"{label} must be an integer >= 1, got {shown(value)}"
         elif f.name.endswith(("_bytes", "_s")):
-            zero_ok = f.name == "peak_fp8_flops_per_s"
+            zero_ok = f.name in _ZERO_OK
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-                bound = ">= 0 (0 means no FP8)" if zero_ok else "> 0"
+                bound = ">= 0 (0 means none)" if zero_ok else "> 0"
                 return f"{label} must be a finite number {bound}, got {shown(value)}"
     if gpu.usable_memory_bytes > gpu.memory_bytes:
         return ("usable_memory <= memory must hold, got usable_memory="
@@ -260,7 +267,11 @@ def gpu_from_mapping(data: dict, where: str) -> GPUSpec:
         sources=_strings(data, "sources", where),
         host_bytes_per_s=(_bandwidth(data, "host_link", where, "64 GB/s per direction", directional=True)
                           if "host_link" in data else PCIE_GEN5_X16_BYTES_PER_S),
-        fp8_block_scaled_mma=_flag(data, "fp8_block_scaled_mma", where))
+        fp8_block_scaled_mma=_flag(data, "fp8_block_scaled_mma", where),
+        host_memory_bytes=(_quantity(data, "host_memory", where, parse_bytes, "a size", "256 GB")
+                           if "host_memory" in data else 0.0),
+        host_memory_bytes_per_s=(_bandwidth(data, "host_memory_bandwidth", where, "76.8 GB/s", directional=False)
+                                 if "host_memory_bandwidth" in data else 0.0))
     problem = _gpu_problem(SimpleNamespace(**kwargs), _YAML_KEYS)
     if problem:
         raise SpecError(where, problem)
@@ -279,6 +290,8 @@ _WRITE_UNITS: dict[str, tuple[tuple[tuple[str, float], ...], str]] = {
     "hbm_bandwidth": ((("TB/s", TB), ("GB/s", GB), ("GiB/s", GiB)), ""),
     "scale_up_bandwidth": ((("GB/s", GB), ("GiB/s", GiB)), " " + PER_DIRECTION),
     "host_link": ((("GB/s", GB), ("GiB/s", GiB)), " " + PER_DIRECTION),
+    "host_memory": ((("GB", GB), ("GiB", GiB), ("B", 1.0)), ""),
+    "host_memory_bandwidth": ((("GB/s", GB), ("GiB/s", GiB)), ""),
     "nic_bandwidth": ((("Gb/s", GB / BITS_PER_BYTE), ("GB/s", GB), ("GiB/s", GiB)), " " + PER_DIRECTION),
     "scale_up_latency": ((("us", 1e-6), ("s", 1.0)), ""),
     "scale_out_latency": ((("us", 1e-6), ("s", 1.0)), ""),
@@ -291,6 +304,8 @@ def gpu_to_mapping(gpu: GPUSpec) -> dict[str, Any]:
     data: dict[str, Any] = {"name": gpu.name, "aliases": list(gpu.aliases), "description": gpu.description}
     for attr, key in _YAML_KEYS.items():
         value = getattr(gpu, attr)
+        if key in ("host_memory", "host_memory_bandwidth") and not value:
+            continue  # not stated: left out, read back as 0
         if key in _WRITE_UNITS:
             units, suffix = _WRITE_UNITS[key]
             value = _exact_quantity(value, units) + suffix

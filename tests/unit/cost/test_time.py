@@ -16,7 +16,8 @@ import pytest
 from autoplan.api import build_training, plan_from_record
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import evaluate
-from autoplan.cost.time import adam_step_bytes_per_param, gemm_efficiency
+from autoplan.cost.optimizer import step_bytes_per_param
+from autoplan.cost.time import gemm_efficiency
 from autoplan.layout import LayoutBatch
 from autoplan.profiles import CalibratedParameters, PhysicalEfficiency, load_profile
 from autoplan.profiles.efficiency import neutral_corrections
@@ -235,7 +236,8 @@ ADAM_BYTES = {"megatron": 30, "nanotron": 32, "torchtitan": 28, "deepspeed": 28,
 
 def test_optimizer_step_bytes_follow_the_profile():
     for trainer, expected in ADAM_BYTES.items():
-        assert adam_step_bytes_per_param(load_profile(trainer)) == expected, trainer
+        profile = load_profile(trainer)
+        assert step_bytes_per_param(profile, profile.optimizer_bytes, False) == expected, trainer
 
 
 def test_optimizer_step_reads_and_writes_30_bytes_per_owned_parameter():

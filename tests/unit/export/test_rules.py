@@ -110,6 +110,18 @@ CASES = [
      "pp_schedule=zb-h1, vpp=1"),
     ("trainer_pp_split", "nanotron", "llama3-8b", lay(pp=2, pp_split="embed-loss"),
      "pp_split=embed-loss, trainer nanotron"),
+    ("trainer_optimizer", "torchtitan", "llama3-8b", lay(zero=3, optimizer="muon"),
+     "optimizer=muon, torchtitan runs adamw"),
+    ("megatron_emerging_optimizer_fsdp", "megatron", "llama3-8b", lay(zero=3, optimizer="muon"),
+     "optimizer=muon, zero=3"),
+    ("deepspeed_megatron_optimizer", "deepspeed", "llama3-8b", lay(gpus=16, tp=2, optimizer="lion"),
+     "optimizer=lion, tp=2, pp=1"),
+    ("trainer_state_offload", "nanotron", "llama3-8b", lay(offload="optimizer"),
+     "offload=optimizer, nanotron offloads nothing"),
+    ("offload_params_zero3", "deepspeed", "llama3-8b", lay(zero=1, offload="params"), "offload=params, zero=1"),
+    ("offload_needs_zero", "deepspeed", "llama3-8b", lay(zero=0, offload="optimizer"), "offload=optimizer, zero=0"),
+    ("offload_cpu_optimizer", "megatron", "llama3-8b", lay(optimizer="muon", offload="optimizer"),
+     "optimizer=muon, offload=optimizer, megatron runs adamw, sgd on the CPU"),
     ("fp8_hardware", "megatron", "llama3-8b", plan_from_record(
         {"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "precision": "fp8"}, hardware="a100-80gb"), "fp8"),
 ]

@@ -164,3 +164,13 @@ def test_a_results_row_round_trips_to_its_layout():
     assert layout == layout_from_record(row, ctx.training)
     assert layout == LayoutBatch.from_layouts([layout]).layout(0)
     assert layout.tp == row["tp"] and layout.recompute == row["recompute"]
+
+
+def test_every_time_and_memory_term_has_a_colour():
+    """A term added to cost/terms.py without a colour would break every plotted report."""
+    from autoplan.cost.memory import MEMORY_TERMS
+    from autoplan.cost.terms import time_terms
+    from autoplan.report.plots import MEMORY_COLOURS, TIME_COLOURS
+
+    assert {t.term for t in time_terms()} <= set(TIME_COLOURS)
+    assert set(MEMORY_TERMS) <= set(MEMORY_COLOURS)
