@@ -29,13 +29,23 @@ def _quoted(text: str) -> str:
     return text
 
 
-def _distinct_cells(values: np.ndarray, key: np.ndarray, cell) -> list[str]:
-    """``cell(v)`` of every value, formatting each distinct ``key`` (the values' bits) once."""
+def _distinct_cells(values: np.ndarray, key: np.ndarray, cells) -> list[str]:
+    """``cells(values)`` (a list of texts) of every value, formatting each distinct ``key`` (the
+    values' bits) once."""
     if len(values) < 64:
-        return [cell(v) for v in values.tolist()]
+        return cells(values)
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    texts = np.array([cell(v) for v in values[first].tolist()], dtype=object)
-    return texts[inverse.reshape(-1)].tolist()
+    return np.array(cells(values[first]), dtype=object)[inverse.reshape(-1)].tolist()
+
+
+def _float_cells(float_format: str):
+    """A function from a float array to its cells: ``float_format``, NaN as an empty cell."""
+    def cells(values: np.ndarray) -> list[str]:
+        texts = list(map(float_format.__mod__, values.tolist()))
+        for i in np.flatnonzero(np.isnan(values)).tolist():
+            texts[i] = ""
+        return texts
+    return cells
 
 
 def column_text(values: np.ndarray, float_format: str) -> list[str]:
@@ -43,10 +53,10 @@ def column_text(values: np.ndarray, float_format: str) -> list[str]:
     if values.dtype == bool:
         return np.where(values, "True", "False").astype(object).tolist()
     if values.dtype.kind in "iu":
-        return _distinct_cells(values, values, str)
+        return _distinct_cells(values, values, lambda v: list(map(str, v.tolist())))
     if values.dtype.kind == "f":
         bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
-        return _distinct_cells(values, bits, lambda v: "" if v != v else float_format % v)
+        return _distinct_cells(values, bits, _float_cells(float_format))
     cells = values.tolist()
     texts = {v: _quoted("" if v is None else str(v)) for v in set(cells)}
     return [texts[v] for v in cells]

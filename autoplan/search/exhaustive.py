@@ -31,7 +31,7 @@ from autoplan.search.prune import bound_is_exact as prune_exact
 from autoplan.search.prune import model_states_exceed_memory
 from autoplan.search.recipe import ILLEGAL, OUT_OF_MEMORY, RecipeCounts
 from autoplan.search.topk import DEFAULT_KEEP_ROWS, RunningTop
-from autoplan.space import SearchSpace, indices_to_values, layouts_from_values
+from autoplan.space import SearchSpace, axes_to_values, layouts_from_values
 
 CHUNK_SIZE = 1 << 16
 
@@ -117,7 +117,8 @@ class _Chunk:
     def __init__(self, ctx: CostContext, space: SearchSpace, k: int, chunk_size: int, allow_uneven: bool):
         self.space = space
         self.index = np.arange(k * chunk_size, min((k + 1) * chunk_size, space.size), dtype=np.int64)
-        self.batch, self.kept, self.reaches = layouts_from_values(indices_to_values(space, self.index),
+        self.axes = np.unravel_index(self.index, space.shape)
+        self.batch, self.kept, self.reaches = layouts_from_values(axes_to_values(space, self.axes),
                                                                   ctx.training)
         self.order = self.index[self.kept]
         self.codes = legality_codes(ctx, self.batch, allow_uneven=allow_uneven)
@@ -132,7 +133,7 @@ class _Chunk:
         codes = np.full(len(self.index), caps.DEGREES, dtype=np.int64)
         codes[self.kept] = self.codes
         return RecipeCounts(candidates=dropped, reasons=Counter({"degrees": dropped} if dropped else {}),
-                            tallies=caps.tally(self.space, self.index, codes))
+                            tallies=caps.tally(self.space, self.index, codes, self.axes))
 
     def assess(self, ctx: CostContext, rows: np.ndarray, allow_uneven: bool) -> CostTable:
         """The recipe's table of the layouts ``rows`` (a mask over ``batch``)."""
@@ -149,10 +150,11 @@ def finish(ctx: CostContext, space: SearchSpace, parts: Iterable[tuple[RunningTo
     """Merge the running bests and counts of several passes (processes) into one result, the
     same whichever pass assessed which chunk."""
     parts = list(parts)
-    top = RunningTop(parts[0][0].limit)
+    top = parts[0][0] if len(parts) == 1 else RunningTop(parts[0][0].limit)  # one pass: as it is
     counts = RecipeCounts(space_size=space.size)
     for part_top, part_counts in parts:
-        top.add_kept(part_top)
+        if part_top is not top:
+            top.add_kept(part_top)
         counts.add(part_counts)
     best, misses = top.result(_empty_table(ctx))
     return best, misses, counts
