@@ -73,3 +73,15 @@ def test_pruned_and_unpruned_searches_rank_the_same_plans(name, keep, monkeypatc
     if not want["feasible"].any():
         assert recipe.infeasible_message(ctx, got_misses, got_counts, space.values) == \
             recipe.infeasible_message(ctx, want_misses, want_counts, space.values)
+
+
+def test_the_streamed_path_predicts_what_plain_evaluation_does():
+    """Every column the pruned, chunked search keeps equals a plain ``evaluate`` of the same
+    layouts, to the bit (the search passes its legality codes on and costs sub-batches)."""
+    ctx, space = case("mixtral-32-moe")
+    best, _, _ = ranked(ctx, space, keep=300, prune=True)
+    rows = np.random.default_rng(1).choice(len(best), size=100, replace=False)
+    plain = evaluate(ctx, best.batch.take(rows))
+    for name, values in plain.columns.items():
+        if name in best.columns:
+            np.testing.assert_array_equal(best[name][rows], values, err_msg=name)
