@@ -27,8 +27,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable
 from autoplan.rules import legality_codes
 from autoplan.search import caps, recipe
-from autoplan.search.prune import bound_is_exact as prune_exact
-from autoplan.search.prune import model_states_exceed_memory
+from autoplan.search.prune import bound_is_exact, model_states_exceed_memory
 from autoplan.search.recipe import ILLEGAL, OUT_OF_MEMORY, RecipeCounts
 from autoplan.search.topk import DEFAULT_KEEP_ROWS, RunningTop
 from autoplan.space import SearchSpace, axes_to_values, layouts_from_values
@@ -83,18 +82,9 @@ def assess_chunks(ctx: CostContext, space: SearchSpace, numbers: Iterable[int], 
             break
         chunk = _Chunk(ctx, space, k, chunk_size, allow_uneven)
         counts.add(chunk.counts())
-        cost = np.ones(len(chunk.order), dtype=bool)
-        if prune:
-            cost = chunk.codes == 0
-            counts.add(recipe.count_illegal(chunk.codes[~cost]))
-            if not cost.all():
-                illegal_left.append(k)
-            if top.full_below(OUT_OF_MEMORY) and prune_exact(ctx):
-                over = np.zeros_like(cost)
-                over[cost] = model_states_exceed_memory(ctx, chunk.batch.take(np.flatnonzero(cost)))
-                counts.add(RecipeCounts(candidates=int(over.sum()), legal=int(over.sum()),
-                                        reasons=Counter({"out_of_memory": int(over.sum())})))
-                cost &= ~over
+        cost = _rows_to_cost(ctx, chunk, top, counts) if prune else np.ones(len(chunk.order), dtype=bool)
+        if prune and (chunk.codes > 0).any():
+            illegal_left.append(k)  # costed later if fewer than ``keep`` layouts are legal
         table = chunk.assess(ctx, cost, allow_uneven)
         counts.add(recipe.count(table))
         top.add(table, chunk.order[cost])
@@ -104,10 +94,28 @@ def assess_chunks(ctx: CostContext, space: SearchSpace, numbers: Iterable[int], 
         if progress is not None:
             progress(done, total)
     for k in illegal_left if not top.full_below(ILLEGAL) else ():  # too few legal layouts
+        if deadline is not None and time.monotonic() > deadline:
+            break
         chunk = _Chunk(ctx, space, k, chunk_size, allow_uneven)
         illegal = chunk.codes > 0
         top.add(chunk.assess(ctx, illegal, allow_uneven), chunk.order[illegal])
     return top, counts
+
+
+def _rows_to_cost(ctx: CostContext, chunk: _Chunk, top: RunningTop, counts: RecipeCounts) -> np.ndarray:
+    """The chunk's layouts that may still enter the best rows (a mask over ``chunk.batch``): the
+    legal ones, less those out of memory by their model states once the best rows all fit. The
+    others are counted here, by the rule they break or as out of memory."""
+    cost = chunk.codes == 0
+    counts.add(recipe.count_illegal(chunk.codes[~cost]))
+    if top.full_below(OUT_OF_MEMORY) and bound_is_exact(ctx):
+        over = np.zeros_like(cost)
+        over[cost] = model_states_exceed_memory(ctx, chunk.batch.take(np.flatnonzero(cost)))
+        num_over = int(over.sum())
+        counts.add(RecipeCounts(candidates=num_over, legal=num_over,
+                                reasons=Counter({"out_of_memory": num_over} if num_over else {})))
+        cost &= ~over
+    return cost
 
 
 class _Chunk:
