@@ -163,8 +163,9 @@ def run_measured(args: list[str]) -> tuple[float, float, int, str]:
     result folder), the peak resident memory read from the child's rusage."""
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
+        # cwd: not the repository root, whose autoplan/ `-m` would import ahead of PYTHONPATH's
         child = subprocess.Popen([*AUTOPLAN, *args, "--out", f"{tmp}/out"], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, text=True)
+                                 stderr=subprocess.PIPE, text=True, cwd=tmp)
         err = child.stderr.read()
         _, status, usage = os.wait4(child.pid, 0)
         elapsed = time.perf_counter() - start
