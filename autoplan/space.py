@@ -166,7 +166,11 @@ def layouts_from_values(values: Mapping[str, np.ndarray],
 
 def indices_to_values(space: SearchSpace, flat_index: np.ndarray) -> dict[str, np.ndarray]:
     """Knob code arrays of the layouts at ``flat_index`` in the product (C order over KNOBS)."""
-    axes = np.unravel_index(flat_index, space.shape)
+    return axes_to_values(space, np.unravel_index(flat_index, space.shape))
+
+
+def axes_to_values(space: SearchSpace, axes: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """Knob code arrays from each knob's value index (``np.unravel_index`` of flat indices)."""
     return {k: space.code_values(k)[axis] for k, axis in zip(KNOBS, axes)}
 
 

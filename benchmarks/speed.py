@@ -3,7 +3,8 @@
     python benchmarks/speed.py                 # everything (about a minute on 2 cores)
     python benchmarks/speed.py --tpe-trials 0  # skip the TPE column of the optimality suite
 
-1. Cost-model throughput: layouts evaluated per second on one core (target >= 1,000,000/s).
+1. Cost-model throughput: layouts evaluated per second on one core, median of repeated runs (target
+   >= 4,000,000/s), and the ratio to the evaluation path of BASELINE_COMMIT measured in the same run.
 2. The headline command end to end, process start to exit: median of 5 runs (target <= 0.4 s).
 3. DeepSeek-V3 on 2,048 GPUs with the MoE space, end to end (target <= 15 s).
 5. Search at scale (issue 15): the widened 70B/512-GPU space (about 1.3 M layouts) with the
@@ -77,28 +78,77 @@ SCENARIOS = [
 ]
 
 
-def cost_model_throughput() -> None:
+def throughput_figures(repeats: int = 9) -> dict[str, float]:
+    """Layouts/s of the cost model on one core (every layout costed in full by ``evaluate``, in
+    chunks of 2^16; the median and the best of ``repeats`` timings), and of the exhaustive search
+    of the widened space (enumerate, prune, assess, rank; candidates per second, median of 3)."""
     training = build_training(512, 8192, 512)
     ctx = build_context("70b", training)
     space = load_space("default").with_overrides(
         pp=(1, 2, 4, 8, 16, 32), vpp=(1, 2, 4, 8), cp=(1, 2, 4, 8), mbs=(1, 2, 4, 8), zero=(0, 1, 2, 3),
         precision=("bf16", "fp8"))
     batch, _ = enumerate_space(space, training)
-    evaluate(ctx, batch.take(np.arange(1000)))  # warm-up
-    best = np.inf
-    for _ in range(15):  # best of 15: a 2-core machine's timer noise is larger than the effect
-        start = time.perf_counter()
-        for lo in range(0, len(batch), 1 << 16):
-            evaluate(ctx, batch.take(np.arange(lo, min(lo + (1 << 16), len(batch)))))
-        best = min(best, time.perf_counter() - start)
-    rate = len(batch) / best
-    print(f"1. cost model: {len(batch):,} layouts (70B, 512 GPUs) in {best:.3f} s = {rate:,.0f} layouts/s "
-          f"on one core ({1e6 * best / len(batch):.2f} us/layout; target >= 1,000,000/s)")
-    start = time.perf_counter()
-    result = search(ctx, space, SearchOptions(sampler="exhaustive"))
-    elapsed = time.perf_counter() - start
-    print(f"   exhaustive search over the same {space.size:,}-layout space (enumerate, assess, rank): "
-          f"{elapsed:.2f} s = {result.counts.candidates / elapsed:,.0f} layouts/s")
+    chunks = [batch.take(np.arange(lo, min(lo + (1 << 16), len(batch)))) for lo in range(0, len(batch), 1 << 16)]
+    evaluate(ctx, chunks[0])  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        for chunk in chunks:
+            evaluate(ctx, chunk)
+        times.append(time.process_time() - start)
+    wide = load_space("default").with_overrides(**widened_overrides())
+    search_times = []
+    for _ in range(3):
+        start = time.process_time()
+        result = search(ctx, wide, SearchOptions(sampler="exhaustive"))
+        search_times.append(time.process_time() - start)
+    return {"layouts": len(batch), "median_per_s": len(batch) / float(np.median(times)),
+            "best_per_s": len(batch) / min(times), "search_layouts": result.counts.candidates,
+            "search_per_s": result.counts.candidates / float(np.median(search_times))}
+
+
+def widened_overrides() -> dict[str, tuple]:
+    """The widened space (WIDENED) as ``SearchSpace.with_overrides`` arguments."""
+    out = {}
+    for flag, text in zip(WIDENED[::2], WIDENED[1::2]):
+        out[flag[2:]] = tuple(int(v) if v.isdigit() else v for v in text.split(","))
+    return out
+
+
+def baseline_figures(rev: str) -> dict[str, float] | None:
+    """``throughput_figures`` of commit ``rev`` of this repository (its tree
+    extracted to a temporary folder and imported first), run by this script in a subprocess."""
+    import json
+    import shutil
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tmp = tempfile.mkdtemp(prefix="autoplan-baseline-")
+    try:
+        archive = subprocess.run(["git", "-C", repo, "archive", rev], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        env = {**os.environ, "PYTHONPATH": tmp}
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--throughput-json"], env=env,
+                             capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (subprocess.CalledProcessError, OSError, ValueError) as exc:
+        print(f"   (baseline {rev} not measured: {exc})")
+        return None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cost_model_throughput(baseline: str | None) -> None:
+    now = throughput_figures()
+    print(f"1. cost model: {now['layouts']:,} layouts (70B, 512 GPUs), every one costed in full: median "
+          f"{now['median_per_s']:,.0f} layouts/s on one core (best {now['best_per_s']:,.0f}; CPU time, "
+          "target >= 4,000,000/s)")
+    print(f"   exhaustive search of the widened space ({now['search_layouts']:,} layouts; enumerate, "
+          f"prune, assess, rank): {now['search_per_s']:,.0f} layouts/s (CPU time, median of 3)")
+    before = baseline_figures(baseline) if baseline else None
+    if before:
+        print(f"   commit {baseline} in the same run: cost model {before['median_per_s']:,.0f} layouts/s "
+              f"(ratio now/then {now['median_per_s'] / before['median_per_s']:.2f}), search "
+              f"{before['search_per_s']:,.0f} layouts/s (ratio {now['search_per_s'] / before['search_per_s']:.2f})")
 
 
 def wall(args: list[str], repeats: int = 3) -> tuple[float, float]:
@@ -113,8 +163,9 @@ def run_measured(args: list[str]) -> tuple[float, float, int, str]:
     result folder), the peak resident memory read from the child's rusage."""
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
+        # cwd: not the repository root, whose autoplan/ `-m` would import ahead of PYTHONPATH's
         child = subprocess.Popen([*AUTOPLAN, *args, "--out", f"{tmp}/out"], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, text=True)
+                                 stderr=subprocess.PIPE, text=True, cwd=tmp)
         err = child.stderr.read()
         _, status, usage = os.wait4(child.pid, 0)
         elapsed = time.perf_counter() - start
@@ -126,9 +177,9 @@ def run_measured(args: list[str]) -> tuple[float, float, int, str]:
 
 def end_to_end() -> None:
     times = sorted(run_measured(["search", "--model", "70b", "--gpus", "512", "--gbs-tokens", "4M"])[0]
-                   for _ in range(5))
-    print(f"2. `autoplan search --model 70b --gpus 512 --gbs-tokens 4M`: median {times[2]:.2f} s of 5 "
-          f"(min {times[0]:.2f}, max {times[-1]:.2f}; target <= 0.4 s)")
+                   for _ in range(9))
+    print(f"2. `autoplan search --model 70b --gpus 512 --gbs-tokens 4M`: median {times[4]:.2f} s of 9 "
+          f"(min {times[0]:.2f}, max {times[-1]:.2f}; target <= 0.4 s; load {os.getloadavg()[0]:.1f})")
     for extra in ([], ["--even-stages-only"]):
         args = ["search", "--model", "deepseek-v3", "--gpus", "2048", "--gbs-seqs", "15360", *extra]
         first, best = wall(args, repeats=2)
@@ -212,6 +263,10 @@ def at_scale(huge: bool) -> None:
         print(f"   {gpus} x {hardware:<12} {elapsed:6.2f} s  exit {code}  {last[:150]}")
 
 
+# The evaluation path before issue 15's speed work (the ratio of section 1 is measured against it).
+BASELINE_COMMIT = "b0438d0"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -219,13 +274,33 @@ def main() -> None:
     parser.add_argument("--skip-end-to-end", action="store_true")
     parser.add_argument("--skip-optimality", action="store_true")
     parser.add_argument("--skip-1e8", action="store_true", help="skip the 10^8-layout space (minutes)")
+    parser.add_argument("--baseline", default=BASELINE_COMMIT, metavar="REV",
+                        help="git revision whose cost model section 1 also measures ('' to skip)")
+    parser.add_argument("--throughput-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    cost_model_throughput()
+    if args.throughput_json:  # the baseline's subprocess
+        import json
+
+        print(json.dumps(throughput_figures()))
+        return
+    compile_sources()
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    cost_model_throughput(args.baseline or None)
     if not args.skip_end_to_end:
         end_to_end()
         at_scale(huge=not args.skip_1e8)
     if not args.skip_optimality:
         optimality(args.tpe_trials)
+
+
+def compile_sources() -> None:
+    """Byte-compile the package first, so that every timed process starts as a second run does
+    (PYTHONDONTWRITEBYTECODE would otherwise make each one compile every module again)."""
+    import compileall
+
+    import autoplan
+
+    compileall.compile_dir(os.path.dirname(autoplan.__file__), quiet=1)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from autoplan.errors import AutoplanError
 from autoplan.specs.hardware import GPUSpec
+from autoplan.specs.yaml_io import parse_mapping
 
 BANDS_FILE = Path(__file__).resolve().parent / "error_bands.yaml"
 UNKNOWN_GENERATION = "unknown"
@@ -113,7 +113,7 @@ def load_bands(path: Path = BANDS_FILE) -> dict[str, ErrorBand]:
     if not path.is_file():
         raise BandsError(f"error-band file {path} is missing; regenerate it with "
                          "`python benchmarks/accuracy.py --write-bands`")
-    data = yaml.safe_load(path.read_text())
+    data = parse_mapping(path.read_text(), path.name)  # libyaml's parser where PyYAML has it
     if not isinstance(data, dict) or not isinstance(data.get("groups"), dict):
         raise BandsError(f"{path.name}: expected a mapping with a 'groups:' mapping")
     return {name: band_from_mapping(name, entry) for name, entry in data["groups"].items()}

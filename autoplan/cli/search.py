@@ -239,6 +239,9 @@ class _progress_bar:
     """A rich progress bar on stderr (only on a terminal); yields the callback for search()."""
 
     def __enter__(self):
+        self.bar = None
+        if not _may_be_terminal(sys.stderr):
+            return None  # no bar to draw: rich is not even imported (~50 ms)
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -257,7 +260,19 @@ class _progress_bar:
         return lambda done, total: self.bar.update(self.task, completed=done, total=total)
 
     def __exit__(self, *exc):
-        self.bar.stop()
+        if self.bar is not None:
+            self.bar.stop()
+        return False
+
+
+def _may_be_terminal(stream) -> bool:
+    """False when rich would not draw on ``stream`` either: not a terminal, and none of the
+    variables that make rich treat it as one (TTY_COMPATIBLE, FORCE_COLOR) is set."""
+    if os.environ.get("TTY_COMPATIBLE", "") or os.environ.get("FORCE_COLOR") is not None:
+        return True
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
         return False
 
 

@@ -81,15 +81,18 @@ def heavier_stage_params(params: dict[str, tuple]) -> dict[str, np.ndarray]:
             "expert": np.where(use_first, first[1], last[1])}
 
 
-def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True) -> CostTable:
+def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True,
+             codes: np.ndarray | None = None) -> CostTable:
     """Legality, memory, time, FLOPs and utilisation of every layout in ``batch``.
 
     Layouts that break a rule are still costed where the arithmetic is defined (so a user
     sees how far off they are), but ``fits`` is False and ``reason_code`` names the rule.
+    ``codes``: the batch's :func:`~autoplan.rules.legality_codes` when the caller has them already.
     """
     b = batch
     cols: dict[str, np.ndarray] = {}
-    codes = legality_codes(ctx, b, allow_uneven=allow_uneven)
+    if codes is None:
+        codes = legality_codes(ctx, b, allow_uneven=allow_uneven)
     with np.errstate(divide="ignore", invalid="ignore"):
         layers = stage_layers(ctx.model, b.pp, b.vpp, b.pp_split)
         params = stage_param_counts(ctx, b, layers)

@@ -19,10 +19,12 @@ NUM_CODES = DEGREES + 1
 TALLIED = tuple(k for k in INT_KNOBS if k not in ("zero", "recompute_layers", "offload_layers"))
 
 
-def tally(space: SearchSpace, flat_index: np.ndarray, codes: np.ndarray) -> dict[str, np.ndarray]:
+def tally(space: SearchSpace, flat_index: np.ndarray, codes: np.ndarray,
+          axes: tuple[np.ndarray, ...] | None = None) -> dict[str, np.ndarray]:
     """Per degree knob with several values: an array [value index, code] of layout counts,
-    where ``codes`` is each layout's first broken rule (0 = legal, ``DEGREES`` = dropped)."""
-    axes = np.unravel_index(flat_index, space.shape)
+    where ``codes`` is each layout's first broken rule (0 = legal, ``DEGREES`` = dropped);
+    ``axes``: ``np.unravel_index(flat_index, space.shape)`` when the caller has it."""
+    axes = np.unravel_index(flat_index, space.shape) if axes is None else axes
     out = {}
     for k, axis in zip(KNOBS, axes):
         n = len(space.values[k])

@@ -65,11 +65,12 @@ class RecipeCounts:
 
 
 def assess(ctx: CostContext, batch: LayoutBatch, reaches: np.ndarray, *,
-           allow_uneven: bool = True) -> CostTable:
+           allow_uneven: bool = True, codes: np.ndarray | None = None) -> CostTable:
     """Evaluate ``batch`` and add the recipe columns: ``stage`` (0 feasible, 1 batch not
     reached, 2 out of memory, 3 illegal), ``feasible``, ``reaches_batch`` and
-    ``exposed_comm_fraction`` (exposed communication time / step time)."""
-    table = evaluate(ctx, batch, allow_uneven=allow_uneven)
+    ``exposed_comm_fraction`` (exposed communication time / step time). ``codes``: the batch's
+    legality codes when the caller has them already."""
+    table = evaluate(ctx, batch, allow_uneven=allow_uneven, codes=codes)
     legal = table["reason_code"] == 0
     stage = np.select([~legal, ~table["fits"], ~reaches], [ILLEGAL, OUT_OF_MEMORY, NO_BATCH], FEASIBLE)
     table.columns["reaches_batch"] = np.asarray(reaches, dtype=bool)

@@ -68,12 +68,14 @@ class RunningTop:
         self.front: Kept | None = None
         self.misses: Kept | None = None
 
-    @property
-    def full_of_better_than_illegal(self) -> bool:
-        """True when an illegal layout can no longer enter the best rows (so it need not be
-        costed): ``limit`` rows are kept and the worst of them is legal."""
+    def full_below(self, stage: int) -> bool:
+        """True when a layout of recipe stage ``stage`` or later can no longer enter the best rows
+        (so it need not be costed): ``limit`` rows are kept, the worst of an earlier stage."""
+        kept = len(self.best) if self.best is not None else 0
+        if kept < self.limit and kept + sum(len(p) for p in self.pending) >= self.limit:
+            self._flush()  # once, when the pending rows first fill the best rows
         return (self.best is not None and len(self.best) == self.limit
-                and self.best.table["stage"][-1] < ILLEGAL)
+                and self.best.table["stage"][-1] < stage)
 
     def add(self, table: CostTable, order: np.ndarray) -> None:
         """Fold an assessed chunk (rows in enumeration order) into the running sets."""

@@ -1,0 +1,47 @@
+"""Exact pruning before costing: what a layout's rank is known to be before it is costed in full.
+
+The recipe ranks by stage first (:mod:`autoplan.search.recipe`: feasible, batch not reached, out of
+memory, illegal), and two stages are known cheaply:
+
+* a layout that breaks a rule is ILLEGAL (:func:`autoplan.rules.legality_codes`, no cost terms);
+* a legal layout whose model states alone exceed the usable memory is OUT_OF_MEMORY: the peak of
+  a GPU is the largest stage total (:func:`autoplan.cost.memory.memory_table`), each total adds
+  non-negative terms (activations, buffers, the allocator's reserve) to the stage's model states
+  (ZeRO paper, Fig. 1: weights, gradients, master weights, optimizer states), so the model
+  states of the first and the last stage are lower bounds of the peak. The sum is taken in the
+  order ``memory_table`` takes it, and floating-point addition of a non-negative term never
+  lowers a sum, so the bound holds to the last bit.
+
+A streamed search (:mod:`autoplan.search.exhaustive`) counts such layouts by stage without costing
+them, and costs them afterwards only when the best rows kept are too few to rank them out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.cost.context import CostContext
+from autoplan.cost.memory import stage_param_counts
+from autoplan.cost.model_states import model_state_bytes
+from autoplan.cost.stages import stage_layers
+from autoplan.layout import LayoutBatch
+
+
+def bound_is_exact(ctx: CostContext) -> bool:
+    """The model-state bound is a lower bound of the peak only when the allocator's reserve
+    (``allocator_overhead`` × tracked + ``memory_reserve_bytes``) cannot be negative."""
+    c = ctx.corrections
+    return c.allocator_overhead >= 0 and c.memory_reserve_bytes >= 0
+
+
+def model_states_exceed_memory(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """Per layout: True when the model states of its first or last stage alone exceed the GPU's
+    usable memory (so its peak does too: the layout is out of memory, whatever else it holds)."""
+    capacity = ctx.cluster.gpu.usable_memory_bytes
+    with np.errstate(divide="ignore", invalid="ignore"):
+        params = stage_param_counts(ctx, b, stage_layers(ctx.model, b.pp, b.vpp, b.pp_split))
+        over = np.zeros(len(b), dtype=bool)
+        for dense, expert in params.values():
+            states = sum(model_state_bytes(ctx, b, dense, expert).values())
+            over |= states > capacity
+    return over
