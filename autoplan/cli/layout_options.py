@@ -54,13 +54,16 @@ def layout_options(func: Callable) -> Callable:
         click.option("--pp-split", type=click.Choice(PP_SPLITS), default=PP_SPLITS[0], show_default=True,
                      help="Layers on pipeline stages: balanced, or embed-loss (the embedding and the loss "
                           "count as one layer each, Llama 3's split)."),
+        click.option("--hsdp", type=click.IntRange(0, MAX_DEGREE), default=0, show_default=True,
+                     help="Hybrid sharding: ZeRO shards the model states inside groups of this many "
+                          "data-parallel ranks, replicated across groups (0 = over the whole group)."),
     ]
     return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
 
 
 LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "zero", "mbs", "grad_acc", "recompute",
                "precision", "sp", "placement", "recompute_layers", "recompute_modules", "offload_layers",
-               "pp_schedule", "pp_split")
+               "pp_schedule", "pp_split", "hsdp")
 
 
 def layout_values(kwargs: dict[str, Any]) -> dict[str, Any]:

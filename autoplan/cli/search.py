@@ -55,6 +55,9 @@ def knob_options(func):
                      help=f"Pipeline schedule(s): {', '.join(PP_SCHEDULES)} (default = the trainer's own)."),
         click.option("--pp-split", type=ChoiceList(PP_SPLITS), default=None,
                      help="Stage split(s): balanced, embed-loss (the embedding and loss count as a layer each)."),
+        click.option("--hsdp", type=IntList(minimum=0), default=None,
+                     help="Hybrid-sharding group size(s), e.g. 0,8,16 (0 = ZeRO shards over the whole "
+                          "data-parallel group)."),
     ]
     for option in reversed(options):
         func = option(func)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost import hybrid_shard
 from autoplan.cost.context import CostContext
 from autoplan.layout import LayoutBatch
 
@@ -52,9 +53,12 @@ def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.
     Non-expert states shard over dp, or dp·cp where the trainer's optimizer spans the context-
     parallel ranks too (``zero_shards_over_cp``: Megatron's distributed optimizer uses the
     data-parallel group with CP, ``megatron/core/parallel_state.py``); expert states over the
-    expert-data-parallel group dp·(cp)·tp/(ep·etp) of Megatron-Core's expert grid.
+    expert-data-parallel group dp·(cp)·tp/(ep·etp) of Megatron-Core's expert grid. Under hybrid
+    sharding (``Layout.hsdp``) the non-expert group is the shard group of hsdp ranks where the
+    trainer replicates across them (``hybrid_shard.shard_group``); the expert group shrinks with it.
     """
     dp_group = b.dp * (b.cp if ctx.profile.zero_shards_over_cp else 1.0)
+    dp_group = hybrid_shard.shard_group(b.hsdp, dp_group, ctx.profile.name)
     return dp_group, np.maximum(dp_group * b.tp / (b.ep * b.etp), 1.0)
 
 
@@ -94,6 +98,9 @@ def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray
                                    ("optimizer_states", p.optimizer_bytes, 1)):
         out[name] = per_param * (dense_params / shard_divisor(b.zero, stage, dp_group)
                                  + expert_params / shard_divisor(b.zero, stage, expert_group))
+    if b.hsdp.any():  # DeepSpeed ZeRO++ hpZ: a secondary bf16 partition over the hpZ group
+        out["weights"] = out["weights"] + hybrid_shard.secondary_weight_bytes(
+            b.hsdp, b.zero, dense_params + expert_params, p.name)
     return out
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
+from autoplan.cost import hybrid_shard
 from autoplan.cost.terms import Term
 
 
@@ -27,6 +28,8 @@ class Variant:
 
 
 def _zero_group(ctx, lay) -> str:
+    if lay.hsdp and hybrid_shard.style(ctx.profile.name) == "replicate":
+        return "hsdp"
     return "dp·cp" if ctx.profile.zero_shards_over_cp else "dp"
 
 
@@ -79,11 +82,23 @@ def _dp_collectives(ctx, lay) -> str:
                 "Z3 = 0, F = 0")
     return ("R = 0, Gth = 0, Z3 = g·AG(P·PARAM_GATHER_BYTES) + RS(P·grad_reduce_bytes), one collective per "
             "layer, g = ZERO3_GATHERS_PER_MICROBATCH (+ the recomputed forward's gather of layers over "
-            "zero3_reuse_distance_params); F = (AG + RS)/L_S")
+            "zero3_reuse_distance_params); F = (AG + RS)/L_S") + _hybrid_collectives(ctx, lay)
+
+
+def _hybrid_collectives(ctx, lay) -> str:
+    """What hybrid sharding adds (``data_parallel.hybrid_comm_s``); '' without it."""
+    if not lay.hsdp:
+        return ""
+    if hybrid_shard.style(ctx.profile.name) == "secondary":
+        return (f"; hpZ: the backward's (g − 1) gathers over the secondary partition of {lay.hsdp} ranks "
+                "(DeepSpeed zero_hpz_partition_size)")
+    return (f"; AG and RS inside the shard group of hsdp = {lay.hsdp} ranks, R += AR(P·grad_reduce_bytes/hsdp) "
+            f"across the dp·cp/hsdp = {lay.dp * lay.cp // lay.hsdp} replicas once per step")
 
 
 VARIANTS: dict[str, Variant] = {
-    "G": Variant("dp·cp if zero_shards_over_cp else dp", _zero_group),
+    "G": Variant("dp·cp if zero_shards_over_cp else dp; hsdp under hybrid sharding where the trainer "
+                 "replicates across shard groups (cost.hybrid_shard)", _zero_group),
     "z1": _shard(1, False), "z1e": _shard(1, True),
     "z2": _shard(2, False), "z2e": _shard(2, True),
     "z3": _shard(3, False), "z3e": _shard(3, True),
@@ -121,7 +136,11 @@ VARIANTS: dict[str, Variant] = {
                               "recomputed forward's gather where a layer exceeds zero3_reuse_distance_params); "
                               "F = (AG + RS)/L_S, ZeRO-3's first gather and last reduce-scatter; ZeRO-3 over a "
                               "pipeline that keeps the stage unsharded (zero3_pp_unsharded_bytes > 0) reduces "
-                              "and gathers once per step like zero 2; each 0 otherwise", _dp_collectives),
+                              "and gathers once per step like zero 2; each 0 otherwise. Hybrid sharding (hsdp > 0): "
+                              "AG and RS inside the shard group of hsdp ranks and R += AR(P·grad_reduce_bytes/hsdp) "
+                              "across the dp·cp/hsdp replicas once per step (FSDP2 HSDP, Megatron optimizer "
+                              "instances); DeepSpeed hpZ: the backward's gathers inside the hpZ group",
+                              _dp_collectives),
     "flops_n": Variant("N = the flops_convention's parameter count (playbook: active parameters with a tied "
                        "head counted again; causal: the same with the attention term halved; megatron: "
                        "without the embedding lookup)",

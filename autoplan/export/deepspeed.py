@@ -60,6 +60,8 @@ def ds_config(lay: Layout, launch: LaunchOptions, *, with_optimizer: bool, moe: 
     zero: dict[str, object] = {"stage": lay.zero}
     if lay.zero >= 2:
         zero.update(overlap_comm=True, contiguous_gradients=True)
+    if lay.hsdp:  # ZeRO++ hierarchical partitioning: a secondary parameter partition over hsdp ranks
+        zero["zero_hpz_partition_size"] = lay.hsdp
     config: dict[str, object] = {
         "train_batch_size": lay.gbs_seqs,
         "train_micro_batch_size_per_gpu": lay.mbs,

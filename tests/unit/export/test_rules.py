@@ -110,6 +110,12 @@ CASES = [
      "pp_schedule=zb-h1, vpp=1"),
     ("trainer_pp_split", "nanotron", "llama3-8b", lay(pp=2, pp_split="embed-loss"),
      "pp_split=embed-loss, trainer nanotron"),
+    # 8 GPUs: dp = 8 (ZeRO group 8); hsdp 3 does not divide it
+    ("hsdp_divides", "torchtitan", "llama3-8b", lay(zero=3, hsdp=3), "hsdp=3, ZeRO group 8"),
+    ("trainer_hsdp", "nanotron", "llama3-8b", lay(zero=1, hsdp=4),
+     "hsdp=4, zero=1, nanotron shards hybrid at: none"),
+    # dp = 8/2 = 4, ZeRO group dp·cp = 8: hsdp 2 divides it, but the shard mesh dp_shard × cp needs cp | hsdp
+    ("torchtitan_hsdp_cp", "torchtitan", "llama3-8b", lay(cp=4, zero=3, hsdp=2), "hsdp=2, cp=4"),
     ("fp8_hardware", "megatron", "llama3-8b", plan_from_record(
         {"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "precision": "fp8"}, hardware="a100-80gb"), "fp8"),
 ]
