@@ -37,8 +37,9 @@ def params_on_stage(ctx: CostContext, b: LayoutBatch, dense_layers: np.ndarray,
     head = pc.final_norm + np.where((b.pp > 1) & (pc.lm_head == 0), pc.lm_head_matmul, pc.lm_head) / b.tp
     if first:
         dense = dense + embedding + np.where(single, head, 0.0)
-    else:
-        dense = dense + head + np.where(single, embedding, 0.0)
+    else:  # the last stage also holds the MTP projections and norms (its blocks are in the layer counts)
+        mtp = pc.num_mtp_layers * pc.mtp_projection_per_depth / b.tp
+        dense = dense + head + np.where(single, embedding, 0.0) + mtp
     return dense, expert
 
 

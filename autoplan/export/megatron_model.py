@@ -49,6 +49,8 @@ def model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
     if m.mla is None and m.head_dim * m.num_attention_heads != m.hidden_size:
         args.append(("--kv-channels", m.head_dim))
     args.append(("--max-position-embeddings", max(m.max_position_embeddings, training.seq_len)))
+    if m.num_mtp_layers:  # multi-token prediction on the last stage (the cost model counts it there)
+        args.append(("--mtp-num-layers", m.num_mtp_layers))
     return args + architecture_args(m) + rope_args(m) + mla_args(m) + moe_args(m, lay, training)
 
 
@@ -176,7 +178,6 @@ def model_warnings(m: ModelSpec) -> list[str]:
     if m.position_embedding == "rope" and m.rope_theta != round(m.rope_theta):
         warnings.append(f"--rotary-base is an integer: rope_theta {m.rope_theta} is rounded")
     if m.num_mtp_layers:
-        warnings.append(f"the model has {m.num_mtp_layers} multi-token-prediction layer(s); autoplan's "
-                        "prediction does not count them, so --mtp-num-layers is not written (add it to "
-                        "train them, at the cost of about one more layer per MTP module)")
+        warnings.append(f"--mtp-num-layers {m.num_mtp_layers}: where a --pipeline-model-parallel-layout is "
+                        "written, place the MTP layer(s) on the last stage in it too (Megatron's 'm')")
     return warnings

@@ -71,6 +71,9 @@ class TrainingSpec:
     gbs_seqs: int
     gbs_tolerance: float = DEFAULT_GBS_TOLERANCE
     flops_convention: str = "playbook"
+    # Multi-token-prediction modules in the model FLOPs (MFU): Megatron-LM counts them
+    # (training.py num_floating_point_operations); False leaves them to the hardware FLOPs only.
+    mtp_in_model_flops: bool = True
     attention_kernel: str = "flash"
     fp8_recipe: str = "tensorwise"
     fp8_param_gather: bool = False
