@@ -103,7 +103,7 @@ class TrainingSpec:
         factor = self.moe_capacity_factor
         if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
             raise TrainingSpecError(f"moe_capacity_factor must be None (dropless) or > 0, got {shown(factor)}")
-        for name in ("fp8_param_gather", "grad_reduce_in_bf16"):
+        for name in ("fp8_param_gather", "grad_reduce_in_bf16", "mtp_in_model_flops"):
             if not isinstance(getattr(self, name), bool):
                 raise TrainingSpecError(f"{name} must be true or false, got {shown(getattr(self, name))}")
 
