@@ -50,7 +50,3 @@ def secondary_weight_bytes(hsdp: np.ndarray, zero: np.ndarray, params: np.ndarra
     on = (hsdp > 0) & (zero >= 3)
     return np.where(on, SECONDARY_PARAM_BYTES * params / np.maximum(hsdp, 1.0), 0.0)
 
-
-def replicas(hsdp: np.ndarray, group: np.ndarray, profile_name: str) -> np.ndarray:
-    """Ranks of a replica group (the G/hsdp copies of one shard), 1 without hybrid sharding."""
-    return group / shard_group(hsdp, group, profile_name)

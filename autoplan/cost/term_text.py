@@ -105,6 +105,10 @@ VARIANTS: dict[str, Variant] = {
     "weight_bytes": Variant("(weight_bytes (none under fp8 with fp8_param_gather) + fp8_weight_extra_bytes·"
                             "FP8_WEIGHT_ELEMENT_BYTES[fp8_recipe] under fp8 + zero3_pp_unsharded_bytes·G "
                             "when zero ≥ 3, pp > 1 and G > 1)", _weight_bytes),
+    "hpz": Variant(" + SECONDARY_PARAM_BYTES·(P_dense + P_expert)/hsdp under DeepSpeed ZeRO++ hpZ (hsdp > 0, zero 3)",
+                   lambda ctx, lay: (" + SECONDARY_PARAM_BYTES·(P_dense + P_expert)/hsdp (hpZ secondary partition)"
+                                     if lay.hsdp and lay.zero >= 3
+                                     and hybrid_shard.style(ctx.profile.name) == "secondary" else "")),
     "passes": Variant("passes (= 2: forward and backward; 3 under full recompute)",
                       _if(lambda lay: lay.recompute == "full", "3", "2")),
     "cp_passes": Variant("(3, or 4 under full recompute)", _if(lambda lay: lay.recompute == "full", "4", "3")),
@@ -162,6 +166,8 @@ CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
                                 "TP collectives per layer and pass (2 all-gathers + 2 reduce-scatters)"),
     "BACKWARD_MATMUL_FACTOR": ("autoplan.cost.time", "BACKWARD_MATMUL_FACTOR", 2.0,
                                "matmul backward time over its forward (input and weight gradients; SC'21 Sec. 5.1)"),
+    "SECONDARY_PARAM_BYTES": ("autoplan.cost.hybrid_shard", "SECONDARY_PARAM_BYTES", 2.0,
+                              "bytes of one parameter in ZeRO++ hpZ's bf16 secondary partition"),
     "PARAM_GATHER_BYTES": ("autoplan.cost.data_parallel", "PARAM_GATHER_BYTES", 2.0,
                            "bytes of one gathered parameter (bf16 param_dtype)"),
     "ZERO3_GATHERS_PER_MICROBATCH": ("autoplan.cost.data_parallel", "ZERO3_GATHERS_PER_MICROBATCH", 2.0,

@@ -64,11 +64,11 @@ def _stage_memory(term: str, meaning: str, formula: str, source: str, parameters
 MODEL_STATE = ("zero_shards_over_cp",)
 MEMORY_TERMS_DEFINED = [
     *_stage_memory("weights", "compute copy of the parameters held per GPU",
-                   "{weight_bytes} × (P_dense / {z3} + P_expert / {z3e}), G = {G}",
+                   "{weight_bytes} × (P_dense / {z3} + P_expert / {z3e}){hpz}, G = {G}",
                    f"{ZERO}; trainer profile; transformer_engine/pytorch/module/base.py (FP8 weight copies); "
                    "megatron/core/fp8_utils.py (--fp8-param-gather)",
                    ("weight_bytes", "fp8_weight_extra_bytes", "fp8_recipe", "fp8_param_gather",
-                    "zero3_pp_unsharded_bytes", *MODEL_STATE)),
+                    "zero3_pp_unsharded_bytes", "SECONDARY_PARAM_BYTES", *MODEL_STATE)),
     *_stage_memory("gradients", "gradient buffers per GPU",
                    "grad_bytes (BF16_BYTES under grad_reduce_in_bf16) × (P_dense / {z2} + P_expert / {z2e}), G = {G}",
                    f"{ZERO}; trainer profile; megatron/core/distributed/distributed_data_parallel.py "
