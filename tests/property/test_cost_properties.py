@@ -166,6 +166,8 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
                   and model.num_layers % (pp * v) == 0 and grad_acc % pp == 0]
     vpp = draw(st.sampled_from(vpps))
     zeros = [z for z in p.allowed_zero if pp == 1 or z <= p.max_zero_with_pp]
+    if trainer == "deepspeed" and model.moe is not None and (tp > 1 or pp > 1):
+        zeros = [z for z in zeros if z != 3]  # rule deepspeed_zero3_native_moe
     zero = draw(st.sampled_from(zeros))
     dp_shard = dp if zero == 3 else 1  # torchtitan's expert mesh is dp_shard·cp·tp
     ep = etp = 1
