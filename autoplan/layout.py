@@ -47,7 +47,8 @@ OPTIONAL_CODE_FIELDS = {"pp_schedule": PP_SCHEDULES, "pp_split": PP_SPLITS,
 CODE_FIELDS = {"recompute": RECOMPUTE, "precision": PRECISIONS, "placement": PLACEMENTS, **OPTIONAL_CODE_FIELDS}
 # Recompute and offload as production runs them (see ``Layout``), with the value that means
 # "as before": full recompute of every layer, the trainer's own selective set, no offload.
-PRODUCTION_DEFAULTS = {"recompute_layers": 0, "recompute_modules": "", "offload_layers": 0}
+# hsdp: hybrid sharding (autoplan.cost.hybrid_shard), 0 = shard over the whole ZeRO group.
+PRODUCTION_DEFAULTS = {"recompute_layers": 0, "recompute_modules": "", "offload_layers": 0, "hsdp": 0}
 FIELDS = INT_FIELDS + ("sp",) + tuple(CODE_FIELDS) + tuple(PRODUCTION_DEFAULTS)
 # The columns of a plan record (CSV, JSON, plans.json): the layout plus the training setup's
 # gpus, seq_len and the layout's batch, in the order results files have always used.
@@ -80,6 +81,10 @@ class Layout:
     schedule and how layers fall on stages (``autoplan.cost.schedule``, ``autoplan.cost.stages``);
     ``optimizer`` (``OPTIMIZERS``) and ``offload`` (``OFFLOADS``) the optimizer and what of the
     model states lives in host memory (``autoplan.cost.optimizer``, ``autoplan.cost.offload``).
+
+    ``hsdp``: hybrid sharding, ZeRO's model states sharded inside groups of ``hsdp`` ranks of the
+    ZeRO group and replicated across them (FSDP2 HSDP, Megatron's distributed-optimizer
+    instances, DeepSpeed ZeRO++ hpZ; ``autoplan.cost.hybrid_shard``); 0 shards over the whole group.
     """
 
     dp: int
@@ -103,6 +108,7 @@ class Layout:
     pp_split: str = "balanced"
     optimizer: str = "adamw"
     offload: str = "none"
+    hsdp: int = 0
 
     def describe(self) -> str:
         """'tp=8 pp=4 vpp=2 cp=1 dp=16 ... ' in a stable order, for tables and messages."""
@@ -129,6 +135,8 @@ class Layout:
             parts.append(f"opt={self.optimizer}")
         if self.offload != "none":
             parts.append(f"offload_states={self.offload}")
+        if self.hsdp:
+            parts.append(f"hsdp={self.hsdp}")
         if self.precision != "bf16":
             parts.append(self.precision)
         if not self.sp and self.tp > 1:
@@ -178,10 +186,10 @@ def as_bool(name: str, value: Any) -> bool:
 
 
 def production_knobs(v: Mapping[str, Any], recompute: str) -> dict[str, Any]:
-    """recompute_layers, recompute_modules and offload_layers of a layout, checked against
+    """recompute_layers, recompute_modules, offload_layers and hsdp of a layout, checked against
     ``recompute`` (layers only with full, modules only with selective)."""
     out: dict[str, Any] = {}
-    for name in ("recompute_layers", "offload_layers"):
+    for name in ("recompute_layers", "offload_layers", "hsdp"):
         out[name] = as_int(name, v.get(name, 0))
         if out[name] < 0:
             raise LayoutError(f"{name} must be >= 0, got {out[name]}")

@@ -41,20 +41,20 @@ from autoplan.specs.yaml_io import check_keys, read_mapping
 if TYPE_CHECKING:
     from autoplan.specs.training import TrainingSpec
 
-INT_KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "recompute_layers", "offload_layers")
+INT_KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "recompute_layers", "offload_layers", "hsdp")
 PIPELINE_KNOBS = ("pp_schedule", "pp_split")  # autoplan.layout.PP_SCHEDULES, PP_SPLITS
 OPTIMIZER_KNOBS = ("optimizer", "offload")  # autoplan.layout.OPTIMIZERS, OFFLOADS
 CHOICE_KNOBS = ("recompute", "precision", "placement", *PIPELINE_KNOBS, *OPTIMIZER_KNOBS)
 MODULE_KNOBS = ("recompute_modules",)  # each value a comma-separated set of modules ('' = none)
 KNOBS = INT_KNOBS + CHOICE_KNOBS[:3] + MODULE_KNOBS + PIPELINE_KNOBS + OPTIMIZER_KNOBS
-ZERO_BASED = ("zero", "recompute_layers", "offload_layers")  # knobs whose values may be 0
+ZERO_BASED = ("zero", "recompute_layers", "offload_layers", "hsdp")  # knobs whose values may be 0
 # A knob a space file leaves out takes this single value.
 KNOB_DEFAULTS: dict[str, tuple] = {"tp": (1,), "pp": (1,), "vpp": (1,), "cp": (1,), "ep": (1,),
                                    "etp": (1,), "zero": (1,), "mbs": (1,), "recompute": ("none",),
                                    "precision": ("bf16",), "placement": (DEFAULT_PLACEMENT,),
                                    "recompute_layers": (0,), "offload_layers": (0,), "recompute_modules": ("",),
                                    "pp_schedule": ("default",), "pp_split": ("balanced",),
-                                   "optimizer": ("adamw",), "offload": ("none",)}
+                                   "optimizer": ("adamw",), "offload": ("none",), "hsdp": (0,)}
 
 
 class EmptySpaceError(AutoplanError):

@@ -62,13 +62,16 @@ def layout_options(func: Callable) -> Callable:
         click.option("--offload", type=click.Choice(OFFLOADS), default=OFFLOADS[0], show_default=True,
                      help="Model states in host memory: none; optimizer (optimizer states and fp32 master "
                           "weights, CPU optimizer step); params (also the ZeRO-3 weight shards)."),
+        click.option("--hsdp", type=click.IntRange(0, MAX_DEGREE), default=0, show_default=True,
+                     help="Hybrid sharding: ZeRO shards the model states inside groups of this many "
+                          "data-parallel ranks, replicated across groups (0 = over the whole group)."),
     ]
     return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
 
 
 LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "zero", "mbs", "grad_acc", "recompute",
                "precision", "sp", "placement", "recompute_layers", "recompute_modules", "offload_layers",
-               "pp_schedule", "pp_split", "optimizer", "offload")
+               "pp_schedule", "pp_split", "optimizer", "offload", "hsdp")
 
 
 def layout_values(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -118,12 +118,13 @@ class HiddenAliasOption(click.Option):
 
 def setup_settings(kw: dict) -> dict:
     """The trainer settings of the setup (TrainingSpec fields) from the --attention-kernel,
-    --fp8-recipe, --fp8-param-gather, --grad-reduce-in-bf16, --shard-gradients and --moe-capacity-factor options."""
+    --fp8-recipe, --fp8-param-gather, --grad-reduce-in-bf16, --shard-gradients, --moe-capacity-factor and
+    --mtp-in-mfu options."""
     return {name: kw[name] for name in SETUP_SETTINGS if name in kw}
 
 
 SETUP_SETTINGS = ("attention_kernel", "fp8_recipe", "fp8_param_gather", "grad_reduce_in_bf16", "shard_gradients",
-                  "moe_capacity_factor")
+                  "moe_capacity_factor", "mtp_in_model_flops")
 SETUP_SETTING_OPTIONS = [
     click.option("--attention-kernel", type=click.Choice(["flash", "eager"]), default="flash", show_default=True,
                  help="Attention kernel: flash/fused (no s² scores saved) or eager (scores saved)."),
@@ -138,6 +139,8 @@ SETUP_SETTING_OPTIONS = [
                       "(FSDP-style DP with a pipeline, as Llama 3's trainer)."),
     click.option("--moe-capacity-factor", type=click.FloatRange(0.0, min_open=True), default=None,
                  help="Expert capacity factor with padding [default: dropless]."),
+    click.option("--mtp-in-mfu/--no-mtp-in-mfu", "mtp_in_model_flops", default=True, show_default=True,
+                 help="Count multi-token-prediction modules in the model FLOPs of MFU (Megatron counts them)."),
 ]
 
 

@@ -60,6 +60,9 @@ def knob_options(func):
         click.option("--offload", type=ChoiceList(OFFLOADS), default=None,
                      help="Model states in host memory: none, optimizer (states + fp32 master), "
                           "params (also ZeRO-3 weight shards) [default: none]."),
+        click.option("--hsdp", type=IntList(minimum=0), default=None,
+                     help="Hybrid-sharding group size(s), e.g. 0,8,16 (0 = ZeRO shards over the whole "
+                          "data-parallel group)."),
     ]
     for option in reversed(options):
         func = option(func)

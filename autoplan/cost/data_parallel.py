@@ -15,6 +15,11 @@ many collectives, and over which links.
   ``stage3_max_reuse_distance`` parameters (``zero3_reuse_distance_params``,
   deepspeed/runtime/zero/partitioned_param_coordinator.py). None of it shrinks with the
   micro-batch, so a small micro-batch on many GPUs is communication-bound.
+* Hybrid sharding (``Layout.hsdp``, ``autoplan.cost.hybrid_shard``): the gathers and
+  reduce-scatters above run inside the shard group of hsdp ranks, and the 1/hsdp gradient shard
+  is all-reduced across the replicas once per step (FSDP2 ``set_requires_all_reduce`` delays it
+  to the last micro-batch; Megatron's distributed-optimizer instances reduce once per step);
+  under DeepSpeed's hpZ the backward gathers come from the secondary partition inside the hpZ group.
 * ZeRO-3 with a pipeline where the trainer keeps the stage's parameters and gradients unsharded
   across micro-batches (``zero3_pp_unsharded_bytes > 0``: torch.distributed.pipelining turns off
   reshard-after-backward and gradient sync until the last micro-batch, stage.py
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost import comm
+from autoplan.cost import comm, hybrid_shard
 from autoplan.cost.context import CostContext
 from autoplan.cost.recompute import full_recompute_share
 from autoplan.layout import LayoutBatch
@@ -55,8 +60,9 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     (ZeRO-3), and ``per_step_floor``: ZeRO-3's first layer gather and last reduce-scatter of a
     step, which no compute can hide (prefetch needs a layer to run behind)."""
     p = ctx.profile
-    group = b.dp * b.cp
-    link = comm.group_link(ctx, group, np.minimum(st["dp"], st["cp"]))
+    group, stride = b.dp * b.cp, np.minimum(st["dp"], st["cp"])
+    shard = hybrid_shard.shard_group(b.hsdp, group, p.name)
+    link = comm.group_link(ctx, shard, stride)
     layers = np.maximum(n_layers, 1.0)
     buckets = np.maximum(1.0, np.ceil(stage_params / p.dp_bucket_params))
     grad_bytes, gather_bytes = stage_params * p.grad_reduce_bytes, stage_params * PARAM_GATHER_BYTES
@@ -64,10 +70,10 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     # ZeRO-3 over a pipeline gathers and reduces per layer, once per step.
     count = np.where(b.zero >= 3, layers, buckets)
     grads = comm.dp_reduce_scatter_s(ctx, link, grad_bytes, count)
-    gathers = comm.dp_all_gather_s(ctx, link, gather_bytes, count)
+    gathers = gathers_dense = comm.dp_all_gather_s(ctx, link, gather_bytes, count)
     all_reduce = comm.dp_all_reduce_s(ctx, link, grad_bytes, buckets)
     if ctx.model.moe is not None:  # expert parameters reduce over the expert-data-parallel group
-        edp = np.maximum(group * b.tp / (b.ep * b.etp), 1.0)
+        edp = np.maximum(shard * b.tp / (b.ep * b.etp), 1.0)
         elink = comm.group_link(ctx, edp, b.ep * b.etp)
         has = expert_params > 0  # no latency for an empty collective
         ebuckets = np.maximum(1.0, np.ceil(expert_params / p.dp_bucket_params))
@@ -82,4 +88,35 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     gathers_per_micro = zero3_gathers_per_microbatch(ctx, b, stage_params / layers, layers)
     per_micro = np.where(zero3, gathers_per_micro * gathers + grads, 0.0)
     floor = np.where(zero3, (gathers + grads) / layers, 0.0)
+    if b.hsdp.any():  # (the same result without the arithmetic when no layout shards hybrid)
+        extra = hybrid_comm_s(ctx, b, stride, shard, (stage_params, expert_params), buckets, count,
+                              gathers_per_micro, gathers_dense)
+        step_grads = step_grads + extra["replica_all_reduce"]
+        per_micro = np.where(zero3, per_micro + extra["secondary_gathers"], per_micro)
     return {"grads": step_grads, "gathers": step_gathers, "per_micro": per_micro, "per_step_floor": floor}
+
+
+def hybrid_comm_s(ctx: CostContext, b: LayoutBatch, stride: np.ndarray, shard: np.ndarray,
+                  params: tuple[np.ndarray, np.ndarray], buckets: np.ndarray, count: np.ndarray,
+                  gathers_per_micro: np.ndarray, gathers: np.ndarray) -> dict[str, np.ndarray]:
+    """What hybrid sharding adds to the data-parallel traffic (``autoplan.cost.hybrid_shard``).
+
+    ``replica_all_reduce`` (replicate style, per step): AR((P/hsdp + P_e/G_e)·grad_reduce_bytes)
+    over the dp·cp/hsdp replicas, ranks hsdp·stride apart (FSDP2 HSDP, Megatron's optimizer
+    instances), G_e = max(hsdp·tp/(ep·etp), 1). ``secondary_gathers`` (DeepSpeed hpZ, ZeRO-3, per
+    micro-batch): the backward and recomputed gathers come from the secondary partition inside the
+    hpZ group instead of over dp·cp: (g − 1)·(AG_hpZ − AG_G), g = gathers per layer and
+    micro-batch (ZeRO++ Sec. 3.2); expert parameters stay with the expert-data-parallel group."""
+    p, group = ctx.profile, b.dp * b.cp
+    on = b.hsdp > 0
+    dense, expert = params
+    expert_shard = np.maximum(shard * b.tp / (b.ep * b.etp), 1.0)
+    replicas = comm.group_link(ctx, group / shard, stride * shard)
+    shard_bytes = (dense / shard + expert / expert_shard) * p.grad_reduce_bytes
+    all_reduce = np.where(on, comm.dp_all_reduce_s(ctx, replicas, shard_bytes, buckets), 0.0)
+    secondary = np.zeros_like(all_reduce)
+    if hybrid_shard.style(p.name) == "secondary":
+        hpz = comm.group_link(ctx, np.where(on, b.hsdp, group), stride)
+        local = comm.dp_all_gather_s(ctx, hpz, dense * PARAM_GATHER_BYTES, count)
+        secondary = np.where(on, (gathers_per_micro - 1.0) * (local - gathers), 0.0)
+    return {"replica_all_reduce": all_reduce, "secondary_gathers": secondary}

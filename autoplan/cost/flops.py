@@ -45,11 +45,25 @@ def mfu_params(ctx: CostContext) -> float:
 
 
 def model_flops_per_token(ctx: CostContext, seq_len: np.ndarray) -> np.ndarray:
-    """Model FLOPs per trained token (forward + backward, no recompute) under the convention."""
-    attention = 3.0 * ctx.model.num_layers * attention_score_flops_per_token(ctx, seq_len)
+    """Model FLOPs per trained token (forward + backward, no recompute) under the convention.
+
+    Multi-token prediction counts where ``TrainingSpec.mtp_in_model_flops`` (the default):
+    Megatron-LM counts it (megatron/training/training.py ``num_floating_point_operations``: the
+    MTP blocks as extra layers of the last layer's kind, "MTP norms and proj" and the logits ×
+    (mtp_num_layers + 1)); :func:`mtp_flops_params` and one more layer of attention scores per depth.
+    """
+    mtp = ctx.model.num_mtp_layers if ctx.training.mtp_in_model_flops else 0
+    attention = 3.0 * (ctx.model.num_layers + mtp) * attention_score_flops_per_token(ctx, seq_len)
     if ctx.flops_convention == "causal":
         attention = attention / 2.0
-    return 6.0 * mfu_params(ctx) + attention
+    return 6.0 * (mfu_params(ctx) + mtp * mtp_flops_params(ctx)) + attention
+
+
+def mtp_flops_params(ctx: CostContext) -> float:
+    """Matmul parameters one MTP depth runs per token: the active block, the projection (2h·h)
+    and the shared LM head again (its logits); the norms' 3h as Megatron counts them."""
+    pc = ctx.params
+    return float(pc.mtp_active_per_depth + pc.lm_head_matmul)
 
 
 def hardware_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
@@ -65,6 +79,10 @@ def hardware_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     pc = ctx.params
     matmul = pc.num_dense_layers * dense + pc.num_moe_layers * moe + 2.0 * pc.lm_head_matmul
     attention = ctx.model.num_layers * attention_score_flops_per_token(ctx, ctx.training.seq_len) / 2.0
+    if pc.num_mtp_layers:  # each MTP depth: one block, its projection and the LM head again
+        block = moe if pc.mtp_block_is_moe else dense
+        matmul += pc.num_mtp_layers * (block + 2.0 * (pc.mtp_projection_per_depth + pc.lm_head_matmul))
+        attention += pc.num_mtp_layers * attention_score_flops_per_token(ctx, ctx.training.seq_len) / 2.0
     return 3.0 * (matmul + attention) + recompute_flops_per_token(ctx, b)
 
 

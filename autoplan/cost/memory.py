@@ -269,7 +269,9 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     embedding_output = tokens * m.hidden_size * BF16_BYTES / h_div
     terms["embedding_output"] = embedding_output if first else np.zeros_like(embedding_output)
     logits = tokens * m.vocab_size / b.tp * p.logits_bytes_per_vocab
-    terms["logits_and_loss"] = logits if not first else np.where(b.pp == 1, logits, 0.0)
+    # Each MTP depth computes its own vocab-sized logits and loss on the last stage (DeepSeek-V3 Sec. 2.2).
+    mtp_logits = logits * (1.0 + m.num_mtp_layers) if m.num_mtp_layers else logits
+    terms["logits_and_loss"] = mtp_logits if not first else np.where(b.pp == 1, logits, 0.0)
     one_layer_params = (dense_params + expert_params) / np.maximum(n_layers, 1.0)
     zero3 = np.where(b.zero >= 3, zero3_gathered_bytes(p, one_layer_params), 0.0)
     tp_buffer = np.where(b.tp > 1, tokens * m.hidden_size * BF16_BYTES, 0.0)

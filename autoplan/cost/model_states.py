@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost import hybrid_shard
 from autoplan.cost.context import CostContext
 from autoplan.cost.optimizer import state_bytes_per_param
 from autoplan.layout import LayoutBatch
@@ -37,8 +38,9 @@ def params_on_stage(ctx: CostContext, b: LayoutBatch, dense_layers: np.ndarray,
     head = pc.final_norm + np.where((b.pp > 1) & (pc.lm_head == 0), pc.lm_head_matmul, pc.lm_head) / b.tp
     if first:
         dense = dense + embedding + np.where(single, head, 0.0)
-    else:
-        dense = dense + head + np.where(single, embedding, 0.0)
+    else:  # the last stage also holds the MTP projections and norms (its blocks are in the layer counts)
+        mtp = pc.num_mtp_layers * pc.mtp_projection_per_depth / b.tp
+        dense = dense + head + np.where(single, embedding, 0.0) + mtp
     return dense, expert
 
 
@@ -53,9 +55,12 @@ def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.
     Non-expert states shard over dp, or dp·cp where the trainer's optimizer spans the context-
     parallel ranks too (``zero_shards_over_cp``: Megatron's distributed optimizer uses the
     data-parallel group with CP, ``megatron/core/parallel_state.py``); expert states over the
-    expert-data-parallel group dp·(cp)·tp/(ep·etp) of Megatron-Core's expert grid.
+    expert-data-parallel group dp·(cp)·tp/(ep·etp) of Megatron-Core's expert grid. Under hybrid
+    sharding (``Layout.hsdp``) the non-expert group is the shard group of hsdp ranks where the
+    trainer replicates across them (``hybrid_shard.shard_group``); the expert group shrinks with it.
     """
     dp_group = b.dp * (b.cp if ctx.profile.zero_shards_over_cp else 1.0)
+    dp_group = hybrid_shard.shard_group(b.hsdp, dp_group, ctx.profile.name)
     return dp_group, np.maximum(dp_group * b.tp / (b.ep * b.etp), 1.0)
 
 
@@ -129,6 +134,9 @@ def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray
         b.zero, 1, expert_group)
     out["optimizer_states"] = np.where(dense_state == expert_state, dense_state * (dense_owned + expert_owned),
                                        dense_state * dense_owned + expert_state * expert_owned)
+    if b.hsdp.any():  # DeepSpeed ZeRO++ hpZ: a secondary bf16 partition over the hpZ group
+        out["weights"] = out["weights"] + hybrid_shard.secondary_weight_bytes(
+            b.hsdp, b.zero, dense_params + expert_params, p.name)
     return out
 
 

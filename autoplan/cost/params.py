@@ -6,8 +6,12 @@ Sources: the Hugging Face ``transformers`` modeling files (``LlamaDecoderLayer``
 the published totals (Llama-3-8B 8,030,261,248; Mixtral-8x7B 46,702,792,704 total and
 12,879,925,248 active) in ``tests/golden/param_counts.yaml``.
 
-Convention: the MoE router counts as active; DeepSeek-V3's multi-token-prediction module is not
-part of the main model and is not counted.
+Convention: the MoE router counts as active. DeepSeek-V3's multi-token-prediction (MTP) modules
+are not part of ``total`` / ``active`` (the published 671B / 37B leave them out); their
+parameters are ``mtp_per_depth`` per depth (DeepSeek-V3 report Sec. 2.2: one transformer block of
+the model's last-layer kind, the projection M ∈ R^{h×2h} and the RMSNorms of the hidden state and
+the embedding, plus the HF checkpoint's ``shared_head.norm``; embedding and output head shared
+with the main model, so not counted again).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ class ParamCounts:
     final_norm: int  # last stage
     lm_head: int  # last stage; 0 when tied to the embedding
     lm_head_matmul: int  # V x h: the head's matmul weights, counted for FLOPs even when tied
+    num_mtp_layers: int = 0  # multi-token-prediction depths (ModelSpec.num_mtp_layers)
+    mtp_projection_per_depth: int = 0  # 2h x h projection + 3 norms of h of one MTP depth
 
     @property
     def dense_layer(self) -> int:
@@ -51,6 +57,24 @@ class ParamCounts:
         routed_active = self.expert_per_layer * self.num_experts_per_token // max(self.num_experts, 1)
         return (self.attention_per_layer + self.norm_per_layer + routed_active
                 + self.shared_expert_per_layer + self.router_per_layer)
+
+    @property
+    def mtp_block_is_moe(self) -> bool:
+        """DeepSeek-V3's MTP block is a MoE layer like the model's last layers (HF checkpoint
+        ``model.layers.61.mlp.experts``); a dense model's is dense."""
+        return self.num_moe_layers > 0
+
+    @property
+    def mtp_per_depth(self) -> int:
+        """Parameters of one MTP depth: its transformer block and its projection and norms."""
+        block = self.moe_layer if self.mtp_block_is_moe else self.dense_layer
+        return block + self.mtp_projection_per_depth
+
+    @property
+    def mtp_active_per_depth(self) -> int:
+        """Active parameters of one MTP depth (top-k of the routed experts)."""
+        block = self.moe_layer_active if self.mtp_block_is_moe else self.dense_layer
+        return block + self.mtp_projection_per_depth
 
     @property
     def total(self) -> int:
@@ -121,4 +145,6 @@ def count_params(model: ModelSpec) -> ParamCounts:
         final_norm=final_norm,
         lm_head=0 if model.tied_embeddings else v * h,
         lm_head_matmul=v * h,
+        num_mtp_layers=model.num_mtp_layers,
+        mtp_projection_per_depth=2 * h * h + 3 * final_norm if model.num_mtp_layers else 0,
     )

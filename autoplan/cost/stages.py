@@ -83,8 +83,24 @@ def stage_layers(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray | None = None
     num_dense = float(model.num_layers - model.num_moe_layers)
     first_dense = np.minimum(num_dense, first)
     last_dense = np.clip(num_dense - (num_layers - last), 0.0, last)
+    if model.num_mtp_layers:
+        last_chunks, last, last_dense = _with_mtp(model, vpp, last_chunks, last, last_dense)
     return StageLayers(first=first, last=last, first_dense=first_dense, last_dense=last_dense,
                        first_chunks=first_chunks, last_chunks=last_chunks)
+
+
+def _with_mtp(model: ModelSpec, vpp: np.ndarray, last_chunks: np.ndarray, last: np.ndarray,
+              last_dense: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The last rank's layers with the multi-token-prediction blocks: one transformer block per
+    MTP depth on the last virtual stage (Megatron-Core builds the MTP block on the last pipeline
+    stage, megatron/core/transformer/multi_token_prediction.py ``mtp_on_this_rank``), MoE where
+    the model's layers end in MoE (DeepSeek-V3), else dense. Its projection, norms and extra
+    logits are added where the stage's parameters, logits and head are costed."""
+    mtp = float(model.num_mtp_layers)
+    chunk = np.arange(last_chunks.shape[0]).reshape(-1, *([1] * (last_chunks.ndim - 1)))
+    last_chunks = last_chunks + np.where(chunk == vpp - 1.0, mtp, 0.0)
+    dense_block = model.num_moe_layers == 0
+    return last_chunks, last + mtp, last_dense + (mtp if dense_block else 0.0)
 
 
 def virtual_stage_layers(num_layers: int, pp: int, vpp: int = 1, embed_loss: bool = False) -> list[int]:

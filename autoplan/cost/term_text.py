@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
+from autoplan.cost import hybrid_shard
 from autoplan.cost.terms import Term
 
 
@@ -27,6 +28,8 @@ class Variant:
 
 
 def _zero_group(ctx, lay) -> str:
+    if lay.hsdp and hybrid_shard.style(ctx.profile.name) == "replicate":
+        return "hsdp"
     return "dp·cp" if ctx.profile.zero_shards_over_cp else "dp"
 
 
@@ -81,17 +84,33 @@ def _dp_collectives(ctx, lay) -> str:
                 "Z3 = 0, F = 0")
     return ("R = 0, Gth = 0, Z3 = g·AG(P·PARAM_GATHER_BYTES) + RS(P·grad_reduce_bytes), one collective per "
             "layer, g = ZERO3_GATHERS_PER_MICROBATCH (+ the recomputed forward's gather of layers over "
-            "zero3_reuse_distance_params); F = (AG + RS)/L_S")
+            "zero3_reuse_distance_params); F = (AG + RS)/L_S") + _hybrid_collectives(ctx, lay)
+
+
+def _hybrid_collectives(ctx, lay) -> str:
+    """What hybrid sharding adds (``data_parallel.hybrid_comm_s``); '' without it."""
+    if not lay.hsdp:
+        return ""
+    if hybrid_shard.style(ctx.profile.name) == "secondary":
+        return (f"; hpZ: the backward's (g − 1) gathers over the secondary partition of {lay.hsdp} ranks "
+                "(DeepSpeed zero_hpz_partition_size)")
+    return (f"; AG and RS inside the shard group of hsdp = {lay.hsdp} ranks, R += AR(P·grad_reduce_bytes/hsdp) "
+            f"across the dp·cp/hsdp = {lay.dp * lay.cp // lay.hsdp} replicas once per step")
 
 
 VARIANTS: dict[str, Variant] = {
-    "G": Variant("dp·cp if zero_shards_over_cp else dp", _zero_group),
+    "G": Variant("dp·cp if zero_shards_over_cp else dp; hsdp under hybrid sharding where the trainer "
+                 "replicates across shard groups (cost.hybrid_shard)", _zero_group),
     "z1": _shard(1, False), "z1e": _shard(1, True),
     "z2": _shard(2, False, True), "z2e": _shard(2, True, True),
     "z3": _shard(3, False), "z3e": _shard(3, True),
     "weight_bytes": Variant("(weight_bytes (none under fp8 with fp8_param_gather) + fp8_weight_extra_bytes·"
                             "FP8_WEIGHT_ELEMENT_BYTES[fp8_recipe] under fp8 + zero3_pp_unsharded_bytes·G "
                             "when zero ≥ 3, pp > 1 and G > 1)", _weight_bytes),
+    "hpz": Variant(" + SECONDARY_PARAM_BYTES·(P_dense + P_expert)/hsdp under DeepSpeed ZeRO++ hpZ (hsdp > 0, zero 3)",
+                   lambda ctx, lay: (" + SECONDARY_PARAM_BYTES·(P_dense + P_expert)/hsdp (hpZ secondary partition)"
+                                     if lay.hsdp and lay.zero >= 3
+                                     and hybrid_shard.style(ctx.profile.name) == "secondary" else "")),
     "passes": Variant("passes (= 2: forward and backward; 3 under full recompute)",
                       _if(lambda lay: lay.recompute == "full", "3", "2")),
     "cp_passes": Variant("(3, or 4 under full recompute)", _if(lambda lay: lay.recompute == "full", "4", "3")),
@@ -123,7 +142,11 @@ VARIANTS: dict[str, Variant] = {
                               "recomputed forward's gather where a layer exceeds zero3_reuse_distance_params); "
                               "F = (AG + RS)/L_S, ZeRO-3's first gather and last reduce-scatter; ZeRO-3 over a "
                               "pipeline that keeps the stage unsharded (zero3_pp_unsharded_bytes > 0) reduces "
-                              "and gathers once per step like zero 2; each 0 otherwise", _dp_collectives),
+                              "and gathers once per step like zero 2; each 0 otherwise. Hybrid sharding (hsdp > 0): "
+                              "AG and RS inside the shard group of hsdp ranks and R += AR(P·grad_reduce_bytes/hsdp) "
+                              "across the dp·cp/hsdp replicas once per step (FSDP2 HSDP, Megatron optimizer "
+                              "instances); DeepSpeed hpZ: the backward's gathers inside the hpZ group",
+                              _dp_collectives),
     "flops_n": Variant("N = the flops_convention's parameter count (playbook: active parameters with a tied "
                        "head counted again; causal: the same with the attention term halved; megatron: "
                        "without the embedding lookup)",
@@ -145,6 +168,8 @@ CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
                                 "TP collectives per layer and pass (2 all-gathers + 2 reduce-scatters)"),
     "BACKWARD_MATMUL_FACTOR": ("autoplan.cost.time", "BACKWARD_MATMUL_FACTOR", 2.0,
                                "matmul backward time over its forward (input and weight gradients; SC'21 Sec. 5.1)"),
+    "SECONDARY_PARAM_BYTES": ("autoplan.cost.hybrid_shard", "SECONDARY_PARAM_BYTES", 2.0,
+                              "bytes of one parameter in ZeRO++ hpZ's bf16 secondary partition"),
     "PARAM_GATHER_BYTES": ("autoplan.cost.data_parallel", "PARAM_GATHER_BYTES", 2.0,
                            "bytes of one gathered parameter (bf16 param_dtype)"),
     "ZERO3_GATHERS_PER_MICROBATCH": ("autoplan.cost.data_parallel", "ZERO3_GATHERS_PER_MICROBATCH", 2.0,

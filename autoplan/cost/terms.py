@@ -64,11 +64,11 @@ def _stage_memory(term: str, meaning: str, formula: str, source: str, parameters
 MODEL_STATE = ("zero_shards_over_cp",)
 MEMORY_TERMS_DEFINED = [
     *_stage_memory("weights", "compute copy of the parameters held per GPU",
-                   "{weight_bytes} × (P_dense / {z3} + P_expert / {z3e}), G = {G}",
+                   "{weight_bytes} × (P_dense / {z3} + P_expert / {z3e}){hpz}, G = {G}",
                    f"{ZERO}; trainer profile; transformer_engine/pytorch/module/base.py (FP8 weight copies); "
                    "megatron/core/fp8_utils.py (--fp8-param-gather)",
                    ("weight_bytes", "fp8_weight_extra_bytes", "fp8_recipe", "fp8_param_gather",
-                    "zero3_pp_unsharded_bytes", *MODEL_STATE)),
+                    "zero3_pp_unsharded_bytes", "SECONDARY_PARAM_BYTES", *MODEL_STATE)),
     *_stage_memory("gradients", "gradient buffers per GPU",
                    "grad_bytes (BF16_BYTES under grad_reduce_in_bf16) × (P_dense / {z2} + P_expert / {z2e}), G = {G}",
                    f"{ZERO}; trainer profile; megatron/core/distributed/distributed_data_parallel.py "
@@ -111,8 +111,10 @@ MEMORY_TERMS_DEFINED = [
                    "tokens·h·BF16_BYTES/h_div on the first stage, 0 on the last",
                    "Megatron embedding output (first pipeline stage)", ("BF16_BYTES",)),
     *_stage_memory("logits_and_loss", "logits and cross-entropy buffers",
-                   "tokens·V/tp·logits_bytes_per_vocab on the last stage (on the first only when pp = 1)",
-                   "trainer cross-entropy (vocab-parallel over TP)", ("logits_bytes_per_vocab",)),
+                   "tokens·V/tp·logits_bytes_per_vocab·(1 + num_mtp_layers) on the last stage (on the first, "
+                   "without the MTP logits, only when pp = 1)",
+                   "trainer cross-entropy (vocab-parallel over TP); DeepSeek-V3 report Sec. 2.2 (one more "
+                   "output head and loss per MTP depth)", ("logits_bytes_per_vocab",)),
     *_stage_memory("communication_buffers", "gathered ZeRO-3 layers and the TP all-gather buffer",
                    "(zero ≥ 3) BF16_BYTES·(min(Λ, zero3_max_live_params) + min(Λ, zero3_grad_bucket_params)), "
                    "Λ = zero3_prefetch_layers·(P_dense + P_expert)/L_S; + (stage has MoE layers) "
@@ -183,8 +185,9 @@ TIME_TERMS_DEFINED = [
           "attention_efficiency)·unfused_attention_factor; t_ew = elementwise_bytes_per_token_hidden·tokens·h·(REPLICATED_ELEMENTWISE_SHARE"
           "/h_div + (1 − REPLICATED_ELEMENTWISE_SHARE)/tp) / (hbm_bytes_per_s·hbm_efficiency); head (last stage) "
           "= 3·2·tokens·V·h/tp / (peak_bf16_flops_per_s·η) + tokens·V/tp·loss_hbm_bytes_per_logit / "
-          "(hbm_bytes_per_s·hbm_efficiency) (the memory-bound loss); the slowest of the first and last stage by "
-          "compute + recompute",
+          "(hbm_bytes_per_s·hbm_efficiency) (the memory-bound loss), × (1 + num_mtp_layers) + num_mtp_layers·3·2·tokens·2h·h/tp "
+          "/ (peak_bf16_flops_per_s·η) with multi-token prediction (its blocks count among the last stage's layers, "
+          "cost.stages); the slowest of the first and last stage by compute + recompute",
           f"{SC21} Sec. 5.1 (backward = 2 × forward); FlashAttention-2 (Dao 2023) Sec. 3; PyTorch "
           "cross_entropy (log_softmax + nll_loss) passes over the logits; autoplan/cost/fp8.py "
           "(DeepSeek-V3 report Sec. 3.3.2, Transformer Engine recipes); autoplan/cost/moe_time.py (Megatron-Core "
@@ -291,9 +294,12 @@ TOTALS_AND_RATES = [
     Term("bubble_fraction", "bubble_fraction", "ratio", "1", "share of the step spent in the pipeline bubble",
          "time_bubble_s / step_time_s", f"{SC21} Sec. 2.2"),
     Term("model_flops_per_step", "model_flops", "count", "FLOPs", "model FLOPs of one step (the MFU convention)",
-         "(6·N + 3·L·2·seq_len·a·(d_qk + d_v), halved attention under causal) × gbs_seqs·seq_len; {flops_n}",
-         f"Kaplan et al. 2020 Sec. 2.1 (6·N·T); {SC21} Sec. 5.1 (attention); docs/conventions.md",
-         ("flops_convention",)),
+         "(6·(N + D·N_mtp) + 3·(L + D)·2·seq_len·a·(d_qk + d_v), halved attention under causal) × gbs_seqs·seq_len; "
+         "{flops_n}; D = num_mtp_layers under mtp_in_model_flops (default), else 0; N_mtp = one MTP depth's "
+         "active block, projection, norms and the LM head matmul",
+         f"Kaplan et al. 2020 Sec. 2.1 (6·N·T); {SC21} Sec. 5.1 (attention); docs/conventions.md; Megatron-LM "
+         "megatron/training/training.py num_floating_point_operations (MTP layers, norms and proj, logits × (mtp + 1))",
+         ("flops_convention", "mtp_in_model_flops")),
     Term("tokens_per_s_per_gpu", "tokens_per_s_per_gpu", "rate", "tokens/s", "training throughput per GPU",
          "gbs_seqs·seq_len / (step_time_s·gpus)", "definition"),
     Term("model_tflops_per_gpu", "model_tflops_per_gpu", "rate", "TFLOP/s", "model FLOP rate per GPU",

@@ -164,6 +164,13 @@ def loss_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:
         ctx.cluster.gpu.hbm_bytes_per_s * ctx.efficiency.hbm_efficiency)
 
 
+def mtp_projection_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:
+    """Forward + backward of one MTP depth's projection M ∈ R^{h×2h} (DeepSeek-V3 Sec. 2.2, eq. 21):
+    3 × 2·tokens·2h·h/tp FLOPs at the GEMM efficiency of its size."""
+    flops = 2.0 * tokens * 2.0 * ctx.model.hidden_size**2 / b.tp
+    return (1 + BACKWARD_MATMUL_FACTOR) * flops / (ctx.cluster.gpu.peak_bf16_flops_per_s * gemm_efficiency(ctx, flops))
+
+
 def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
                layers: StageLayers | None = None) -> dict[str, np.ndarray]:
     """Every time term (seconds per step) and the step time."""
@@ -180,6 +187,8 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     head = 3.0 * 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp / (
         ctx.cluster.gpu.peak_bf16_flops_per_s * gemm_efficiency(ctx, 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp))
     head = head + loss_s(ctx, b, tokens)
+    if m.num_mtp_layers:  # each MTP depth: its own LM head and loss, and its 2h -> h projection
+        head = head * (1.0 + m.num_mtp_layers) + m.num_mtp_layers * mtp_projection_s(ctx, b, tokens)
     st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
     lc = _per_layer_comm_s(ctx, b, st)
     out: dict[str, np.ndarray] = {}

@@ -64,6 +64,8 @@ def ds_config(lay: Layout, launch: LaunchOptions, *, with_optimizer: bool, moe: 
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if lay.offload == "params":  # ZeRO-Infinity parameter offload (stage 3)
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    if lay.hsdp:  # ZeRO++ hierarchical partitioning: a secondary parameter partition over hsdp ranks
+        zero["zero_hpz_partition_size"] = lay.hsdp
     config: dict[str, object] = {
         "train_batch_size": lay.gbs_seqs,
         "train_micro_batch_size_per_gpu": lay.mbs,

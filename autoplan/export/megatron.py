@@ -13,6 +13,8 @@ ep, etp            --expert-model-parallel-size, --expert-tensor-parallel-size (
                    Megatron's default etp is tp)
 sp                 --sequence-parallel
 zero 1             --use-distributed-optimizer
+hsdp               --num-distributed-optimizer-instances dp·cp/hsdp (+ --outer-dp-sharding-strategy
+                   no_shard under zero 3: Megatron-FSDP HSDP)
 zero 3             Megatron-FSDP: --use-megatron-fsdp --data-parallel-sharding-strategy
                    optim_grads_params (+ the flags its docs require) and
                    --init-model-with-meta-device (each rank builds only its shard: a 70B at
@@ -115,6 +117,10 @@ def parallel_args(lay: Layout) -> Args:
         args += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", "optim_grads_params"),
                  ("--no-gradient-accumulation-fusion", None), ("--use-distributed-optimizer", None),
                  ("--ckpt-format", "fsdp_dtensor"), ("--init-model-with-meta-device", None)]
+    if lay.hsdp:  # hybrid sharding: G/hsdp optimizer instances; Megatron-FSDP replicates across them
+        args.append(("--num-distributed-optimizer-instances", lay.dp * lay.cp // lay.hsdp))
+        if lay.zero == 3:
+            args.append(("--outer-dp-sharding-strategy", "no_shard"))
     if matching_order(ORDERS, lay) == "--use-tp-pp-dp-mapping":  # the default order is tried first
         args.append(("--use-tp-pp-dp-mapping", None))
     return args

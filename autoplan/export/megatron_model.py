@@ -39,9 +39,11 @@ def model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
     args: Args = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
                   ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_attention_heads)]
     if lay.pp_split == "embed-loss":
-        args.append(("--pipeline-model-parallel-layout", embed_loss_layout(m.num_layers, lay.pp, lay.vpp)))
+        args.append(("--pipeline-model-parallel-layout",
+                     embed_loss_layout(m.num_layers, lay.pp, lay.vpp, m.num_mtp_layers)))
     elif m.num_layers % (lay.pp * lay.vpp):
-        args.append(("--pipeline-model-parallel-layout", pipeline_layout(m.num_layers, lay.pp, lay.vpp)))
+        args.append(("--pipeline-model-parallel-layout",
+                     pipeline_layout(m.num_layers, lay.pp, lay.vpp, m.num_mtp_layers)))
     elif lay.vpp > 1:
         args.append(("--num-layers-per-virtual-pipeline-stage", m.num_layers // (lay.pp * lay.vpp)))
     if m.num_kv_heads < m.num_attention_heads and m.mla is None:
@@ -49,28 +51,31 @@ def model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
     if m.mla is None and m.head_dim * m.num_attention_heads != m.hidden_size:
         args.append(("--kv-channels", m.head_dim))
     args.append(("--max-position-embeddings", max(m.max_position_embeddings, training.seq_len)))
+    if m.num_mtp_layers:  # multi-token prediction on the last stage (the cost model counts it there)
+        args.append(("--mtp-num-layers", m.num_mtp_layers))
     return args + architecture_args(m) + rope_args(m) + mla_args(m) + moe_args(m, lay, training)
 
 
-def pipeline_layout(num_layers: int, pp: int, vpp: int) -> str:
+def pipeline_layout(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> str:
     """Megatron's layout string for unequal stages, e.g. 'E(t*4|)*2t*3|t*3L' for 14 layers on 4
-    stages: stages split by '|', E the embedding, t a decoder layer, L the loss, 'x*n' and
+    stages: stages split by '|', E the embedding, t a decoder layer, m a multi-token-prediction
+    layer (``mtp`` of them before the loss, on the last stage), L the loss, 'x*n' and
     '(...)*n' repeat (``megatron/core/transformer/pipeline_parallel_layer_layout.py``,
     ``parse_str_to_list``, at core_v0.15.3); virtual stage k·pp + r runs on rank r."""
     *head, last = virtual_stage_layers(num_layers, pp, vpp)
     runs = [(count, len(list(group))) for count, group in itertools.groupby(head)]
     text = "".join(f"(t*{count}|)*{n}" if n > 1 else f"t*{count}|" for count, n in runs)
-    return f"E{text}t*{last}L"
+    return f"E{text}t*{last}{'m' * mtp}L"
 
 
-def embed_loss_layout(num_layers: int, pp: int, vpp: int) -> str:
+def embed_loss_layout(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> str:
     """The layout string of ``pp_split = embed-loss`` (the embedding and the loss count as one
     layer each, ``virtual_stage_layers(..., embed_loss=True)``), e.g. 'E|(t|)*126L' for Llama 3
     405B's 126 layers on pp 16 × vpp 8; same syntax as ``pipeline_layout``."""
     stages = [f"t*{n}" if n else "" for n in virtual_stage_layers(num_layers, pp, vpp, embed_loss=True)]
     runs = [(text, len(list(group))) for text, group in itertools.groupby(stages[1:-1])]
     middle = "".join(f"({text}|)*{n}" if n > 1 else f"{text}|" for text, n in runs)
-    return f"E{stages[0]}|{middle}{stages[-1]}L"
+    return f"E{stages[0]}|{middle}{stages[-1]}{'m' * mtp}L"
 
 
 def architecture_args(m: ModelSpec) -> Args:
@@ -176,7 +181,7 @@ def model_warnings(m: ModelSpec) -> list[str]:
     if m.position_embedding == "rope" and m.rope_theta != round(m.rope_theta):
         warnings.append(f"--rotary-base is an integer: rope_theta {m.rope_theta} is rounded")
     if m.num_mtp_layers:
-        warnings.append(f"the model has {m.num_mtp_layers} multi-token-prediction layer(s); autoplan's "
-                        "prediction does not count them, so --mtp-num-layers is not written (add it to "
-                        "train them, at the cost of about one more layer per MTP module)")
+        warnings.append(f"--mtp-num-layers {m.num_mtp_layers}: a --pipeline-model-parallel-layout, where one is "
+                        "written, places the MTP layer(s) as 'm' before the loss; Megatron versions whose layout "
+                        "parser predates 'm' refuse that layout")
     return warnings

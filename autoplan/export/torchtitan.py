@@ -125,11 +125,21 @@ TORCH_SCHEDULES = {"default": "1F1B", "1f1b": "1F1B", "interleaved": "Interleave
                    "zb-h1": "InterleavedZeroBubble", "zb-v": "ZBVZeroBubble", "dualpipev": "DualPipeV"}
 
 
+def hsdp_degrees(lay: Layout) -> dict[str, int]:
+    """FSDP2 HSDP (``Layout.hsdp``): the shard mesh dp_shard × cp holds hsdp ranks, the rest of
+    the dp·cp ranks replicate (torchtitan/distributed/parallel_dims.py); empty without it."""
+    if not lay.hsdp:
+        return {}
+    return {"data_parallel_replicate_degree": lay.dp * lay.cp // lay.hsdp,
+            "data_parallel_shard_degree": lay.hsdp // lay.cp}
+
+
 def parallelism(lay: Layout) -> dict[str, object]:
     """The ``parallelism`` section (field names shared by 0.2.2 and 0.3.0)."""
     values: dict[str, object] = {
         "data_parallel_replicate_degree": 1 if lay.zero == 3 else lay.dp,
         "data_parallel_shard_degree": lay.dp if lay.zero == 3 else 1,
+        **hsdp_degrees(lay),
         "tensor_parallel_degree": lay.tp, "enable_sequence_parallel": lay.sp,
         "pipeline_parallel_degree": lay.pp, "context_parallel_degree": lay.cp,
         "expert_parallel_degree": lay.ep}

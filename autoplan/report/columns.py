@@ -38,6 +38,8 @@ LAYOUT_COLUMNS = {
     "recompute_modules": ("code", "modules", "selective recompute of these modules, comma-separated "
                                              "(empty: the trainer's own; Megatron --recompute-modules)"),
     "offload_layers": ("count", "layers", "layers per stage whose activations go to host memory (0: none)"),
+    "hsdp": ("count", "ranks", "hybrid sharding: ZeRO shards the model states inside groups of this many ranks, "
+                              "replicated across groups (0: over the whole ZeRO group)"),
     "pp_schedule": ("code", "schedule", ("pipeline schedule: default (the trainer's own), 1f1b, interleaved, afab, "
                                          "zb-h1, zb-v, dualpipe, dualpipev (autoplan.cost.schedule)")),
     "pp_split": ("code", "split", ("layers on pipeline stages: balanced, or embed-loss (the embedding and the "

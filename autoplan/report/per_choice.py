@@ -14,7 +14,7 @@ import numpy as np
 
 from autoplan.layout import CODE_FIELDS
 
-STRATEGY_KNOBS = ("pp_schedule", "optimizer", "offload")
+STRATEGY_KNOBS = ("pp_schedule", "optimizer", "offload")  # hsdp is a degree: the table shows it
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from autoplan.rules import (
     capabilities,
     common,
     deepspeed,
+    hybrid,
     megatron,
     optimizers,
     recompute,
@@ -32,6 +33,7 @@ RULES: list[Rule] = [
     *common.RULES, *stages.RULES, *common.PIPELINE_RULES,
     *megatron.RULES, *torchtitan.RULES, *capabilities.RULES, *deepspeed.RULES, *recompute.RULES,
     *common.BATCH_RULES, *capabilities.PROFILE_RULES, *schedules.RULES, *optimizers.RULES,
+    *hybrid.RULES,
 ]
 REASON_CODES = ["ok"] + [rule.name for rule in RULES]
 REASON_MESSAGES = {rule.name: rule.invariant for rule in RULES}

@@ -16,7 +16,7 @@ from autoplan.space import INT_KNOBS, KNOBS, SearchSpace
 
 DEGREES = len(REASON_CODES)  # the code of a layout dropped because tp·pp·cp does not divide the GPUs
 NUM_CODES = DEGREES + 1
-TALLIED = tuple(k for k in INT_KNOBS if k not in ("zero", "recompute_layers", "offload_layers"))
+TALLIED = tuple(k for k in INT_KNOBS if k not in ("zero", "recompute_layers", "offload_layers", "hsdp"))
 
 
 def tally(space: SearchSpace, flat_index: np.ndarray, codes: np.ndarray,

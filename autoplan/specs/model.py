@@ -83,7 +83,7 @@ class ModelSpec:
     norm_eps: float = 1e-5
     bos_token_id: int | None = None  # None: the config gives none (the trainer's default is used)
     eos_token_id: int | None = None
-    num_mtp_layers: int = 0  # DeepSeek-V3 multi-token prediction modules (not counted by the cost model)
+    num_mtp_layers: int = 0  # multi-token-prediction depths (DeepSeek-V3 Sec. 2.2; autoplan.cost.mtp), on the last stage
     seq_len: int = 4096  # default training sequence length
     model_type: str = "llama"
     aliases: tuple[str, ...] = ()

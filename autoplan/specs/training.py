@@ -77,6 +77,9 @@ class TrainingSpec:
     gbs_seqs: int
     gbs_tolerance: float = DEFAULT_GBS_TOLERANCE
     flops_convention: str = "playbook"
+    # Multi-token-prediction modules in the model FLOPs (MFU): Megatron-LM counts them
+    # (training.py num_floating_point_operations); False leaves them to the hardware FLOPs only.
+    mtp_in_model_flops: bool = True
     attention_kernel: str = "flash"
     fp8_recipe: str = "tensorwise"
     fp8_param_gather: bool = False
@@ -107,7 +110,7 @@ class TrainingSpec:
         factor = self.moe_capacity_factor
         if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
             raise TrainingSpecError(f"moe_capacity_factor must be None (dropless) or > 0, got {shown(factor)}")
-        for name in ("fp8_param_gather", "grad_reduce_in_bf16", "shard_gradients"):
+        for name in ("fp8_param_gather", "grad_reduce_in_bf16", "shard_gradients", "mtp_in_model_flops"):
             if not isinstance(getattr(self, name), bool):
                 raise TrainingSpecError(f"{name} must be true or false, got {shown(getattr(self, name))}")
 

@@ -106,7 +106,7 @@ def test_export_of_a_plan_searched_with_uneven_stages(tmp_path):
 
 @pytest.mark.parametrize(("model", "gpus", "hardware", "gbs_tokens", "layout"), [
     # DeepSeek-V3 (61 layers) on PP16 as published (h800, 2048 GPUs): 61 = 13·4 + 3·3.
-    ("deepseek-v3", 2048, "h800", "16M", "E(t*4|)*13(t*3|)*2t*3L"),
+    ("deepseek-v3", 2048, "h800", "16M", "E(t*4|)*13(t*3|)*2t*3mL"),  # its MTP depth before the loss
     # Llama 3.1 405B (126 layers) on PP16 (Llama 3 paper, Table 4): 126 = 14·8 + 2·7.
     ("llama3.1-405b", 8192, "h100-sxm", "16M", "E(t*8|)*14t*7|t*7L"),
 ])

@@ -234,8 +234,8 @@ def test_recompute_and_offload_knobs_parse_and_round_trip():
     batch = LayoutBatch.from_layouts([layout])
     assert batch.recompute_modules[0] == 3.0 and batch.layout(0) == layout  # bits 0 and 1
     record = layout.to_record(training)
-    assert list(record)[-7:] == ["recompute_layers", "recompute_modules", "offload_layers", "pp_schedule", "pp_split",
-                                 "optimizer", "offload"]
+    assert list(record)[-8:] == ["recompute_layers", "recompute_modules", "offload_layers", "hsdp", "pp_schedule",
+                                 "pp_split", "optimizer", "offload"]
     full, _ = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "recompute": "full",
                                 "recompute_layers": 4, "offload_layers": 0})
     assert full.recompute_layers == 4 and "rc_layers=4" in full.describe()

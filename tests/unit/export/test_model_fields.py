@@ -52,13 +52,17 @@ def test_deepseek_routing_reaches_megatron():
     assert float(f["--moe-router-topk-scaling-factor"]) == 2.5
     assert "--moe-router-enable-expert-bias" in f and "--moe-router-pre-softmax" not in f
     assert f["--moe-router-load-balancing-type"] == "seq_aux_loss" and float(f["--moe-aux-loss-coeff"]) == 0.001
-    assert float(f["--rotary-scaling-factor"]) == 40.0 and "--mtp-num-layers" not in f
+    assert float(f["--rotary-scaling-factor"]) == 40.0
+    assert f["--mtp-num-layers"] == "1"  # num_nextn_predict_layers: 1 (model_db/deepseek-v3.yaml)
 
 
-def test_mtp_is_a_warning_not_a_flag():
+def test_mtp_is_a_flag_with_a_layout_warning():
+    """DeepSeek-V3's MTP depth is costed on the last stage and written as --mtp-num-layers; the
+    warning reminds that a hand-written pipeline layout must place it too."""
     values = {"gpus": 64, "pp": 8, "ep": 8, "zero": 1, "seq_len": 4096, "gbs_seqs": 64}
     result = render("megatron", load_model("deepseek-v3"), *plan_from_record(values))
-    assert any("multi-token-prediction" in w for w in result.warnings)
+    assert any("--mtp-num-layers 1" in w for w in result.warnings)
+    assert "--mtp-num-layers 1" in next(iter(result.files.values()))
 
 
 @pytest.mark.parametrize(("model", "pre_softmax"), [("mixtral-8x7b", False), ("qwen3-30b-a3b", False)])

@@ -104,6 +104,14 @@ def test_megatron_layout_string_holds_the_costed_split(num_layers, pp, vpp):
     assert [s.count("t") for s in stages] == virtual_stage_layers(num_layers, pp, vpp)
 
 
+def test_megatron_layout_places_mtp_before_the_loss():
+    """DeepSeek-V3 (61 layers, one MTP depth) on pp 16: the 'm' ends the last stage before 'L', after
+    every decoder layer (Megatron's validate_layer_layout), and the decoder split is unchanged."""
+    stages = megatron_layout_stages(pipeline_layout(61, 16, 1, mtp=1))
+    assert stages[-1].endswith("tmL") and "".join(stages).count("m") == 1
+    assert [s.count("t") for s in stages] == virtual_stage_layers(61, 16, 1)
+
+
 def from_megatron(files, model) -> dict:
     script = files["megatron_pretrain_gpt.sh"]
     f = flags(bash_words(script))

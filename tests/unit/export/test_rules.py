@@ -122,6 +122,12 @@ CASES = [
     ("offload_needs_zero", "deepspeed", "llama3-8b", lay(zero=0, offload="optimizer"), "offload=optimizer, zero=0"),
     ("offload_cpu_optimizer", "megatron", "llama3-8b", lay(optimizer="muon", offload="optimizer"),
      "optimizer=muon, offload=optimizer, megatron runs adamw, sgd on the CPU"),
+    # 8 GPUs: dp = 8 (ZeRO group 8); hsdp 3 does not divide it
+    ("hsdp_divides", "torchtitan", "llama3-8b", lay(zero=3, hsdp=3), "hsdp=3, ZeRO group 8"),
+    ("trainer_hsdp", "nanotron", "llama3-8b", lay(zero=1, hsdp=4),
+     "hsdp=4, zero=1, nanotron shards hybrid at: none"),
+    # dp = 8/2 = 4, ZeRO group dp·cp = 8: hsdp 2 divides it, but the shard mesh dp_shard × cp needs cp | hsdp
+    ("torchtitan_hsdp_cp", "torchtitan", "llama3-8b", lay(cp=4, zero=3, hsdp=2), "hsdp=2, cp=4"),
     ("fp8_hardware", "megatron", "llama3-8b", plan_from_record(
         {"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "precision": "fp8"}, hardware="a100-80gb"), "fp8"),
 ]

@@ -19,7 +19,7 @@ from torchtitan.models import llama3 as _llama3
 from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.trainer import Trainer
 
-PLAN = {'gpus': 64, 'dp': 8, 'tp': 2, 'pp': 1, 'vpp': 1, 'cp': 4, 'ep': 1, 'etp': 1, 'zero': 0, 'mbs': 1, 'grad_acc': 16, 'seq_len': 32768, 'gbs_seqs': 128, 'sp': True, 'recompute': 'full', 'precision': 'bf16', 'placement': 'tp-cp-dp-pp', 'recompute_layers': 0, 'recompute_modules': '', 'offload_layers': 0, 'pp_schedule': 'default', 'pp_split': 'balanced', 'optimizer': 'adamw', 'offload': 'none'}
+PLAN = {'gpus': 64, 'dp': 8, 'tp': 2, 'pp': 1, 'vpp': 1, 'cp': 4, 'ep': 1, 'etp': 1, 'zero': 0, 'mbs': 1, 'grad_acc': 16, 'seq_len': 32768, 'gbs_seqs': 128, 'sp': True, 'recompute': 'full', 'precision': 'bf16', 'placement': 'tp-cp-dp-pp', 'recompute_layers': 0, 'recompute_modules': '', 'offload_layers': 0, 'hsdp': 0, 'pp_schedule': 'default', 'pp_split': 'balanced', 'optimizer': 'adamw', 'offload': 'none'}
 
 
 def autoplan_config() -> Trainer.Config:

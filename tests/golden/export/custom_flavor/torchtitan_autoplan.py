@@ -40,7 +40,7 @@ def _autoplan_flavor(attn_backend: str, tp_gemm_backend: str = 'default'):
 
 _llama3.llama3_configs['autoplan'] = _autoplan_flavor
 
-PLAN = {'gpus': 16, 'dp': 8, 'tp': 2, 'pp': 1, 'vpp': 1, 'cp': 1, 'ep': 1, 'etp': 1, 'zero': 3, 'mbs': 1, 'grad_acc': 8, 'seq_len': 4096, 'gbs_seqs': 64, 'sp': True, 'recompute': 'selective', 'precision': 'bf16', 'placement': 'tp-cp-dp-pp', 'recompute_layers': 0, 'recompute_modules': '', 'offload_layers': 0, 'pp_schedule': 'default', 'pp_split': 'balanced', 'optimizer': 'adamw', 'offload': 'none'}
+PLAN = {'gpus': 16, 'dp': 8, 'tp': 2, 'pp': 1, 'vpp': 1, 'cp': 1, 'ep': 1, 'etp': 1, 'zero': 3, 'mbs': 1, 'grad_acc': 8, 'seq_len': 4096, 'gbs_seqs': 64, 'sp': True, 'recompute': 'selective', 'precision': 'bf16', 'placement': 'tp-cp-dp-pp', 'recompute_layers': 0, 'recompute_modules': '', 'offload_layers': 0, 'hsdp': 0, 'pp_schedule': 'default', 'pp_split': 'balanced', 'optimizer': 'adamw', 'offload': 'none'}
 
 
 def autoplan_config() -> Trainer.Config:

@@ -5,7 +5,7 @@
 # Batch: 256 sequences x 4096 tokens = 1048576 tokens per step (dp 16 x mbs 1 x grad_acc 16); precision bf16
 # Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..31> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh  (on each of the 32 node(s))
 # Note: NullTokenizer adds one EOD token: --vocab-size 129279 gives 129280 token ids; pass a real tokenizer for real data
-# WARNING: the model has 1 multi-token-prediction layer(s); autoplan's prediction does not count them, so --mtp-num-layers is not written (add it to train them, at the cost of about one more layer per MTP module)
+# WARNING: --mtp-num-layers 1: a --pipeline-model-parallel-layout, where one is written, places the MTP layer(s) as 'm' before the loss; Megatron versions whose layout parser predates 'm' refuse that layout
 set -euo pipefail
 MEGATRON_LM="${MEGATRON_LM:-.}"
 NPROC_PER_NODE=8
@@ -28,8 +28,9 @@ ARGS=(
     --hidden-size 7168
     --ffn-hidden-size 18432
     --num-attention-heads 128
-    --pipeline-model-parallel-layout 'E(t*2|)*29(t*1|)*2t*1L'
+    --pipeline-model-parallel-layout 'E(t*2|)*29(t*1|)*2t*1mL'
     --max-position-embeddings 163840
+    --mtp-num-layers 1
     --normalization RMSNorm
     --norm-epsilon 1e-06
     --position-embedding-type rope

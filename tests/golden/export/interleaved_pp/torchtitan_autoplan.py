@@ -18,7 +18,7 @@ from torchtitan.models import llama3 as _llama3
 from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.trainer import Trainer
 
-PLAN = {'gpus': 256, 'dp': 8, 'tp': 8, 'pp': 4, 'vpp': 5, 'cp': 1, 'ep': 1, 'etp': 1, 'zero': 0, 'mbs': 1, 'grad_acc': 128, 'seq_len': 8192, 'gbs_seqs': 1024, 'sp': True, 'recompute': 'full', 'precision': 'bf16', 'placement': 'tp-cp-dp-pp', 'recompute_layers': 0, 'recompute_modules': '', 'offload_layers': 0, 'pp_schedule': 'default', 'pp_split': 'balanced', 'optimizer': 'adamw', 'offload': 'none'}
+PLAN = {'gpus': 256, 'dp': 8, 'tp': 8, 'pp': 4, 'vpp': 5, 'cp': 1, 'ep': 1, 'etp': 1, 'zero': 0, 'mbs': 1, 'grad_acc': 128, 'seq_len': 8192, 'gbs_seqs': 1024, 'sp': True, 'recompute': 'full', 'precision': 'bf16', 'placement': 'tp-cp-dp-pp', 'recompute_layers': 0, 'recompute_modules': '', 'offload_layers': 0, 'hsdp': 0, 'pp_schedule': 'default', 'pp_split': 'balanced', 'optimizer': 'adamw', 'offload': 'none'}
 
 
 def autoplan_config() -> Trainer.Config:

@@ -19,7 +19,7 @@ from torchtitan.models import qwen3 as _qwen3
 from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.trainer import Trainer
 
-PLAN = {'gpus': 32, 'dp': 32, 'tp': 1, 'pp': 1, 'vpp': 1, 'cp': 1, 'ep': 8, 'etp': 1, 'zero': 3, 'mbs': 2, 'grad_acc': 4, 'seq_len': 4096, 'gbs_seqs': 256, 'sp': False, 'recompute': 'selective', 'precision': 'fp8', 'placement': 'tp-cp-dp-pp', 'recompute_layers': 0, 'recompute_modules': '', 'offload_layers': 0, 'pp_schedule': 'default', 'pp_split': 'balanced', 'optimizer': 'adamw', 'offload': 'none'}
+PLAN = {'gpus': 32, 'dp': 32, 'tp': 1, 'pp': 1, 'vpp': 1, 'cp': 1, 'ep': 8, 'etp': 1, 'zero': 3, 'mbs': 2, 'grad_acc': 4, 'seq_len': 4096, 'gbs_seqs': 256, 'sp': False, 'recompute': 'selective', 'precision': 'fp8', 'placement': 'tp-cp-dp-pp', 'recompute_layers': 0, 'recompute_modules': '', 'offload_layers': 0, 'hsdp': 0, 'pp_schedule': 'default', 'pp_split': 'balanced', 'optimizer': 'adamw', 'offload': 'none'}
 
 
 def autoplan_config() -> Trainer.Config:

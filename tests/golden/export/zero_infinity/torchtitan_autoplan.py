@@ -18,7 +18,7 @@ from torchtitan.models import llama3 as _llama3
 from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.trainer import Trainer
 
-PLAN = {'gpus': 16, 'dp': 16, 'tp': 1, 'pp': 1, 'vpp': 1, 'cp': 1, 'ep': 1, 'etp': 1, 'zero': 3, 'mbs': 4, 'grad_acc': 2, 'seq_len': 4096, 'gbs_seqs': 128, 'sp': False, 'recompute': 'none', 'precision': 'bf16', 'placement': 'tp-cp-dp-pp', 'recompute_layers': 0, 'recompute_modules': '', 'offload_layers': 0, 'pp_schedule': 'default', 'pp_split': 'balanced', 'optimizer': 'adamw', 'offload': 'params'}
+PLAN = {'gpus': 16, 'dp': 16, 'tp': 1, 'pp': 1, 'vpp': 1, 'cp': 1, 'ep': 1, 'etp': 1, 'zero': 3, 'mbs': 4, 'grad_acc': 2, 'seq_len': 4096, 'gbs_seqs': 128, 'sp': False, 'recompute': 'none', 'precision': 'bf16', 'placement': 'tp-cp-dp-pp', 'recompute_layers': 0, 'recompute_modules': '', 'offload_layers': 0, 'hsdp': 0, 'pp_schedule': 'default', 'pp_split': 'balanced', 'optimizer': 'adamw', 'offload': 'params'}
 
 
 def autoplan_config() -> Trainer.Config:
