@@ -11,7 +11,8 @@
 * ``memory-unit`` (fits): the playbook's "GB" read as GB and as GiB, memory parameters refitted.
 * ``time``: tokens/s MAPE per source and overall (the six sources with a MAPE target).
 * ``intervals``: per source, the share of held-out rows inside their error band (70-95%).
-* ``ranking``: Spearman and top-1 regret within each (model, nodes) cell of the sweep.
+* ``ranking``: Spearman, top-1 and best-of-top-3 regret within each (model, nodes) cell of the
+  sweep.
 * ``sweep-refit`` (fits): calibrate on a seeded 20% of the 8B sweep's ``ok`` runs as
   ``autoplan calibrate`` does (shrinkage, identifiability screen, and the guard of
   :mod:`autoplan.calibration.guard`) and compare held-out errors with the uncalibrated default
@@ -34,6 +35,7 @@ from autoplan.calibration.accuracy import (
     FIT_LOSS,
     FIT_PLAN,
     TIME_SOURCES,
+    TOP_K,
     Pair,
     abs_pct_errors,
     cell_rankings,
@@ -201,13 +203,17 @@ def ranking_figures(sources: Mapping[str, Source],
     for c in cells:
         out += [Figure("ranking", "spearman", c.cell, c.num_layouts, c.spearman, unit=""),
                 Figure("ranking", f"top-1 regret (picked {c.picked}, best {c.best})", c.cell, c.num_layouts,
-                       100.0 * c.regret)]
+                       100.0 * c.regret),
+                Figure("ranking", f"best-of-top-{TOP_K} regret", c.cell, c.num_layouts, 100.0 * c.regret_top3)]
     n = sum(c.num_layouts for c in cells)
     spearman = float(np.nanmean([c.spearman for c in cells]))
     regret = 100.0 * float(np.mean([c.regret for c in cells]))
-    out += [Figure("ranking", "spearman, mean over cells", "all", n, spearman, unit="", target=">= 0.75",
-                   met=spearman >= 0.75),
-            Figure("ranking", "top-1 regret, mean over cells", "all", n, regret, target="<= 5", met=regret <= 5.0)]
+    regret_top = 100.0 * float(np.mean([c.regret_top3 for c in cells]))
+    out += [Figure("ranking", "spearman, mean over cells", "all", n, spearman, unit="", target=">= 0.8",
+                   met=spearman >= 0.8),
+            Figure("ranking", "top-1 regret, mean over cells", "all", n, regret),
+            Figure("ranking", f"best-of-top-{TOP_K} regret, mean over cells", "all", n, regret_top,
+                   target="<= 5", met=regret_top <= 5.0)]
     # Sensitivity, not a target: without the runs measured at < 1/3 of the prediction (failed or
     # straggling jobs, TP x PP in nanotron).
     measured = np.array([r.tokens_per_s_per_gpu for r in rows])
@@ -217,7 +223,9 @@ def ranking_figures(sources: Mapping[str, Source],
     return out + [Figure("ranking", f"spearman, mean over cells, {label}", "all", int(keep.sum()),
                          float(np.nanmean([c.spearman for c in kept])), unit=""),
                   Figure("ranking", f"top-1 regret, mean over cells, {label}", "all", int(keep.sum()),
-                         100.0 * float(np.mean([c.regret for c in kept])))]
+                         100.0 * float(np.mean([c.regret for c in kept]))),
+                  Figure("ranking", f"best-of-top-{TOP_K} regret, mean over cells, {label}", "all",
+                         int(keep.sum()), 100.0 * float(np.mean([c.regret_top3 for c in kept])))]
 
 
 def sweep_refit_figures(seed: int = 0, shipped_fit_ids: set[str] | None = None) -> list[Figure]:

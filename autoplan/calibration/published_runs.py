@@ -147,7 +147,10 @@ def _bloom_row(line: int, r: dict[str, str]) -> Row:
     """BLOOM-176B on 384 A100 80GB (Megatron-DeepSpeed, TP4 PP12 DP8, BF16_Optimizer = ZeRO-1,
     full recompute, 1F1B) over 4 x 100 Gb/s Omni-Path per 8-GPU node (50 Gb/s per GPU). tokens/s
     per GPU is the file's (samples/s from the iteration log) or, where only TFLOP/s is given,
-    DERIVED with BigScience's convention 8·N·s·gbs/(time·gpus) (math/README.md)."""
+    DERIVED with BigScience's convention 8·N·s·gbs/(time·gpus) (math/README.md). bf16 with the
+    pipeline engine reduces the BF16_Optimizer's fp32 gradients (deepspeed/runtime/pipe/engine.py
+    ``_bf16_reduce_grads``: "the optimizer's FP32 grads"; tied weights' ``_hp_grad``): 4 bytes per
+    gradient element, not the deepspeed profile's bf16 ZeRO reduction."""
     tokens = number_or_nan(r["tokens_per_s_per_gpu"])
     derived = ""
     if not math.isfinite(tokens):
@@ -158,7 +161,7 @@ def _bloom_row(line: int, r: dict[str, str]) -> Row:
               "seq_len": 2048, "gbs_seqs": int(r["global_batch_seqs"]), "recompute": "full"}
     return Row(source="other_runs", row_id=f"other_runs:{line}", model=bloom_model(), hardware="a100-80gb",
                trainer="deepspeed", layout=layout, tokens_per_s_per_gpu=tokens, cell="BLOOM-176B",
-               derived=derived, nic_bytes_per_s=4 * 100e9 / 8 / 8)
+               derived=derived, nic_bytes_per_s=4 * 100e9 / 8 / 8, profile_overrides=(("grad_reduce_bytes", 4.0),))
 
 
 def load_other_runs() -> Source:

@@ -46,7 +46,7 @@ class Row:
     attention_kernel: str = "flash"  # 'eager' for the 2021-22 Megatron runs (softmax scores saved)
     # The run's own settings where it departs from its trainer profile (name, value), e.g.
     # Composer FSDP 'PURE' mixed precision reducing gradients in bf16: ("grad_reduce_bytes", 2).
-    profile_overrides: tuple[tuple[str, float], ...] = ()
+    profile_overrides: tuple[tuple[str, Any], ...] = ()  # (field, value), e.g. ("options", TrainerOptions)
     nic_bytes_per_s: float = 0.0  # the cluster's NIC bandwidth per GPU; 0 = the GPU preset's
     fp8_recipe: str = "tensorwise"  # the setup's FP8 recipe where the layout's precision is fp8
     # Which GPU's memory the source measured: "peak" (the heaviest pipeline stage, e.g. the max
@@ -90,7 +90,7 @@ class Source:
 
 @lru_cache(maxsize=None)
 def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, int, int],
-             attention_kernel: str = "flash", profile_overrides: tuple[tuple[str, float], ...] = (),
+             attention_kernel: str = "flash", profile_overrides: tuple[tuple[str, Any], ...] = (),
              nic_bytes_per_s: float = 0.0, fp8_recipe: str = "tensorwise") -> CostContext:
     gpu = load_gpu(hardware)
     profile = replace(load_profile(trainer), **dict(profile_overrides))

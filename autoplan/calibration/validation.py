@@ -22,10 +22,12 @@ import csv
 import math
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from autoplan.calibration.rows import Row, Source
 from autoplan.paths import data_dir
+from autoplan.profiles import load_profile
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
 from autoplan.units import GB, GiB
@@ -291,11 +293,18 @@ def _interleave(layers: int, pp: int) -> int:
 def load_megatron_core_h100() -> Source:
     """Megatron-Core r0.8.0 weak scaling on H100 (README table): GPT models, vocab 131072,
     seq 4096, untied embeddings (the 177B row's count needs an untied head). tokens/s per GPU is
-    DERIVED from the published TFLOP/s with the playbook convention. ASSUMED (not stated): bf16,
+    DERIVED from the published TFLOP/s with the playbook convention. The file's ``comm_overlap``
+    column states --overlap-grad-reduce, --overlap-param-gather and --tp-comm-overlap: each row
+    runs the megatron profile's options with those switched on. ASSUMED (not stated): bf16,
     no recompute, mbs 1, distributed optimizer (zero 1), SP with TP, vpp per ``_interleave``."""
     file = "megatron_core_h100_weak_scaling.csv"
     rows = []
+    base = load_profile("megatron").options
     for r in read_csv(file):
+        flags = r["comm_overlap"]
+        options = replace(base, tp_comm_overlap="--tp-comm-overlap" in flags,
+                          overlap_grad_reduce="--overlap-grad-reduce" in flags,
+                          overlap_param_gather="--overlap-param-gather" in flags)
         h, layers, heads = int(r["hidden_size"]), int(r["num_layers"]), int(r["attention_heads"])
         seq, vocab = int(r["seq_len"]), int(r["vocab_size"])
         model = gpt_model(f"gpt-mcore-{r['model']}", hidden=h, layers=layers, heads=heads, vocab=vocab,
@@ -309,7 +318,8 @@ def load_megatron_core_h100() -> Source:
                         hardware="h100-sxm", trainer="megatron", layout=layout,
                         tokens_per_s_per_gpu=tflops / playbook_flops_per_token(model, seq),
                         mfu=float(r["mfu_pct"]) / 100.0, cell=r["model"],
-                        derived="TFLOP/s / (6·N + 12·L·h·s), playbook convention"))
+                        derived="TFLOP/s / (6·N + 12·L·h·s), playbook convention",
+                        profile_overrides=(("options", options),)))
     return Source("megatron_core_h100", file, tuple(rows), notes="derived tokens/s; layout assumptions")
 
 

@@ -88,8 +88,15 @@ def p2p_s(ctx: CostContext, stride: np.ndarray, size: np.ndarray, num_bytes: np.
     inside = stride * size <= cl.scale_up_domain_size
     bw = np.where(inside, cl.gpu.scale_up_bytes_per_s * eff.scale_up_efficiency,
                   cl.nic_bytes_per_s * eff.scale_out_efficiency)
-    latency = np.where(inside, cl.gpu.scale_up_latency_s, cl.gpu.scale_out_latency_s)
-    return num_bytes / bw + latency
+    return num_bytes / bw + p2p_latency_s(ctx, stride, size)
+
+
+def p2p_latency_s(ctx: CostContext, stride: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Per-message latency of the slowest hop of a pipeline of ``size`` stages ``stride`` ranks
+    apart: the NIC's once the chain leaves the scale-up domain (the test of ``p2p_s``)."""
+    gpu = ctx.cluster.gpu
+    inside = stride * size <= ctx.cluster.scale_up_domain_size
+    return np.where(inside, gpu.scale_up_latency_s, gpu.scale_out_latency_s)
 
 
 def strides(placement: np.ndarray, tp: np.ndarray, cp: np.ndarray, dp: np.ndarray,

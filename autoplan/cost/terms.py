@@ -187,12 +187,15 @@ TIME_TERMS_DEFINED = [
           "= 3·2·tokens·V·h/tp / (peak_bf16_flops_per_s·η) + tokens·V/tp·loss_hbm_bytes_per_logit / "
           "(hbm_bytes_per_s·hbm_efficiency) (the memory-bound loss), × (1 + num_mtp_layers) + num_mtp_layers·3·2·tokens·2h·h/tp "
           "/ (peak_bf16_flops_per_s·η) with multi-token prediction (its blocks count among the last stage's layers, "
-          "cost.stages); the slowest of the first and last stage by compute + recompute",
+          "cost.stages); the slowest of the first and last stage by compute + recompute; + grad_acc × "
+          "P·grad_accumulation_bytes_per_param/(hbm_bytes_per_s·hbm_efficiency), the gradient accumulation after "
+          "each micro-batch's backward (P the stage's parameters per GPU)",
           f"{SC21} Sec. 5.1 (backward = 2 × forward); FlashAttention-2 (Dao 2023) Sec. 3; PyTorch "
           "cross_entropy (log_softmax + nll_loss) passes over the logits; autoplan/cost/fp8.py "
           "(DeepSeek-V3 report Sec. 3.3.2, Transformer Engine recipes); autoplan/cost/moe_time.py (Megatron-Core "
-          "--moe-grouped-gemm, MoEAlltoAllTokenDispatcher)",
-          (*GEMM, "loss_hbm_bytes_per_logit", "moe_layer_fixed_s", "fp8_recipe")),
+          "--moe-grouped-gemm, MoEAlltoAllTokenDispatcher); nanotron src/nanotron/optim/gradient_accumulator.py "
+          "(FP32GradientAccumulator._accumulate_grad)",
+          (*GEMM, "loss_hbm_bytes_per_logit", "moe_layer_fixed_s", "fp8_recipe", "grad_accumulation_bytes_per_param")),
     _time("recompute", "forward work recomputed in backward",
           "grad_acc × Σ_layers (f_mm·t_mm + f_att·t_att + f_ew·t_ew); {recompute_share}",
           f"{KORTHIKANTI} Sec. 5, Appendix A; Megatron-Core core_v0.15.3 transformer_block.py "
@@ -231,23 +234,29 @@ TIME_TERMS_DEFINED = [
           ("ep_overlap", "moe_a2a_overlap", "moe_token_dedup", "moe_fp8_dispatch", "BF16_BYTES", *LINKS)),
     _time("pp_exposed", "pipeline point-to-point sends not hidden",
           "grad_acc × (pp > 1) 2·chunks·(tokens·h·BF16_BYTES/h_div / bw + α) × (1 − pp_overlap), chunks = vpp "
-          "(2 under zb-v, dualpipev), 0 under dualpipe/dualpipev; bw, α of the "
+          "(2 under zb-v, dualpipev), 0 under dualpipe/dualpipev; with blocking sends (k = "
+          "pp_blocking_metadata_messages > 0) (tokens·h·BF16_BYTES/h_div / bw + α) + k·α instead; bw, α of the "
           "slowest hop (NIC once the pipeline leaves the scale-up domain)",
-          f"{SC21} Sec. 2.2; autoplan.cost.schedule (chunks_per_rank, hides_pipeline_and_expert_comm)",
-          ("pp_overlap", "BF16_BYTES", *LINKS)),
+          f"{SC21} Sec. 2.2; autoplan.cost.schedule (chunks_per_rank, hides_pipeline_and_expert_comm); nanotron "
+          "src/nanotron/parallel/pipeline_parallel/p2p.py (P2P._send_meta, _recv_meta)",
+          ("pp_overlap", "pp_blocking_metadata_messages", "BF16_BYTES", *LINKS)),
     _time("dp_exposed", "data-parallel gradient reduction and parameter gathers not hidden",
           "R − dp_overlap·min(R, B/(1 + B)·t_mc) + Gth − dp_overlap·min(Gth, "
-          "t_mc/(1 + B)) + F + grad_acc·max(0, Z3 − fsdp_overlap·t_mc); {dp_collectives}; P = the "
+          "t_mc/(1 + B)) + F + T + grad_acc·max(0, Z3 − fsdp_overlap·t_mc) (the R overlap 0 when pp > 1 and not "
+          "pp_overlaps_grad_reduce); T = (tied embeddings, pp > 1) V·h/tp·grad_reduce_bytes/bw + 2·α, the tied "
+          "embedding's gradient all-reduce between the first and last stage (bw, α of NVLink when the "
+          "pipeline fits in the scale-up domain, else of the NIC); {dp_collectives}; P = the "
           "parameters per GPU of the heavier of the first and last stage, its non-expert part over dp·cp, its "
           "expert part over the expert-data-parallel group; t_mc = compute + recompute of one micro-batch, "
           "B = BACKWARD_MATMUL_FACTOR (the backward share B/(1 + B) hides the gradient reduction, the forward "
           "share 1/(1 + B) the parameter gather)",
           f"PyTorch DDP gradient buckets; {ZERO}, Sec. 7 (2Ψ, 3Ψ per step); FSDP2 prefetch; NVIDIA/nccl "
           "src/graph/tuning.cc (ring and tree latency); DeepSpeed partitioned_param_coordinator.py "
-          "(stage3_max_reuse_distance)",
+          "(stage3_max_reuse_distance); Megatron-LM finalize_model_grads.py _allreduce_word_embedding_grads, "
+          "DeepSpeed pipe/schedule.py ReduceTiedGrads, nanotron tied_parameters.py sync_tied_weights_gradients",
           ("dp_overlap", "fsdp_overlap", "grad_reduce_bytes", "PARAM_GATHER_BYTES", "BACKWARD_MATMUL_FACTOR",
            "ZERO3_GATHERS_PER_MICROBATCH", "dp_bucket_params", "zero3_reuse_distance_params",
-           "zero3_pp_unsharded_bytes", *LINKS)),
+           "zero3_pp_unsharded_bytes", "pp_overlaps_grad_reduce", *LINKS)),
     _time("bubble", "pipeline fill and drain",
           "bubble(pp_schedule) × t_micro: 1f1b, afab (pp − 1); interleaved (pp − 1)/vpp; zb-h1 (pp − 1)(1 − 2w)/vpp; "
           "zb-v max(0, (pp − 1)(1 − 3w)/2); dualpipe (pp/2 − 1)(2 − f − 3w); dualpipev (pp − 1)(2 − f − 3w)/2; "

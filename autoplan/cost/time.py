@@ -41,6 +41,7 @@ from autoplan.cost.schedule import (
     resolved_schedule,
 )
 from autoplan.cost.stages import StageLayers, stage_layers
+from autoplan.cost.tied_embedding import tied_embedding_allreduce_s
 from autoplan.cost.tp_comm import tp_collective_s
 from autoplan.layout import LayoutBatch
 
@@ -154,6 +155,34 @@ def _layer_bytes(ctx: CostContext, b: LayoutBatch, n: np.ndarray, n_dense: np.nd
     return dense_share * dense + (1.0 - dense_share) * moe
 
 
+def pipeline_transfer_s(ctx: CostContext, stride: np.ndarray, size: np.ndarray,
+                        num_bytes: np.ndarray) -> np.ndarray:
+    """Exposed seconds of one pipeline send (activation forward or gradient back) of ``num_bytes``.
+
+    Asynchronous sends (Megatron's batched isend/irecv) hide ``pp_overlap`` of ``comm.p2p_s``.
+    A trainer whose sends block (``pp_blocking_metadata_messages`` k > 0: nanotron's ``P2P``,
+    src/nanotron/parallel/pipeline_parallel/p2p.py, sends each tensor's shape, stride and dtype
+    first in k = 2 blocking ``dist.send``/``dist.recv`` that the receiver reads back on the host,
+    one transfer at a time, ``state.py`` ``run_communication``) hides none of it and waits in
+    addition for its k metadata messages, one hop latency each: ``p2p_s + k·α``.
+    """
+    k = ctx.profile.pp_blocking_metadata_messages
+    exposed = 1.0 if k > 0 else 1.0 - ctx.efficiency.pp_overlap
+    return exposed * comm.p2p_s(ctx, stride, size, num_bytes) + k * comm.p2p_latency_s(ctx, stride, size)
+
+
+def grad_accumulation_s(ctx: CostContext, params_per_gpu: np.ndarray) -> np.ndarray:
+    """Memory-bound gradient accumulation after each micro-batch's backward: params ×
+    ``grad_accumulation_bytes_per_param`` / (HBM bandwidth·hbm_efficiency); 0 where the trainer
+    accumulates inside the weight-gradient GEMM (Megatron's gradient_accumulation_fusion) or
+    states nothing. nanotron's FP32GradientAccumulator adds each bf16 gradient into its fp32
+    buffer after every backward (src/nanotron/optim/gradient_accumulator.py ``_accumulate_grad``:
+    ``fp32_grad.add_(half_param.grad)``; on the sync step its all-reduce hook does the same add):
+    read 2 + read 4 + write 4 = 10 B per parameter."""
+    return params_per_gpu * ctx.profile.grad_accumulation_bytes_per_param / (
+        ctx.cluster.gpu.hbm_bytes_per_s * ctx.efficiency.hbm_efficiency)
+
+
 def loss_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:
     """Memory-bound cross-entropy over the vocabulary, forward and backward, on the last stage:
     tokens·V/tp logits × ``loss_hbm_bytes_per_logit`` / (HBM bandwidth·hbm_efficiency). The
@@ -220,10 +249,10 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     parts["ep"] = np.where(hidden, 0.0, parts["ep"])
     pp_bytes = tokens * m.hidden_size * BF16_BYTES / h_div
     pp_sends = 2.0 * chunks_per_rank(schedule, b.vpp)  # activation forward, its gradient back, per chunk
-    pp_send = np.where((b.pp > 1) & ~hidden, pp_sends * comm.p2p_s(ctx, st["pp"], b.pp, pp_bytes), 0.0) * (
-        1 - e.pp_overlap)
+    pp_send = np.where((b.pp > 1) & ~hidden, pp_sends * pipeline_transfer_s(ctx, st["pp"], b.pp, pp_bytes), 0.0)
     dp = dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"],
                    np.maximum(layers.first, layers.last))
+    parts["compute"] = parts["compute"] + grad_accumulation_s(ctx, stage_params["dense"] + stage_params["expert"])
     micro_compute = parts["compute"] + parts["recompute"]
     fetch = param_fetch_s(ctx, b, stage_params, np.maximum(layers.first, layers.last))  # 0 without offload
     zero3_exposed = np.maximum(0.0, dp["per_micro"] + fetch - e.fsdp_overlap * micro_compute)
@@ -231,12 +260,15 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     m_count = b.grad_acc
     bubble = bubble_micro_batches(schedule, b.pp, b.vpp, 1.0 / (1.0 + BACKWARD_MATMUL_FACTOR)) * t_micro
     # Gradient reduction hides behind the last micro-batch's backward; the parameter all-gather
-    # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step.
+    # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step; the
+    # tied embedding's gradient all-reduce (cost.tied_embedding) runs after both, exposed.
     backward_last = micro_compute * (BACKWARD_MATMUL_FACTOR / (1.0 + BACKWARD_MATMUL_FACTOR))
     forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR)
-    dp_exposed = (dp["grads"] - ov.grad_reduce * np.minimum(dp["grads"], backward_last)
+    # A pipeline engine that reduces after its schedule (pp_overlaps_grad_reduce false) hides nothing.
+    grad_overlap = np.where((b.pp > 1) & (not p.pp_overlaps_grad_reduce), 0.0, ov.grad_reduce)
+    dp_exposed = (dp["grads"] - grad_overlap * np.minimum(dp["grads"], backward_last)
                   + dp["gathers"] - ov.param_gather * np.minimum(dp["gathers"], forward_first)
-                  + dp["per_step_floor"])
+                  + dp["per_step_floor"] + tied_embedding_allreduce_s(ctx, b, st["pp"]))
     # The optimizer step (autoplan.cost.optimizer_step): on the GPU, or on the host under offload.
     opt = optimizer_step_s(ctx, b, st, stage_params, np.maximum(layers.first, layers.last), backward_last)
     optimizer = opt["optimizer"]

@@ -117,9 +117,12 @@ class Corrections:
         "Multiplies collective_overhead_s for layouts whose pipeline crosses the scale-up domain "
         "(pp > 1, pipeline neighbours on different nodes) and tp > 1. Stands in for the stalls of "
         "blocking pipeline point-to-point transfers across nodes that hold every TP rank of a stage "
-        "(nanotron src/nanotron/parallel/pipeline_parallel/p2p.py: each send first exchanges two "
-        "metadata tensors with blocking dist.send/recv read back on the host), which the model has "
-        "no term for. TP groups spread over nodes are modelled (cost/tp_comm.py), not this.",
+        "(nanotron src/nanotron/parallel/pipeline_parallel/p2p.py, state.py: each send first exchanges "
+        "two metadata tensors with blocking dist.send/recv read back on the host, one transfer at a "
+        "time, activation sends deferred to the next receive). Their latency and exposed data time are "
+        "modelled (cost.time.pipeline_transfer_s: microseconds per send); what stays is a stall of "
+        "milliseconds per TP collective that no modelled mechanism gives. TP groups spread over nodes "
+        "are modelled (cost/tp_comm.py), not this.",
         (1.0, 100.0), (1.0, 4.0), neutral=1.0, unit="ratio")
     memory_pressure_threshold: float = _correction(
         "Fraction of usable memory above which the caching allocator frees and retries "

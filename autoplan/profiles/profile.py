@@ -84,6 +84,17 @@ class TrainerProfile:
     # HBM bytes the loss moves per logit, forward and backward (autoplan.cost.time.loss_s); 0 =
     # not stated by the profile (the term is then left out).
     loss_hbm_bytes_per_logit: float = 0.0
+    # With pp > 1, whether the gradient reduction overlaps the last micro-batch's backward
+    # (Megatron's and torch's pipelines reduce buckets as the backward produces them); false for
+    # DeepSpeed's pipeline engine, whose TrainSchedule runs ReduceTiedGrads and ReduceGrads after
+    # the last BackwardPass (deepspeed/runtime/pipe/schedule.py).
+    pp_overlaps_grad_reduce: bool = True
+    # Blocking metadata messages before each pipeline send (0: asynchronous sends, pp_overlap
+    # applies); nanotron 2 (autoplan.cost.time.pipeline_transfer_s).
+    pp_blocking_metadata_messages: float = 0.0
+    # HBM bytes per parameter that accumulating one micro-batch's gradient moves outside the GEMMs
+    # (autoplan.cost.time.grad_accumulation_s); 0 = accumulated by the weight-gradient GEMM.
+    grad_accumulation_bytes_per_param: float = 0.0
     sources: tuple[str, ...] = ()
     parameters: dict[str, CalibratedParameters] = field(default_factory=dict)
     options: TrainerOptions = field(default_factory=TrainerOptions)  # see trainer_options.py
@@ -102,7 +113,9 @@ class TrainerProfile:
 
 _COEF_KEYS = [f.name for f in fields(ActivationCoefficients)]
 _PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
-_OPTIONAL_KEYS = ["dp_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit"]
+_OPTIONAL_KEYS = ["dp_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
+                  "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
+                  "grad_accumulation_bytes_per_param"]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:
