@@ -74,11 +74,11 @@ class CostTable:
 
 
 def heavier_stage_params(params: dict[str, tuple]) -> dict[str, np.ndarray]:
-    """Parameters per GPU of the heavier of the first and last stage (dense, expert)."""
-    first, last = params["first"], params["last"]
-    use_first = first[0] + first[1] >= last[0] + last[1]
-    return {"dense": np.where(use_first, first[0], last[0]),
-            "expert": np.where(use_first, first[1], last[1])}
+    """Parameters per GPU of the heaviest of the first, middle and last stage (dense, expert)."""
+    totals = [params[s][0] + params[s][1] for s in ("first", "middle", "last")]
+    pick = np.select([totals[0] >= np.maximum(totals[1], totals[2]), totals[1] >= totals[2]], [0, 1], 2)
+    return {"dense": np.choose(pick, [params[s][0] for s in ("first", "middle", "last")]),
+            "expert": np.choose(pick, [params[s][1] for s in ("first", "middle", "last")])}
 
 
 def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True,

@@ -1,4 +1,4 @@
-"""Per-GPU memory of a batch of layouts, for the first and the last pipeline stage.
+"""Per-GPU memory of a batch of layouts, for the first, a middle (rank 1) and the last pipeline stage.
 
 Terms (bytes per GPU), each a numpy array over layouts:
 
@@ -220,17 +220,18 @@ def selective_module_bytes(ctx: CostContext, b: LayoutBatch,
     return out[0], out[1]
 
 
-def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: bool,
+def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, stage: str,
                  acts: dict[str, tuple[np.ndarray, np.ndarray]],
                  params: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every memory term (bytes per GPU) of the first or the last stage.
+    """Every memory term (bytes per GPU) of the ``stage`` 'first' (rank 0), 'middle' (rank 1)
+    or 'last' (rank pp − 1) of ``StageLayers``.
 
     ``acts`` maps 'none'/'selective' to ``layer_activation_bytes``; ``params`` is the stage's
     (non-expert, expert) parameters per GPU.
     """
     p, c, m = ctx.profile, ctx.corrections, ctx.model
-    n_layers = layers.first if first else layers.last
-    n_dense = layers.first_dense if first else layers.last_dense
+    first = stage == "first"
+    n_layers, n_dense = getattr(layers, stage), getattr(layers, f"{stage}_dense")
     dense_params, expert_params = params
     terms = model_state_bytes(ctx, b, dense_params, expert_params)
     # Offload (Layout.offload) moves model states to the host: never more GPU bytes.
@@ -246,9 +247,9 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     full_share = full_recompute_share(b, n_layers)
     mean_full = full_share * full_input + (1.0 - full_share) * mean_none
     per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)
-    rank = np.zeros_like(b.pp) if first else b.pp - 1.0
+    rank = {"first": np.zeros_like(b.pp), "middle": np.ones_like(b.pp), "last": b.pp - 1.0}[stage]
     schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pp_schedule)
-    chunks = layers.first_chunks if first else layers.last_chunks
+    chunks = getattr(layers, f"{stage}_chunks")
     flying = in_flight_layers(chunks, b.pp, b.vpp, b.grad_acc, rank, schedule)
     # A correction (Corrections.pp_extra_layers_per_microbatch): extra layer-activations per
     # in-flight micro-batch of a pipelined stage.
@@ -271,7 +272,8 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, first: b
     logits = tokens * m.vocab_size / b.tp * p.logits_bytes_per_vocab
     # Each MTP depth computes its own vocab-sized logits and loss on the last stage (DeepSeek-V3 Sec. 2.2).
     mtp_logits = logits * (1.0 + m.num_mtp_layers) if m.num_mtp_layers else logits
-    terms["logits_and_loss"] = mtp_logits if not first else np.where(b.pp == 1, logits, 0.0)
+    terms["logits_and_loss"] = {"first": np.where(b.pp == 1, logits, 0.0), "middle": np.zeros_like(logits),
+                                "last": mtp_logits}[stage]
     one_layer_params = (dense_params + expert_params) / np.maximum(n_layers, 1.0)
     zero3 = np.where(b.zero >= 3, zero3_gathered_bytes(p, one_layer_params), 0.0)
     tp_buffer = np.where(b.tp > 1, tokens * m.hidden_size * BF16_BYTES, 0.0)
@@ -288,33 +290,40 @@ MEMORY_TERMS = ("weights", "gradients", "master_weights", "optimizer_states", "a
 
 
 def stage_param_counts(ctx: CostContext, b: LayoutBatch, layers: StageLayers) -> dict[str, tuple]:
-    """(non-expert, expert) parameters per GPU of the first and the last stage, times the
-    schedule's copies (``schedule.parameter_copies``: 2 under DualPipe)."""
+    """(non-expert, expert) parameters per GPU of the first, the middle and the last stage,
+    times the schedule's copies (``schedule.parameter_copies``: 2 under DualPipe)."""
     copies = parameter_copies(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule))
-    first = params_on_stage(ctx, b, layers.first_dense, layers.first_moe, True)
-    last = params_on_stage(ctx, b, layers.last_dense, layers.last_moe, False)
-    return {"first": (copies * first[0], copies * first[1]), "last": (copies * last[0], copies * last[1])}
+    out = {}
+    for stage, ends in (("first", True), ("middle", None), ("last", False)):
+        dense, expert = params_on_stage(ctx, b, getattr(layers, f"{stage}_dense"), getattr(layers, f"{stage}_moe"), ends)
+        out[stage] = (copies * dense, copies * expert)
+    return out
 
 
 def memory_table(ctx: CostContext, b: LayoutBatch, layers: StageLayers | None = None,
                  params: dict[str, tuple] | None = None) -> dict[str, np.ndarray]:
-    """Per-stage terms, totals, the peak over stages and which stage holds it."""
+    """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
+    stage's terms are 0 where pp < 3 (there is no interior rank)."""
     layers = layers if layers is not None else stage_layers(ctx.model, b.pp, b.vpp, b.pp_split)
     params = params if params is not None else stage_param_counts(ctx, b, layers)
     acts = {mode: layer_activation_bytes(ctx, b, mode) for mode in ("none", "selective")}
     acts["selective"] = selective_module_bytes(ctx, b, acts)
     out: dict[str, np.ndarray] = {}
     totals, host = {}, {}
-    for stage_name, first in (("first", True), ("last", False)):
-        terms = stage_memory(ctx, b, layers, first, acts, params[stage_name])
+    interior = b.pp >= 3
+    for stage_name in ("first", "middle", "last"):
+        terms = stage_memory(ctx, b, layers, stage_name, acts, params[stage_name])
+        if stage_name == "middle":
+            terms = {name: np.where(interior, value, 0.0) for name, value in terms.items()}
         for name in MEMORY_TERMS:
             out[f"mem_{stage_name}_{name}_bytes"] = terms[name]
         totals[stage_name] = sum(terms[name] for name in MEMORY_TERMS)
         out[f"mem_{stage_name}_total_bytes"] = totals[stage_name]
         host[stage_name] = terms["host"]
-    out["peak_memory_bytes"] = np.maximum(totals["first"], totals["last"])
-    out["host_memory_bytes"] = np.maximum(host["first"], host["last"])
-    out["peak_stage"] = np.where(totals["first"] >= totals["last"], 0.0, b.pp - 1.0)
+    out["peak_memory_bytes"] = np.maximum(np.maximum(totals["first"], totals["middle"]), totals["last"])
+    out["host_memory_bytes"] = np.maximum(np.maximum(host["first"], host["middle"]), host["last"])
+    out["peak_stage"] = np.select([totals["first"] >= np.maximum(totals["middle"], totals["last"]),
+                                   totals["middle"] >= totals["last"]], [0.0, 1.0], b.pp - 1.0)
     out["layers_first_stage"] = layers.first
     out["layers_last_stage"] = layers.last
     return out

@@ -24,8 +24,10 @@ FP8_WEIGHT_ELEMENT_BYTES = {"tensorwise": 1.0, "delayed": 1.0, "blockwise": 1.0 
 
 
 def params_on_stage(ctx: CostContext, b: LayoutBatch, dense_layers: np.ndarray,
-                     moe_layers: np.ndarray, first: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(non-expert, expert) parameters held by one GPU of a stage (element counts)."""
+                     moe_layers: np.ndarray, first: bool | None) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) parameters held by one GPU of a stage (element counts): ``first``
+    True for the first stage (with the embedding), False for the last (with the head), None for
+    an interior stage (its layers only)."""
     pc = ctx.params
     per_dense = pc.attention_per_layer / b.tp + pc.norm_per_layer + pc.dense_mlp_per_layer / b.tp
     per_moe_dense_part = (pc.attention_per_layer / b.tp + pc.norm_per_layer + pc.router_per_layer
@@ -36,6 +38,8 @@ def params_on_stage(ctx: CostContext, b: LayoutBatch, dense_layers: np.ndarray,
     single = b.pp == 1
     embedding = pc.embedding / b.tp
     head = pc.final_norm + np.where((b.pp > 1) & (pc.lm_head == 0), pc.lm_head_matmul, pc.lm_head) / b.tp
+    if first is None:
+        return dense, expert
     if first:
         dense = dense + embedding + np.where(single, head, 0.0)
     else:  # the last stage also holds the MTP projections and norms (its blocks are in the layer counts)

@@ -17,10 +17,15 @@ from autoplan.specs.model import ModelSpec
 
 @dataclass(frozen=True)
 class StageLayers:
-    """Layer counts on the first and last stage; dense vs MoE split (DeepSeek-V3's dense-first).
+    """Layer counts on the first, a middle and the last stage; dense vs MoE split (DeepSeek-V3's
+    dense-first).
 
-    ``first_chunks`` / ``last_chunks`` are (max vpp, layouts): the layers of each model chunk
-    (virtual stage) of the first and the last rank, 0 past a layout's vpp.
+    ``first_chunks`` / ``middle_chunks`` / ``last_chunks`` are (max vpp, layouts): the layers of
+    each model chunk (virtual stage) of rank 0, rank 1 and rank pp − 1, 0 past a layout's vpp.
+    The middle stage (rank 1, only where pp >= 3; 0 layers otherwise) stands for the interior
+    ranks: it holds no embedding and no head, and the most layers and in-flight micro-batches of
+    them, so it is where the peak lands when the ends hold fewer layers (Llama 3's embed-loss
+    split) or fewer MoE layers (DeepSeek-V3's three dense layers on the first stage).
     """
 
     first: np.ndarray
@@ -29,6 +34,9 @@ class StageLayers:
     last_dense: np.ndarray
     first_chunks: np.ndarray
     last_chunks: np.ndarray
+    middle: np.ndarray
+    middle_dense: np.ndarray
+    middle_chunks: np.ndarray
 
     @property
     def first_moe(self) -> np.ndarray:
@@ -37,6 +45,15 @@ class StageLayers:
     @property
     def last_moe(self) -> np.ndarray:
         return self.last - self.last_dense
+
+    @property
+    def middle_moe(self) -> np.ndarray:
+        return self.middle - self.middle_dense
+
+    @property
+    def most(self) -> np.ndarray:
+        """Layers of the rank that holds the most."""
+        return np.maximum(np.maximum(self.first, self.middle), self.last)
 
 
 def rank_chunk_layers(num_layers: int, pp: np.ndarray, vpp: np.ndarray, embed_loss: np.ndarray,
@@ -67,8 +84,8 @@ def rank_chunk_layers(num_layers: int, pp: np.ndarray, vpp: np.ndarray, embed_lo
 
 def stage_layers(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray | None = None,
                  pp_split: np.ndarray | None = None) -> StageLayers:
-    """Layers on the first and the last rank, from ``rank_chunk_layers`` (``pp_split`` code 1 =
-    embed-loss). Trainers require L divisible by pp·vpp unless uneven stages are configured
+    """Layers on the first, the middle (rank 1) and the last rank, from ``rank_chunk_layers``
+    (``pp_split`` code 1 = embed-loss). Trainers require L divisible by pp·vpp unless uneven stages are configured
     (legal by default where the trainer can run them, ``autoplan.rules.stages``); a balanced
     uneven split puts ceil(L/pp) on the first rank and floor(L/pp) on the last, the split the
     exporters write (``virtual_stage_layers``). With pp = 1 the one stage is both first and last.
@@ -85,8 +102,14 @@ def stage_layers(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray | None = None
     last_dense = np.clip(num_dense - (num_layers - last), 0.0, last)
     if model.num_mtp_layers:
         last_chunks, last, last_dense = _with_mtp(model, vpp, last_chunks, last, last_dense)
+    # Rank 1 follows rank 0's first chunk in model order: the dense layers left after that chunk
+    # fall on its first chunk (an approximation when they fill more than that chunk).
+    middle_chunks = np.where(pp >= 3, rank_chunk_layers(model.num_layers, pp, vpp, embed_loss, np.ones_like(pp)), 0.0)
+    middle = middle_chunks.sum(axis=0)
+    middle_dense = np.clip(num_dense - first_chunks[0], 0.0, middle_chunks[0])
     return StageLayers(first=first, last=last, first_dense=first_dense, last_dense=last_dense,
-                       first_chunks=first_chunks, last_chunks=last_chunks)
+                       first_chunks=first_chunks, last_chunks=last_chunks, middle=middle,
+                       middle_dense=middle_dense, middle_chunks=middle_chunks)
 
 
 def _with_mtp(model: ModelSpec, vpp: np.ndarray, last_chunks: np.ndarray, last: np.ndarray,

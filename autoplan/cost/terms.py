@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KINDS = ("memory", "time", "rate", "ratio", "count", "flag", "code")
-STAGES = ("first", "last")
+STAGES = ("first", "middle", "last")  # rank 0, rank 1 (pp >= 3, else 0), rank pp − 1
 STEP_TIME = "step_time_s"
 
 ZERO = "ZeRO (Rajbhandari et al. 2020) Sec. 3, Fig. 1"
@@ -137,8 +137,8 @@ MEMORY_TOTALS = [
     *[Term(f"mem_{s}_total_bytes", "total", "memory", "bytes", "memory per GPU of the stage",
            "sum of the stage's memory terms", "autoplan/cost/memory.py", stage=s) for s in STAGES],
     Term("peak_memory_bytes", "peak_memory", "memory", "bytes", "peak memory per GPU over the pipeline stages",
-         "max(mem_first_total_bytes, mem_last_total_bytes)", "autoplan/cost/stages.py (the peak is on the first "
-         "or the last stage)"),
+         "max(mem_first_total_bytes, mem_middle_total_bytes, mem_last_total_bytes)", "autoplan/cost/stages.py (the "
+         "peak is on the first, an interior or the last stage)"),
     Term("peak_memory_gib", "peak_memory", "memory", "GiB", "peak memory per GPU in GiB",
          "peak_memory_bytes / 2^30", "units.GiB"),
     Term("memory_headroom_gib", "memory_headroom", "memory", "GiB", "usable memory left at the peak",
@@ -153,7 +153,8 @@ MEMORY_TOTALS = [
          "host_memory_bytes ≤ host_memory_bytes (of the GPU)", "hardware_db/gpus/*.yaml (host_memory)",
          ("host_memory_bytes",)),
     Term("peak_stage", "peak_stage", "code", "stage rank", "pipeline rank that holds the peak",
-         "0 if mem_first_total_bytes ≥ mem_last_total_bytes else pp − 1", "autoplan/cost/memory.py"),
+         "0, 1 or pp − 1: the first of the first, middle and last stage with the largest total",
+         "autoplan/cost/memory.py"),
     Term("layers_first_stage", "layers_first_stage", "count", "layers", "transformer layers on the first stage",
          "ceil(L/pp) (L when pp = 1)", "Megatron uneven stages (--decoder-first-pipeline-num-layers)"),
     Term("layers_last_stage", "layers_last_stage", "count", "layers", "transformer layers on the last stage",

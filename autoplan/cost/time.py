@@ -223,6 +223,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     out: dict[str, np.ndarray] = {}
     stage_time = {}
     for name, n, n_dense, extra in (("first", layers.first, layers.first_dense, 0.0),
+                                    ("middle", layers.middle, layers.middle_dense, 0.0),
                                     ("last", layers.last, layers.last_dense, head)):
         n_moe = n - n_dense
         compute = n_dense * dense_c + n_moe * moe_c + extra
@@ -239,9 +240,12 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
         stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload)
     # The slowest stage by work (compute + recompute) sets the pace; choosing by work keeps
     # compute + recompute monotone in the recompute mode.
+    # The middle stage (rank 1, 0 layers where pp < 3) is the busiest interior rank: more layers
+    # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
     work = {k: stage_time[k]["compute"] + stage_time[k]["recompute"] for k in stage_time}
-    slowest_first = work["first"] >= work["last"]
-    parts = {k: np.where(slowest_first, stage_time["first"][k], stage_time["last"][k])
+    pick = np.select([work["first"] >= np.maximum(work["middle"], work["last"]), work["middle"] >= work["last"]],
+                     [0, 1], 2)
+    parts = {k: np.choose(pick, [stage_time["first"][k], stage_time["middle"][k], stage_time["last"][k]])
              for k in stage_time["first"]}
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pp_schedule)
@@ -251,10 +255,10 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     pp_sends = 2.0 * chunks_per_rank(schedule, b.vpp)  # activation forward, its gradient back, per chunk
     pp_send = np.where((b.pp > 1) & ~hidden, pp_sends * pipeline_transfer_s(ctx, st["pp"], b.pp, pp_bytes), 0.0)
     dp = dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"],
-                   np.maximum(layers.first, layers.last))
+                   layers.most)
     parts["compute"] = parts["compute"] + grad_accumulation_s(ctx, stage_params["dense"] + stage_params["expert"])
     micro_compute = parts["compute"] + parts["recompute"]
-    fetch = param_fetch_s(ctx, b, stage_params, np.maximum(layers.first, layers.last))  # 0 without offload
+    fetch = param_fetch_s(ctx, b, stage_params, layers.most)  # 0 without offload
     zero3_exposed = np.maximum(0.0, dp["per_micro"] + fetch - e.fsdp_overlap * micro_compute)
     t_micro = micro_compute + parts["tp"] + parts["cp"] + parts["ep"] + parts["offload"] + pp_send + zero3_exposed
     m_count = b.grad_acc
@@ -270,7 +274,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
                   + dp["gathers"] - ov.param_gather * np.minimum(dp["gathers"], forward_first)
                   + dp["per_step_floor"] + tied_embedding_allreduce_s(ctx, b, st["pp"]))
     # The optimizer step (autoplan.cost.optimizer_step): on the GPU, or on the host under offload.
-    opt = optimizer_step_s(ctx, b, st, stage_params, np.maximum(layers.first, layers.last), backward_last)
+    opt = optimizer_step_s(ctx, b, st, stage_params, layers.most, backward_last)
     optimizer = opt["optimizer"]
     step = (m_count * t_micro + bubble + dp_exposed + optimizer + opt["muon"] + opt["offload"]
             + ctx.corrections.step_overhead_s)

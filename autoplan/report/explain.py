@@ -44,7 +44,8 @@ def explain_terms(ctx: CostContext, table: CostTable, i: int) -> list[dict[str, 
     The memory rows of a stage add up to its total, the time rows to the step time. Under
     offload a last row (stage 'host') gives the model states held in host memory per GPU.
     """
-    rows = [_row(ctx, table, i, t) for stage in STAGES for t in memory_terms(stage)]
+    stages = [s for s in STAGES if s != "middle" or table.batch.pp[i] >= 3]  # rank 1 is interior from pp 3
+    rows = [_row(ctx, table, i, t) for stage in stages for t in memory_terms(stage)]
     rows += [_row(ctx, table, i, t) for t in time_terms()]
     if table.batch.layout(i).offload != "none":
         rows.append({**_row(ctx, table, i, term("host_memory_bytes")), "stage": "host"})

@@ -62,7 +62,7 @@ def _memory_bars(frame_top) -> list[tuple[str, dict[str, float]]]:
     """(label, GiB per term) for the first and last stage of each plan; one bar when pp = 1."""
     bars = []
     for rank, (_, row) in enumerate(frame_top.head(MAX_PLANS).iterrows(), start=1):
-        stages = ("first", "last")
+        stages = ("first", "middle", "last") if int(row["pp"]) >= 3 else ("first", "last")
         if int(row["pp"]) == 1:  # one stage: show the heavier of the two costed views
             heavier = row["mem_first_total_bytes"] >= row["mem_last_total_bytes"]
             stages = ("first",) if heavier else ("last",)

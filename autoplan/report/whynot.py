@@ -34,7 +34,8 @@ def why_not(ctx: CostContext, batch: LayoutBatch, table: CostTable, i: int = 0, 
         return (f"out of host memory: {table['host_memory_bytes'][i] / GiB:.1f} GiB of offloaded model states "
                 f"per GPU over the {ctx.cluster.gpu.host_memory_bytes / GiB:.1f} GiB of host memory per GPU; "
                 "try --offload optimizer or none, or more GPUs")
-    stage = "first" if table["peak_stage"][i] == 0 else "last"
+    peak_rank = table["peak_stage"][i]
+    stage = "first" if peak_rank == 0 else ("middle" if peak_rank == 1 and batch.pp[i] >= 3 else "last")
     biggest = max(MEMORY_TERMS, key=lambda t: table[f"mem_{stage}_{t}_bytes"][i])
     over = -table["memory_headroom_gib"][i]
     fix = nearest_fitting_change(ctx, batch.layout(i), allow_uneven=allow_uneven)
