@@ -1,4 +1,4 @@
-"""Per-GPU memory of a batch of layouts, for the first, a middle (rank 1) and the last pipeline stage.
+"""Per-GPU memory of a batch of layouts, for the first, a middle (interior) and the last pipeline stage.
 
 Terms (bytes per GPU), each a numpy array over layouts:
 
@@ -223,7 +223,7 @@ def selective_module_bytes(ctx: CostContext, b: LayoutBatch,
 def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, stage: str,
                  acts: dict[str, tuple[np.ndarray, np.ndarray]],
                  params: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every memory term (bytes per GPU) of the ``stage`` 'first' (rank 0), 'middle' (rank 1)
+    """Every memory term (bytes per GPU) of the ``stage`` 'first' (rank 0), 'middle' (``middle_rank``)
     or 'last' (rank pp − 1) of ``StageLayers``.
 
     ``acts`` maps 'none'/'selective' to ``layer_activation_bytes``; ``params`` is the stage's
@@ -247,7 +247,7 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, stage: s
     full_share = full_recompute_share(b, n_layers)
     mean_full = full_share * full_input + (1.0 - full_share) * mean_none
     per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)
-    rank = {"first": np.zeros_like(b.pp), "middle": np.ones_like(b.pp), "last": b.pp - 1.0}[stage]
+    rank = {"first": np.zeros_like(b.pp), "middle": layers.middle_rank, "last": b.pp - 1.0}[stage]
     schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pp_schedule)
     chunks = getattr(layers, f"{stage}_chunks")
     flying = in_flight_layers(chunks, b.pp, b.vpp, b.grad_acc, rank, schedule)
@@ -323,7 +323,7 @@ def memory_table(ctx: CostContext, b: LayoutBatch, layers: StageLayers | None = 
     out["peak_memory_bytes"] = np.maximum(np.maximum(totals["first"], totals["middle"]), totals["last"])
     out["host_memory_bytes"] = np.maximum(np.maximum(host["first"], host["middle"]), host["last"])
     out["peak_stage"] = np.select([totals["first"] >= np.maximum(totals["middle"], totals["last"]),
-                                   totals["middle"] >= totals["last"]], [0.0, 1.0], b.pp - 1.0)
+                                   totals["middle"] >= totals["last"]], [0.0, layers.middle_rank], b.pp - 1.0)
     out["layers_first_stage"] = layers.first
     out["layers_last_stage"] = layers.last
     return out

@@ -21,11 +21,12 @@ class StageLayers:
     dense-first).
 
     ``first_chunks`` / ``middle_chunks`` / ``last_chunks`` are (max vpp, layouts): the layers of
-    each model chunk (virtual stage) of rank 0, rank 1 and rank pp − 1, 0 past a layout's vpp.
-    The middle stage (rank 1, only where pp >= 3; 0 layers otherwise) stands for the interior
-    ranks: it holds no embedding and no head, and the most layers and in-flight micro-batches of
-    them, so it is where the peak lands when the ends hold fewer layers (Llama 3's embed-loss
-    split) or fewer MoE layers (DeepSeek-V3's three dense layers on the first stage).
+    each model chunk (virtual stage) of rank 0, ``middle_rank`` and rank pp − 1, 0 past a
+    layout's vpp. The middle stage (only where pp >= 3; 0 layers otherwise) stands for the
+    interior ranks: no embedding and no head, and of the interior ranks the most MoE layers, then
+    the most layers and in-flight micro-batches (rank 1 unless dense layers spill past rank 0,
+    ``_middle_rank``), so it is where the peak lands when the ends hold fewer layers (Llama 3's
+    embed-loss split) or fewer MoE layers (DeepSeek-V3's three dense layers on the first stage).
     """
 
     first: np.ndarray
@@ -37,6 +38,7 @@ class StageLayers:
     middle: np.ndarray
     middle_dense: np.ndarray
     middle_chunks: np.ndarray
+    middle_rank: np.ndarray
 
     @property
     def first_moe(self) -> np.ndarray:
@@ -84,7 +86,7 @@ def rank_chunk_layers(num_layers: int, pp: np.ndarray, vpp: np.ndarray, embed_lo
 
 def stage_layers(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray | None = None,
                  pp_split: np.ndarray | None = None) -> StageLayers:
-    """Layers on the first, the middle (rank 1) and the last rank, from ``rank_chunk_layers``
+    """Layers on the first, the middle (``_middle_rank``) and the last rank, from ``rank_chunk_layers``
     (``pp_split`` code 1 = embed-loss). Trainers require L divisible by pp·vpp unless uneven stages are configured
     (legal by default where the trainer can run them, ``autoplan.rules.stages``); a balanced
     uneven split puts ceil(L/pp) on the first rank and floor(L/pp) on the last, the split the
@@ -102,14 +104,45 @@ def stage_layers(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray | None = None
     last_dense = np.clip(num_dense - (num_layers - last), 0.0, last)
     if model.num_mtp_layers:
         last_chunks, last, last_dense = _with_mtp(model, vpp, last_chunks, last, last_dense)
-    # Rank 1 follows rank 0's first chunk in model order: the dense layers left after that chunk
-    # fall on its first chunk (an approximation when they fill more than that chunk).
-    middle_chunks = np.where(pp >= 3, rank_chunk_layers(model.num_layers, pp, vpp, embed_loss, np.ones_like(pp)), 0.0)
+    middle_rank = _middle_rank(num_layers, num_dense, pp, vpp, embed_loss)
+    middle_chunks = np.where(pp >= 3, rank_chunk_layers(model.num_layers, pp, vpp, embed_loss, middle_rank), 0.0)
     middle = middle_chunks.sum(axis=0)
-    middle_dense = np.clip(num_dense - first_chunks[0], 0.0, middle_chunks[0])
+    # The dense layers left after the ranks before it (with vpp > 1: after rank 0's first chunk,
+    # on the middle rank's first chunk, an approximation when they fill more than that chunk).
+    ends = np.where(embed_loss & (pp > 1), 1.0, 0.0)
+    before = np.where(vpp > 1, first_chunks[0], _layers_before(num_layers, pp, ends, middle_rank))
+    middle_dense = np.clip(num_dense - before, 0.0, middle_chunks[0])
     return StageLayers(first=first, last=last, first_dense=first_dense, last_dense=last_dense,
                        first_chunks=first_chunks, last_chunks=last_chunks, middle=middle,
-                       middle_dense=middle_dense, middle_chunks=middle_chunks)
+                       middle_dense=middle_dense, middle_chunks=middle_chunks, middle_rank=middle_rank)
+
+
+def _layers_before(num_layers: float, pp: np.ndarray, ends: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Transformer layers on ranks 0 .. rank − 1 of a one-chunk-per-rank split (``rank_chunk_layers``
+    with vpp = 1): rank·base + min(rank, extra) units, less the embedding's unit."""
+    units = num_layers + 2.0 * ends
+    base = np.floor(units / pp)
+    return rank * base + np.minimum(rank, units - base * pp) - ends * (rank > 0)
+
+
+def _middle_rank(num_layers: float, num_dense: float, pp: np.ndarray, vpp: np.ndarray,
+                 embed_loss: np.ndarray) -> np.ndarray:
+    """The interior rank that stands for the middle stage: the first rank past the dense layers
+    (the most MoE layers of the interior ranks, the most in flight of those), rank 1 when the
+    first rank holds every dense layer, with vpp > 1 (interleaved chunks), or for a model without
+    dense-first layers; at most pp − 2. With one chunk per rank, rank r holds base + (r < extra)
+    units, so the layers before r reach the dense count D at r = ceil((D + e)/(base + 1)) while
+    r <= extra, else at ceil((D + e − extra)/base) (e = 1 under the embed-loss split)."""
+    ends = np.where(embed_loss & (pp > 1), 1.0, 0.0)
+    units = num_layers + 2.0 * ends
+    base = np.floor(units / pp)
+    extra = units - base * pp
+    with np.errstate(divide="ignore", invalid="ignore"):
+        early = np.ceil((num_dense + ends) / (base + 1.0))
+        late = np.where(base > 0, np.ceil((num_dense + ends - extra) / base), 1.0)
+    rank = np.where(early <= extra, early, late)
+    rank = np.where((vpp > 1) | (num_dense <= 0) | (num_dense >= num_layers), 1.0, rank)
+    return np.clip(rank, 1.0, np.maximum(pp - 2.0, 1.0))
 
 
 def _with_mtp(model: ModelSpec, vpp: np.ndarray, last_chunks: np.ndarray, last: np.ndarray,

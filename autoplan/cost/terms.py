@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KINDS = ("memory", "time", "rate", "ratio", "count", "flag", "code")
-STAGES = ("first", "middle", "last")  # rank 0, rank 1 (pp >= 3, else 0), rank pp − 1
+STAGES = ("first", "middle", "last")  # rank 0, an interior rank (pp >= 3, else 0), rank pp − 1
 STEP_TIME = "step_time_s"
 
 ZERO = "ZeRO (Rajbhandari et al. 2020) Sec. 3, Fig. 1"
@@ -153,7 +153,7 @@ MEMORY_TOTALS = [
          "host_memory_bytes ≤ host_memory_bytes (of the GPU)", "hardware_db/gpus/*.yaml (host_memory)",
          ("host_memory_bytes",)),
     Term("peak_stage", "peak_stage", "code", "stage rank", "pipeline rank that holds the peak",
-         "0, 1 or pp − 1: the first of the first, middle and last stage with the largest total",
+         "0, the middle rank or pp − 1: the first of the first, middle and last stage with the largest total",
          "autoplan/cost/memory.py"),
     Term("layers_first_stage", "layers_first_stage", "count", "layers", "transformer layers on the first stage",
          "ceil(L/pp) (L when pp = 1)", "Megatron uneven stages (--decoder-first-pipeline-num-layers)"),

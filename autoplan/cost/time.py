@@ -240,7 +240,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
         stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload)
     # The slowest stage by work (compute + recompute) sets the pace; choosing by work keeps
     # compute + recompute monotone in the recompute mode.
-    # The middle stage (rank 1, 0 layers where pp < 3) is the busiest interior rank: more layers
+    # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
     # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
     work = {k: stage_time[k]["compute"] + stage_time[k]["recompute"] for k in stage_time}
     pick = np.select([work["first"] >= np.maximum(work["middle"], work["last"]), work["middle"] >= work["last"]],

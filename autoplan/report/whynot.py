@@ -35,7 +35,7 @@ def why_not(ctx: CostContext, batch: LayoutBatch, table: CostTable, i: int = 0, 
                 f"per GPU over the {ctx.cluster.gpu.host_memory_bytes / GiB:.1f} GiB of host memory per GPU; "
                 "try --offload optimizer or none, or more GPUs")
     peak_rank = table["peak_stage"][i]
-    stage = "first" if peak_rank == 0 else ("middle" if peak_rank == 1 and batch.pp[i] >= 3 else "last")
+    stage = "first" if peak_rank == 0 else ("last" if peak_rank == batch.pp[i] - 1 else "middle")
     biggest = max(MEMORY_TERMS, key=lambda t: table[f"mem_{stage}_{t}_bytes"][i])
     over = -table["memory_headroom_gib"][i]
     fix = nearest_fitting_change(ctx, batch.layout(i), allow_uneven=allow_uneven)

@@ -27,6 +27,15 @@ def test_deepseek_v3_middle_stage_is_all_moe():
     assert (layers.middle[0], layers.middle_dense[0], layers.middle_moe[0]) == (4, 0, 4)
 
 
+def test_dense_layers_past_rank_0_move_the_middle_to_the_first_all_moe_rank():
+    """DeepSeek-V3 on pp 32: 61 = 32·1 + 29, ranks 0-28 hold 2 layers. The 3 dense layers fill
+    rank 0 and one of rank 1's two, so rank 2 (2 MoE layers) stands for the interior."""
+    layers = stage_layers(load_model("deepseek-v3"), one(32), one(1))
+    assert layers.middle_rank[0] == 2
+    assert (layers.middle[0], layers.middle_dense[0]) == (2, 0)
+    assert stage_layers(load_model("deepseek-v3"), one(16), one(1)).middle_rank[0] == 1
+
+
 def test_embed_loss_split_leaves_the_middle_a_layer_more():
     """126 layers + embedding + loss on pp 16 (Llama 3 405B): 128 units, 8 per rank; the ends
     give one unit each to the embedding and the loss (7 layers), the middle keeps 8."""
