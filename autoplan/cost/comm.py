@@ -84,11 +84,16 @@ def p2p_s(ctx: CostContext, stride: np.ndarray, size: np.ndarray, num_bytes: np.
     The chain of ``size`` stages is as slow as its slowest hop: if it spans more than one
     scale-up domain, at least one hop crosses the NIC.
     """
+    return num_bytes / p2p_bus_bytes_per_s(ctx, stride, size) + p2p_latency_s(ctx, stride, size)
+
+
+def p2p_bus_bytes_per_s(ctx: CostContext, stride: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Bandwidth of the slowest hop of a pipeline of ``size`` stages ``stride`` ranks apart: the
+    scale-up links while the chain stays in one domain, else the NIC (the test of ``p2p_s``)."""
     cl, eff = ctx.cluster, ctx.efficiency
     inside = stride * size <= cl.scale_up_domain_size
-    bw = np.where(inside, cl.gpu.scale_up_bytes_per_s * eff.scale_up_efficiency,
-                  cl.nic_bytes_per_s * eff.scale_out_efficiency)
-    return num_bytes / bw + p2p_latency_s(ctx, stride, size)
+    return np.where(inside, cl.gpu.scale_up_bytes_per_s * eff.scale_up_efficiency,
+                    cl.nic_bytes_per_s * eff.scale_out_efficiency)
 
 
 def p2p_latency_s(ctx: CostContext, stride: np.ndarray, size: np.ndarray) -> np.ndarray:

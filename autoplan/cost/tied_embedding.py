@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost import comm
 from autoplan.cost.context import CostContext
 from autoplan.layout import LayoutBatch
 
@@ -37,11 +38,9 @@ def tied_embedding_allreduce_s(ctx: CostContext, b: LayoutBatch, pp_stride: np.n
     t = V·h/tp·grad_reduce_bytes / busbw + 2·α, busbw and α of the scale-up links when
     pp·pp_stride fits in the scale-up domain, else of the NIC (module doc).
     """
-    cl, eff, m = ctx.cluster, ctx.efficiency, ctx.model
-    inside = pp_stride * b.pp <= cl.scale_up_domain_size
-    bus = np.where(inside, cl.gpu.scale_up_bytes_per_s * eff.scale_up_efficiency,
-                   cl.nic_bytes_per_s * eff.scale_out_efficiency)
-    latency = np.where(inside, cl.gpu.scale_up_latency_s, cl.gpu.scale_out_latency_s)
+    m = ctx.model
+    bus = comm.p2p_bus_bytes_per_s(ctx, pp_stride, b.pp)
+    latency = comm.p2p_latency_s(ctx, pp_stride, b.pp)
     grad_bytes = m.vocab_size * m.hidden_size / b.tp * ctx.profile.grad_reduce_bytes
     applies = (b.pp > 1) & bool(m.tied_embeddings)
     return np.where(applies, grad_bytes / bus + 2.0 * latency, 0.0)
