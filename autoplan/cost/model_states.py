@@ -68,11 +68,25 @@ def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.
     return dp_group, np.maximum(dp_group * b.tp / (b.ep * b.etp), 1.0)
 
 
+def owned_split(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,
+                expert_params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) parameters whose optimizer state one GPU holds (and updates):
+    ZeRO >= 1 shards them."""
+    dp_group, expert_group = zero_shard_groups(ctx, b)
+    return dense_params / shard_divisor(b.zero, 1, dp_group), expert_params / shard_divisor(b.zero, 1, expert_group)
+
+
 def owned_params(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,
                  expert_params: np.ndarray) -> np.ndarray:
-    """Parameters whose optimizer state one GPU holds (and updates): ZeRO >= 1 shards them."""
-    dp_group, expert_group = zero_shard_groups(ctx, b)
-    return dense_params / shard_divisor(b.zero, 1, dp_group) + expert_params / shard_divisor(b.zero, 1, expert_group)
+    """Parameters whose optimizer state one GPU holds (and updates), both kinds together."""
+    dense, expert = owned_split(ctx, b, dense_params, expert_params)
+    return dense + expert
+
+
+def weighted(dense: np.ndarray, expert: np.ndarray, per_dense: np.ndarray, per_expert: np.ndarray) -> np.ndarray:
+    """dense·per_dense + expert·per_expert, written (dense + expert)·per when both rates agree
+    (the form the AdamW-only model always used, so its predictions stay bit-identical)."""
+    return np.where(per_dense == per_expert, (dense + expert) * per_dense, dense * per_dense + expert * per_expert)
 
 
 def weight_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
@@ -134,10 +148,8 @@ def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray
                                  + expert_params / shard_divisor(b.zero, stage, expert_group))
     # The optimizer's state (autoplan.cost.optimizer), per non-expert and expert parameter.
     dense_state, expert_state = state_bytes_per_param(ctx, b)
-    dense_owned, expert_owned = dense_params / shard_divisor(b.zero, 1, dp_group), expert_params / shard_divisor(
-        b.zero, 1, expert_group)
-    out["optimizer_states"] = np.where(dense_state == expert_state, dense_state * (dense_owned + expert_owned),
-                                       dense_state * dense_owned + expert_state * expert_owned)
+    dense_owned, expert_owned = owned_split(ctx, b, dense_params, expert_params)
+    out["optimizer_states"] = weighted(dense_owned, expert_owned, dense_state, expert_state)
     if b.hsdp.any():  # DeepSpeed ZeRO++ hpZ: a secondary bf16 partition over the hpZ group
         out["weights"] = out["weights"] + hybrid_shard.secondary_weight_bytes(
             b.hsdp, b.zero, dense_params + expert_params, p.name)

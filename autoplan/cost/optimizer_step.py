@@ -2,7 +2,7 @@
 Newton–Schulz iterations and its gradient gather.
 
 The step updates the parameters this GPU owns: ZeRO >= 1 shards them like the optimizer states
-(``model_states.owned_params``, the memory model's groups), of the heavier of the first and last
+(``model_states.owned_split``, the memory model's groups), of the heavier of the first and last
 stage. On the GPU it is memory-bound: owned parameters × ``optimizer.step_bytes_per_param`` /
 (hbm_bytes_per_s · hbm_efficiency); under offload the host runs it (``offload.offload_step_s``).
 """
@@ -13,17 +13,11 @@ import numpy as np
 
 from autoplan.cost import comm
 from autoplan.cost.context import CostContext
-from autoplan.cost.model_states import shard_divisor, zero_shard_groups
+from autoplan.cost.model_states import owned_split, weighted
 from autoplan.cost.offload import CODE as OFFLOAD
 from autoplan.cost.offload import offload_step_s
 from autoplan.cost.optimizer import muon_gather_bytes, muon_work, state_bytes_per_param, step_bytes_per_param
 from autoplan.layout import LayoutBatch
-
-
-def _weighted(dense: np.ndarray, expert: np.ndarray, per_dense: np.ndarray, per_expert: np.ndarray) -> np.ndarray:
-    """dense·per_dense + expert·per_expert, written (dense + expert)·per when both rates agree
-    (the form the AdamW-only model always used, so its predictions stay bit-identical)."""
-    return np.where(per_dense == per_expert, (dense + expert) * per_dense, dense * per_dense + expert * per_expert)
 
 
 def muon_time_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: dict[str, np.ndarray],
@@ -51,16 +45,15 @@ def optimizer_step_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: d
                      n_layers: np.ndarray, backward_last_s: np.ndarray) -> dict[str, np.ndarray]:
     """{'optimizer': the update on the GPU (0 when offloaded), 'muon': Newton–Schulz and its
     gather, 'offload': the host step with its transfers} in seconds per step."""
-    dense_group, expert_group = zero_shard_groups(ctx, b)
-    owned = (stage_params["dense"] / shard_divisor(b.zero, 1, dense_group),
-             stage_params["expert"] / shard_divisor(b.zero, 1, expert_group))
+    owned = owned_split(ctx, b, stage_params["dense"], stage_params["expert"])
     dense_state, expert_state = state_bytes_per_param(ctx, b)
     on_host = b.offload >= OFFLOAD["optimizer"]
     per_dense = step_bytes_per_param(ctx.profile, dense_state, on_host)
     per_expert = step_bytes_per_param(ctx.profile, expert_state, on_host)
     hbm = ctx.cluster.gpu.hbm_bytes_per_s * ctx.efficiency.hbm_efficiency
-    gpu = _weighted(owned[0], owned[1], per_dense, per_expert) / hbm
-    host_bytes_per_param = _weighted(owned[0], owned[1], per_dense, per_expert) / np.maximum(owned[0] + owned[1], 1.0)
+    step_bytes = weighted(owned[0], owned[1], per_dense, per_expert)
+    gpu = step_bytes / hbm
+    host_bytes_per_param = step_bytes / np.maximum(owned[0] + owned[1], 1.0)
     offload = offload_step_s(ctx, b, owned[0] + owned[1], host_bytes_per_param, backward_last_s)
     return {"optimizer": np.where(on_host, 0.0, gpu), "muon": muon_time_s(ctx, b, st, stage_params, owned, n_layers),
             "offload": offload}
