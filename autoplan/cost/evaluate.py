@@ -10,7 +10,7 @@ import numpy as np
 from autoplan.cost.context import CostContext
 from autoplan.cost.flops import hardware_flops_per_token, model_flops_per_token
 from autoplan.cost.memory import memory_table, stage_param_counts
-from autoplan.cost.stages import stage_layers
+from autoplan.cost.stages import heaviest_stage, stage_layers
 from autoplan.cost.time import time_table
 from autoplan.layout import CODE_FIELDS, RECORD_FIELDS, LayoutBatch
 from autoplan.recompute_modules import modules_texts
@@ -75,8 +75,7 @@ class CostTable:
 
 def heavier_stage_params(params: dict[str, tuple]) -> dict[str, np.ndarray]:
     """Parameters per GPU of the heaviest of the first, middle and last stage (dense, expert)."""
-    totals = [params[s][0] + params[s][1] for s in ("first", "middle", "last")]
-    pick = np.select([totals[0] >= np.maximum(totals[1], totals[2]), totals[1] >= totals[2]], [0, 1], 2)
+    pick = heaviest_stage(*(params[s][0] + params[s][1] for s in ("first", "middle", "last")))
     return {"dense": np.choose(pick, [params[s][0] for s in ("first", "middle", "last")]),
             "expert": np.choose(pick, [params[s][1] for s in ("first", "middle", "last")])}
 

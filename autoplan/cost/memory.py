@@ -36,7 +36,7 @@ from autoplan.cost.recompute import (
     offloaded_share,
 )
 from autoplan.cost.schedule import in_flight_layers, parameter_copies, resolved_schedule
-from autoplan.cost.stages import StageLayers, stage_layers
+from autoplan.cost.stages import StageLayers, heaviest_stage, stage_layers
 from autoplan.layout import LayoutBatch
 from autoplan.profiles import ActivationCoefficients
 from autoplan.recompute_modules import module_bit
@@ -322,8 +322,8 @@ def memory_table(ctx: CostContext, b: LayoutBatch, layers: StageLayers | None = 
         host[stage_name] = terms["host"]
     out["peak_memory_bytes"] = np.maximum(np.maximum(totals["first"], totals["middle"]), totals["last"])
     out["host_memory_bytes"] = np.maximum(np.maximum(host["first"], host["middle"]), host["last"])
-    out["peak_stage"] = np.select([totals["first"] >= np.maximum(totals["middle"], totals["last"]),
-                                   totals["middle"] >= totals["last"]], [0.0, layers.middle_rank], b.pp - 1.0)
+    out["peak_stage"] = np.choose(heaviest_stage(totals["first"], totals["middle"], totals["last"]),
+                                  [0.0, layers.middle_rank, b.pp - 1.0])
     out["layers_first_stage"] = layers.first
     out["layers_last_stage"] = layers.last
     return out

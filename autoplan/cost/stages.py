@@ -1,9 +1,10 @@
 """How layers and in-flight micro-batches fall on pipeline stages (vectorised over layouts).
 
-Two stages are costed for every layout: the *first* (embedding, the most micro-batches in
-flight) and the *last* (final norm, LM head, logits and loss). Middle stages hold fewer
-in-flight micro-batches than the first and no head, so the peak is at one of these two.
-What is in flight under each schedule is ``autoplan.cost.schedule``.
+Three stages are costed for every layout: the *first* (embedding, the most micro-batches in
+flight), a *middle* one standing for the interior ranks (``StageLayers``; none where pp < 3)
+and the *last* (final norm, LM head, logits and loss); the peak and the pace are the heaviest
+of the three (``heaviest_stage``). What is in flight under each schedule is
+``autoplan.cost.schedule``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ class StageLayers:
     def most(self) -> np.ndarray:
         """Layers of the rank that holds the most."""
         return np.maximum(np.maximum(self.first, self.middle), self.last)
+
+
+def heaviest_stage(first: np.ndarray, middle: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """0, 1 or 2 where the first, the middle or the last stage weighs the most (ties to the
+    earlier), for ``np.choose`` over the three stages' values."""
+    return np.select([first >= np.maximum(middle, last), middle >= last], [0, 1], 2)
 
 
 def rank_chunk_layers(num_layers: int, pp: np.ndarray, vpp: np.ndarray, embed_loss: np.ndarray,

@@ -40,7 +40,7 @@ from autoplan.cost.schedule import (
     hides_pipeline_and_expert_comm,
     resolved_schedule,
 )
-from autoplan.cost.stages import StageLayers, stage_layers
+from autoplan.cost.stages import StageLayers, heaviest_stage, stage_layers
 from autoplan.cost.tied_embedding import tied_embedding_allreduce_s
 from autoplan.cost.tp_comm import tp_collective_s
 from autoplan.layout import LayoutBatch
@@ -243,8 +243,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
     # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
     work = {k: stage_time[k]["compute"] + stage_time[k]["recompute"] for k in stage_time}
-    pick = np.select([work["first"] >= np.maximum(work["middle"], work["last"]), work["middle"] >= work["last"]],
-                     [0, 1], 2)
+    pick = heaviest_stage(work["first"], work["middle"], work["last"])
     parts = {k: np.choose(pick, [stage_time["first"][k], stage_time["middle"][k], stage_time["last"][k]])
              for k in stage_time["first"]}
     h_div = np.where(b.sp > 0, b.tp, 1.0)
