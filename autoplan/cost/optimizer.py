@@ -24,12 +24,16 @@ first and last stages, which hold the embedding and head, err by their share).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from autoplan.cost import optimizer_shapes as shapes
 from autoplan.cost.context import CostContext
+from autoplan.cost.params import count_params
 from autoplan.layout import OPTIMIZERS, LayoutBatch
 from autoplan.profiles import TrainerProfile
+from autoplan.specs.model import ModelSpec
 
 CODE = {name: float(i) for i, name in enumerate(OPTIMIZERS)}
 FP32_BYTES = 4.0
@@ -39,10 +43,11 @@ ONE_MOMENTUM_BYTES = FP32_BYTES  # sgd, lion, muon's matrices
 NEWTON_SCHULZ_ITERATIONS = 5  # Muon's ns_steps (Jordan et al. 2024; Megatron --muon-num-ns-steps 5)
 
 
-def _model_shares(ctx: CostContext) -> dict[str, float]:
+@lru_cache(maxsize=256)
+def _model_shares(m: ModelSpec) -> dict[str, float]:
     """Per non-expert and expert parameter: Adafactor's factored elements, Muon's matrix share
-    and Newton–Schulz FLOPs (of the full, unsharded matrices)."""
-    m, pc, s = ctx.model, ctx.params, shapes.matrix_shapes(ctx.model)
+    and Newton–Schulz FLOPs (of the full, unsharded matrices). Read-only (cached per model)."""
+    pc, s = count_params(m), shapes.matrix_shapes(m)
     vec = shapes.vector_params(m)
     n_dense, n_moe = pc.num_dense_layers, pc.num_moe_layers
     non_expert = float(pc.total - n_moe * pc.expert_per_layer)
@@ -66,7 +71,7 @@ def state_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray,
     adam = ctx.profile.optimizer_bytes
     if not b.optimizer.any():  # every layout on AdamW: the profile's bytes, as before
         return np.full_like(b.tp, adam), np.full_like(b.tp, adam)
-    share = _model_shares(ctx)
+    share = _model_shares(ctx.model)
     muon_dense = share["muon_matrix_share"] * ONE_MOMENTUM_BYTES + (1.0 - share["muon_matrix_share"]) * adam
     out = []
     for adafactor, muon in ((share["adafactor_dense"], muon_dense), (share["adafactor_expert"], ONE_MOMENTUM_BYTES)):
@@ -100,7 +105,7 @@ def muon_work(ctx: CostContext, b: LayoutBatch, updated_dense: np.ndarray,
     """
     if not (b.optimizer == CODE["muon"]).any():
         return np.zeros_like(b.tp)
-    share = _model_shares(ctx)
+    share = _model_shares(ctx.model)
     flops = (updated_dense * b.tp * share["ns_flops_dense"] + updated_expert * b.etp * share["ns_flops_expert"])
     return np.where(b.optimizer == CODE["muon"], flops, 0.0)
 
@@ -114,6 +119,6 @@ def muon_gather_bytes(ctx: CostContext, b: LayoutBatch, stage_dense: np.ndarray,
     muon = (b.optimizer == CODE["muon"]) & (b.zero >= 1)
     if not muon.any():
         return np.zeros_like(b.tp), np.zeros_like(b.tp)
-    share = _model_shares(ctx)["muon_matrix_share"]
+    share = _model_shares(ctx.model)["muon_matrix_share"]
     grad = ctx.profile.grad_reduce_bytes
     return (np.where(muon, stage_dense * share * grad, 0.0), np.where(muon, stage_expert * grad, 0.0))
