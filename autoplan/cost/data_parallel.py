@@ -37,6 +37,7 @@ import numpy as np
 
 from autoplan.cost import comm, hybrid_shard
 from autoplan.cost.context import CostContext
+from autoplan.cost.model_states import expert_group
 from autoplan.cost.recompute import full_recompute_share
 from autoplan.layout import LayoutBatch
 
@@ -73,7 +74,7 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     gathers = gathers_dense = comm.dp_all_gather_s(ctx, link, gather_bytes, count)
     all_reduce = comm.dp_all_reduce_s(ctx, link, grad_bytes, buckets)
     if ctx.model.moe is not None:  # expert parameters reduce over the expert-data-parallel group
-        edp = np.maximum(shard * b.tp / (b.ep * b.etp), 1.0)
+        edp = expert_group(b, shard)
         elink = comm.group_link(ctx, edp, b.ep * b.etp)
         has = expert_params > 0  # no latency for an empty collective
         ebuckets = np.maximum(1.0, np.ceil(expert_params / p.dp_bucket_params))
@@ -110,7 +111,7 @@ def hybrid_comm_s(ctx: CostContext, b: LayoutBatch, stride: np.ndarray, shard: n
     p, group = ctx.profile, b.dp * b.cp
     on = b.hsdp > 0
     dense, expert = params
-    expert_shard = np.maximum(shard * b.tp / (b.ep * b.etp), 1.0)
+    expert_shard = expert_group(b, shard)
     replicas = comm.group_link(ctx, group / shard, stride * shard)
     shard_bytes = (dense / shard + expert / expert_shard) * p.grad_reduce_bytes
     all_reduce = np.where(on, comm.dp_all_reduce_s(ctx, replicas, shard_bytes, buckets), 0.0)

@@ -53,6 +53,12 @@ def shard_divisor(zero: np.ndarray, stage: int, group: np.ndarray) -> np.ndarray
     return np.where(zero >= stage, group, 1.0)
 
 
+def expert_group(b: LayoutBatch, group: np.ndarray) -> np.ndarray:
+    """The expert-data-parallel group that goes with a data-parallel group of ``group`` ranks:
+    group·tp/(ep·etp), at least 1 (Megatron-Core's expert grid)."""
+    return np.maximum(group * b.tp / (b.ep * b.etp), 1.0)
+
+
 def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
     """(non-expert, expert) group sizes that ZeRO shards model states over.
 
@@ -65,7 +71,7 @@ def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.
     """
     dp_group = b.dp * (b.cp if ctx.profile.zero_shards_over_cp else 1.0)
     dp_group = hybrid_shard.shard_group(b.hsdp, dp_group, ctx.profile.name)
-    return dp_group, np.maximum(dp_group * b.tp / (b.ep * b.etp), 1.0)
+    return dp_group, expert_group(b, dp_group)
 
 
 def owned_split(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,

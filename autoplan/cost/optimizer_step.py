@@ -13,7 +13,7 @@ import numpy as np
 
 from autoplan.cost import comm
 from autoplan.cost.context import CostContext
-from autoplan.cost.model_states import owned_split, weighted
+from autoplan.cost.model_states import expert_group, owned_split, weighted
 from autoplan.cost.offload import CODE as OFFLOAD
 from autoplan.cost.offload import offload_step_s
 from autoplan.cost.optimizer import muon_gather_bytes, muon_work, state_bytes_per_param, step_bytes_per_param
@@ -35,7 +35,7 @@ def muon_time_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: dict[s
     gather = comm.dp_all_gather_s(ctx, comm.group_link(ctx, group, np.minimum(st["dp"], st["cp"])),
                                   dense_bytes, np.maximum(n_layers, 1.0))
     if ctx.model.moe is not None:
-        edp = np.maximum(group * b.tp / (b.ep * b.etp), 1.0)
+        edp = expert_group(b, group)
         gather = gather + np.where(expert_bytes > 0, comm.dp_all_gather_s(
             ctx, comm.group_link(ctx, edp, b.ep * b.etp), expert_bytes, np.maximum(n_layers, 1.0)), 0.0)
     return compute + np.where(dense_bytes > 0, gather, 0.0)
