@@ -73,10 +73,11 @@ def state_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray,
         return np.full_like(b.tp, adam), np.full_like(b.tp, adam)
     share = _model_shares(ctx.model)
     muon_dense = share["muon_matrix_share"] * ONE_MOMENTUM_BYTES + (1.0 - share["muon_matrix_share"]) * adam
+    codes = b.optimizer.astype(int)
     out = []
     for adafactor, muon in ((share["adafactor_dense"], muon_dense), (share["adafactor_expert"], ONE_MOMENTUM_BYTES)):
         by_code = [adam, ADAMW_8BIT_STATE_BYTES, FP32_BYTES * adafactor, ONE_MOMENTUM_BYTES, ONE_MOMENTUM_BYTES, muon]
-        out.append(np.choose(b.optimizer.astype(int), [np.full_like(b.tp, v) for v in by_code]))
+        out.append(np.asarray(by_code, dtype=np.float64)[codes])
     return out[0], out[1]
 
 
