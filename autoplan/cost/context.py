@@ -47,3 +47,8 @@ class CostContext:
     @property
     def corrections(self) -> Corrections:
         return self.parameters.corrections
+
+    @property
+    def effective_hbm_bytes_per_s(self) -> float:
+        """HBM bandwidth a memory-bound kernel reaches: hbm_bytes_per_s · hbm_efficiency."""
+        return self.cluster.gpu.hbm_bytes_per_s * self.efficiency.hbm_efficiency

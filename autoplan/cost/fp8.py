@@ -52,7 +52,6 @@ def cast_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[np.nda
     tokens · elements per token / tp · (CAST_BYTES_PER_ELEMENT + AMAX_PASS_BYTES[recipe]) /
     (hbm_bytes_per_s · hbm_efficiency); 0 under bf16. Memory-bound element-wise kernels."""
     per_element = CAST_BYTES_PER_ELEMENT + AMAX_PASS_BYTES[ctx.training.fp8_recipe]
-    rate = ctx.cluster.gpu.hbm_bytes_per_s * ctx.efficiency.hbm_efficiency
-    on = (b.precision == FP8_PRECISION_CODE) * tokens / b.tp * per_element / rate
+    on = (b.precision == FP8_PRECISION_CODE) * tokens / b.tp * per_element / ctx.effective_hbm_bytes_per_s
     dense, moe = linear_io_elements_per_token(ctx)
     return on * dense, on * moe

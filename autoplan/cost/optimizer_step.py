@@ -50,9 +50,8 @@ def optimizer_step_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: d
     on_host = b.offload >= OFFLOAD["optimizer"]
     per_dense = step_bytes_per_param(ctx.profile, dense_state, on_host)
     per_expert = step_bytes_per_param(ctx.profile, expert_state, on_host)
-    hbm = ctx.cluster.gpu.hbm_bytes_per_s * ctx.efficiency.hbm_efficiency
     step_bytes = weighted(owned[0], owned[1], per_dense, per_expert)
-    gpu = step_bytes / hbm
+    gpu = step_bytes / ctx.effective_hbm_bytes_per_s
     host_bytes_per_param = step_bytes / np.maximum(owned[0] + owned[1], 1.0)
     offload = offload_step_s(ctx, b, owned[0] + owned[1], host_bytes_per_param, backward_last_s)
     return {"optimizer": np.where(on_host, 0.0, gpu), "muon": muon_time_s(ctx, b, st, stage_params, owned, n_layers),

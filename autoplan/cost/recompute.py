@@ -130,9 +130,9 @@ def module_recompute_s(ctx: CostContext, b: LayoutBatch, fwd: dict[str, np.ndarr
     element of 2 norms × h; SwiGLU: 6 bytes per element of k·F_e); ``core_attn`` as the profile's
     selective recompute (``core_attn`` = (dense, MoE) seconds).
     """
-    m, e, gpu = ctx.model, ctx.efficiency, ctx.cluster.gpu
+    m = ctx.model
     bit, shares = (lambda name: module_bit(b.recompute_modules, name)), module_matmul_share(ctx, b)
-    tokens, hbm = b.mbs * ctx.training.seq_len / b.cp, gpu.hbm_bytes_per_s * e.hbm_efficiency
+    tokens, hbm = b.mbs * ctx.training.seq_len / b.cp, ctx.effective_hbm_bytes_per_s
     layernorm = bit("layernorm") * tokens * NORMS_PER_LAYER * NORM_HBM_BYTES_PER_ELEMENT * m.hidden_size / _h_div(b) / hbm
     out = []
     for share, mm, core in zip(shares, (fwd["dense_matmul"], fwd["moe_matmul"]), core_attn):

@@ -83,7 +83,7 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     share = REPLICATED_ELEMENTWISE_SHARE
     elementwise = (e.elementwise_bytes_per_token_hidden * tokens * m.hidden_size
-                   * (share / h_div + (1.0 - share) / b.tp) / (gpu.hbm_bytes_per_s * e.hbm_efficiency))
+                   * (share / h_div + (1.0 - share) / b.tp) / ctx.effective_hbm_bytes_per_s)
     return {"dense_matmul": dense_mm, "moe_matmul": moe_mm, "attention": attention,
             "elementwise": elementwise}
 
@@ -179,8 +179,7 @@ def grad_accumulation_s(ctx: CostContext, params_per_gpu: np.ndarray) -> np.ndar
     buffer after every backward (src/nanotron/optim/gradient_accumulator.py ``_accumulate_grad``:
     ``fp32_grad.add_(half_param.grad)``; on the sync step its all-reduce hook does the same add):
     read 2 + read 4 + write 4 = 10 B per parameter."""
-    return params_per_gpu * ctx.profile.grad_accumulation_bytes_per_param / (
-        ctx.cluster.gpu.hbm_bytes_per_s * ctx.efficiency.hbm_efficiency)
+    return params_per_gpu * ctx.profile.grad_accumulation_bytes_per_param / ctx.effective_hbm_bytes_per_s
 
 
 def loss_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:
@@ -189,8 +188,7 @@ def loss_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:
     profile's figure counts the passes PyTorch's loss makes over each logit (see the profiles);
     0 where a profile does not state it. It matters where V is large against h (small models)."""
     logits = tokens * ctx.model.vocab_size / b.tp
-    return logits * ctx.profile.loss_hbm_bytes_per_logit / (
-        ctx.cluster.gpu.hbm_bytes_per_s * ctx.efficiency.hbm_efficiency)
+    return logits * ctx.profile.loss_hbm_bytes_per_logit / ctx.effective_hbm_bytes_per_s
 
 
 def mtp_projection_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:
