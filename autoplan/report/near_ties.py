@@ -63,7 +63,11 @@ class NearTies:
 
 def result_band(result) -> ErrorBand:
     """The error band of a search's predictions (its trainer, GPU and model kind)."""
-    ctx = result.ctx
+    return context_band(result.ctx)
+
+
+def context_band(ctx) -> ErrorBand:
+    """The error band of predictions in ``ctx`` (a ``CostContext``: its trainer, GPU and model kind)."""
     return error_band(ctx.profile.name, ctx.cluster.gpu, ctx.model.is_moe)
 
 
