@@ -15,6 +15,7 @@ from typing import Any
 
 from autoplan.capacity.grid import job_gpu_counts
 from autoplan.capacity.schedule import BatchPhase
+from autoplan.cost.context import CostContext
 from autoplan.errors import AutoplanError
 from autoplan.search import SearchOptions, SearchResult, search
 from autoplan.space import SearchSpace
@@ -82,13 +83,18 @@ def training_for(setup: CapacitySetup, gpu: GPUSpec, job_gpus: int, gbs_seqs: in
                         **setup.settings)
 
 
-def search_job(setup: CapacitySetup, gpu: GPUSpec, job_gpus: int, gbs_seqs: int) -> SearchResult:
-    """The layout search of one job (model, GPUs, batch) with the setup's space and options."""
+def context_for(setup: CapacitySetup, gpu: GPUSpec, job_gpus: int, gbs_seqs: int) -> CostContext:
+    """The cost context of one job (model, GPUs, batch): :func:`training_for` with the setup's
+    trainer profile."""
     from autoplan.api import build_context
 
-    training = training_for(setup, gpu, job_gpus, gbs_seqs)
-    ctx = build_context(setup.model, training, trainer=setup.trainer, profile_path=setup.profile_path)
-    return search(ctx, setup.space, setup.options)
+    return build_context(setup.model, training_for(setup, gpu, job_gpus, gbs_seqs), trainer=setup.trainer,
+                         profile_path=setup.profile_path)
+
+
+def search_job(setup: CapacitySetup, gpu: GPUSpec, job_gpus: int, gbs_seqs: int) -> SearchResult:
+    """The layout search of one job (model, GPUs, batch) with the setup's space and options."""
+    return search(context_for(setup, gpu, job_gpus, gbs_seqs), setup.space, setup.options)
 
 
 def best_phase(setup: CapacitySetup, gpu: GPUSpec, rented: int, index: int, phase: BatchPhase) -> PhaseBest:
@@ -142,14 +148,12 @@ def fixed_layout_phase(setup: CapacitySetup, gpu: GPUSpec, job_gpus: int, index:
     instead of the searched best: the cost model's throughput of that layout on ``job_gpus``
     GPUs, whether or not it is predicted to fit in memory (the run did fit). A layout that
     breaks the trainer's rules raises ``LayoutError``."""
-    from autoplan.api import build_context
     from autoplan.cost.evaluate import evaluate
     from autoplan.layout import LayoutBatch, resolve_layout
 
     gbs_seqs = setup.gbs_seqs(phase)
-    training = training_for(setup, gpu, job_gpus, gbs_seqs)
-    ctx = build_context(setup.model, training, trainer=setup.trainer, profile_path=setup.profile_path)
-    layout = resolve_layout(knobs, training)
+    ctx = context_for(setup, gpu, job_gpus, gbs_seqs)
+    layout = resolve_layout(knobs, ctx.training)
     columns = evaluate(ctx, LayoutBatch.from_layouts([layout]), allow_uneven=setup.options.allow_uneven_pp).columns
     return PhaseBest(gpu=gpu.name, rented_gpus=job_gpus, phase=index, phase_tokens=phase.tokens, gbs_seqs=gbs_seqs,
                      job_gpus=job_gpus, tokens_per_s_per_gpu=float(columns["tokens_per_s_per_gpu"][0]),

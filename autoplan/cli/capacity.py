@@ -147,7 +147,6 @@ def _inputs(kw: dict):
         resolve_prices,
     )
     from autoplan.capacity.query import parse_budget_usd, parse_duration_days
-    from autoplan.capacity.schedule import parse_gbs_schedule, single_phase
     from autoplan.profiles import load_profile
     from autoplan.search import SearchOptions
     from autoplan.space import load_space
@@ -162,7 +161,7 @@ def _inputs(kw: dict):
     if not hardware:
         raise AutoplanError(f"--hardware: expected GPU names like 'h100-sxm,b200', got {shown(kw['hardware'])}")
     low, high = parse_gpu_range(kw["gpu_range"])
-    phases = _phases(kw, parse_gbs_schedule, single_phase)
+    phases = _phases(kw)
     overrides = parse_price_overrides(kw["gpu_hour_price"]) if kw["gpu_hour_price"] else {}
     prices = resolve_prices(list(hardware), overrides, load_prices(kw["price_file"]))
     space = load_space(kw["space_name"] or ("moe" if model.is_moe else "default"))
@@ -182,7 +181,10 @@ def _inputs(kw: dict):
     return setup, query, inputs
 
 
-def _phases(kw: dict, parse_gbs_schedule, single_phase):
+def _phases(kw: dict):
+    """The run's batch phases from --gbs-schedule, or its one phase from --gbs-tokens."""
+    from autoplan.capacity.schedule import parse_gbs_schedule, single_phase
+
     if kw["gbs_schedule"] and kw["gbs_tokens"] is not None:
         raise AutoplanError("give --gbs-tokens or --gbs-schedule, not both (the schedule's last phase is the "
                             "final batch)")

@@ -38,6 +38,7 @@ def _evaluate_one(kwargs):
 @output_format_option()
 def estimate_command(output_format, **kwargs) -> None:
     """Predict memory, step time, tokens/s and MFU of one layout (exit code 1 when it does not fit)."""
+    from autoplan.report.near_ties import context_band
     from autoplan.report.whynot import why_not
 
     ctx, batch, table = _evaluate_one(kwargs)
@@ -47,7 +48,7 @@ def estimate_command(output_format, **kwargs) -> None:
     record = table.record(0)
     record["infeasible_reason"] = reason
     record.update(model=ctx.model.name, hardware=ctx.cluster.gpu.name, trainer=ctx.profile.name)
-    band = _band(ctx)
+    band = context_band(ctx)
     record.update(_band_figures(band, record))
     record["error_band"] = band.group
     record["error_band_measured"] = band.measured
@@ -78,12 +79,6 @@ def _print_estimate(ctx, batch, record) -> None:
                f"MFU {record['mfu']:.1%}, HFU {record['hfu']:.1%}, bubble {record['bubble_fraction']:.1%}")
     if record["infeasible_reason"]:
         click.echo(f"  why not  {record['infeasible_reason']}")
-
-
-def _band(ctx):
-    from autoplan.calibration.uncertainty import error_band
-
-    return error_band(ctx.profile.name, ctx.cluster.gpu, ctx.model.is_moe)
 
 
 def _band_figures(band, record) -> dict:

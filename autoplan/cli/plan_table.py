@@ -41,7 +41,9 @@ def print_table(result, top_k: int, costs=None) -> None:
     """The recipe line and a rich table of the best plans on stdout."""
     from rich.table import Table
 
+    from autoplan.calibration.uncertainty import band_text
     from autoplan.cli.render import stdout_console
+    from autoplan.report.near_ties import result_band
     from autoplan.report.results import recipe_line
     from autoplan.units import format_time
 
@@ -58,9 +60,11 @@ def print_table(result, top_k: int, costs=None) -> None:
     # Numbers never wrap; a narrow terminal wraps the layout column instead.
     table.add_column("rank", justify="right", no_wrap=True)
     table.add_column("layout", min_width=24)
+    band = result_band(result)
+    band_suffix = band_text(band.tokens_low_factor, band.tokens_high_factor)  # '1,183 ±9%'
     cost_names = [c for c in COST_COLUMNS if costs is not None and c in costs]
     headers = {"train_days": "days", "gpu_hours": "GPU-hours", "cost_usd": "USD"}
-    for name in ("peak GiB\n(room)", *BATCH_HEADERS, "step", _tokens_header(result), "MFU", "bubble",
+    for name in ("peak GiB\n(room)", *BATCH_HEADERS, "step", _tokens_header(band), "MFU", "bubble",
                  "exposed\ncomm", *[headers[c] for c in cost_names]):
         table.add_column(name, justify="right", no_wrap=True)
     col = result.table.columns
@@ -71,25 +75,12 @@ def print_table(result, top_k: int, costs=None) -> None:
                       + idle_note(result.table, int(row)) + twins_note(result, int(row)),
                       f"{col['peak_memory_gib'][row]:.1f} ({col['memory_headroom_gib'][row]:+.1f})",
                       *batch_cells(result.table, int(row)),
-                      format_time(col["step_time_s"][row]), _tokens_cell(result, row),
+                      format_time(col["step_time_s"][row]), f"{col['tokens_per_s_per_gpu'][row]:,.0f} {band_suffix}",
                       f"{100 * col['mfu'][row]:.1f}%", f"{100 * col['bubble_fraction'][row]:.1f}%",
                       f"{100 * col['exposed_comm_fraction'][row]:.1f}%", *extra)
     console.print(table)
 
 
-def _tokens_header(result) -> str:
-    """The tokens/s column header with the band's group, marked when the pair was never measured."""
-    from autoplan.report.near_ties import result_band
-
-    band = result_band(result)
+def _tokens_header(band) -> str:
+    """The tokens/s column header, marked when the band's pair was never measured."""
     return "tokens/s\n/GPU" + ("" if band.measured else "\n(unmeasured pair)")
-
-
-def _tokens_cell(result, row: int) -> str:
-    """'1,183 ±9%': the predicted tokens/s per GPU and its error band."""
-    from autoplan.calibration.uncertainty import band_text
-    from autoplan.report.near_ties import result_band
-
-    band = result_band(result)
-    value = result.table.columns["tokens_per_s_per_gpu"][row]
-    return f"{value:,.0f} {band_text(band.tokens_low_factor, band.tokens_high_factor)}"

@@ -63,7 +63,11 @@ class NearTies:
 
 def result_band(result) -> ErrorBand:
     """The error band of a search's predictions (its trainer, GPU and model kind)."""
-    ctx = result.ctx
+    return context_band(result.ctx)
+
+
+def context_band(ctx) -> ErrorBand:
+    """The error band of predictions in ``ctx`` (a ``CostContext``: its trainer, GPU and model kind)."""
     return error_band(ctx.profile.name, ctx.cluster.gpu, ctx.model.is_moe)
 
 
@@ -73,8 +77,12 @@ def near_tied_count(tokens_per_s: np.ndarray, band: ErrorBand) -> int:
     if len(tokens_per_s) == 0:
         return 0
     best = float(np.max(tokens_per_s))
-    overlaps = tokens_per_s * band.tokens_high_factor >= best * band.tokens_low_factor
-    return int(np.argmin(overlaps)) if not overlaps.all() else len(overlaps)
+    return _leading_run(tokens_per_s * band.tokens_high_factor >= best * band.tokens_low_factor)
+
+
+def _leading_run(mask: np.ndarray) -> int:
+    """How many leading entries of ``mask`` are true."""
+    return int(np.argmin(mask)) if not mask.all() else len(mask)
 
 
 def cross_node_dims(result, rows: np.ndarray) -> np.ndarray:
@@ -89,8 +97,7 @@ def cross_node_dims(result, rows: np.ndarray) -> np.ndarray:
 
 
 def _leading_feasible(result) -> np.ndarray:
-    feasible = np.asarray(result.feasible, dtype=bool)
-    return np.arange(int(np.argmin(feasible)) if not feasible.all() else len(feasible))
+    return np.arange(_leading_run(np.asarray(result.feasible, dtype=bool)))
 
 
 def near_ties(result) -> NearTies:
@@ -109,8 +116,7 @@ def reordered_count(tokens_per_s: np.ndarray, num_near_tied: int) -> int:
     if num_near_tied < 2:
         return num_near_tied
     head = np.asarray(tokens_per_s[:num_near_tied], dtype=float)
-    close = head >= (1.0 - REORDER_WITHIN) * float(np.max(head))
-    return int(np.argmin(close)) if not close.all() else len(close)
+    return _leading_run(head >= (1.0 - REORDER_WITHIN) * float(np.max(head)))
 
 
 def robust_order(result):
