@@ -276,10 +276,10 @@ def interval_figures(sources: Mapping[str, Source], fit_ids: set[str],
             continue
         pred = predictions(rows, eff)
         bands = [error_band(r.trainer, r.hardware, r.model.is_moe) for r in rows]
-        for figure, column, attr, low, high in (
-                ("tokens/s", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu", "tokens_low_factor", "tokens_high_factor"),
-                ("peak memory", "peak_memory_bytes", "peak_memory_bytes", "memory_low_factor", "memory_high_factor")):
-            measured = np.array([getattr(r, attr) for r in rows])
+        for figure, column, low, high in (
+                ("tokens/s", "tokens_per_s_per_gpu", "tokens_low_factor", "tokens_high_factor"),
+                ("peak memory", "peak_memory_bytes", "memory_low_factor", "memory_high_factor")):
+            measured = np.array([getattr(r, column) for r in rows])
             ok = np.isfinite(measured)
             if not ok.any():
                 continue

@@ -39,23 +39,28 @@ SIGNIFICANCE = 0.05
 KINDS = {"tokens/s": "tokens_per_s_per_gpu", "memory": "peak_memory_bytes"}
 
 
+def _kind_figures(predicted: Mapping[str, np.ndarray], prepared: Prepared, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted, measured) of one kind's measured rows (finite, positive measurements)."""
+    measured = prepared.measured_tokens if kind == "tokens/s" else prepared.measured_memory
+    ok = np.isfinite(measured) & (measured > 0)
+    return predicted[KINDS[kind]][ok], measured[ok]
+
+
 def median_abs_pct(predicted: Mapping[str, np.ndarray], prepared: Prepared, kind: str) -> float:
     """Median |predicted / measured − 1| in percent of one kind's measured rows (NaN if none);
     a row predicted as not runnable (NaN) counts as infinitely wrong."""
-    measured = prepared.measured_tokens if kind == "tokens/s" else prepared.measured_memory
-    ok = np.isfinite(measured) & (measured > 0)
-    if not ok.any():
+    pred, measured = _kind_figures(predicted, prepared, kind)
+    if not len(measured):
         return float("nan")
-    errors = np.abs(predicted[KINDS[kind]][ok] / measured[ok] - 1.0)
+    errors = np.abs(pred / measured - 1.0)
     return 100.0 * float(np.median(np.where(np.isfinite(errors), errors, np.inf)))
 
 
 def abs_log_errors(predicted: Mapping[str, np.ndarray], prepared: Prepared, kind: str) -> np.ndarray:
     """|log(predicted / measured)| of one kind's measured rows; inf where not predicted."""
-    measured = prepared.measured_tokens if kind == "tokens/s" else prepared.measured_memory
-    ok = np.isfinite(measured) & (measured > 0)
+    pred, measured = _kind_figures(predicted, prepared, kind)
     with np.errstate(divide="ignore", invalid="ignore"):
-        errors = np.abs(np.log(predicted[KINDS[kind]][ok] / measured[ok]))
+        errors = np.abs(np.log(pred / measured))
     return np.where(np.isfinite(errors), errors, np.inf)
 
 

@@ -26,12 +26,11 @@ batch columns cannot be a run (micro-batch larger than the global batch).
 
 from __future__ import annotations
 
-import csv
 import math
 from typing import Any
 
 from autoplan.calibration.rows import Row, Source
-from autoplan.paths import data_dir
+from autoplan.calibration.validation import number_or_nan, rows_and_exclusions
 from autoplan.specs.models import load_model
 
 NEMO_FILE = "nemo_megatron_bridge_perf.csv"
@@ -48,20 +47,15 @@ def _degree(text: str) -> int:
     return int(float(text)) if text else 1
 
 
-def _number(text: str) -> float:
-    text = (text or "").strip()
-    return float(text) if text else math.nan
-
-
 def _exclusion(r: dict[str, str]) -> str:
     """Why a row cannot be predicted ('' when it can)."""
     if not r["task"].startswith("pretrain"):
         return f"task = {r['task']} (fine-tuning, not pre-training)"
-    if not math.isfinite(_number(r["tokens_per_s_per_gpu"])):
+    if not math.isfinite(number_or_nan(r["tokens_per_s_per_gpu"])):
         return "no tokens/s"
     if r["model"] not in _MODELS:
         return f"model = {r['model']} (no preset in model_db)"
-    if _number(r["mbs"]) > _number(r["gbs"]):
+    if number_or_nan(r["mbs"]) > number_or_nan(r["gbs"]):
         return f"mbs = {r['mbs']} > gbs = {r['gbs']} (batch columns cannot be a run)"
     return ""
 
@@ -75,22 +69,18 @@ def _layout(r: dict[str, str]) -> dict[str, Any]:
             "precision": "fp8"}
 
 
+def _row(line: int, r: dict[str, str]) -> Row:
+    recipe = "tensorwise" if "current scaling" in r["precision"] else "delayed"
+    hardware = _HARDWARE[r["gpu_type"]]
+    cell = f"{r['model']}/{hardware}/{r['num_gpus']}gpus/seq{r['seq_len']}"
+    return Row(source="nemo", row_id=f"nemo:{line}", model=load_model(_MODELS[r["model"]]),
+               hardware=hardware, trainer="megatron", layout=_layout(r),
+               tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]), cell=cell,
+               allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS)
+
+
 def load_nemo() -> Source:
     """The NeMo rows autoplan can reproduce (see the module doc for the conventions)."""
-    rows, excluded = [], []
-    with open(data_dir("validation") / NEMO_FILE, newline="", encoding="utf-8") as handle:
-        for i, r in enumerate(csv.DictReader(handle)):
-            row_id = f"nemo:{i + 2}"
-            reason = _exclusion(r)
-            if reason:
-                excluded.append((row_id, reason))
-                continue
-            recipe = "tensorwise" if "current scaling" in r["precision"] else "delayed"
-            hardware = _HARDWARE[r["gpu_type"]]
-            cell = f"{r['model']}/{hardware}/{r['num_gpus']}gpus/seq{r['seq_len']}"
-            rows.append(Row(source="nemo", row_id=row_id, model=load_model(_MODELS[r["model"]]),
-                            hardware=hardware, trainer="megatron", layout=_layout(r),
-                            tokens_per_s_per_gpu=_number(r["tokens_per_s_per_gpu"]), cell=cell,
-                            allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS))
-    return Source("nemo", NEMO_FILE, tuple(rows), tuple(excluded),
+    rows, excluded = rows_and_exclusions("nemo", NEMO_FILE, _exclusion, _row)
+    return Source("nemo", NEMO_FILE, rows, excluded,
                   notes="Megatron-Core FP8 (delayed unless stated); recompute none and zero 1 assumed")

@@ -190,23 +190,20 @@ def _torchtitan_exclusion(r: dict[str, str]) -> str:
     return ""
 
 
+def _torchtitan_row(line: int, r: dict[str, str]) -> Row:
+    return Row(source="torchtitan", row_id=f"torchtitan:{line}", model=load_model(_TORCHTITAN_MODELS[r["model"]]),
+               hardware="h200" if "H200" in r["table"] else "h100-96gb-500w",
+               trainer="torchtitan", layout=_torchtitan_layout(r),
+               tokens_per_s_per_gpu=number_or_nan(r["tokens_per_sec_per_gpu"]),
+               peak_memory_bytes=number_or_nan(r["peak_memory_gib"]) * GiB,
+               cell=f"{r['table']} {r['note']}".strip(), allow_uneven=True)
+
+
 def load_torchtitan() -> Source:
     """torchtitan's published Llama 3.1 runs (tokens/s/GPU and max memory over GPUs, GiB)."""
     file = "torchtitan_benchmarks.csv"
-    rows, excluded = [], []
-    for i, r in enumerate(read_csv(file)):
-        row_id = f"torchtitan:{i + 2}"
-        reason = _torchtitan_exclusion(r)
-        if reason:
-            excluded.append((row_id, reason))
-            continue
-        rows.append(Row(source="torchtitan", row_id=row_id, model=load_model(_TORCHTITAN_MODELS[r["model"]]),
-                        hardware="h200" if "H200" in r["table"] else "h100-96gb-500w",
-                        trainer="torchtitan", layout=_torchtitan_layout(r),
-                        tokens_per_s_per_gpu=number_or_nan(r["tokens_per_sec_per_gpu"]),
-                        peak_memory_bytes=number_or_nan(r["peak_memory_gib"]) * GiB,
-                        cell=f"{r['table']} {r['note']}".strip(), allow_uneven=True))
-    return Source("torchtitan", file, tuple(rows), tuple(excluded),
+    rows, excluded = rows_and_exclusions("torchtitan", file, _torchtitan_exclusion, _torchtitan_row)
+    return Source("torchtitan", file, rows, excluded,
                   notes="compile=True rows; async TP rows kept (one tp_overlap per profile); "
                         "seq_len 8192 where the file infers it; H200 rows never fitted (transfer check; "
                         "their FSDP float8 all-gather is counted as bf16)")

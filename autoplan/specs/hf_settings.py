@@ -53,16 +53,16 @@ def read_routing(config: Mapping[str, Any], where: str, model_type: str) -> dict
         return {"normalize_topk": True, "aux_loss_coeff": _number(config, "router_aux_loss_coef", where, 0.001)}
     if model_type == "qwen3_moe":
         return {"normalize_topk": flag(config, "norm_topk_prob", where, False),
-                    "aux_loss_coeff": _number(config, "router_aux_loss_coef", where, 0.001)}
+                "aux_loss_coeff": _number(config, "router_aux_loss_coef", where, 0.001)}
     scoring = config.get("scoring_func") or "sigmoid"
     if scoring not in ("softmax", "sigmoid"):
         raise SpecError(where, f"scoring_func: expected 'softmax' or 'sigmoid', got {shown(scoring)}")
     return {"score_function": scoring, "normalize_topk": flag(config, "norm_topk_prob", where, True),
-                "routed_scaling_factor": _positive(config, "routed_scaling_factor", where, 2.5),
-                "num_expert_groups": _count(config, "n_group", where, 8, minimum=1),
-                "num_limited_groups": _count(config, "topk_group", where, 4, minimum=1),
-                "aux_loss_coeff": _number(config, "aux_loss_alpha", where, 0.001),
-                "aux_loss_per_sequence": flag(config, "seq_aux", where, True)}
+            "routed_scaling_factor": _positive(config, "routed_scaling_factor", where, 2.5),
+            "num_expert_groups": _count(config, "n_group", where, 8, minimum=1),
+            "num_limited_groups": _count(config, "topk_group", where, 4, minimum=1),
+            "aux_loss_coeff": _number(config, "aux_loss_alpha", where, 0.001),
+            "aux_loss_per_sequence": flag(config, "seq_aux", where, True)}
 
 
 def write_settings(spec: Any) -> dict[str, Any]:
