@@ -237,6 +237,13 @@ def check_keys(data: Mapping[str, Any], where: str, *, required: Iterable[str],
         raise SpecError(where, f"missing required key(s): {', '.join(missing)}")
 
 
+def is_file_stem(name: str) -> bool:
+    """Whether ``name`` can only name a file in the folder it is looked up in: ASCII letters,
+    digits, '-', '_' and '.', not starting with '.' (no path separator, no '..')."""
+    return (name.isascii() and not name.startswith(".")
+            and name.replace("-", "").replace("_", "").replace(".", "").isalnum())
+
+
 MAX_INT = 2**31  # no model or cluster dimension is larger; bigger values are typos or absurd
 
 
