@@ -86,7 +86,9 @@ class AutoplanGroup(click.Group):
             click.echo(error_line(f"Error: {exc}"), err=True)
             ctx.exit(2)
         except BrokenPipeError:
-            raise  # handled in main()
+            # handled in main(); raised anew without errno, as click's own main would turn an
+            # EPIPE error into exit code 1
+            raise BrokenPipeError from None
         except OSError as exc:  # the machine refused a read or write: disk full, read-only, ...
             click.echo(f"Error: {exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", err=True)
             ctx.exit(2)

@@ -243,7 +243,9 @@ class _progress_bar:
 
     def __enter__(self):
         self.bar = None
-        if not _may_be_terminal(sys.stderr):
+        from autoplan.cli.text_table import may_be_terminal
+
+        if not may_be_terminal(sys.stderr):
             return None  # no bar to draw: rich is not even imported (~50 ms)
         from rich.console import Console
         from rich.progress import (
@@ -265,17 +267,6 @@ class _progress_bar:
     def __exit__(self, *exc):
         if self.bar is not None:
             self.bar.stop()
-        return False
-
-
-def _may_be_terminal(stream) -> bool:
-    """False when rich would not draw on ``stream`` either: not a terminal, and none of the
-    variables that make rich treat it as one (TTY_COMPATIBLE, FORCE_COLOR) is set."""
-    if os.environ.get("TTY_COMPATIBLE", "") or os.environ.get("FORCE_COLOR") is not None:
-        return True
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
         return False
 
 

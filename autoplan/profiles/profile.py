@@ -12,7 +12,7 @@ from autoplan.profiles.efficiency import CalibratedParameters
 from autoplan.profiles.parameter_files import DEFAULTS_PATH, profile_parameters
 from autoplan.profiles.trainer_options import TrainerOptions, options_from_mapping
 from autoplan.profiles.transfer import transfer_parameters
-from autoplan.specs.yaml_io import check_keys, read_mapping
+from autoplan.specs.yaml_io import check_keys, is_file_stem, read_mapping
 
 _PROFILE_DIR = Path(__file__).resolve().parent
 
@@ -146,9 +146,25 @@ def profile_from_mapping(data: dict, where: str) -> TrainerProfile:
 def _builtin_profiles() -> dict[str, TrainerProfile]:
     profiles = {}
     for path in sorted(p for p in _PROFILE_DIR.glob("*.yaml") if p != DEFAULTS_PATH):
-        profile = profile_from_mapping(read_mapping(path), str(path))
+        profile = _profile_file(path)
         profiles[profile.name] = profile
     return profiles
+
+
+@lru_cache(maxsize=None)
+def _profile_file(path: Path) -> TrainerProfile:
+    """One built-in profile file, read once (the same object whether looked up alone or listed)."""
+    return profile_from_mapping(read_mapping(path), str(path))
+
+
+def _own_file_profile(key: str) -> TrainerProfile | None:
+    """The built-in profile named ``key`` read from its own file ``<key>.yaml`` alone, the
+    others unread (~1 ms each); None where no such file holds a profile of that name."""
+    path = _PROFILE_DIR / f"{key}.yaml"
+    if not is_file_stem(key) or path == DEFAULTS_PATH or not path.is_file():
+        return None
+    profile = _profile_file(path)
+    return profile if profile.name == key else None
 
 
 def list_trainers() -> list[str]:
@@ -157,8 +173,11 @@ def list_trainers() -> list[str]:
 
 def load_profile(name: str) -> TrainerProfile:
     """A built-in trainer profile by name (megatron, torchtitan, nanotron, deepspeed, hf)."""
-    profiles = _builtin_profiles()
     key = name.strip().lower()
+    own = _own_file_profile(key)
+    if own is not None:
+        return own
+    profiles = _builtin_profiles()
     if key not in profiles:
         raise UnknownNameError("trainer", name, profiles)
     return profiles[key]

@@ -11,9 +11,9 @@ none, never a truncated one. A destination that is not a regular file (``/dev/nu
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from autoplan.errors import AutoplanError
@@ -45,10 +45,13 @@ def check_out_dir(out: str | Path, key: str) -> list[Path]:
         owned = [path / name for name in manifest.get("files", []) if _inside(path, name)]
     try:
         path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-") as probe:
-            probe.write(b"x")
-            probe.flush()
-            os.fsync(probe.fileno())
+        handle, probe = _new_file(path, ".probe-")
+        try:
+            os.write(handle, b"x")
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+            probe.unlink()
     except OSError as exc:
         raise OutputError(f"--out {out}: cannot write there: {exc.strerror or type(exc).__name__}") from None
     return owned
@@ -98,20 +101,40 @@ def write_text(path: str | Path, text: str, *, executable: bool = False) -> Path
         return path
     mode = _mode(path, executable)
     try:
-        handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False)
+        handle, temporary = _new_file(path.parent, f".{path.name}.")
     except OSError as exc:
         raise _fail(path, exc) from None
     try:
-        with handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(handle.name, mode)
-        os.replace(handle.name, path)
+        with open(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
     except OSError as exc:
-        os.unlink(handle.name)
+        os.unlink(temporary)
         raise _fail(path, exc) from None
     return path
+
+
+_NEW_FILE_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                   | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+_serial = itertools.count()
+MAX_NAME_TRIES = 1000
+
+
+def _new_file(folder: Path, prefix: str) -> tuple[int, Path]:
+    """A file descriptor and path of a new file in ``folder`` (mode 0600, as ``tempfile``
+    makes them), named ``prefix`` + process id + a serial number; never an existing file
+    (O_EXCL). ``tempfile`` itself is not imported: with shutil, bz2 and lzma it costs ~5-10 ms
+    of a search's start."""
+    for _ in range(MAX_NAME_TRIES):
+        path = folder / f"{prefix}{os.getpid()}-{next(_serial)}"
+        try:
+            return os.open(path, _NEW_FILE_FLAGS, 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name {prefix}* in {folder} after {MAX_NAME_TRIES} tries")
 
 
 def _mode(path: Path, executable: bool) -> int:
