@@ -70,6 +70,19 @@ GPT_MLP = {
 EAGER_SOFTMAX_BYTES = 2.0
 
 
+def _with_mha_copies(ctx: CostContext, c: ActivationCoefficients) -> ActivationCoefficients:
+    """``c`` plus the profile's ``mha_kv_copy_bytes`` per KV element where the model has as many
+    KV heads as query heads. nanotron's multi-head branch (src/nanotron/models/llama.py,
+    CausalSelfAttention.forward) permutes q|k|v into one contiguous copy whose q part the rotary
+    kernel rotates in place and flash-attn saves, so the copy's k|v part stays alive, and builds
+    a second k|v copy (torch.cat, then permute(...).contiguous()) that flash-attn saves: 4 bytes
+    per KV element beyond the GQA branch's separate q, k, v copies."""
+    extra = ctx.profile.mha_kv_copy_bytes
+    if extra == 0.0 or ctx.model.num_kv_heads != ctx.model.num_attention_heads:
+        return c
+    return dataclasses.replace(c, kv=c.kv + extra)
+
+
 def attention_coefficients(ctx: CostContext, mode: str) -> ActivationCoefficients:
     """Attention-block coefficients for recompute ``mode`` under the setup's attention kernel.
 
@@ -83,7 +96,7 @@ def attention_coefficients(ctx: CostContext, mode: str) -> ActivationCoefficient
         return (GPT_ATTENTION_EAGER if eager else GPT_ATTENTION_FLASH)[mode]
     c = ctx.profile.attention[mode]
     if not eager:
-        return c
+        return _with_mha_copies(ctx, c)
     return dataclasses.replace(c, lse=0.0, s2=EAGER_SOFTMAX_BYTES if mode == "none" else 0.0)
 
 

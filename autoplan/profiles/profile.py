@@ -95,6 +95,11 @@ class TrainerProfile:
     # HBM bytes per parameter that accumulating one micro-batch's gradient moves outside the GEMMs
     # (autoplan.cost.time.grad_accumulation_s); 0 = accumulated by the weight-gradient GEMM.
     grad_accumulation_bytes_per_param: float = 0.0
+    # Bytes per token per KV element saved for backward on top of ``attention``'s kv coefficient
+    # when the model has as many KV heads as query heads (multi-head attention): nanotron's
+    # non-GQA branch keeps one permuted q|k|v copy whole (q stays a view of it) and a second k|v
+    # copy for the rotary kernel (src/nanotron/models/llama.py, CausalSelfAttention.forward); 4.
+    mha_kv_copy_bytes: float = 0.0
     sources: tuple[str, ...] = ()
     parameters: dict[str, CalibratedParameters] = field(default_factory=dict)
     options: TrainerOptions = field(default_factory=TrainerOptions)  # see trainer_options.py
@@ -115,7 +120,7 @@ _COEF_KEYS = [f.name for f in fields(ActivationCoefficients)]
 _PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
 _OPTIONAL_KEYS = ["dp_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
-                  "grad_accumulation_bytes_per_param"]
+                  "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes"]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:
