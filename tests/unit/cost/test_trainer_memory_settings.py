@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from autoplan.api import build_context, build_training
 from autoplan.calibration.accuracy import FIT_PLAN
 from autoplan.cost.memory import layer_activation_bytes
@@ -47,3 +49,29 @@ def test_torchtitan_reserve_is_zero_by_construction_and_never_fitted():
         assert "memory_reserve_bytes" not in params.fitted, gpu
     assert all("memory_reserve_bytes" not in params for (trainer, _), params in FIT_PLAN.items()
                if trainer == "torchtitan")
+
+
+# --- nanotron's own pipeline split (src/nanotron/models/base.py, build_model) -----------------
+
+def test_nanotron_cost_split_by_hand():
+    # usp-1b: a layer costs 4·32·64·2048 + 3·8192·2048 = 67,108,864, the LM head 131072·2048 =
+    # 268,435,456 = 4 layers: 20 layer-costs in all. On pp 2 rank 0 takes blocks until the
+    # cumulative cost exceeds 10 layers, i.e. 11 layers; rank 1 the other 5 and the head. On pp 4
+    # (threshold 5, 10, 15): 6, 5, 5, and the last rank only the head.
+    from autoplan.cost.stages import compute_cost_rank_layers
+    from autoplan.specs.models import load_model
+
+    counts = compute_cost_rank_layers(load_model("usp-1b"), np.array([2.0, 4.0]))
+    assert counts[:, 0].tolist() == [11, 5, 0, 0]
+    assert counts[:, 1].tolist() == [6, 5, 5, 0]
+
+
+def test_nanotron_stages_follow_its_split_and_others_the_layout():
+    from autoplan.cost.stages import trainer_stage_layers
+    from autoplan.specs.models import load_model
+
+    model = load_model("usp-1b")
+    nanotron = trainer_stage_layers(model, load_profile("nanotron").pp_split_rule, np.array([2.0]))
+    megatron = trainer_stage_layers(model, load_profile("megatron").pp_split_rule, np.array([2.0]))
+    assert (nanotron.first[0], nanotron.last[0]) == (11, 5)
+    assert (megatron.first[0], megatron.last[0]) == (8, 8)
