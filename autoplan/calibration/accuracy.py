@@ -56,9 +56,10 @@ FIT_PLAN: dict[Pair, tuple[str, ...]] = {
     # GEMM efficiency are not separable; fp8_gemm_speedup stays at its default). B200 has 5 rows,
     # too few to fit on 30% of them: its predictions use the defaults (an unmeasured pair).
     ("megatron", "gb200-nvl72"): ("gemm_efficiency_max",),
+    # torchtitan's memory_reserve_bytes is 0 by construction (torchtitan.yaml defaults: its logged
+    # peak is the allocator's reserved bytes, without the CUDA context and NCCL buffers): not fitted.
     ("torchtitan", "h100-96gb-500w"): ("gemm_efficiency_max", "gemm_half_flops", "fp8_gemm_speedup",
-                                       "attention_efficiency", "memory_reserve_bytes",
-                                       "allocator_overhead"),
+                                       "attention_efficiency", "allocator_overhead"),
     # llm-foundry's MPT runs: pure FSDP from 125M to 70B, seq 512-32K, 8-128 GPUs on A100 40GB:
     # the GEMM curve (model sizes), attention (sequence lengths) and how much of the FSDP
     # traffic hides. Their throughput per GPU is flat from 1 to 16 nodes, so the NIC efficiency

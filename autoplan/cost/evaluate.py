@@ -10,7 +10,7 @@ import numpy as np
 from autoplan.cost.context import CostContext
 from autoplan.cost.flops import hardware_flops_per_token, model_flops_per_token
 from autoplan.cost.memory import memory_table, stage_param_counts
-from autoplan.cost.stages import heaviest_stage, stage_layers
+from autoplan.cost.stages import heaviest_stage, trainer_stage_layers
 from autoplan.cost.time import time_table
 from autoplan.layout import CODE_FIELDS, RECORD_FIELDS, LayoutBatch
 from autoplan.recompute_modules import modules_texts
@@ -93,7 +93,7 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True,
     if codes is None:
         codes = legality_codes(ctx, b, allow_uneven=allow_uneven)
     with np.errstate(divide="ignore", invalid="ignore"):
-        layers = stage_layers(ctx.model, b.pp, b.vpp, b.pp_split)
+        layers = trainer_stage_layers(ctx.model, ctx.profile.pp_split_rule, b.pp, b.vpp, b.pp_split)
         params = stage_param_counts(ctx, b, layers)
         cols.update(memory_table(ctx, b, layers, params))
         cols.update(time_table(ctx, b, heavier_stage_params(params), layers))

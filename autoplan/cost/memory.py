@@ -36,7 +36,7 @@ from autoplan.cost.recompute import (
     offloaded_share,
 )
 from autoplan.cost.schedule import in_flight_layers, parameter_copies, resolved_schedule
-from autoplan.cost.stages import StageLayers, heaviest_stage, stage_layers
+from autoplan.cost.stages import StageLayers, heaviest_stage, trainer_stage_layers
 from autoplan.layout import LayoutBatch
 from autoplan.profiles import ActivationCoefficients
 from autoplan.recompute_modules import module_bit
@@ -70,6 +70,19 @@ GPT_MLP = {
 EAGER_SOFTMAX_BYTES = 2.0
 
 
+def _with_mha_copies(ctx: CostContext, c: ActivationCoefficients) -> ActivationCoefficients:
+    """``c`` plus the profile's ``mha_kv_copy_bytes`` per KV element where the model has as many
+    KV heads as query heads. nanotron's multi-head branch (src/nanotron/models/llama.py,
+    CausalSelfAttention.forward) permutes q|k|v into one contiguous copy whose q part the rotary
+    kernel rotates in place and flash-attn saves, so the copy's k|v part stays alive, and builds
+    a second k|v copy (torch.cat, then permute(...).contiguous()) that flash-attn saves: 4 bytes
+    per KV element beyond the GQA branch's separate q, k, v copies."""
+    extra = ctx.profile.mha_kv_copy_bytes
+    if extra == 0.0 or ctx.model.num_kv_heads != ctx.model.num_attention_heads:
+        return c
+    return dataclasses.replace(c, kv=c.kv + extra)
+
+
 def attention_coefficients(ctx: CostContext, mode: str) -> ActivationCoefficients:
     """Attention-block coefficients for recompute ``mode`` under the setup's attention kernel.
 
@@ -83,7 +96,7 @@ def attention_coefficients(ctx: CostContext, mode: str) -> ActivationCoefficient
         return (GPT_ATTENTION_EAGER if eager else GPT_ATTENTION_FLASH)[mode]
     c = ctx.profile.attention[mode]
     if not eager:
-        return c
+        return _with_mha_copies(ctx, c)
     return dataclasses.replace(c, lse=0.0, s2=EAGER_SOFTMAX_BYTES if mode == "none" else 0.0)
 
 
@@ -304,7 +317,7 @@ def memory_table(ctx: CostContext, b: LayoutBatch, layers: StageLayers | None = 
                  params: dict[str, tuple] | None = None) -> dict[str, np.ndarray]:
     """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
     stage's terms are 0 where pp < 3 (there is no interior rank)."""
-    layers = layers if layers is not None else stage_layers(ctx.model, b.pp, b.vpp, b.pp_split)
+    layers = layers if layers is not None else trainer_stage_layers(ctx.model, ctx.profile.pp_split_rule, b.pp, b.vpp, b.pp_split)
     params = params if params is not None else stage_param_counts(ctx, b, layers)
     acts = {mode: layer_activation_bytes(ctx, b, mode) for mode in ("none", "selective")}
     acts["selective"] = selective_module_bytes(ctx, b, acts)

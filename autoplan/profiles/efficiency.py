@@ -132,9 +132,10 @@ class Corrections:
         "Step slow-down at full memory from allocator frees and retries: the step grows by "
         "slowdown × (peak/usable − threshold)/(1 − threshold).", (0.0, 10.0), (0.0, 1.0), neutral=0.0)
     pp_extra_layers_per_microbatch: float = _correction(
-        "Layer activations a pipeline stage holds per in-flight micro-batch beyond its own layers "
-        "(seen in the playbook's nanotron runs, cause not found in nanotron's source). Send and "
-        "receive buffers explain a fraction of a layer; more than one layer has no known mechanism.",
+        "Layer activations a pipeline stage holds per in-flight micro-batch beyond its own layers: "
+        "send and receive buffers, a fraction of a layer. The 1.3 layers once fitted on nanotron "
+        "were its cost-balanced split putting more than L/pp layers on rank 0, now modelled by the "
+        "profile's pp_split_rule.",
         (0.0, 4.0), (0.0, 1.0), neutral=0.0)
     memory_reserve_bytes: float = _correction(
         "Memory outside the tracked tensors: CUDA context (0.3-0.6 GiB), NCCL buffers, cuBLAS and "

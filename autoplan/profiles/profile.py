@@ -95,6 +95,15 @@ class TrainerProfile:
     # HBM bytes per parameter that accumulating one micro-batch's gradient moves outside the GEMMs
     # (autoplan.cost.time.grad_accumulation_s); 0 = accumulated by the weight-gradient GEMM.
     grad_accumulation_bytes_per_param: float = 0.0
+    # Bytes per token per KV element saved for backward on top of ``attention``'s kv coefficient
+    # when the model has as many KV heads as query heads (multi-head attention): nanotron's
+    # non-GQA branch keeps one permuted q|k|v copy whole (q stays a view of it) and a second k|v
+    # copy for the rotary kernel (src/nanotron/models/llama.py, CausalSelfAttention.forward); 4.
+    mha_kv_copy_bytes: float = 0.0
+    # How the trainer assigns layers to pipeline ranks: 'layout' (the layout's pp_split, the
+    # options the exporters write) or 'compute_cost' (nanotron's own cost-balanced walk,
+    # autoplan.cost.stages.compute_cost_rank_layers).
+    pp_split_rule: str = "layout"
     sources: tuple[str, ...] = ()
     parameters: dict[str, CalibratedParameters] = field(default_factory=dict)
     options: TrainerOptions = field(default_factory=TrainerOptions)  # see trainer_options.py
@@ -111,11 +120,13 @@ class TrainerProfile:
         return replace(self, parameters={**self.parameters, gpu_name: params})
 
 
+PP_SPLIT_RULES = ("layout", "compute_cost")
 _COEF_KEYS = [f.name for f in fields(ActivationCoefficients)]
 _PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
 _OPTIONAL_KEYS = ["dp_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
-                  "grad_accumulation_bytes_per_param"]
+                  "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes",
+                  "pp_split_rule"]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:
@@ -137,6 +148,9 @@ def profile_from_mapping(data: dict, where: str) -> TrainerProfile:
         if set(values[key]) != {"none", "selective"}:
             raise SpecError(where, f"{key}: needs coefficients for 'none' and 'selective'")
     values["allowed_zero"] = tuple(int(z) for z in data["allowed_zero"])
+    if values.get("pp_split_rule", "layout") not in PP_SPLIT_RULES:
+        raise SpecError(where, f"pp_split_rule must be one of {', '.join(PP_SPLIT_RULES)}, "
+                               f"got {shown(values['pp_split_rule'])}")
     values["sources"] = tuple(data.get("sources", ()))
     values["options"] = options_from_mapping(data.get("options"), where)
     return TrainerProfile(**values)

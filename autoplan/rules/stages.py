@@ -23,8 +23,9 @@ by default; ``--even-stages-only`` keeps to layers that divide into pp·vpp stag
 * nanotron: yes; it assigns blocks to ranks itself, cutting the cumulative compute cost at
   equal fractions (``src/nanotron/models/base.py``, ``build_model``; costs from
   ``LlamaForTraining.get_block_compute_costs``, where the LM head weighs V·h, about two Llama-8B
-  layers). No option sets the split, so for nanotron the costed split approximates nanotron's,
-  with equal layer counts as much as with unequal ones.
+  layers). No option sets the split: for dense models the cost model uses nanotron's own
+  assignment (profile ``pp_split_rule: compute_cost``, ``autoplan.cost.stages``), whatever the
+  layout's ``pp_split``.
 * DeepSpeed 0.19.8: no. Megatron-DeepSpeed's ``PipelineModule`` partitions with
   ``partition_method='type:transformer'`` (``deepspeed/runtime/pipe/module.py``,
   ``_partition_layers``), a min-max dynamic programme (``deepspeed/runtime/utils.py``,

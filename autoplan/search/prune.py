@@ -23,7 +23,7 @@ import numpy as np
 from autoplan.cost.context import CostContext
 from autoplan.cost.memory import stage_param_counts
 from autoplan.cost.model_states import model_state_bytes
-from autoplan.cost.stages import stage_layers
+from autoplan.cost.stages import trainer_stage_layers
 from autoplan.layout import LayoutBatch
 
 
@@ -39,7 +39,7 @@ def model_states_exceed_memory(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     usable memory (so its peak does too: the layout is out of memory, whatever else it holds)."""
     capacity = ctx.cluster.gpu.usable_memory_bytes
     with np.errstate(divide="ignore", invalid="ignore"):
-        params = stage_param_counts(ctx, b, stage_layers(ctx.model, b.pp, b.vpp, b.pp_split))
+        params = stage_param_counts(ctx, b, trainer_stage_layers(ctx.model, ctx.profile.pp_split_rule, b.pp, b.vpp, b.pp_split))
         over = np.zeros(len(b), dtype=bool)
         for dense, expert in params.values():
             states = sum(model_state_bytes(ctx, b, dense, expert).values())

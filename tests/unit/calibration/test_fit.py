@@ -22,7 +22,7 @@ from autoplan.units import GiB
 
 MODEL = load_model("usp-1b")
 START = load_defaults()  # where every fit starts (the uncalibrated defaults)
-TRUE = START.with_values({"gemm_efficiency_max": 0.55, "attention_efficiency": 0.3,
+TRUE = START.with_values({"gemm_efficiency_max": 0.55, "attention_efficiency": 0.35,
                           "memory_reserve_bytes": 3.0 * GiB, "allocator_overhead": 0.08})
 LAYOUTS = [dict(tp=tp, pp=pp, mbs=mbs, zero=zero)
            for tp, pp, mbs, zero in [(1, 1, 1, 0), (1, 1, 2, 1), (2, 1, 1, 1), (2, 2, 2, 1), (4, 1, 4, 0),
@@ -85,7 +85,8 @@ def test_fitted_values_stay_inside_bounds_and_a_fit_on_a_bound_is_flagged():
 
 
 def test_a_fit_inside_the_plausible_ranges_is_not_flagged(fitted):
-    _, report = fitted  # TRUE's values: 0.55, 0.3, 3 GiB, 0.08, all plausible
+    _, report = fitted  # TRUE's values: 0.55, 0.35, 3 GiB, 0.08, all inside their plausible ranges (0.3, on the
+    # attention range's edge, can come back a hair below it)
     assert report.flags == []
 
 

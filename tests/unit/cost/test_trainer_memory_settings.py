@@ -1,0 +1,77 @@
+"""Memory settings read from the trainers' code: nanotron's multi-head attention copies and
+torchtitan's reserve, zero by construction."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from autoplan.api import build_context, build_training
+from autoplan.calibration.accuracy import FIT_PLAN
+from autoplan.cost.memory import layer_activation_bytes
+from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.profiles import load_profile
+
+SEQ = 4096
+
+
+def _dense_layer_bytes(model: str, trainer: str, tp: int, **profile_changes) -> float:
+    training = build_training(8, SEQ, 8)
+    ctx = build_context(model, training, trainer=trainer)
+    ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, **profile_changes))
+    batch = LayoutBatch.from_layouts([resolve_layout({"mbs": 1, "tp": tp}, training)])
+    return float(layer_activation_bytes(ctx, batch, "none")[0][0])
+
+
+def test_nanotron_mha_keeps_four_more_bytes_per_kv_element():
+    # usp-1b is multi-head (32 KV heads of 64 = kv_size 2048): nanotron's non-GQA branch keeps
+    # the whole permuted q|k|v copy and a k|v copy, 4 B per KV element per token beyond the
+    # separate copies of the GQA branch, sharded over tp's heads.
+    tp = 2
+    with_copies = _dense_layer_bytes("usp-1b", "nanotron", tp)
+    without = _dense_layer_bytes("usp-1b", "nanotron", tp, mha_kv_copy_bytes=0.0)
+    assert with_copies - without == 4 * 2048 / tp * SEQ
+
+
+def test_grouped_query_models_keep_no_extra_copy():
+    # Llama 3 8B has 8 KV heads for 32 query heads: the GQA branch, no whole q|k|v copy.
+    assert _dense_layer_bytes("llama3-8b", "nanotron", 1) == _dense_layer_bytes(
+        "llama3-8b", "nanotron", 1, mha_kv_copy_bytes=0.0)
+
+
+def test_torchtitan_reserve_is_zero_by_construction_and_never_fitted():
+    # torchtitan logs the allocator's reserved_bytes.all.peak, which leaves out the CUDA context
+    # and NCCL buffers: the reserve is a profile default of 0, outside the fit plan.
+    profile = load_profile("torchtitan")
+    for gpu, params in profile.parameters.items():
+        assert params.corrections.memory_reserve_bytes == 0.0, gpu
+        assert "memory_reserve_bytes" not in params.fitted, gpu
+    assert all("memory_reserve_bytes" not in params for (trainer, _), params in FIT_PLAN.items()
+               if trainer == "torchtitan")
+
+
+# --- nanotron's own pipeline split (src/nanotron/models/base.py, build_model) -----------------
+
+def test_nanotron_cost_split_by_hand():
+    # usp-1b: a layer costs 4·32·64·2048 + 3·8192·2048 = 67,108,864, the LM head 131072·2048 =
+    # 268,435,456 = 4 layers: 20 layer-costs in all. On pp 2 rank 0 takes blocks until the
+    # cumulative cost exceeds 10 layers, i.e. 11 layers; rank 1 the other 5 and the head. On pp 4
+    # (threshold 5, 10, 15): 6, 5, 5, and the last rank only the head.
+    from autoplan.cost.stages import compute_cost_rank_layers
+    from autoplan.specs.models import load_model
+
+    counts = compute_cost_rank_layers(load_model("usp-1b"), np.array([2.0, 4.0]))
+    assert counts[:, 0].tolist() == [11, 5, 0, 0]
+    assert counts[:, 1].tolist() == [6, 5, 5, 0]
+
+
+def test_nanotron_stages_follow_its_split_and_others_the_layout():
+    from autoplan.cost.stages import trainer_stage_layers
+    from autoplan.specs.models import load_model
+
+    model = load_model("usp-1b")
+    nanotron = trainer_stage_layers(model, load_profile("nanotron").pp_split_rule, np.array([2.0]))
+    megatron = trainer_stage_layers(model, load_profile("megatron").pp_split_rule, np.array([2.0]))
+    assert (nanotron.first[0], nanotron.last[0]) == (11, 5)
+    assert (megatron.first[0], megatron.last[0]) == (8, 8)
