@@ -95,6 +95,10 @@ class TrainerProfile:
     # HBM bytes per parameter that accumulating one micro-batch's gradient moves outside the GEMMs
     # (autoplan.cost.time.grad_accumulation_s); 0 = accumulated by the weight-gradient GEMM.
     grad_accumulation_bytes_per_param: float = 0.0
+    # With pp > 1 and ZeRO <= 1, bytes per element of a full gradient all-reduce that replaces the
+    # ZeRO-1 reduce-scatter (0: the generic ZeRO path). DeepSpeed's pipeline engine under bf16
+    # all-reduces the BF16_Optimizer's fp32 gradients: 4 (autoplan.cost.data_parallel).
+    pp_grad_all_reduce_bytes: float = 0.0
     sources: tuple[str, ...] = ()
     parameters: dict[str, CalibratedParameters] = field(default_factory=dict)
     options: TrainerOptions = field(default_factory=TrainerOptions)  # see trainer_options.py
@@ -115,7 +119,7 @@ _COEF_KEYS = [f.name for f in fields(ActivationCoefficients)]
 _PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
 _OPTIONAL_KEYS = ["dp_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
-                  "grad_accumulation_bytes_per_param"]
+                  "grad_accumulation_bytes_per_param", "pp_grad_all_reduce_bytes"]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:
