@@ -50,6 +50,7 @@ from autoplan.calibration.fit import (
     predict_rows,
     split_rows,
 )
+from autoplan.calibration.band_fit import COVERAGE
 from autoplan.calibration.guard import guarded_fit
 from autoplan.calibration.rows import Row, Source, row_context
 from autoplan.calibration.sources import load_sources
@@ -264,6 +265,18 @@ def sweep_refit_figures(seed: int = 0, shipped_fit_ids: set[str] | None = None) 
     return out
 
 
+def binomial_range(n: int, p: float, mass: float = 0.9) -> tuple[int, int]:
+    """The counts k of n rows inside their band that a band of true coverage ``p`` gives with
+    probability ``mass`` (two-sided, equal tails of the Binomial(n, p) distribution): a share
+    outside [lo/n, hi/n] says the band is mis-sized; inside it, the rows cannot tell."""
+    pmf = [math.comb(n, k) * p**k * (1.0 - p) ** (n - k) for k in range(n + 1)]
+    tail = (1.0 - mass) / 2.0
+    cdf = np.cumsum(pmf)
+    lo = int(np.searchsorted(cdf, tail, side="right"))
+    hi = int(np.searchsorted(cdf, 1.0 - tail, side="left"))
+    return lo, min(hi, n)
+
+
 def interval_figures(sources: Mapping[str, Source], fit_ids: set[str],
                      eff: Mapping[Pair, CalibratedParameters] | None = None) -> list[Figure]:
     """Per source: the share of held-out rows whose measured tokens/s (and peak memory, where
@@ -285,9 +298,14 @@ def interval_figures(sources: Mapping[str, Source], fit_ids: set[str],
                 continue
             lo = pred[column] * np.array([getattr(b, low) for b in bands])
             hi = pred[column] * np.array([getattr(b, high) for b in bands])
-            share = 100.0 * float(np.mean((measured[ok] >= lo[ok]) & (measured[ok] <= hi[ok])))
+            inside = int(np.sum((measured[ok] >= lo[ok]) & (measured[ok] <= hi[ok])))
+            share = 100.0 * inside / int(ok.sum())
             groups = ", ".join(sorted({b.group + ("" if b.measured else " (unmeasured)") for b in bands}))
-            out.append(Figure("intervals", f"{name} {figure}: held-out rows inside their band ({groups})",
+            k_lo, k_hi = binomial_range(int(ok.sum()), COVERAGE)
+            chance = "within" if k_lo <= inside <= k_hi else "OUTSIDE"
+            out.append(Figure("intervals", f"{name} {figure}: held-out rows inside their band ({groups}); "
+                              f"{inside}/{int(ok.sum())}, {chance} the 90% range {k_lo}-{k_hi} of an "
+                              f"{COVERAGE:.0%} band",
                               "held-out", int(ok.sum()), share, target="70-95", met=70.0 <= share <= 95.0))
     return out
 

@@ -150,7 +150,9 @@ def _bloom_row(line: int, r: dict[str, str]) -> Row:
     DERIVED with BigScience's convention 8·N·s·gbs/(time·gpus) (math/README.md). bf16 with the
     pipeline engine reduces the BF16_Optimizer's fp32 gradients (deepspeed/runtime/pipe/engine.py
     ``_bf16_reduce_grads``: "the optimizer's FP32 grads"; tied weights' ``_hp_grad``): 4 bytes per
-    gradient element, not the deepspeed profile's bf16 ZeRO reduction."""
+    gradient element (the deepspeed profile's ``pp_grad_all_reduce_bytes``). Attention is eager:
+    Megatron-DeepSpeed of 2022 had no flash attention (ALiBi baddbmm + FusedScaleMaskSoftmax,
+    megatron/model/transformer.py), so the s×s scores go through HBM."""
     tokens = number_or_nan(r["tokens_per_s_per_gpu"])
     derived = ""
     if not math.isfinite(tokens):
@@ -161,7 +163,7 @@ def _bloom_row(line: int, r: dict[str, str]) -> Row:
               "seq_len": 2048, "gbs_seqs": int(r["global_batch_seqs"]), "recompute": "full"}
     return Row(source="other_runs", row_id=f"other_runs:{line}", model=bloom_model(), hardware="a100-80gb",
                trainer="deepspeed", layout=layout, tokens_per_s_per_gpu=tokens, cell="BLOOM-176B",
-               derived=derived, nic_bytes_per_s=4 * 100e9 / 8 / 8, profile_overrides=(("grad_reduce_bytes", 4.0),))
+               derived=derived, nic_bytes_per_s=4 * 100e9 / 8 / 8, attention_kernel="eager")
 
 
 def load_other_runs() -> Source:

@@ -15,6 +15,14 @@ many collectives, and over which links.
   ``stage3_max_reuse_distance`` parameters (``zero3_reuse_distance_params``,
   deepspeed/runtime/zero/partitioned_param_coordinator.py). None of it shrinks with the
   micro-batch, so a small micro-batch on many GPUs is communication-bound.
+* A pipeline engine that all-reduces the full gradient under ZeRO <= 1
+  (``pp_grad_all_reduce_bytes`` > 0): DeepSpeed's pipeline engine under bf16 runs
+  ``_exec_reduce_grads`` -> ``_bf16_reduce_grads``, a ``buffered_allreduce_fallback`` over the
+  BF16_Optimizer's flat fp32 gradients (``get_grads_for_reduction``; deepspeed/runtime/pipe/
+  engine.py), then each rank updates its fp32 partition and ``update_lp_params`` all-gathers the
+  bf16 partitions (deepspeed/runtime/bf16_optimizer.py, ``all_gather_dp_groups``): per step
+  AR(P·4) + AG(P·2) instead of RS(P·grad_reduce_bytes) + AG(P·2). BLOOM-176B ran this path
+  (Megatron-DeepSpeed, bf16, ZERO_STAGE=0, whose BF16_Optimizer partitions the optimizer states).
 * Hybrid sharding (``Layout.hsdp``, ``autoplan.cost.hybrid_shard``): the gathers and
   reduce-scatters above run inside the shard group of hsdp ranks, and the 1/hsdp gradient shard
   is all-reduced across the replicas once per step (FSDP2 ``set_requires_all_reduce`` delays it
@@ -73,6 +81,9 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     grads = comm.dp_reduce_scatter_s(ctx, link, grad_bytes, count)
     gathers = gathers_dense = comm.dp_all_gather_s(ctx, link, gather_bytes, count)
     all_reduce = comm.dp_all_reduce_s(ctx, link, grad_bytes, buckets)
+    # The pipeline engine's full all-reduce of the (fp32) gradients under ZeRO <= 1 (module doc).
+    pp_all_reduce = (b.pp > 1) & (b.zero <= 1) & (p.pp_grad_all_reduce_bytes > 0)
+    pp_grads = comm.dp_all_reduce_s(ctx, link, stage_params * p.pp_grad_all_reduce_bytes, buckets)
     if ctx.model.moe is not None:  # expert parameters reduce over the expert-data-parallel group
         edp = expert_group(b, shard)
         elink = comm.group_link(ctx, edp, b.ep * b.etp)
@@ -84,7 +95,7 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
         all_reduce = all_reduce + np.where(has, comm.dp_all_reduce_s(
             ctx, elink, expert_params * p.grad_reduce_bytes, ebuckets), 0.0)
     zero3 = (b.zero >= 3) & ~per_step
-    step_grads = np.select([b.zero == 0, (b.zero <= 2) | per_step], [all_reduce, grads], 0.0)
+    step_grads = np.select([pp_all_reduce, b.zero == 0, (b.zero <= 2) | per_step], [pp_grads, all_reduce, grads], 0.0)
     step_gathers = np.where(((b.zero >= 1) & (b.zero <= 2)) | per_step, gathers, 0.0)
     gathers_per_micro = zero3_gathers_per_microbatch(ctx, b, stage_params / layers, layers)
     per_micro = np.where(zero3, gathers_per_micro * gathers + grads, 0.0)

@@ -75,6 +75,10 @@ def _selective_share(ctx, lay) -> str:
 
 def _dp_collectives(ctx, lay) -> str:
     buckets = "in ⌈P/dp_bucket_params⌉ buckets"
+    if lay.pp > 1 and lay.zero <= 1 and ctx.profile.pp_grad_all_reduce_bytes > 0:
+        gather = ", Gth = AG(P·PARAM_GATHER_BYTES)" if lay.zero == 1 else ", Gth = 0"
+        return (f"R = AR(P·pp_grad_all_reduce_bytes) {buckets} (the pipeline engine's full all-reduce of "
+                f"fp32 gradients){gather}, Z3 = 0, F = 0")
     if lay.zero == 0:
         return f"R = AR(P·grad_reduce_bytes) {buckets}, Gth = 0, Z3 = 0, F = 0"
     per_step = lay.pp > 1 and ctx.profile.zero3_pp_unsharded_bytes > 0
@@ -136,7 +140,8 @@ VARIANTS: dict[str, Variant] = {
                                "(norms and SwiGLU at HBM speed); else 0",
                                _selective_share),
     "dp_collectives": Variant("R = AR(P·grad_reduce_bytes) under zero 0, RS(P·grad_reduce_bytes) under zero 1–2, "
-                              "in ⌈P/dp_bucket_params⌉ buckets; Gth = AG(P·PARAM_GATHER_BYTES) under zero 1–2; "
+                              "in ⌈P/dp_bucket_params⌉ buckets (with pp > 1 and zero ≤ 1 AR(P·pp_grad_all_reduce_bytes) "
+                              "where the profile states it: DeepSpeed's bf16 pipeline engine); Gth = AG(P·PARAM_GATHER_BYTES) under zero 1–2; "
                               "Z3 = g·AG(P·PARAM_GATHER_BYTES) + RS(P·grad_reduce_bytes) per micro-batch under "
                               "zero 3, one collective per layer, g = ZERO3_GATHERS_PER_MICROBATCH (+ the "
                               "recomputed forward's gather where a layer exceeds zero3_reuse_distance_params); "
@@ -166,6 +171,9 @@ CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
                                      "(Korthikanti et al. 2022, Table 2: 10 of 34 sbh)"),
     "TP_COLLECTIVES_PER_PASS": ("autoplan.cost.time", "TP_COLLECTIVES_PER_PASS", 4.0,
                                 "TP collectives per layer and pass (2 all-gathers + 2 reduce-scatters)"),
+    "EAGER_SCORE_BYTES_FORWARD": ("autoplan.cost.time", "EAGER_SCORE_BYTES_FORWARD", 8.0,
+                                  "HBM bytes per s×s score element of eager attention's forward (QKᵀ write, "
+                                  "softmax read + write, PV read)"),
     "BACKWARD_MATMUL_FACTOR": ("autoplan.cost.time", "BACKWARD_MATMUL_FACTOR", 2.0,
                                "matmul backward time over its forward (input and weight gradients; SC'21 Sec. 5.1)"),
     "SECONDARY_PARAM_BYTES": ("autoplan.cost.hybrid_shard", "SECONDARY_PARAM_BYTES", 2.0,

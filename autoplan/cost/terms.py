@@ -183,20 +183,24 @@ TIME_TERMS_DEFINED = [
           "·ep/E without moe_grouped_gemm); t_cast = under fp8 tokens·(linear inputs + output gradients per "
           "token)/tp·(CAST_BYTES_PER_ELEMENT + AMAX_PASS_BYTES[fp8_recipe]) / (hbm_bytes_per_s·hbm_efficiency), "
           "else 0; t_att = tokens·attention score FLOPs/2/tp / (peak_bf16_flops_per_s·"
-          "attention_efficiency)·unfused_attention_factor; t_ew = elementwise_bytes_per_token_hidden·tokens·h·(REPLICATED_ELEMENTWISE_SHARE"
+          "attention_efficiency)·unfused_attention_factor (+ under eager attention tokens·s·a/tp·"
+          "EAGER_SCORE_BYTES_FORWARD/(hbm_bytes_per_s·hbm_efficiency), the s×s scores through HBM); t_ew = elementwise_bytes_per_token_hidden·tokens·h·(REPLICATED_ELEMENTWISE_SHARE"
           "/h_div + (1 − REPLICATED_ELEMENTWISE_SHARE)/tp) / (hbm_bytes_per_s·hbm_efficiency); head (last stage) "
           "= 3·2·tokens·V·h/tp / (peak_bf16_flops_per_s·η) + tokens·V/tp·loss_hbm_bytes_per_logit / "
           "(hbm_bytes_per_s·hbm_efficiency) (the memory-bound loss), × (1 + num_mtp_layers) + num_mtp_layers·3·2·tokens·2h·h/tp "
           "/ (peak_bf16_flops_per_s·η) with multi-token prediction (its blocks count among the last stage's layers, "
           "cost.stages); the slowest of the first and last stage by compute + recompute; + grad_acc × "
           "P·grad_accumulation_bytes_per_param/(hbm_bytes_per_s·hbm_efficiency), the gradient accumulation after "
-          "each micro-batch's backward (P the stage's parameters per GPU)",
+          "each micro-batch's backward (P the stage's parameters per GPU; DeepSpeed: only on its bf16 pipeline "
+          "path, pp > 1 and zero ≤ 1)",
           f"{SC21} Sec. 5.1 (backward = 2 × forward); FlashAttention-2 (Dao 2023) Sec. 3; PyTorch "
           "cross_entropy (log_softmax + nll_loss) passes over the logits; autoplan/cost/fp8.py "
           "(DeepSeek-V3 report Sec. 3.3.2, Transformer Engine recipes); autoplan/cost/moe_time.py (Megatron-Core "
           "--moe-grouped-gemm, MoEAlltoAllTokenDispatcher); nanotron src/nanotron/optim/gradient_accumulator.py "
-          "(FP32GradientAccumulator._accumulate_grad)",
-          (*GEMM, "loss_hbm_bytes_per_logit", "moe_layer_fixed_s", "fp8_recipe", "grad_accumulation_bytes_per_param")),
+          "(FP32GradientAccumulator._accumulate_grad); DeepSpeed pipe/engine.py _exec_backward_pass "
+          "(BF16_Optimizer.update_hp_grads); Megatron-LM megatron/model/fused_softmax.py (eager attention)",
+          (*GEMM, "loss_hbm_bytes_per_logit", "moe_layer_fixed_s", "fp8_recipe", "grad_accumulation_bytes_per_param",
+           "EAGER_SCORE_BYTES_FORWARD", "pp_grad_all_reduce_bytes")),
     _time("recompute", "forward work recomputed in backward",
           "grad_acc × Σ_layers (f_mm·t_mm + f_att·t_att + f_ew·t_ew); {recompute_share}",
           f"{KORTHIKANTI} Sec. 5, Appendix A; Megatron-Core core_v0.15.3 transformer_block.py "
@@ -257,7 +261,7 @@ TIME_TERMS_DEFINED = [
           "DeepSpeed pipe/schedule.py ReduceTiedGrads, nanotron tied_parameters.py sync_tied_weights_gradients",
           ("dp_overlap", "fsdp_overlap", "grad_reduce_bytes", "PARAM_GATHER_BYTES", "BACKWARD_MATMUL_FACTOR",
            "ZERO3_GATHERS_PER_MICROBATCH", "dp_bucket_params", "zero3_reuse_distance_params",
-           "zero3_pp_unsharded_bytes", "pp_overlaps_grad_reduce", *LINKS)),
+           "zero3_pp_unsharded_bytes", "pp_overlaps_grad_reduce", "pp_grad_all_reduce_bytes", *LINKS)),
     _time("bubble", "pipeline fill and drain",
           "bubble(pp_schedule) × t_micro: 1f1b, afab (pp − 1); interleaved (pp − 1)/vpp; zb-h1 (pp − 1)(1 − 2w)/vpp; "
           "zb-v max(0, (pp − 1)(1 − 3w)/2); dualpipe (pp/2 − 1)(2 − f − 3w); dualpipev (pp − 1)(2 − f − 3w)/2; "

@@ -16,7 +16,8 @@ last micro-batch's backward and before the optimizer step, with nothing left to 
   ``all_reduce_coalesced`` of the gradient accumulator's buffers after the pipeline's backward.
 
 Volume: the rank's shard of the V × h embedding (vocab-parallel over tp) in the trainer's
-gradient-reduction dtype (``grad_reduce_bytes``). A two-rank ring all-reduce moves 2(n − 1)/n = 1
+gradient-reduction dtype (``grad_reduce_bytes``; DeepSpeed's pipeline under bf16 reduces the tied
+weight's fp32 ``_hp_grad``, ``pp_grad_all_reduce_bytes`` = 4, engine.py ``_exec_reduce_tied_grads``). A two-rank ring all-reduce moves 2(n − 1)/n = 1
 times the buffer each way and takes two latency steps (Thakur et al. 2005, Sec. 4). The two
 ranks are (pp − 1) pipeline strides apart: on the scale-up links when the whole pipeline sits in
 one domain (the test of ``comm.p2p_s``), else over each rank's own NIC (every (tp, dp) position
@@ -41,6 +42,9 @@ def tied_embedding_allreduce_s(ctx: CostContext, b: LayoutBatch, pp_stride: np.n
     m = ctx.model
     bus = comm.p2p_bus_bytes_per_s(ctx, pp_stride, b.pp)
     latency = comm.p2p_latency_s(ctx, pp_stride, b.pp)
-    grad_bytes = m.vocab_size * m.hidden_size / b.tp * ctx.profile.grad_reduce_bytes
+    p = ctx.profile
+    dtype_bytes = np.where((p.pp_grad_all_reduce_bytes > 0) & (b.zero <= 1), p.pp_grad_all_reduce_bytes,
+                           p.grad_reduce_bytes)
+    grad_bytes = m.vocab_size * m.hidden_size / b.tp * dtype_bytes
     applies = (b.pp > 1) & bool(m.tied_embeddings)
     return np.where(applies, grad_bytes / bus + 2.0 * latency, 0.0)

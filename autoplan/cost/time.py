@@ -56,6 +56,17 @@ ATTENTION_BACKWARD_FACTOR = 2.5  # flash attention backward ≈ 2.5× forward (D
 # memory-bound element-wise work follows the same split.
 REPLICATED_ELEMENTWISE_SHARE = 10.0 / 34.0
 TP_COLLECTIVES_PER_PASS = 4.0  # 2 all-gathers + 2 reduce-scatters (or 2 all-reduces) per layer
+# Eager (non-flash) attention materialises the s×s scores of every head in HBM. Forward, per score
+# element in bf16: the QKᵀ (baddbmm) writes it (2 B), the fused scale-mask-softmax reads it and
+# writes the probabilities (2 + 2 B), the probabilities·V bmm reads them (2 B): 8 B (Megatron-LM
+# megatron/model/transformer.py ParallelAttention / CoreAttention with FusedScaleMaskSoftmax,
+# megatron/model/fused_softmax.py; Megatron-DeepSpeed's BLOOM the same with the ALiBi baddbmm).
+# It is part of the attention (recomputed with it under selective recompute, Korthikanti et al.
+# 2022 Sec. 5) and its backward counts ATTENTION_BACKWARD_FACTOR × forward = 20 B: dprobs written
+# and read, probabilities read for dV and the softmax backward, dscores written and read by the two
+# bmms (14 B), and the attention-dropout mask and its recomputation where dropout is on.
+# Flash attention keeps none of it in HBM (Dao et al. 2022).
+EAGER_SCORE_BYTES_FORWARD = 8.0
 
 
 def gemm_efficiency(ctx: CostContext, gemm_flops: np.ndarray) -> np.ndarray:
@@ -79,13 +90,24 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     else:
         moe_mm = dense_mm
     attention = (tokens * attention_score_flops_per_token(ctx, ctx.training.seq_len) / 2.0 / b.tp
-                 / (peak * e.attention_efficiency) * ctx.corrections.unfused_attention_factor)
+                 / (peak * e.attention_efficiency) * ctx.corrections.unfused_attention_factor
+                 + eager_scores_s(ctx, b, tokens))
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     share = REPLICATED_ELEMENTWISE_SHARE
     elementwise = (e.elementwise_bytes_per_token_hidden * tokens * m.hidden_size
                    * (share / h_div + (1.0 - share) / b.tp) / ctx.effective_hbm_bytes_per_s)
     return {"dense_matmul": dense_mm, "moe_matmul": moe_mm, "attention": attention,
             "elementwise": elementwise}
+
+
+def eager_scores_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:
+    """Forward seconds of one layer's memory-bound score traffic under eager attention
+    (``attention_kernel: eager``): tokens·s·a/tp score elements × EAGER_SCORE_BYTES_FORWARD /
+    (HBM bandwidth·hbm_efficiency); 0 under flash attention. The causal mask skips no storage."""
+    if ctx.training.attention_kernel != "eager":
+        return np.zeros_like(tokens)
+    scores = tokens * ctx.training.seq_len * ctx.model.num_attention_heads / b.tp
+    return scores * EAGER_SCORE_BYTES_FORWARD / ctx.effective_hbm_bytes_per_s
 
 
 def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, np.ndarray]:
@@ -171,15 +193,21 @@ def pipeline_transfer_s(ctx: CostContext, stride: np.ndarray, size: np.ndarray,
     return exposed * comm.p2p_s(ctx, stride, size, num_bytes) + k * comm.p2p_latency_s(ctx, stride, size)
 
 
-def grad_accumulation_s(ctx: CostContext, params_per_gpu: np.ndarray) -> np.ndarray:
+def grad_accumulation_s(ctx: CostContext, b: LayoutBatch, params_per_gpu: np.ndarray) -> np.ndarray:
     """Memory-bound gradient accumulation after each micro-batch's backward: params ×
     ``grad_accumulation_bytes_per_param`` / (HBM bandwidth·hbm_efficiency); 0 where the trainer
     accumulates inside the weight-gradient GEMM (Megatron's gradient_accumulation_fusion) or
     states nothing. nanotron's FP32GradientAccumulator adds each bf16 gradient into its fp32
     buffer after every backward (src/nanotron/optim/gradient_accumulator.py ``_accumulate_grad``:
     ``fp32_grad.add_(half_param.grad)``; on the sync step its all-reduce hook does the same add):
-    read 2 + read 4 + write 4 = 10 B per parameter."""
-    return params_per_gpu * ctx.profile.grad_accumulation_bytes_per_param / ctx.effective_hbm_bytes_per_s
+    read 2 + read 4 + write 4 = 10 B per parameter. DeepSpeed's pipeline engine under bf16 does
+    the same after every backward pass (deepspeed/runtime/pipe/engine.py ``_exec_backward_pass``:
+    ``optimizer.update_hp_grads``, deepspeed/runtime/bf16_optimizer.py: ``hp_grad.add_(lp.grad)``);
+    for a profile with ``pp_grad_all_reduce_bytes`` (that BF16_Optimizer path) it applies only
+    where that path runs: pp > 1 and ZeRO <= 1."""
+    p = ctx.profile
+    applies = np.where(p.pp_grad_all_reduce_bytes > 0, (b.pp > 1) & (b.zero <= 1), True)
+    return np.where(applies, params_per_gpu * p.grad_accumulation_bytes_per_param / ctx.effective_hbm_bytes_per_s, 0.0)
 
 
 def loss_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:
@@ -253,7 +281,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     pp_send = np.where((b.pp > 1) & ~hidden, pp_sends * pipeline_transfer_s(ctx, st["pp"], b.pp, pp_bytes), 0.0)
     dp = dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"],
                    layers.most)
-    parts["compute"] = parts["compute"] + grad_accumulation_s(ctx, stage_params["dense"] + stage_params["expert"])
+    parts["compute"] = parts["compute"] + grad_accumulation_s(ctx, b, stage_params["dense"] + stage_params["expert"])
     micro_compute = parts["compute"] + parts["recompute"]
     fetch = param_fetch_s(ctx, b, stage_params, layers.most)  # 0 without offload
     zero3_exposed = np.maximum(0.0, dp["per_micro"] + fetch - e.fsdp_overlap * micro_compute)

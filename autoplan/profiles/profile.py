@@ -104,6 +104,10 @@ class TrainerProfile:
     # options the exporters write) or 'compute_cost' (nanotron's own cost-balanced walk,
     # autoplan.cost.stages.compute_cost_rank_layers).
     pp_split_rule: str = "layout"
+    # With pp > 1 and ZeRO <= 1, bytes per element of a full gradient all-reduce that replaces the
+    # ZeRO-1 reduce-scatter (0: the generic ZeRO path). DeepSpeed's pipeline engine under bf16
+    # all-reduces the BF16_Optimizer's fp32 gradients: 4 (autoplan.cost.data_parallel).
+    pp_grad_all_reduce_bytes: float = 0.0
     sources: tuple[str, ...] = ()
     parameters: dict[str, CalibratedParameters] = field(default_factory=dict)
     options: TrainerOptions = field(default_factory=TrainerOptions)  # see trainer_options.py
@@ -126,7 +130,7 @@ _PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
 _OPTIONAL_KEYS = ["dp_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
                   "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes",
-                  "pp_split_rule"]
+                  "pp_split_rule", "pp_grad_all_reduce_bytes"]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:

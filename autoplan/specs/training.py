@@ -54,8 +54,8 @@ class TrainingSpec:
     * ``causal``: the same with the attention term halved (causal masking).
     * ``megatron``: Megatron's ``num_floating_point_operations`` (no embedding lookup in N).
 
-    ``attention_kernel`` is the attention kernel (:data:`ATTENTION_KERNELS`; memory only: ``eager``
-    saves the s×s score activations). ``fp8_recipe`` and ``fp8_param_gather`` say how layouts
+    ``attention_kernel`` is the attention kernel (:data:`ATTENTION_KERNELS`; ``eager``
+    saves the s×s score activations and moves them through HBM, ``cost.time.eager_scores_s``). ``fp8_recipe`` and ``fp8_param_gather`` say how layouts
     with precision fp8 keep their tensors (:data:`FP8_RECIPES`; Megatron's
     ``--fp8-recipe`` and ``--fp8-param-gather``); both only change memory.
     ``grad_reduce_in_bf16`` keeps the gradient buffers in bf16 instead of the profile's fp32

@@ -90,7 +90,19 @@ def test_gradient_accumulation_is_memory_bound_and_only_where_the_trainer_states
     params = np.array([1e9, 2e9])
     # nanotron: 10 B per parameter (read bf16 2, read and write fp32 4 + 4) at HBM 3.35 TB/s × 0.8
     ctx = ctx_for("nanotron")
+    b = batch([1.0, 4.0])
     hbm = 3.35e12 * ctx.efficiency.hbm_efficiency
-    assert grad_accumulation_s(ctx, params) == pytest.approx(params * 10.0 / hbm)
+    assert grad_accumulation_s(ctx, b, params) == pytest.approx(params * 10.0 / hbm)
     # Megatron accumulates inside the weight-gradient GEMM: nothing extra
-    assert np.all(grad_accumulation_s(ctx_for("megatron"), params) == 0.0)
+    assert np.all(grad_accumulation_s(ctx_for("megatron"), b, params) == 0.0)
+
+
+def test_deepspeed_accumulates_in_fp32_only_on_its_bf16_pipeline_path():
+    """BF16_Optimizer's update_hp_grads after each backward: pp > 1 and ZeRO <= 1 only."""
+    ctx = ctx_for("deepspeed")
+    b = batch([1.0, 4.0, 4.0])
+    b.zero = np.array([1.0, 1.0, 3.0])
+    hbm = 3.35e12 * ctx.efficiency.hbm_efficiency
+    t = grad_accumulation_s(ctx, b, np.full(3, 1e9))
+    assert t[0] == 0.0 and t[2] == 0.0
+    assert t[1] == pytest.approx(1e9 * 10.0 / hbm)

@@ -209,6 +209,27 @@ def test_data_parallel_reduce_scatter_and_gather_with_zero_1():
     assert table["time_dp_exposed_s"][0] == pytest.approx(expected, rel=1e-12)
 
 
+def test_deepspeed_pipeline_all_reduces_fp32_gradients_under_zero_1():
+    # DeepSpeed's pipeline engine under bf16 (_bf16_reduce_grads): a full all-reduce of the
+    # BF16_Optimizer's fp32 gradients, 2·7/8·4P, then the bf16 partitions' all-gather, 7/8·2P,
+    # in one bucket of reduce_bucket_size 5e8 each (tree 6·α_up, ring 7·α_up); neither hidden.
+    model = dataclasses.replace(MODEL, num_layers=2)
+    table = evaluate_one(ctx_for(model, trainer="deepspeed"), pp=2, dp=8, zero=1)
+    expected = 2 * 7 / 8 * 4 * P_LAST / NVLINK + AR_LATENCY + 7 / 8 * 2 * P_LAST / NVLINK + AG_LATENCY
+    assert table["time_dp_exposed_s"][0] == pytest.approx(expected, rel=1e-12)
+
+
+def test_eager_attention_moves_its_scores_through_hbm():
+    # attention_kernel eager: tokens·s·a/tp = 1024·1024·8 score elements × 8 B forward, at HBM
+    # 3.35 TB/s; part of the attention: forward + ATTENTION_BACKWARD_FACTOR 2.5 × forward.
+    flash = evaluate_one(pp=1, dp=1)
+    ctx, batch = at(ctx_for(), {"gpus": 1, "seq_len": 1024, "gbs_seqs": 1})
+    eager = evaluate(dataclasses.replace(ctx, training=dataclasses.replace(ctx.training, attention_kernel="eager")),
+                     batch)
+    delta = eager["time_compute_s"][0] - flash["time_compute_s"][0]
+    assert delta == pytest.approx(3.5 * 1024 * 1024 * 8 * 8 / HBM, rel=1e-9)
+
+
 def test_data_parallel_all_reduce_bandwidth_term():
     # Latency cancels in the difference of 4 vs 2 layers over pp = 2 (one more layer on the
     # last stage, 16,779,264 params): Δ = 2·7/8 · 4 B · 16,779,264 / 450e9 = 1.3051e-4 s
