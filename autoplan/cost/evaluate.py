@@ -7,16 +7,22 @@ from typing import Any
 
 import numpy as np
 
+from autoplan.cost.allocator import keep_temporaries_on_heap
+from autoplan.cost.broadcast import shared_groupings
 from autoplan.cost.context import CostContext
 from autoplan.cost.flops import hardware_flops_per_token, model_flops_per_token
 from autoplan.cost.memory import memory_table, stage_param_counts
-from autoplan.cost.stages import heaviest_stage, stage_layers
+from autoplan.cost.shared_terms import layout_stage_layers
+from autoplan.cost.stages import heaviest_stage
 from autoplan.cost.time import time_table
 from autoplan.layout import CODE_FIELDS, RECORD_FIELDS, LayoutBatch
 from autoplan.recompute_modules import modules_texts
 from autoplan.rules import REASON_CODES, legality_codes
 from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
+
+# From this many layouts on, a batch's temporaries exceed glibc's default mmap threshold (cost.allocator).
+LARGE_BATCH = 4096
 
 
 @dataclass
@@ -90,10 +96,12 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True,
     """
     b = batch
     cols: dict[str, np.ndarray] = {}
-    if codes is None:
-        codes = legality_codes(ctx, b, allow_uneven=allow_uneven)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        layers = stage_layers(ctx.model, b.pp, b.vpp, b.pp_split)
+    if len(b) >= LARGE_BATCH:
+        keep_temporaries_on_heap()
+    with np.errstate(divide="ignore", invalid="ignore"), shared_groupings():
+        if codes is None:
+            codes = legality_codes(ctx, b, allow_uneven=allow_uneven)
+        layers = layout_stage_layers(ctx, b)
         params = stage_param_counts(ctx, b, layers)
         cols.update(memory_table(ctx, b, layers, params))
         cols.update(time_table(ctx, b, heavier_stage_params(params), layers))
