@@ -46,8 +46,10 @@ class Grouping:
         """``value`` computed over ``first`` (arrays whose last axis is the groups; tuples,
         lists, dicts and dataclasses of them) copied to every row of each group."""
         if isinstance(value, np.ndarray):
-            if value.ndim and value.shape[-1] == len(self.first):
-                return value[..., self.inverse]
+            if value.ndim == 1 and len(value) == len(self.first):
+                return value[self.inverse]
+            if value.ndim > 1 and value.shape[-1] == len(self.first):
+                return np.take(value, self.inverse, axis=-1)  # (faster than value[..., inverse])
             return value
         if isinstance(value, dict):
             return {k: self.spread(v) for k, v in value.items()}
