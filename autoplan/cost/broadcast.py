@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -61,25 +62,27 @@ class Grouping:
         return value
 
 
-# Inside ``shared_groupings``: batch id -> (the batch, its column codes and groupings).
-_SCOPES: list[dict[int, tuple[LayoutBatch, dict]]] = []
+# Per thread, inside ``shared_groupings``: batch id -> (the batch, its column codes and groupings).
+_LOCAL = threading.local()
 
 
 @contextlib.contextmanager
 def shared_groupings():
     """Share knob codes and groupings of a batch between the formulas evaluated in this block
     (``cost.evaluate``); outside it every call groups afresh (a batch may change between calls)."""
-    _SCOPES.append({})
+    scopes = _LOCAL.__dict__.setdefault("scopes", [])
+    scopes.append({})
     try:
         yield
     finally:
-        _SCOPES.pop()
+        scopes.pop()
 
 
 def _cache(batch: LayoutBatch) -> dict:
-    if not _SCOPES:
+    scopes = _LOCAL.__dict__.get("scopes")
+    if not scopes:
         return {}
-    return _SCOPES[-1].setdefault(id(batch), (batch, {}))[1]  # the batch kept: its id stays its own
+    return scopes[-1].setdefault(id(batch), (batch, {}))[1]  # the batch kept: its id stays its own
 
 
 def _column_codes(batch: LayoutBatch, name: str) -> tuple[np.ndarray, int]:
@@ -142,6 +145,14 @@ class _Recorder:
         return len(self._batch)
 
 
+def _hashable(options: tuple) -> bool:
+    try:
+        hash(options)
+    except TypeError:
+        return False
+    return True
+
+
 def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a formula ``fn(ctx, batch, *options)`` whose result over layouts depends only on
     the knobs it reads from ``batch`` (element-wise; ``options`` are not arrays over layouts):
@@ -150,7 +161,7 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(ctx: Any, batch: Any, *options: Any) -> Any:
-        if not isinstance(batch, LayoutBatch) or len(batch) < MIN_ROWS:
+        if not isinstance(batch, LayoutBatch) or len(batch) < MIN_ROWS or not _hashable(options):
             return fn(ctx, batch, *options)
         known = reads.get(options)
         if known is not None:
