@@ -10,6 +10,9 @@ Which knobs a formula reads is recorded while it runs (``_Recorder``), not decla
 whose formula reads a knob outside its grouping is thrown away and the formula evaluated over
 the whole batch, and the knob joins that formula's grouping from then on. Results stay exact
 whatever a formula's author changes; only the speed depends on the knobs a formula reads.
+What a grouped formula may not do: combine different layouts (a sum or a mean over the batch);
+a batch-wide max, any or all is fine, since every distinct value of the knobs read is in the
+subset. ``tests/unit/cost/test_broadcast.py`` compares grouped and per-layout evaluation bit for bit.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import model_state_bytes, owned_params, params_on_stage
 from autoplan.cost.offload import move_to_host
 from autoplan.cost.schedule import in_flight_layers, parameter_copies, resolved_schedule
-from autoplan.cost.stages import StageLayers, stage_layers
+from autoplan.cost.stages import StageLayers, heaviest_stage, stage_layers
 from autoplan.layout import LayoutBatch
 
 @per_group
@@ -49,6 +49,20 @@ def stage_param_counts(ctx: CostContext, b: LayoutBatch, layers: StageLayers) ->
         dense, expert = params_on_stage(ctx, b, getattr(layers, f"{stage}_dense"), getattr(layers, f"{stage}_moe"), ends)
         out[stage] = (copies * dense, copies * expert)
     return out
+
+
+def heavier_stage_params(params: dict[str, tuple]) -> dict[str, np.ndarray]:
+    """Parameters per GPU of the heaviest of the first, middle and last stage (dense, expert)."""
+    pick = heaviest_stage(*(params[s][0] + params[s][1] for s in ("first", "middle", "last")))
+    return {"dense": np.choose(pick, [params[s][0] for s in ("first", "middle", "last")]),
+            "expert": np.choose(pick, [params[s][1] for s in ("first", "middle", "last")])}
+
+
+@per_group
+def layout_stage_params(ctx: CostContext, b: LayoutBatch) -> tuple[dict[str, tuple], dict[str, np.ndarray]]:
+    """``stage_param_counts`` and ``heavier_stage_params`` of the batch."""
+    params = stage_param_counts(ctx, b, stage_layers(ctx.model, b.pp, b.vpp, b.pp_split))
+    return params, heavier_stage_params(params)
 
 
 def stage_params(ctx: CostContext, b: LayoutBatch, stage: str) -> tuple[np.ndarray, np.ndarray]:
