@@ -33,7 +33,7 @@ from autoplan.cost.recompute import (
     offloaded_share,
 )
 from autoplan.cost.shared_terms import stage_in_flight, stage_model_states_on_gpu, stage_param_counts
-from autoplan.cost.stages import StageLayers, heaviest_stage, stage_layers
+from autoplan.cost.stages import StageLayers, choose_stage, heaviest_stage, stage_layers
 from autoplan.layout import LayoutBatch
 from autoplan.profiles import ActivationCoefficients
 from autoplan.recompute_modules import module_bit
@@ -302,8 +302,8 @@ def memory_table(ctx: CostContext, b: LayoutBatch, layers: StageLayers | None = 
         host[stage_name] = terms["host"]
     out["peak_memory_bytes"] = np.maximum(np.maximum(totals["first"], totals["middle"]), totals["last"])
     out["host_memory_bytes"] = np.maximum(np.maximum(host["first"], host["middle"]), host["last"])
-    out["peak_stage"] = np.choose(heaviest_stage(totals["first"], totals["middle"], totals["last"]),
-                                  [0.0, layers.middle_rank, b.pp - 1.0])
+    out["peak_stage"] = choose_stage(heaviest_stage(totals["first"], totals["middle"], totals["last"]),
+                                      0.0, layers.middle_rank, b.pp - 1.0)
     out["layers_first_stage"] = layers.first
     out["layers_last_stage"] = layers.last
     return out

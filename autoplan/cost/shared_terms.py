@@ -16,7 +16,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import model_state_bytes, owned_params, params_on_stage
 from autoplan.cost.offload import move_to_host
 from autoplan.cost.schedule import in_flight_layers, parameter_copies, resolved_schedule
-from autoplan.cost.stages import StageLayers, heaviest_stage, stage_layers
+from autoplan.cost.stages import StageLayers, choose_stage, heaviest_stage, stage_layers
 from autoplan.layout import LayoutBatch
 
 @per_group
@@ -54,8 +54,8 @@ def stage_param_counts(ctx: CostContext, b: LayoutBatch, layers: StageLayers) ->
 def heavier_stage_params(params: dict[str, tuple]) -> dict[str, np.ndarray]:
     """Parameters per GPU of the heaviest of the first, middle and last stage (dense, expert)."""
     pick = heaviest_stage(*(params[s][0] + params[s][1] for s in ("first", "middle", "last")))
-    return {"dense": np.choose(pick, [params[s][0] for s in ("first", "middle", "last")]),
-            "expert": np.choose(pick, [params[s][1] for s in ("first", "middle", "last")])}
+    return {"dense": choose_stage(pick, *(params[s][0] for s in ("first", "middle", "last"))),
+            "expert": choose_stage(pick, *(params[s][1] for s in ("first", "middle", "last")))}
 
 
 @per_group
