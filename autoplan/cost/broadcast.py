@@ -88,14 +88,17 @@ def _cache(batch: LayoutBatch) -> dict:
     return scopes[-1].setdefault(id(batch), (batch, {}))[1]  # the batch kept: its id stays its own
 
 
-def _column_codes(batch: LayoutBatch, name: str) -> tuple[np.ndarray, int]:
-    """Dense codes 0..k−1 of the distinct values of one knob column, and k."""
+def _column_codes(batch: LayoutBatch, name: str) -> tuple[np.ndarray | None, int]:
+    """Dense codes 0..k−1 of the distinct values of one knob column, and k (codes None where
+    the column holds one value)."""
     cache = _cache(batch)
     if name not in cache:
         values = getattr(batch, name)
         low, high = float(values.min()), float(values.max())
-        ints = values.astype(np.intp) if low >= 0 and high < MAX_TABLE_KEYS else None
-        if ints is not None and np.array_equal(ints, values):
+        ints = values.astype(np.intp) if 0 <= low < high < MAX_TABLE_KEYS else None
+        if low == high:
+            cache[name] = (None, 1)
+        elif ints is not None and (ints == values).all():
             present = np.zeros(int(high) + 1, dtype=bool)
             present[ints] = True
             lookup = np.cumsum(present) - 1
@@ -112,15 +115,23 @@ def group_rows(batch: LayoutBatch, names: tuple[str, ...]) -> Grouping:
     cache = _cache(batch)
     if names in cache:
         return cache[names]
-    key = np.zeros(len(batch), dtype=np.intp)
-    size = 1
+    key, size = None, 1
     for name in names:
         codes, count = _column_codes(batch, name)
+        if codes is None:  # one value: no part of the key
+            continue
+        if key is None:
+            key, size = codes, count
+            continue
         if size * count > MAX_TABLE_KEYS:  # compress the key so far: a sort
             _, key = np.unique(key, return_inverse=True)
             key, size = key.reshape(-1), int(key.max(initial=0)) + 1
         key = key * count + codes
         size *= count
+    if key is None:  # every row alike
+        cache[names] = Grouping(first=np.zeros(min(len(batch), 1), dtype=np.intp),
+                                inverse=np.zeros(len(batch), dtype=np.intp))
+        return cache[names]
     present = np.zeros(size, dtype=bool)
     present[key] = True
     distinct = np.flatnonzero(present)
