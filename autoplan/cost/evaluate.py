@@ -7,16 +7,21 @@ from typing import Any
 
 import numpy as np
 
+from autoplan.cost.allocator import keep_temporaries_on_heap
+from autoplan.cost.broadcast import shared_groupings
 from autoplan.cost.context import CostContext
 from autoplan.cost.flops import hardware_flops_per_token, model_flops_per_token
-from autoplan.cost.memory import memory_table, stage_param_counts
-from autoplan.cost.stages import heaviest_stage, trainer_stage_layers
+from autoplan.cost.memory import memory_table
+from autoplan.cost.shared_terms import layout_stage_layers, layout_stage_params
 from autoplan.cost.time import time_table
 from autoplan.layout import CODE_FIELDS, RECORD_FIELDS, LayoutBatch
 from autoplan.recompute_modules import modules_texts
 from autoplan.rules import REASON_CODES, legality_codes
 from autoplan.specs.training import TrainingSpec
 from autoplan.units import GiB
+
+# From this many layouts on, a batch's temporaries exceed glibc's default mmap threshold (cost.allocator).
+LARGE_BATCH = 4096
 
 
 @dataclass
@@ -73,13 +78,6 @@ class CostTable:
         return pd.DataFrame(data)
 
 
-def heavier_stage_params(params: dict[str, tuple]) -> dict[str, np.ndarray]:
-    """Parameters per GPU of the heaviest of the first, middle and last stage (dense, expert)."""
-    pick = heaviest_stage(*(params[s][0] + params[s][1] for s in ("first", "middle", "last")))
-    return {"dense": np.choose(pick, [params[s][0] for s in ("first", "middle", "last")]),
-            "expert": np.choose(pick, [params[s][1] for s in ("first", "middle", "last")])}
-
-
 def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True,
              codes: np.ndarray | None = None) -> CostTable:
     """Legality, memory, time, FLOPs and utilisation of every layout in ``batch``.
@@ -90,13 +88,15 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True,
     """
     b = batch
     cols: dict[str, np.ndarray] = {}
-    if codes is None:
-        codes = legality_codes(ctx, b, allow_uneven=allow_uneven)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        layers = trainer_stage_layers(ctx.model, ctx.profile.pp_split_rule, b.pp, b.vpp, b.pp_split)
-        params = stage_param_counts(ctx, b, layers)
+    if len(b) >= LARGE_BATCH:
+        keep_temporaries_on_heap()
+    with np.errstate(divide="ignore", invalid="ignore"), shared_groupings():
+        if codes is None:
+            codes = legality_codes(ctx, b, allow_uneven=allow_uneven)
+        layers = layout_stage_layers(ctx, b)
+        params, heaviest = layout_stage_params(ctx, b)
         cols.update(memory_table(ctx, b, layers, params))
-        cols.update(time_table(ctx, b, heavier_stage_params(params), layers))
+        cols.update(time_table(ctx, b, heaviest, layers))
         capacity = ctx.cluster.gpu.usable_memory_bytes
         # Near capacity the caching allocator frees and retries (cudaMalloc retries), which
         # slows the step: a named correction (Corrections.memory_pressure_*).

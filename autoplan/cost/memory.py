@@ -20,23 +20,20 @@ import dataclasses
 
 import numpy as np
 
+from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import (
-    model_state_bytes,
-    owned_params,
-    params_on_stage,
     sharded_gradient_transient_bytes,
     zero3_gathered_bytes,
 )
-from autoplan.cost.offload import move_to_host
 from autoplan.cost.recompute import (
     OFFLOAD_STAGING_LAYERS,
     full_recompute_share,
     module_dropped_bytes_per_token,
     offloaded_share,
 )
-from autoplan.cost.schedule import in_flight_layers, parameter_copies, resolved_schedule
-from autoplan.cost.stages import StageLayers, heaviest_stage, trainer_stage_layers
+from autoplan.cost.shared_terms import stage_in_flight, stage_model_states_on_gpu, stage_param_counts
+from autoplan.cost.stages import StageLayers, choose_stage, heaviest_stage, trainer_stage_layers
 from autoplan.layout import LayoutBatch
 from autoplan.profiles import ActivationCoefficients
 from autoplan.recompute_modules import module_bit
@@ -187,6 +184,7 @@ def _fp8_input_saving(ctx: CostContext, b: LayoutBatch) -> float:
     return np.where(b.precision == 1, per_element, 0.0)
 
 
+@per_group  # once per distinct (tp, sp, cp, mbs, precision, ...): cost.broadcast
 def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple[np.ndarray, np.ndarray]:
     """(dense layer, MoE layer) activation bytes for one micro-batch with recompute ``mode``.
 
@@ -246,9 +244,8 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, stage: s
     first = stage == "first"
     n_layers, n_dense = getattr(layers, stage), getattr(layers, f"{stage}_dense")
     dense_params, expert_params = params
-    terms = model_state_bytes(ctx, b, dense_params, expert_params)
     # Offload (Layout.offload) moves model states to the host: never more GPU bytes.
-    host = move_to_host(ctx, b, terms, owned_params(ctx, b, dense_params, expert_params))
+    terms, host = stage_model_states_on_gpu(ctx, b, stage)  # of stage_param_counts (shared_terms)
     act_none, act_sel = acts["none"], acts["selective"]
     moe_share = np.where(n_layers > 0, (n_layers - n_dense) / np.maximum(n_layers, 1.0), 0.0)
     mean_none = act_none[0] * (1 - moe_share) + act_none[1] * moe_share
@@ -260,14 +257,8 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, stage: s
     full_share = full_recompute_share(b, n_layers)
     mean_full = full_share * full_input + (1.0 - full_share) * mean_none
     per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)
-    rank = {"first": np.zeros_like(b.pp), "middle": layers.middle_rank, "last": b.pp - 1.0}[stage]
-    schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pp_schedule)
-    chunks = getattr(layers, f"{stage}_chunks")
-    flying = in_flight_layers(chunks, b.pp, b.vpp, b.grad_acc, rank, schedule)
-    # A correction (Corrections.pp_extra_layers_per_microbatch): extra layer-activations per
-    # in-flight micro-batch of a pipelined stage.
-    micro_in_flight = in_flight_layers(np.ones((1, len(b))), b.pp, np.ones_like(b.pp), b.grad_acc, rank, schedule)
-    flying = flying + np.where(b.pp > 1, c.pp_extra_layers_per_microbatch * micro_in_flight, 0.0)
+    # In flight under the schedule, with Corrections.pp_extra_layers_per_microbatch (in_flight.py).
+    flying = stage_in_flight(ctx, b, stage)
     # Recompute re-materialises one layer's dropped activations at a time during backward:
     # full keeps the layer input and rebuilds the rest; selective rebuilds what it dropped.
     working = np.select([(b.recompute == 2) & (full_share > 0), b.recompute == 1],
@@ -302,17 +293,6 @@ MEMORY_TERMS = ("weights", "gradients", "master_weights", "optimizer_states", "a
                 "embedding_output", "logits_and_loss", "communication_buffers", "reserve")
 
 
-def stage_param_counts(ctx: CostContext, b: LayoutBatch, layers: StageLayers) -> dict[str, tuple]:
-    """(non-expert, expert) parameters per GPU of the first, the middle and the last stage,
-    times the schedule's copies (``schedule.parameter_copies``: 2 under DualPipe)."""
-    copies = parameter_copies(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule))
-    out = {}
-    for stage, ends in (("first", True), ("middle", None), ("last", False)):
-        dense, expert = params_on_stage(ctx, b, getattr(layers, f"{stage}_dense"), getattr(layers, f"{stage}_moe"), ends)
-        out[stage] = (copies * dense, copies * expert)
-    return out
-
-
 def memory_table(ctx: CostContext, b: LayoutBatch, layers: StageLayers | None = None,
                  params: dict[str, tuple] | None = None) -> dict[str, np.ndarray]:
     """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
@@ -335,8 +315,8 @@ def memory_table(ctx: CostContext, b: LayoutBatch, layers: StageLayers | None = 
         host[stage_name] = terms["host"]
     out["peak_memory_bytes"] = np.maximum(np.maximum(totals["first"], totals["middle"]), totals["last"])
     out["host_memory_bytes"] = np.maximum(np.maximum(host["first"], host["middle"]), host["last"])
-    out["peak_stage"] = np.choose(heaviest_stage(totals["first"], totals["middle"], totals["last"]),
-                                  [0.0, layers.middle_rank, b.pp - 1.0])
+    out["peak_stage"] = choose_stage(heaviest_stage(totals["first"], totals["middle"], totals["last"]),
+                                      0.0, layers.middle_rank, b.pp - 1.0)
     out["layers_first_stage"] = layers.first
     out["layers_last_stage"] = layers.last
     return out

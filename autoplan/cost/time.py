@@ -40,7 +40,7 @@ from autoplan.cost.schedule import (
     hides_pipeline_and_expert_comm,
     resolved_schedule,
 )
-from autoplan.cost.stages import StageLayers, heaviest_stage, trainer_stage_layers
+from autoplan.cost.stages import StageLayers, choose_stage, heaviest_stage, trainer_stage_layers
 from autoplan.cost.tied_embedding import tied_embedding_allreduce_s
 from autoplan.cost.tp_comm import tp_collective_s
 from autoplan.layout import LayoutBatch
@@ -270,7 +270,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
     work = {k: stage_time[k]["compute"] + stage_time[k]["recompute"] for k in stage_time}
     pick = heaviest_stage(work["first"], work["middle"], work["last"])
-    parts = {k: np.choose(pick, [stage_time["first"][k], stage_time["middle"][k], stage_time["last"][k]])
+    parts = {k: choose_stage(pick, stage_time["first"][k], stage_time["middle"][k], stage_time["last"][k])
              for k in stage_time["first"]}
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pp_schedule)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autoplan.rules.table import Rule
+from autoplan.rules.table import Rule, indivisible
 
 DEEPSPEED = ("deepspeed",)
 
@@ -24,7 +24,7 @@ RULES = [
          "mpu's tensor parallelism)",
          fix=lambda c, x: "try --zero 1"),
     Rule("ep_divides_dp", DEEPSPEED, "ep must divide dp (expert groups are carved from DP)",
-         lambda c, b: b.dp % b.ep != 0,
+         lambda c, b: indivisible(b.dp, b.ep),
          lambda c, x: f"ep={x.ep}, dp={x.dp}",
          "DeepSpeed 0.19.8 deepspeed/utils/groups.py (_create_expert_and_data_parallel)"),
 ]

@@ -67,7 +67,9 @@ def legality_codes(ctx: Any, batch: LayoutBatch, *, allow_uneven: bool | None = 
     # Last rule first, so an earlier rule overwrites a later one: the first broken rule wins.
     for index, rule in reversed(list(enumerate(RULES, start=1))):
         if rule.binds(rctx):
-            codes[rule.broken_mask(rctx, batch)] = index
+            broken = rule.broken_mask(rctx, batch)
+            if broken.any():  # most rules break nowhere: skip the masked write
+                codes[broken] = index
     return codes
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.rules.table import ALL, Rule, RuleContext, gpus_of, nearest
+from autoplan.rules.table import ALL, Rule, RuleContext, gpus_of, indivisible, nearest
 
 UNEVEN_SUPPORT = {
     "megatron": ("Megatron-LM core_v0.15.3 megatron/training/arguments.py "
@@ -55,7 +55,7 @@ TORCHTITAN_MAX_UNEVEN_VPP = 2  # stages per rank torchtitan makes without layers
 def uneven(ctx: RuleContext, b) -> np.ndarray:
     """True where the layers (+2 units under ``pp_split`` embed-loss) do not divide into pp·vpp
     equal stages."""
-    return (ctx.model.num_layers + 2 * (b.pp_split == 1)) % (b.pp * b.vpp) != 0
+    return indivisible(ctx.model.num_layers + 2 * (b.pp_split == 1), b.pp * b.vpp)
 
 
 def trainer_splits_unevenly(ctx: RuleContext, b):

@@ -85,6 +85,14 @@ def gpus_of(ctx: RuleContext, x: Any) -> Any:
     return ctx.training.gpus
 
 
+def indivisible(value: Any, divisor: Any) -> Any:
+    """``value % divisor != 0`` without the float modulo (np.remainder is ~4x slower than the
+    three operations here). Exact for the integer-valued floats of a layout below 2^53: where the
+    divisor divides the value the quotient is an exact integer; where it does not, the quotient is
+    at least 1/divisor away from one, far more than its rounding error, so floor·divisor differs."""
+    return np.floor(value / divisor) * divisor != value
+
+
 def seq_len_of(ctx: RuleContext, x: Any) -> Any:
     return ctx.training.seq_len
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.rules.table import Rule, seq_len_of
+from autoplan.rules.table import Rule, indivisible, seq_len_of
 
 TITAN = ("torchtitan",)
 DIMS = "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py"
@@ -38,12 +38,12 @@ RULES = [
          "torchtitan 0.3.0 torchtitan/models/llama3/infra/pipeline.py (tied weights across stages)",
          fix=lambda c, x: "use --pp 1"),
     Rule("ep_mesh", TITAN, "ep must divide dp_shard·cp·tp (the efsdp mesh)",
-         lambda c, b: (dp_shard(b) * b.cp * b.tp) % b.ep != 0,
+         lambda c, b: indivisible(dp_shard(b) * b.cp * b.tp, b.ep),
          lambda c, x: f"ep={x.ep}, dp_shard({int(dp_shard(x))})·cp({x.cp})·tp({x.tp}) = "
                       f"{int(dp_shard(x)) * x.cp * x.tp} (dp_shard = dp only with zero=3)",
          DIMS, fix=_fix_ep_mesh),
     Rule("sequence_shards", TITAN, "seq_len must be divisible by (tp if sp) × (2·cp if cp > 1)",
-         lambda c, b: seq_len_of(c, b) % seq_divisor(b) != 0,
+         lambda c, b: indivisible(seq_len_of(c, b), seq_divisor(b)),
          lambda c, x: f"seq_len={seq_len_of(c, x)}, divisor={int(seq_divisor(x))} "
                       f"(tp={x.tp}, sp={x.sp}, cp={x.cp})",
          TRAINER),

@@ -21,9 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost.context import CostContext
-from autoplan.cost.memory import stage_param_counts
-from autoplan.cost.model_states import model_state_bytes
-from autoplan.cost.stages import trainer_stage_layers
+from autoplan.cost.broadcast import shared_groupings
+from autoplan.cost.shared_terms import stage_model_states
 from autoplan.layout import LayoutBatch
 
 
@@ -38,10 +37,9 @@ def model_states_exceed_memory(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """Per layout: True when the model states of its first or last stage alone exceed the GPU's
     usable memory (so its peak does too: the layout is out of memory, whatever else it holds)."""
     capacity = ctx.cluster.gpu.usable_memory_bytes
-    with np.errstate(divide="ignore", invalid="ignore"):
-        params = stage_param_counts(ctx, b, trainer_stage_layers(ctx.model, ctx.profile.pp_split_rule, b.pp, b.vpp, b.pp_split))
+    with np.errstate(divide="ignore", invalid="ignore"), shared_groupings():
         over = np.zeros(len(b), dtype=bool)
-        for dense, expert in params.values():
-            states = sum(model_state_bytes(ctx, b, dense, expert).values())
+        for stage in ("first", "middle", "last"):  # once per distinct degrees, ZeRO, optimizer, ...
+            states = sum(stage_model_states(ctx, b, stage).values())
             over |= states > capacity
     return over

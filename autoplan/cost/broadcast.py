@@ -1,0 +1,193 @@
+"""Evaluate a term once per distinct combination of the knobs it reads, then broadcast.
+
+A search space is a cartesian product, so a term that reads a few knobs (the stage split reads
+pp, vpp and pp_split) takes far fewer distinct values than there are layouts. ``per_group``
+calls a formula on one representative layout per distinct combination of the knobs it reads
+and copies each result to the layouts of its group: the same numbers as evaluating every
+layout (each formula is element-wise over layouts), with a fraction of the arithmetic.
+
+Which knobs a formula reads is recorded while it runs (``_Recorder``), not declared: a call
+whose formula reads a knob outside its grouping is thrown away and the formula evaluated over
+the whole batch, and the knob joins that formula's grouping from then on. Results stay exact
+whatever a formula's author changes; only the speed depends on the knobs a formula reads.
+What a grouped formula may not do: combine different layouts (a sum or a mean over the batch);
+a batch-wide max, any or all is fine, since every distinct value of the knobs read is in the
+subset. ``tests/unit/cost/test_broadcast.py`` compares grouped and per-layout evaluation bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from autoplan.layout import FIELDS, LayoutBatch
+
+# Batches smaller than this, or groupings with more than this share of distinct rows, are
+# evaluated directly: grouping them costs more than it saves.
+MIN_ROWS = 256
+MAX_GROUP_SHARE = 0.25
+# The largest mixed-radix key range turned into groups with a lookup table (no sort).
+MAX_TABLE_KEYS = 1 << 22
+# Attributes of a LayoutBatch computed from fields: what reading them means.
+DERIVED_READS = {"gbs_seqs": ("dp", "mbs", "grad_acc")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Grouping:
+    """Rows of a batch grouped by the values of some knobs: ``first`` (one row per group) and
+    ``inverse`` (the group of every row)."""
+
+    first: np.ndarray
+    inverse: np.ndarray
+
+    def spread(self, value: Any) -> Any:
+        """``value`` computed over ``first`` (arrays whose last axis is the groups; tuples,
+        lists, dicts and dataclasses of them) copied to every row of each group."""
+        if isinstance(value, np.ndarray):
+            if value.ndim == 1 and len(value) == len(self.first):
+                return value[self.inverse]
+            if value.ndim > 1 and value.shape[-1] == len(self.first):
+                return np.take(value, self.inverse, axis=-1)  # (faster than value[..., inverse])
+            return value
+        if isinstance(value, dict):
+            return {k: self.spread(v) for k, v in value.items()}
+        if isinstance(value, (tuple, list)):
+            return type(value)(self.spread(v) for v in value)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return dataclasses.replace(value, **{f.name: self.spread(getattr(value, f.name))
+                                                 for f in dataclasses.fields(value) if f.init})
+        return value
+
+
+# Per thread, inside ``shared_groupings``: batch id -> (the batch, its column codes and groupings).
+_LOCAL = threading.local()
+
+
+@contextlib.contextmanager
+def shared_groupings():
+    """Share knob codes and groupings of a batch between the formulas evaluated in this block
+    (``cost.evaluate``); outside it every call groups afresh (a batch may change between calls)."""
+    scopes = _LOCAL.__dict__.setdefault("scopes", [])
+    scopes.append({})
+    try:
+        yield
+    finally:
+        scopes.pop()
+
+
+def _cache(batch: LayoutBatch) -> dict:
+    scopes = _LOCAL.__dict__.get("scopes")
+    if not scopes:
+        return {}
+    return scopes[-1].setdefault(id(batch), (batch, {}))[1]  # the batch kept: its id stays its own
+
+
+def _column_codes(batch: LayoutBatch, name: str) -> tuple[np.ndarray | None, int]:
+    """Dense codes 0..k−1 of the distinct values of one knob column, and k (codes None where
+    the column holds one value)."""
+    cache = _cache(batch)
+    if name not in cache:
+        values = getattr(batch, name)
+        low, high = float(values.min()), float(values.max())
+        ints = values.astype(np.intp) if 0 <= low < high < MAX_TABLE_KEYS else None
+        if low == high:
+            cache[name] = (None, 1)
+        elif ints is not None and (ints == values).all():
+            present = np.zeros(int(high) + 1, dtype=bool)
+            present[ints] = True
+            lookup = np.cumsum(present) - 1
+            cache[name] = (lookup[ints], int(lookup[-1]) + 1)
+        else:  # not small non-negative integers: sort them
+            distinct, inverse = np.unique(values, return_inverse=True)
+            cache[name] = (inverse.reshape(-1), len(distinct))
+    return cache[name]
+
+
+def group_rows(batch: LayoutBatch, names: tuple[str, ...]) -> Grouping:
+    """Group the rows of ``batch`` by the values of the knobs ``names`` (mixed-radix keys over
+    each knob's dense codes, a lookup table where the key range is small, else a sort)."""
+    cache = _cache(batch)
+    if names in cache:
+        return cache[names]
+    key, size = None, 1
+    for name in names:
+        codes, count = _column_codes(batch, name)
+        if codes is None:  # one value: no part of the key
+            continue
+        if key is None:
+            key, size = codes, count
+            continue
+        if size * count > MAX_TABLE_KEYS:  # compress the key so far: a sort
+            _, key = np.unique(key, return_inverse=True)
+            key, size = key.reshape(-1), int(key.max(initial=0)) + 1
+        key = key * count + codes
+        size *= count
+    if key is None:  # every row alike
+        cache[names] = Grouping(first=np.zeros(min(len(batch), 1), dtype=np.intp),
+                                inverse=np.zeros(len(batch), dtype=np.intp))
+        return cache[names]
+    present = np.zeros(size, dtype=bool)
+    present[key] = True
+    distinct = np.flatnonzero(present)
+    lookup = np.empty(size, dtype=np.intp)
+    lookup[distinct] = np.arange(len(distinct))
+    inverse = lookup[key]
+    first = np.empty(len(distinct), dtype=np.intp)
+    first[inverse] = np.arange(len(batch))
+    cache[names] = Grouping(first=first, inverse=inverse)
+    return cache[names]
+
+
+class _Recorder:
+    """A stand-in for a ``LayoutBatch`` that records which attributes a formula reads."""
+
+    def __init__(self, batch: LayoutBatch):
+        self._batch = batch
+        self.read: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        self.read.update(DERIVED_READS.get(name, (name,) if name in FIELDS else FIELDS))
+        return getattr(self._batch, name)
+
+    def __len__(self) -> int:
+        return len(self._batch)
+
+
+def _hashable(options: tuple) -> bool:
+    try:
+        hash(options)
+    except TypeError:
+        return False
+    return True
+
+
+def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a formula ``fn(ctx, batch, *options)`` whose result over layouts depends only on
+    the knobs it reads from ``batch`` (element-wise; ``options`` are not arrays over layouts):
+    it then runs once per distinct combination of those knobs (see the module docstring)."""
+    reads: dict[tuple, tuple[str, ...]] = {}
+
+    @functools.wraps(fn)
+    def wrapper(ctx: Any, batch: Any, *options: Any) -> Any:
+        if not isinstance(batch, LayoutBatch) or len(batch) < MIN_ROWS or not _hashable(options):
+            return fn(ctx, batch, *options)
+        known = reads.get(options)
+        if known is not None:
+            group = group_rows(batch, known)
+            if len(group.first) <= MAX_GROUP_SHARE * len(batch):
+                probe = _Recorder(batch.take(group.first))
+                result = fn(ctx, probe, *options)
+                if probe.read <= set(known):
+                    return group.spread(result)
+        probe = _Recorder(batch)
+        result = fn(ctx, probe, *options)
+        reads[options] = tuple(sorted(probe.read | set(known or ())))
+        return result
+
+    return wrapper

@@ -1,0 +1,91 @@
+"""Cost terms that read a few knobs, evaluated once per distinct combination of them.
+
+Each function here gathers a formula of another module with the arrays it needs, so that
+``broadcast.per_group`` can evaluate it on one layout per distinct combination of the knobs it
+reads (the stage split: pp, vpp, pp_split; what is in flight: those and grad_acc, pp_schedule;
+the model states: the degrees, ZeRO, the optimizer and offload, not mbs nor recompute) and copy
+the results to the other layouts. The numbers are those of the formulas evaluated on every layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.cost.broadcast import per_group
+from autoplan.cost.context import CostContext
+from autoplan.cost.model_states import model_state_bytes, owned_params, params_on_stage
+from autoplan.cost.offload import move_to_host
+from autoplan.cost.schedule import in_flight_layers, parameter_copies, resolved_schedule
+from autoplan.cost.stages import StageLayers, choose_stage, heaviest_stage, trainer_stage_layers
+from autoplan.layout import LayoutBatch
+
+
+def _trainer_layers(ctx: CostContext, b: LayoutBatch) -> StageLayers:
+    """``stages.trainer_stage_layers``: the layout's pp, vpp and pp_split, or the trainer's own split."""
+    return trainer_stage_layers(ctx.model, ctx.profile.pp_split_rule, b.pp, b.vpp, b.pp_split)
+
+
+@per_group
+def layout_stage_layers(ctx: CostContext, b: LayoutBatch) -> StageLayers:
+    """``stages.trainer_stage_layers`` of the batch's pp, vpp and pp_split."""
+    return _trainer_layers(ctx, b)
+
+
+@per_group
+def stage_in_flight(ctx: CostContext, b: LayoutBatch, stage: str) -> np.ndarray:
+    """Layer-activations (layers × micro-batches) the ``stage`` ('first', 'middle' or 'last' of
+    ``stages.stage_layers``) holds at the end of its warm-up: ``schedule.in_flight_layers`` of
+    its chunks, plus the correction ``Corrections.pp_extra_layers_per_microbatch`` extra
+    layer-activations per in-flight micro-batch of a pipelined stage."""
+    layers = _trainer_layers(ctx, b)
+    rank = {"first": np.zeros_like(b.pp), "middle": layers.middle_rank, "last": b.pp - 1.0}[stage]
+    schedule = resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule)
+    chunks = getattr(layers, f"{stage}_chunks")
+    flying = in_flight_layers(chunks, b.pp, b.vpp, b.grad_acc, rank, schedule)
+    micro_in_flight = in_flight_layers(np.ones((1, len(b))), b.pp, np.ones_like(b.pp), b.grad_acc, rank, schedule)
+    return flying + np.where(b.pp > 1, ctx.corrections.pp_extra_layers_per_microbatch * micro_in_flight, 0.0)
+
+
+def stage_param_counts(ctx: CostContext, b: LayoutBatch, layers: StageLayers) -> dict[str, tuple]:
+    """(non-expert, expert) parameters per GPU of the first, the middle and the last stage,
+    times the schedule's copies (``schedule.parameter_copies``: 2 under DualPipe)."""
+    copies = parameter_copies(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule))
+    out = {}
+    for stage, ends in (("first", True), ("middle", None), ("last", False)):
+        dense, expert = params_on_stage(ctx, b, getattr(layers, f"{stage}_dense"), getattr(layers, f"{stage}_moe"), ends)
+        out[stage] = (copies * dense, copies * expert)
+    return out
+
+
+def heavier_stage_params(params: dict[str, tuple]) -> dict[str, np.ndarray]:
+    """Parameters per GPU of the heaviest of the first, middle and last stage (dense, expert)."""
+    pick = heaviest_stage(*(params[s][0] + params[s][1] for s in ("first", "middle", "last")))
+    return {"dense": choose_stage(pick, *(params[s][0] for s in ("first", "middle", "last"))),
+            "expert": choose_stage(pick, *(params[s][1] for s in ("first", "middle", "last")))}
+
+
+@per_group
+def layout_stage_params(ctx: CostContext, b: LayoutBatch) -> tuple[dict[str, tuple], dict[str, np.ndarray]]:
+    """``stage_param_counts`` and ``heavier_stage_params`` of the batch."""
+    params = stage_param_counts(ctx, b, _trainer_layers(ctx, b))
+    return params, heavier_stage_params(params)
+
+
+def stage_params(ctx: CostContext, b: LayoutBatch, stage: str) -> tuple[np.ndarray, np.ndarray]:
+    """``stage_param_counts`` of one stage."""
+    return stage_param_counts(ctx, b, _trainer_layers(ctx, b))[stage]
+
+
+@per_group
+def stage_model_states(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.ndarray]:
+    """``model_states.model_state_bytes`` of ``stage``'s parameters (``stage_params``), before
+    offload moves any of them to the host."""
+    return model_state_bytes(ctx, b, *stage_params(ctx, b, stage))
+
+
+@per_group
+def stage_model_states_on_gpu(ctx: CostContext, b: LayoutBatch, stage: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The GPU's model-state terms of ``stage`` after ``offload.move_to_host``, and the host bytes."""
+    params = stage_params(ctx, b, stage)
+    terms = model_state_bytes(ctx, b, *params)
+    return terms, move_to_host(ctx, b, terms, owned_params(ctx, b, *params))

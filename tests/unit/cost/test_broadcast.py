@@ -1,0 +1,96 @@
+"""cost.broadcast: a formula evaluated once per distinct combination of the knobs it reads gives
+the numbers of the formula evaluated on every layout, bit for bit."""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import numpy as np
+import pytest
+
+from autoplan.api import build_context, build_training
+from autoplan.cost import allocator, broadcast
+from autoplan.cost.allocator import keep_temporaries_on_heap
+from autoplan.cost.evaluate import evaluate
+from autoplan.cost.memory import layer_activation_bytes
+from autoplan.layout import FIELDS, LayoutBatch
+from autoplan.space import indices_to_values, layouts_from_values, load_space
+
+WIDE = dict(pp=(1, 2, 3, 4, 8), vpp=(1, 2, 3), cp=(1, 2), zero=(0, 1, 3), mbs=(1, 2, 3),
+            recompute=("none", "selective", "full"), precision=("bf16", "fp8"),
+            placement=("tp-cp-dp-pp", "tp-pp-cp-dp"), recompute_layers=(0, 1), offload_layers=(0, 1),
+            hsdp=(0, 2), pp_schedule=("default", "1f1b", "afab", "zb-v", "dualpipe", "dualpipev"),
+            pp_split=("balanced", "embed-loss"), optimizer=("adamw", "adafactor", "muon"),
+            offload=("none", "optimizer", "params"), recompute_modules=("", "core_attn,mlp"))
+
+
+def wide_batch(model: str, gpus: int, space: str, trainer: str, size: int = 6000):
+    training = build_training(gpus, 4096, 1024)
+    ctx = build_context(model, training, trainer=trainer)
+    wide = load_space(space).with_overrides(**WIDE)
+    index = np.random.default_rng(1).integers(0, wide.size, size)
+    batch, _, _ = layouts_from_values(indices_to_values(wide, index), training)
+    # and a dense block of repeats, so that every grouped formula groups
+    batch = LayoutBatch({f: np.concatenate([getattr(batch, f), np.repeat(getattr(batch, f)[:40], 50)]) for f in FIELDS})
+    return ctx, batch
+
+
+@pytest.mark.parametrize("model, gpus, space, trainer", [("llama3-8b", 64, "default", "megatron"),
+                                                         ("mixtral-8x7b", 128, "moe", "torchtitan"),
+                                                         ("deepseek-v3", 1024, "moe", "megatron")])
+def test_evaluate_grouped_equals_every_layout(monkeypatch, model, gpus, space, trainer):
+    ctx, batch = wide_batch(model, gpus, space, trainer)
+    grouped = evaluate(ctx, batch).columns
+    monkeypatch.setattr(broadcast, "MIN_ROWS", 10**9)  # every formula on every layout
+    plain = evaluate(ctx, batch).columns
+    assert grouped.keys() == plain.keys()
+    for name in plain:
+        np.testing.assert_array_equal(grouped[name], plain[name], err_msg=name)
+
+
+def test_group_rows_groups_equal_knobs_together():
+    _, batch = wide_batch("llama3-8b", 64, "default", "megatron")
+    names = ("pp", "vpp", "pp_split")
+    with broadcast.shared_groupings():
+        group = broadcast.group_rows(batch, names)
+    for name in names:  # each row has its group representative's values
+        values = getattr(batch, name)
+        np.testing.assert_array_equal(values[group.first][group.inverse], values)
+    keys = {tuple(getattr(batch, n)[i] for n in names) for i in group.first}
+    assert len(keys) == len(group.first)  # one representative per distinct combination
+
+
+def test_a_formula_reading_a_new_knob_falls_back_to_every_layout():
+    _, batch = wide_batch("llama3-8b", 64, "default", "megatron")
+    calls = []
+
+    @broadcast.per_group
+    def formula(ctx, b, use_mbs):
+        calls.append(len(b))
+        return b.pp * 10.0 + (b.mbs if use_mbs else 0.0)
+
+    formula(None, batch, True)  # learns pp and mbs
+    assert calls[-1] == len(batch)
+    np.testing.assert_array_equal(formula(None, batch, True), batch.pp * 10.0 + batch.mbs)
+    assert calls[-1] < len(batch) / 4  # grouped by (mbs, pp)
+    formula(None, batch, False)
+    np.testing.assert_array_equal(formula(None, batch, False), batch.pp * 10.0)
+    assert calls[-1] < len(batch) / 4
+
+
+def test_grouped_layer_activations_match_the_formula_on_every_layout():
+    ctx, batch = wide_batch("mixtral-8x7b", 128, "moe", "megatron")
+    for mode in ("none", "selective"):
+        for grouped, plain in zip(layer_activation_bytes(ctx, batch, mode),
+                                  layer_activation_bytes.__wrapped__(ctx, batch, mode)):
+            np.testing.assert_array_equal(grouped, plain)
+
+
+def test_allocator_is_tuned_once_and_left_alone_when_asked(monkeypatch):
+    first = keep_temporaries_on_heap()
+    assert keep_temporaries_on_heap() is first
+    if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
+        assert first  # mallopt(3) accepts both thresholds on glibc
+    monkeypatch.setenv("AUTOPLAN_KEEP_MALLOC", "1")
+    assert allocator._tune() is False
