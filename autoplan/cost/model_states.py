@@ -133,6 +133,19 @@ def sharded_gradient_transient_bytes(ctx: CostContext, b: LayoutBatch, one_layer
     return np.where(sharded, (BF16_BYTES + reduce_bytes) * one_layer_params, 0.0)
 
 
+def ddp_free_grad_bytes(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """Bytes per parameter of ``grad_bytes`` absent where the trainer runs without DDP (dp·cp = 1).
+
+    nanotron wraps the model in torch DDP only when dp·cp > 1 (src/nanotron/trainer.py,
+    ``make_ddp``); DDP (gradient_as_bucket_view off) keeps bf16 bucket buffers as large as the
+    parameters. The bf16 gradients themselves do not persist: FP32GradientAccumulator.backward
+    (src/nanotron/optim/gradient_accumulator.py) adds each into the fp32 buffer and sets
+    ``half_param.grad = None`` after every micro-batch's backward, before the next forward. So
+    without DDP only the fp32 accumulator stays: the profile's ``ddp_bucket_grad_bytes`` less.
+    """
+    return np.where(b.dp * b.cp > 1, 0.0, ctx.profile.ddp_bucket_grad_bytes)
+
+
 def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,
                       expert_params: np.ndarray) -> dict[str, np.ndarray]:
     """Weights, gradients, master weights and optimizer states per GPU (ZeRO paper, Fig. 1)."""
@@ -147,7 +160,7 @@ def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray
     weight_bytes = weight_bytes + np.where(keeps, p.zero3_pp_unsharded_bytes * dp_group, 0.0)
     # Megatron --grad-reduce-in-bf16: the main_grad buffer takes the parameters' dtype
     # (megatron/core/distributed/distributed_data_parallel.py, grad_dtype of the param_and_grad_buffer).
-    grad_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else p.grad_bytes
+    grad_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else p.grad_bytes - ddp_free_grad_bytes(ctx, b)
     for name, per_param, stage in (("weights", weight_bytes, 3), ("gradients", grad_bytes, gradient_shard_stage(ctx)),
                                    ("master_weights", p.master_bytes, 1)):
         out[name] = per_param * (dense_params / shard_divisor(b.zero, stage, dp_group)

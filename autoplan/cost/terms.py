@@ -70,10 +70,12 @@ MEMORY_TERMS_DEFINED = [
                    ("weight_bytes", "fp8_weight_extra_bytes", "fp8_recipe", "fp8_param_gather",
                     "zero3_pp_unsharded_bytes", "SECONDARY_PARAM_BYTES", *MODEL_STATE)),
     *_stage_memory("gradients", "gradient buffers per GPU",
-                   "grad_bytes (BF16_BYTES under grad_reduce_in_bf16) × (P_dense / {z2} + P_expert / {z2e}), G = {G}",
+                   "(grad_bytes − ddp_bucket_grad_bytes where dp·cp = 1; BF16_BYTES under grad_reduce_in_bf16) × (P_dense / {z2} + P_expert / {z2e}), G = {G}",
                    f"{ZERO}; trainer profile; megatron/core/distributed/distributed_data_parallel.py "
-                   "(--grad-reduce-in-bf16); Llama 3 (arXiv 2407.21783) Sec. 3.3.2 (shard_gradients)",
-                   ("grad_bytes", "grad_reduce_in_bf16", "shard_gradients", "BF16_BYTES", *MODEL_STATE)),
+                   "(--grad-reduce-in-bf16); Llama 3 (arXiv 2407.21783) Sec. 3.3.2 (shard_gradients); "
+                   "nanotron src/nanotron/optim/gradient_accumulator.py, trainer.py make_ddp (ddp_bucket_grad_bytes)",
+                   ("grad_bytes", "ddp_bucket_grad_bytes", "grad_reduce_in_bf16", "shard_gradients", "BF16_BYTES",
+                    *MODEL_STATE)),
     *_stage_memory("master_weights", "fp32 master weights per GPU",
                    "master_bytes × (P_dense / {z1} + P_expert / {z1e}), G = {G}",
                    f"{ZERO}; megatron/training/theoretical_memory_usage.py", ("master_bytes", *MODEL_STATE)),

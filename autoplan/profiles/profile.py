@@ -100,6 +100,10 @@ class TrainerProfile:
     # non-GQA branch keeps one permuted q|k|v copy whole (q stays a view of it) and a second k|v
     # copy for the rotary kernel (src/nanotron/models/llama.py, CausalSelfAttention.forward); 4.
     mha_kv_copy_bytes: float = 0.0
+    # Bytes per parameter of ``grad_bytes`` that exist only when the trainer wraps the model in
+    # DDP (dp·cp > 1): nanotron's bf16 gradients are freed after every micro-batch's backward
+    # (FP32GradientAccumulator.backward), so only torch DDP's bf16 bucket buffers stay (2).
+    ddp_bucket_grad_bytes: float = 0.0
     # How the trainer assigns layers to pipeline ranks: 'layout' (the layout's pp_split, the
     # options the exporters write) or 'compute_cost' (nanotron's own cost-balanced walk,
     # autoplan.cost.stages.compute_cost_rank_layers).
@@ -129,7 +133,7 @@ _COEF_KEYS = [f.name for f in fields(ActivationCoefficients)]
 _PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
 _OPTIONAL_KEYS = ["dp_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
-                  "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes",
+                  "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes", "ddp_bucket_grad_bytes",
                   "pp_split_rule", "pp_grad_all_reduce_bytes"]
 
 

@@ -75,3 +75,28 @@ def test_nanotron_stages_follow_its_split_and_others_the_layout():
     megatron = trainer_stage_layers(model, load_profile("megatron").pp_split_rule, np.array([2.0]))
     assert (nanotron.first[0], nanotron.last[0]) == (11, 5)
     assert (megatron.first[0], megatron.last[0]) == (8, 8)
+
+
+# --- nanotron's gradients without DDP (src/nanotron/trainer.py make_ddp; optim/gradient_accumulator.py) --
+
+def _gradient_bytes_per_param(trainer: str, dp: int) -> float:
+    from autoplan.cost.model_states import model_state_bytes
+
+    training = build_training(8, SEQ, 8)
+    ctx = build_context("usp-1b", training, trainer=trainer)
+    batch = LayoutBatch.from_layouts([resolve_layout({"mbs": 1, "dp": dp, "tp": 8 // dp}, training)])
+    params = 1.0e9
+    terms = model_state_bytes(ctx, batch, np.array([params]), np.array([0.0]))
+    return float(terms["gradients"][0]) / params
+
+
+def test_nanotron_keeps_no_bf16_gradient_without_ddp():
+    # Without DDP (dp = 1) only the fp32 accumulator stays: every bf16 .grad is set to None after
+    # the micro-batch's backward; with dp > 1 torch DDP's bf16 bucket buffers come on top.
+    assert _gradient_bytes_per_param("nanotron", 1) == 4.0
+    assert _gradient_bytes_per_param("nanotron", 2) == 6.0
+
+
+def test_trainers_without_the_setting_keep_their_gradient_buffer_at_dp_1():
+    # Megatron's main_grad buffer is allocated whether or not there is data parallelism.
+    assert _gradient_bytes_per_param("megatron", 1) == _gradient_bytes_per_param("megatron", 2)
