@@ -46,15 +46,27 @@ def stage_in_flight(ctx: CostContext, b: LayoutBatch, stage: str) -> np.ndarray:
     return flying + np.where(b.pp > 1, ctx.corrections.pp_extra_layers_per_microbatch * micro_in_flight, 0.0)
 
 
+STAGE_ENDS = {"first": True, "middle": None, "last": False}  # params_on_stage's ``ends`` per stage
+
+
+def _one_stage_params(ctx: CostContext, b: LayoutBatch, layers: StageLayers, stage: str,
+                      copies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) parameters per GPU of ``stage``, times ``copies``."""
+    dense, expert = params_on_stage(ctx, b, getattr(layers, f"{stage}_dense"), getattr(layers, f"{stage}_moe"),
+                                    STAGE_ENDS[stage])
+    return copies * dense, copies * expert
+
+
+def _copies(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """``schedule.parameter_copies`` of the resolved schedule (2 under DualPipe, else 1)."""
+    return parameter_copies(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule))
+
+
 def stage_param_counts(ctx: CostContext, b: LayoutBatch, layers: StageLayers) -> dict[str, tuple]:
     """(non-expert, expert) parameters per GPU of the first, the middle and the last stage,
     times the schedule's copies (``schedule.parameter_copies``: 2 under DualPipe)."""
-    copies = parameter_copies(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule))
-    out = {}
-    for stage, ends in (("first", True), ("middle", None), ("last", False)):
-        dense, expert = params_on_stage(ctx, b, getattr(layers, f"{stage}_dense"), getattr(layers, f"{stage}_moe"), ends)
-        out[stage] = (copies * dense, copies * expert)
-    return out
+    copies = _copies(ctx, b)
+    return {stage: _one_stage_params(ctx, b, layers, stage, copies) for stage in STAGE_ENDS}
 
 
 def heavier_stage_params(params: dict[str, tuple]) -> dict[str, np.ndarray]:
@@ -72,8 +84,8 @@ def layout_stage_params(ctx: CostContext, b: LayoutBatch) -> tuple[dict[str, tup
 
 
 def stage_params(ctx: CostContext, b: LayoutBatch, stage: str) -> tuple[np.ndarray, np.ndarray]:
-    """``stage_param_counts`` of one stage."""
-    return stage_param_counts(ctx, b, _trainer_layers(ctx, b))[stage]
+    """``stage_param_counts`` of one stage (only that stage computed)."""
+    return _one_stage_params(ctx, b, _trainer_layers(ctx, b), stage, _copies(ctx, b))
 
 
 @per_group
