@@ -62,6 +62,12 @@ def zero3_gathers_per_microbatch(ctx: CostContext, b: LayoutBatch, layer_params:
     return ZERO3_GATHERS_PER_MICROBATCH + np.where(regather, full_recompute_share(b, n_layers), 0.0)
 
 
+def engine_all_reduces_grads(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """Per layout: the pipeline engine all-reduces the full gradient in ``pp_grad_all_reduce_bytes``
+    (pp > 1, ZeRO <= 1, a profile that sets it: DeepSpeed under bf16; module doc)."""
+    return (b.pp > 1) & (b.zero <= 1) & (ctx.profile.pp_grad_all_reduce_bytes > 0)
+
+
 def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarray,
               expert_params: np.ndarray, n_layers: np.ndarray) -> dict[str, np.ndarray]:
     """Seconds of data-parallel traffic: per step ``grads`` and ``gathers`` (ZeRO 0-2, and
@@ -82,7 +88,7 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     gathers = gathers_dense = comm.dp_all_gather_s(ctx, link, gather_bytes, count)
     all_reduce = comm.dp_all_reduce_s(ctx, link, grad_bytes, buckets)
     # The pipeline engine's full all-reduce of the (fp32) gradients under ZeRO <= 1 (module doc).
-    pp_all_reduce = (b.pp > 1) & (b.zero <= 1) & (p.pp_grad_all_reduce_bytes > 0)
+    pp_all_reduce = engine_all_reduces_grads(ctx, b)
     pp_grads = comm.dp_all_reduce_s(ctx, link, stage_params * p.pp_grad_all_reduce_bytes, buckets)
     if ctx.model.moe is not None:  # expert parameters reduce over the expert-data-parallel group
         edp = expert_group(b, shard)
