@@ -32,8 +32,8 @@ from autoplan.cost.recompute import (
     module_dropped_bytes_per_token,
     offloaded_share,
 )
-from autoplan.cost.shared_terms import stage_in_flight, stage_model_states_on_gpu, stage_param_counts
-from autoplan.cost.stages import StageLayers, choose_stage, heaviest_stage, trainer_stage_layers
+from autoplan.cost.shared_terms import layout_stage_layers, stage_in_flight, stage_model_states_on_gpu, stage_param_counts
+from autoplan.cost.stages import StageLayers, choose_stage, heaviest_stage
 from autoplan.layout import LayoutBatch
 from autoplan.profiles import ActivationCoefficients
 from autoplan.recompute_modules import module_bit
@@ -297,7 +297,7 @@ def memory_table(ctx: CostContext, b: LayoutBatch, layers: StageLayers | None = 
                  params: dict[str, tuple] | None = None) -> dict[str, np.ndarray]:
     """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
     stage's terms are 0 where pp < 3 (there is no interior rank)."""
-    layers = layers if layers is not None else trainer_stage_layers(ctx.model, ctx.profile.pp_split_rule, b.pp, b.vpp, b.pp_split)
+    layers = layers if layers is not None else layout_stage_layers(ctx, b)
     params = params if params is not None else stage_param_counts(ctx, b, layers)
     acts = {mode: layer_activation_bytes(ctx, b, mode) for mode in ("none", "selective")}
     acts["selective"] = selective_module_bytes(ctx, b, acts)

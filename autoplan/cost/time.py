@@ -40,7 +40,8 @@ from autoplan.cost.schedule import (
     hides_pipeline_and_expert_comm,
     resolved_schedule,
 )
-from autoplan.cost.stages import StageLayers, choose_stage, heaviest_stage, trainer_stage_layers
+from autoplan.cost.stages import StageLayers, choose_stage, heaviest_stage
+from autoplan.cost.shared_terms import layout_stage_layers
 from autoplan.cost.tied_embedding import tied_embedding_allreduce_s
 from autoplan.cost.tp_comm import tp_collective_s
 from autoplan.layout import LayoutBatch
@@ -230,7 +231,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
                layers: StageLayers | None = None) -> dict[str, np.ndarray]:
     """Every time term (seconds per step) and the step time."""
     e, p, m = ctx.efficiency, ctx.profile, ctx.model
-    layers = layers if layers is not None else trainer_stage_layers(m, p.pp_split_rule, b.pp, b.vpp, b.pp_split)
+    layers = layers if layers is not None else layout_stage_layers(ctx, b)
     fwd = _layer_forward_s(ctx, b)
     dense_c, moe_c = (_layer_compute_s(fwd, fwd[k]) for k in ("dense_matmul", "moe_matmul"))
     tokens = b.mbs * ctx.training.seq_len / b.cp
