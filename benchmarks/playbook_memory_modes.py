@@ -17,7 +17,13 @@ the GPU nanotron's benchmark CSV measured):
 4. the spread of measured - predicted memory within families of runs that differ only in dp
    (tp <= 2): under 1 GiB at zero 0, several GiB at zero 1, beyond the modelled ZeRO-1 shard;
 5. at tp 1 and pp >= 2 the first stage measures about half a micro-batch's activations below the
-   prediction, more in the 1F1B steady state (grad_acc > pp) than without one;
+   prediction, more in the 1F1B steady state (grad_acc > pp) than without one. On the 1B (tp 1,
+   ZeRO-0 and large-dp ZeRO-1 rows, prediction without its fitted overhead) the measured
+   activations per micro-batch are 0.98-1.0x the predicted at pp 1 and pp 8 but 0.86-0.90x at
+   pp 2 and 0.80-0.85x at pp 4: about 10 of the 11 layers and 5 of the 6 that nanotron's
+   compute-cost split puts on rank 0 there; both are the cases where a threshold
+   total·(rank + 1)/pp falls exactly on a layer boundary (the 1B's LM head costs exactly 4
+   layers), so that comparison is the first thing to check;
 6. the median and p90 |error| with and without the group of point 1.
 
 No column of the published sweep tells the two groups apart, so the cost model cannot assign a
