@@ -310,7 +310,12 @@ def load_megatron_core_h100() -> Source:
     (``megatron_flops_per_token``: the table's TFLOP/s/GPU is that log's figure). The file's ``comm_overlap``
     column states --overlap-grad-reduce, --overlap-param-gather and --tp-comm-overlap: each row
     runs the megatron profile's options with those switched on. ASSUMED (not stated): bf16,
-    no recompute, mbs 1, distributed optimizer (zero 1), SP with TP, vpp per ``_interleave``."""
+    no recompute, mbs 1, distributed optimizer (zero 1), SP with TP, vpp per ``_interleave``.
+    The assumption that matters: the 16B and 32B rows (pp 1, TP 4 and 8: a DP group with one or
+    two GPUs per node, one NIC each) reduce-scatter ~16 GB of fp32 gradients per GPU per step,
+    which --overlap-grad-reduce hides only behind the last micro-batch's backward; at mbs 1 that
+    window is a quarter of the step's backward and they come out 13-33% slow, while the published
+    MFU (46-49%) says the reduction hid almost whole: a larger, unstated micro-batch would."""
     file = "megatron_core_h100_weak_scaling.csv"
     rows = []
     base = load_profile("megatron").options

@@ -73,7 +73,13 @@ EAGER_SCORE_BYTES_BACKWARD = 14.0
 
 
 def gemm_efficiency(ctx: CostContext, gemm_flops: np.ndarray) -> np.ndarray:
-    """η(F) = η_max · F / (F + F_half)."""
+    """η(F) = η_max · F / (F + F_half): a GEMM of F FLOPs takes F/(η_max·peak) plus a fixed
+    t₀ = F_half/(η_max·peak) (launch and the last, partial wave of tiles). F is one GEMM's FLOPs
+    on one GPU for one micro-batch: for a layer's dense matmuls the MLP up-projection's
+    2·tokens·h·f/tp, for MoE the grouped GEMM (``moe_time.expert_gemm_flops``), for the LM head
+    2·tokens·V·h/tp. It does not see the GEMM's shape: a small K or N (h/tp, f/tp at high TP, a
+    head dim of 64-128 in eager attention's bmm) caps the arithmetic intensity at
+    mkn/(mk + kn + mn) FLOP per byte and so the efficiency, whatever F is."""
     e = ctx.efficiency
     return e.gemm_efficiency_max * gemm_flops / (gemm_flops + e.gemm_half_flops)
 
