@@ -174,6 +174,9 @@ CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
     "EAGER_SCORE_BYTES_FORWARD": ("autoplan.cost.time", "EAGER_SCORE_BYTES_FORWARD", 8.0,
                                   "HBM bytes per s×s score element of eager attention's forward (QKᵀ write, "
                                   "softmax read + write, PV read)"),
+    "EAGER_SCORE_BYTES_BACKWARD": ("autoplan.cost.time", "EAGER_SCORE_BYTES_BACKWARD", 14.0,
+                                   "HBM bytes per s×s score element of eager attention's backward (dprobs write, "
+                                   "softmax backward read 2 + write, dV read, dQ and dK reads)"),
     "BACKWARD_MATMUL_FACTOR": ("autoplan.cost.time", "BACKWARD_MATMUL_FACTOR", 2.0,
                                "matmul backward time over its forward (input and weight gradients; SC'21 Sec. 5.1)"),
     "SECONDARY_PARAM_BYTES": ("autoplan.cost.hybrid_shard", "SECONDARY_PARAM_BYTES", 2.0,

@@ -179,14 +179,18 @@ TIME_TERMS_DEFINED = [
     _time("compute", "forward and backward compute of the slowest stage",
           "grad_acc × (n_dense·(c(t_mm_dense) + t_cast_dense) + n_moe·(c(t_mm_moe) + t_cast_moe + moe_layer_fixed_s) "
           "+ head); c(t_mm) = (1 + BACKWARD_MATMUL_FACTOR)·t_mm + "
-          "(1 + ATTENTION_BACKWARD_FACTOR)·t_att + 3·t_ew; t_mm = tokens·layer matmul FLOPs/tp / "
+          "t_att + t_att_bwd + 3·t_ew; t_mm = tokens·layer matmul FLOPs/tp / "
           "(peak_bf16_flops_per_s {fp8} · η(F)), η(F) = gemm_efficiency_max·F/(F + gemm_half_flops), F = one "
           "GEMM's FLOPs per GPU (MoE: the grouped GEMM over all local experts' tokens, 2·tokens·top_k·h·f_e/etp, "
           "·ep/E without moe_grouped_gemm); t_cast = under fp8 tokens·(linear inputs + output gradients per "
           "token)/tp·(CAST_BYTES_PER_ELEMENT + AMAX_PASS_BYTES[fp8_recipe]) / (hbm_bytes_per_s·hbm_efficiency), "
-          "else 0; t_att = tokens·attention score FLOPs/2/tp / (peak_bf16_flops_per_s·"
-          "attention_efficiency)·unfused_attention_factor (+ under eager attention tokens·s·a/tp·"
-          "EAGER_SCORE_BYTES_FORWARD/(hbm_bytes_per_s·hbm_efficiency), the s×s scores through HBM); t_ew = elementwise_bytes_per_token_hidden·tokens·h·(REPLICATED_ELEMENTWISE_SHARE"
+          "else 0; flash attention: t_att = tokens·attention score FLOPs/2/tp / (peak_bf16_flops_per_s·"
+          "attention_efficiency)·unfused_attention_factor, t_att_bwd = ATTENTION_BACKWARD_FACTOR·t_att; eager attention "
+          "(two batched GEMMs over the full s×s square, the s×s scores through HBM): t_bmm = tokens·attention score "
+          "FLOPs/tp / (peak_bf16_flops_per_s·η(F/2))·unfused_attention_factor, t_att = t_bmm + tokens·s·a/tp·"
+          "(EAGER_SCORE_BYTES_FORWARD + eager_attention_dropout_bytes)/(hbm_bytes_per_s·hbm_efficiency), t_att_bwd = "
+          "BACKWARD_MATMUL_FACTOR·t_bmm + tokens·s·a/tp·(EAGER_SCORE_BYTES_BACKWARD + eager_attention_dropout_bytes)/"
+          "(hbm_bytes_per_s·hbm_efficiency); t_ew = elementwise_bytes_per_token_hidden·tokens·h·(REPLICATED_ELEMENTWISE_SHARE"
           "/h_div + (1 − REPLICATED_ELEMENTWISE_SHARE)/tp) / (hbm_bytes_per_s·hbm_efficiency); head (last stage) "
           "= 3·2·tokens·V·h/tp / (peak_bf16_flops_per_s·η) + tokens·V/tp·loss_hbm_bytes_per_logit / "
           "(hbm_bytes_per_s·hbm_efficiency) (the memory-bound loss), × (1 + num_mtp_layers) + num_mtp_layers·3·2·tokens·2h·h/tp "
@@ -202,7 +206,8 @@ TIME_TERMS_DEFINED = [
           "(FP32GradientAccumulator._accumulate_grad); DeepSpeed pipe/engine.py _exec_backward_pass "
           "(BF16_Optimizer.update_hp_grads); Megatron-LM megatron/model/fused_softmax.py (eager attention)",
           (*GEMM, "loss_hbm_bytes_per_logit", "moe_layer_fixed_s", "fp8_recipe", "grad_accumulation_bytes_per_param",
-           "EAGER_SCORE_BYTES_FORWARD", "pp_grad_all_reduce_bytes")),
+           "EAGER_SCORE_BYTES_FORWARD", "EAGER_SCORE_BYTES_BACKWARD", "eager_attention_dropout_bytes",
+           "pp_grad_all_reduce_bytes")),
     _time("recompute", "forward work recomputed in backward",
           "grad_acc × Σ_layers (f_mm·t_mm + f_att·t_att + f_ew·t_ew); {recompute_share}",
           f"{KORTHIKANTI} Sec. 5, Appendix A; Megatron-Core core_v0.15.3 transformer_block.py "
@@ -227,7 +232,7 @@ TIME_TERMS_DEFINED = [
           ("tp_overlap", "tp_comm_overlap", "collective_overhead_s", "pp_collective_overhead_factor", "BF16_BYTES", "TP_COLLECTIVES_PER_PASS", *LINKS)),
     _time("cp_exposed", "context-parallel ring exchange not hidden by attention",
           "grad_acc × max(0, L_S·{cp_passes}·(cp − 1)·(2·tokens·kv_size/tp·BF16_BYTES/busbw + α) − cp_overlap·"
-          "L_S·(1 + ATTENTION_BACKWARD_FACTOR)·t_att)",
+          "L_S·(t_att + t_att_bwd))",
           "ring attention (Liu et al. 2023); Megatron-Core context parallelism",
           ("cp_overlap", "BF16_BYTES", "ATTENTION_BACKWARD_FACTOR", *LINKS)),
     _time("ep_exposed", "expert-parallel all-to-all not hidden by compute",

@@ -62,16 +62,24 @@ TP_COLLECTIVES_PER_PASS = 4.0  # 2 all-gathers + 2 reduce-scatters (or 2 all-red
 # writes the probabilities (2 + 2 B), the probabilities·V bmm reads them (2 B): 8 B (Megatron-LM
 # megatron/model/transformer.py ParallelAttention / CoreAttention with FusedScaleMaskSoftmax,
 # megatron/model/fused_softmax.py; Megatron-DeepSpeed's BLOOM the same with the ALiBi baddbmm).
-# It is part of the attention (recomputed with it under selective recompute, Korthikanti et al.
-# 2022 Sec. 5) and its backward counts ATTENTION_BACKWARD_FACTOR × forward = 20 B: dprobs written
-# and read, probabilities read for dV and the softmax backward, dscores written and read by the two
-# bmms (14 B), and the attention-dropout mask and its recomputation where dropout is on.
-# Flash attention keeps none of it in HBM (Dao et al. 2022).
+# Backward: the PV bmm's input gradient writes dprobs (2 B), the softmax backward reads dprobs and
+# the probabilities and writes dscores (2 + 2 + 2 B), dV reads the probabilities (2 B), dQ and dK
+# read dscores (2 + 2 B): 14 B. It is part of the attention (recomputed with it under selective
+# recompute, Korthikanti et al. 2022 Sec. 5). The attention dropout where the trainer applies it
+# adds the profile's ``eager_attention_dropout_bytes`` each way. Flash attention keeps none of it
+# in HBM (Dao et al. 2022).
 EAGER_SCORE_BYTES_FORWARD = 8.0
+EAGER_SCORE_BYTES_BACKWARD = 14.0
 
 
 def gemm_efficiency(ctx: CostContext, gemm_flops: np.ndarray) -> np.ndarray:
-    """η(F) = η_max · F / (F + F_half)."""
+    """η(F) = η_max · F / (F + F_half): a GEMM of F FLOPs takes F/(η_max·peak) plus a fixed
+    t₀ = F_half/(η_max·peak) (launch and the last, partial wave of tiles). F is one GEMM's FLOPs
+    on one GPU for one micro-batch: for a layer's dense matmuls the MLP up-projection's
+    2·tokens·h·f/tp, for MoE the grouped GEMM (``moe_time.expert_gemm_flops``), for the LM head
+    2·tokens·V·h/tp. It does not see the GEMM's shape: a small K or N (h/tp, f/tp at high TP, a
+    head dim of 64-128 in eager attention's bmm) caps the arithmetic intensity at
+    mkn/(mk + kn + mn) FLOP per byte and so the efficiency, whatever F is."""
     e = ctx.efficiency
     return e.gemm_efficiency_max * gemm_flops / (gemm_flops + e.gemm_half_flops)
 
@@ -90,25 +98,39 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
         moe_mm = tokens * moe_per_token / b.tp / (matmul_peak * moe_eff)
     else:
         moe_mm = dense_mm
-    attention = (tokens * attention_score_flops_per_token(ctx, ctx.training.seq_len) / 2.0 / b.tp
-                 / (peak * e.attention_efficiency) * ctx.corrections.unfused_attention_factor
-                 + eager_scores_s(ctx, b, tokens))
+    attention, attention_backward = attention_s(ctx, b, tokens)
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     share = REPLICATED_ELEMENTWISE_SHARE
     elementwise = (e.elementwise_bytes_per_token_hidden * tokens * m.hidden_size
                    * (share / h_div + (1.0 - share) / b.tp) / ctx.effective_hbm_bytes_per_s)
     return {"dense_matmul": dense_mm, "moe_matmul": moe_mm, "attention": attention,
-            "elementwise": elementwise}
+            "attention_backward": attention_backward, "elementwise": elementwise}
 
 
-def eager_scores_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:
-    """Forward seconds of one layer's memory-bound score traffic under eager attention
-    (``attention_kernel: eager``): tokens·s·a/tp score elements × EAGER_SCORE_BYTES_FORWARD /
-    (HBM bandwidth·hbm_efficiency); 0 under flash attention. The causal mask skips no storage."""
+def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of one layer's score attention (QKᵀ, softmax, ·V) for one
+    micro-batch, × ``unfused_attention_factor`` on the compute.
+
+    Flash attention (Dao 2023, FlashAttention-2): the causal half of the 2·s·a·(d_qk + d_v) FLOPs
+    per token at ``attention_efficiency``; backward ATTENTION_BACKWARD_FACTOR × forward.
+    Eager attention (``attention_kernel: eager``; Megatron-LM's CoreAttention of 2021-22, the
+    Megatron-DeepSpeed BLOOM path): two cuBLAS batched GEMMs (baddbmm QKᵀ, bmm PV) over the full
+    s×s square (the causal mask is applied in the softmax, after the product: none of it is
+    skipped) at the GEMM efficiency η(F) of one of them (F = tokens·2·s·a·d/tp), backward
+    BACKWARD_MATMUL_FACTOR × forward; plus the memory-bound score traffic (tokens·s·a/tp elements ×
+    EAGER_SCORE_BYTES_FORWARD, backward EAGER_SCORE_BYTES_BACKWARD, each + the profile's
+    ``eager_attention_dropout_bytes``) at the HBM bandwidth."""
+    e, s = ctx.efficiency, ctx.training.seq_len
+    peak, factor = ctx.cluster.gpu.peak_bf16_flops_per_s, ctx.corrections.unfused_attention_factor
+    score_flops = tokens * attention_score_flops_per_token(ctx, s) / b.tp
     if ctx.training.attention_kernel != "eager":
-        return np.zeros_like(tokens)
-    scores = tokens * ctx.training.seq_len * ctx.model.num_attention_heads / b.tp
-    return scores * EAGER_SCORE_BYTES_FORWARD / ctx.effective_hbm_bytes_per_s
+        forward = score_flops / 2.0 / (peak * e.attention_efficiency) * factor
+        return forward, ATTENTION_BACKWARD_FACTOR * forward
+    bmm = score_flops / (peak * gemm_efficiency(ctx, score_flops / 2.0)) * factor
+    scores = tokens * s * ctx.model.num_attention_heads / b.tp
+    dropout = ctx.profile.eager_attention_dropout_bytes
+    return (bmm + scores * (EAGER_SCORE_BYTES_FORWARD + dropout) / ctx.effective_hbm_bytes_per_s,
+            BACKWARD_MATMUL_FACTOR * bmm + scores * (EAGER_SCORE_BYTES_BACKWARD + dropout) / ctx.effective_hbm_bytes_per_s)
 
 
 def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, np.ndarray]:
@@ -147,9 +169,9 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
 
 
 def _layer_compute_s(fwd: dict[str, np.ndarray], matmul_s: np.ndarray) -> np.ndarray:
-    """Forward + backward of one layer: matmuls 1 + BACKWARD_MATMUL_FACTOR, attention
-    1 + ATTENTION_BACKWARD_FACTOR, element-wise work 3 passes."""
-    return ((1 + BACKWARD_MATMUL_FACTOR) * matmul_s + (1 + ATTENTION_BACKWARD_FACTOR) * fwd["attention"]
+    """Forward + backward of one layer: matmuls 1 + BACKWARD_MATMUL_FACTOR, attention its forward
+    and backward (``attention_s``), element-wise work 3 passes."""
+    return ((1 + BACKWARD_MATMUL_FACTOR) * matmul_s + fwd["attention"] + fwd["attention_backward"]
             + 3 * fwd["elementwise"])
 
 
@@ -260,7 +282,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
         forward = compute / (1.0 + BACKWARD_MATMUL_FACTOR)
         offload = (offload_exposed_s(ctx, b, _layer_bytes(ctx, b, n, n_dense), n, forward, compute - forward)
                    if b.offload_layers.any() else np.zeros_like(compute))  # 0 without offload, faster
-        attention_share = n * (1 + ATTENTION_BACKWARD_FACTOR) * fwd["attention"]
+        attention_share = n * (fwd["attention"] + fwd["attention_backward"])
         tp = n * (lc["tp"] * (1.0 - ov.tp) + lc["tp_fixed"])
         cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
         ep = n_moe * lc["ep"] * (1.0 - ov.ep)

@@ -52,9 +52,12 @@ class PhysicalEfficiency:
         "Fraction of the dense BF16 peak that a large GEMM reaches (cuBLAS/cuBLASLt reach about "
         "0.6-0.85 of the datasheet peak on A100 and H100; above 0.9 is not seen).", _FRACTION, (0.5, 0.9))
     gemm_half_flops: float = _physical(
-        "GEMM size at which a GEMM reaches half of gemm_efficiency_max: eff = max·F/(F + F_half). "
+        "GEMM size at which a GEMM reaches half of gemm_efficiency_max: eff = max·F/(F + F_half), F "
+        "one GEMM's FLOPs per GPU and micro-batch (cost.time.gemm_efficiency). "
         "F_half/(max·peak) is the fixed time of one GEMM (launch, tail wave): ~2-5 µs at 1e9-5e9 "
-        "FLOPs on an H100, 50 µs at 5e10; more than that is not a property of one GEMM.",
+        "FLOPs on an H100, 50 µs at 5e10; more than that is not a property of one GEMM. A fit far "
+        "above stands in for work that shrinks less than h² with the model (a FLOP convention that "
+        "over-counts small models, element-wise and loss passes, attention) or for skinny GEMMs.",
         (1e6, 1e12), (1e8, 5e10), unit="FLOP")
     attention_efficiency: float = _physical(
         "Fraction of the dense BF16 peak that the flash-attention kernels reach, forward and "

@@ -112,6 +112,9 @@ class TrainerProfile:
     # ZeRO-1 reduce-scatter (0: the generic ZeRO path). DeepSpeed's pipeline engine under bf16
     # all-reduces the BF16_Optimizer's fp32 gradients: 4 (autoplan.cost.data_parallel).
     pp_grad_all_reduce_bytes: float = 0.0
+    # HBM bytes per s×s score element that the attention dropout of eager attention moves in each
+    # of forward and backward (autoplan.cost.time.attention_s); 0: no dropout on the scores.
+    eager_attention_dropout_bytes: float = 0.0
     sources: tuple[str, ...] = ()
     parameters: dict[str, CalibratedParameters] = field(default_factory=dict)
     options: TrainerOptions = field(default_factory=TrainerOptions)  # see trainer_options.py
@@ -134,7 +137,7 @@ _PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
 _OPTIONAL_KEYS = ["dp_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
                   "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes", "ddp_bucket_grad_bytes",
-                  "pp_split_rule", "pp_grad_all_reduce_bytes"]
+                  "pp_split_rule", "pp_grad_all_reduce_bytes", "eager_attention_dropout_bytes"]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:

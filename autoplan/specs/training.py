@@ -55,7 +55,7 @@ class TrainingSpec:
     * ``megatron``: Megatron's ``num_floating_point_operations`` (no embedding lookup in N).
 
     ``attention_kernel`` is the attention kernel (:data:`ATTENTION_KERNELS`; ``eager``
-    saves the s×s score activations and moves them through HBM, ``cost.time.eager_scores_s``). ``fp8_recipe`` and ``fp8_param_gather`` say how layouts
+    saves the s×s score activations and moves them through HBM, ``cost.time.attention_s``). ``fp8_recipe`` and ``fp8_param_gather`` say how layouts
     with precision fp8 keep their tensors (:data:`FP8_RECIPES`; Megatron's
     ``--fp8-recipe`` and ``--fp8-param-gather``); both only change memory.
     ``grad_reduce_in_bf16`` keeps the gradient buffers in bf16 instead of the profile's fp32

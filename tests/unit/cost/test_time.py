@@ -220,14 +220,29 @@ def test_deepspeed_pipeline_all_reduces_fp32_gradients_under_zero_1():
 
 
 def test_eager_attention_moves_its_scores_through_hbm():
-    # attention_kernel eager: tokens·s·a/tp = 1024·1024·8 score elements × 8 B forward, at HBM
-    # 3.35 TB/s; part of the attention: forward + ATTENTION_BACKWARD_FACTOR 2.5 × forward.
+    # attention_kernel eager: two batched GEMMs over the full s×s square (no causal half) at the
+    # GEMM efficiency 0.5 = 2·ATT_FWD forward, 2× that backward: 6·ATT_FWD against flash's
+    # (1 + 2.5)·ATT_FWD; plus tokens·s·a/tp = 1024·1024·8 score elements × (8 B forward + 14 B
+    # backward + the megatron profile's attention dropout, 5 B each way) at HBM 3.35 TB/s.
     flash = evaluate_one(pp=1, dp=1)
     ctx, batch = at(ctx_for(), {"gpus": 1, "seq_len": 1024, "gbs_seqs": 1})
     eager = evaluate(dataclasses.replace(ctx, training=dataclasses.replace(ctx.training, attention_kernel="eager")),
                      batch)
     delta = eager["time_compute_s"][0] - flash["time_compute_s"][0]
-    assert delta == pytest.approx(3.5 * 1024 * 1024 * 8 * 8 / HBM, rel=1e-9)
+    assert delta == pytest.approx((6 - 3.5) * ATT_FWD + 1024 * 1024 * 8 * (8 + 14 + 2 * 5) / HBM, rel=1e-9)
+
+
+def test_eager_attention_dropout_moves_its_bytes_each_way():
+    # A profile with eager_attention_dropout_bytes 5 adds 1024·1024·8 score elements × 5 B in the
+    # forward and 5 B in the backward at HBM 3.35 TB/s; flash attention has no score dropout pass.
+    ctx, batch = at(ctx_for(), {"gpus": 1, "seq_len": 1024, "gbs_seqs": 1})
+    ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, eager_attention_dropout_bytes=0.0))
+    eager = dataclasses.replace(ctx, training=dataclasses.replace(ctx.training, attention_kernel="eager"))
+    dropout = dataclasses.replace(eager, profile=dataclasses.replace(eager.profile, eager_attention_dropout_bytes=5.0))
+    delta = evaluate(dropout, batch)["time_compute_s"][0] - evaluate(eager, batch)["time_compute_s"][0]
+    assert delta == pytest.approx(1024 * 1024 * 8 * (5 + 5) / HBM, rel=1e-9)
+    flash = dataclasses.replace(ctx, profile=dropout.profile)
+    assert evaluate(flash, batch)["time_compute_s"][0] == evaluate(ctx, batch)["time_compute_s"][0]
 
 
 def test_data_parallel_all_reduce_bandwidth_term():
