@@ -164,7 +164,7 @@ def finish(ctx: CostContext, space: SearchSpace, parts: Iterable[tuple[RunningTo
         if part_top is not top:
             top.add_kept(part_top)
         counts.add(part_counts)
-    best, misses = top.result(_empty_table(ctx))
+    best, misses = top.result(lambda: _empty_table(ctx))  # assessed only when nothing was kept
     return best, misses, counts
 
 

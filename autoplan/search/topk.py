@@ -20,6 +20,7 @@ which chunk. Every merge gives the same rows as ranking the whole table once (te
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,11 +116,11 @@ class RunningTop:
         if both is not None:
             self.best = both.take(recipe.rank_order(both.table)[:self.limit])
 
-    def result(self, template: CostTable) -> tuple[CostTable, CostTable]:
+    def result(self, template: Callable[[], CostTable]) -> tuple[CostTable, CostTable]:
         """(the best rows ranked, with the ``pareto`` column; the closest misses ranked).
-        ``template`` gives the columns of an empty result."""
+        ``template()`` gives the columns of an empty result (called only when no row was kept)."""
         self._flush()
-        best = self.best.table if self.best is not None else recipe.take(template, np.arange(0))
+        best = self.best.table if self.best is not None else recipe.take(template(), np.arange(0))
         front = self.front.order if self.front is not None else np.zeros(0, dtype=np.int64)
         order = self.best.order if self.best is not None else np.zeros(0, dtype=np.int64)
         best.columns["pareto"] = np.isin(order, front)

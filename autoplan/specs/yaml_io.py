@@ -12,6 +12,7 @@ import yaml
 
 from autoplan.errors import SpecError, shown
 from autoplan.files import read_user_text
+from autoplan.specs import yaml_cache
 
 
 def read_mapping(path: str | Path) -> dict[str, Any]:
@@ -88,7 +89,17 @@ def _load_yaml(text: str) -> Any:
     for the shipped files) where that is safe, then checked for aliases (one node reached
     twice) and constructed with the same duplicate-key check. Anything unusual (an alias, an
     error, deep nesting, no libyaml) goes to :class:`_StrictLoader`, whose result or error
-    message is the answer in every case."""
+    message is the answer in every case. A text parsed before comes from
+    :mod:`autoplan.specs.yaml_cache` (keyed by the text; never stale)."""
+    cached = yaml_cache.lookup(text)
+    if cached is not yaml_cache.MISSING:
+        return cached
+    data = _parsed(text)
+    yaml_cache.store(text, data)
+    return data
+
+
+def _parsed(text: str) -> Any:
     if _CComposedLoader is not None and sum(map(text.count, "[{-?:")) < MAX_C_COMPOSER_INDICATORS:
         try:
             data = _c_composed(text)
