@@ -6,6 +6,14 @@ reads from the GPU's own figures (``hardware_db/gpus``). The one dimensioned eff
 ``gemm_half_flops``, stands for a fixed time per GEMM (launch, tail wave): F_half/(η·peak);
 keeping that time means scaling F_half with the peak. Corrections are not carried: each stands in
 for a mechanism seen on its own measured rows, so the target GPU gets the profile's defaults.
+The attention kernel is the exception: the fraction of the peak that one flash-attention kernel
+reaches depends on the generation it was written for. PyTorch's SDPA flash backend (what
+torchtitan runs) is FlashAttention-2, tuned for Ampere: its forward + backward reaches up to
+225 TFLOP/s on A100 (72% of 312) and, without Hopper's wgmma/TMA instructions, up to 335
+TFLOP/s on H100 (34% of 989) (Dao 2023, arXiv 2307.08691, Sec. 4.1 and Fig. 7).
+``attention_efficiency`` therefore moves across generations by the ratio of those fractions. That
+assumes the trainer runs FlashAttention-2 on both GPUs (PyTorch SDPA, flash-attn 2: torchtitan,
+nanotron, llm-foundry); a Hopper-native kernel (FlashAttention-3, cuDNN) is not this ratio.
 The source GPU is the calibrated one nearest in (BF16 peak, HBM bandwidth), log distance.
 ``fitted_on`` says that the values are transferred and from where, so every prediction for the
 pair says it was not measured.
@@ -19,11 +27,27 @@ from collections.abc import Mapping
 from autoplan.profiles.efficiency import CalibratedParameters
 
 TRANSFERRED = "transferred"  # the first word of ``fitted_on`` for transferred values
+# FlashAttention-2 forward + backward, best published fraction of the BF16 dense peak per
+# generation (Dao 2023, arXiv 2307.08691: Sec. 4.1 "up to 225 TFLOPs/s" on A100 of 312; Fig. 7,
+# "up to 335 TFLOPs/s" on H100 SXM of 989). Generations not listed keep the fitted value.
+FLASH_ATTENTION_2_PEAK_FRACTION = {"ampere": 225.0 / 312.0, "hopper": 335.0 / 989.0}
 
 
 def _distance(a, b) -> float:
     return (abs(math.log(a.peak_bf16_flops_per_s / b.peak_bf16_flops_per_s))
             + abs(math.log(a.hbm_bytes_per_s / b.hbm_bytes_per_s)))
+
+
+def attention_transfer_factor(source_gpu, target_gpu) -> float:
+    """The factor on ``attention_efficiency`` from ``source_gpu`` to ``target_gpu`` (GPUSpecs):
+    FLASH_ATTENTION_2_PEAK_FRACTION of the target's generation over the source's; 1 when either
+    generation is not listed or both are the same."""
+    from autoplan.calibration.uncertainty import generation_of
+
+    source, target = generation_of(source_gpu), generation_of(target_gpu)
+    if source not in FLASH_ATTENTION_2_PEAK_FRACTION or target not in FLASH_ATTENTION_2_PEAK_FRACTION:
+        return 1.0
+    return FLASH_ATTENTION_2_PEAK_FRACTION[target] / FLASH_ATTENTION_2_PEAK_FRACTION[source]
 
 
 def transfer_parameters(calibrated: Mapping[str, CalibratedParameters], target_gpu: str,
@@ -46,6 +70,10 @@ def transfer_parameters(calibrated: Mapping[str, CalibratedParameters], target_g
     physical = {n: fitted.value(n) for n in fitted.fitted if n in fitted.efficiency.__dataclass_fields__}
     if "gemm_half_flops" in physical:
         physical["gemm_half_flops"] *= scale
+    attention = attention_transfer_factor(sources[name], target)
+    if "attention_efficiency" in physical:
+        physical["attention_efficiency"] = min(1.0, physical["attention_efficiency"] * attention)
     note = (f"{TRANSFERRED} from {name} (not measured on {target_gpu}): physical efficiencies as fitted "
-            f"there, gemm_half_flops × {scale:.3g} (BF16 peak ratio); corrections at the profile's defaults")
+            f"there, gemm_half_flops × {scale:.3g} (BF16 peak ratio), attention_efficiency × {attention:.3g} "
+            f"(FlashAttention-2's fraction of peak by generation); corrections at the profile's defaults")
     return default.with_values(physical, fitted_on=note, fitted=False)
