@@ -169,14 +169,14 @@ class SearchResult:
 
         used = used_gpus(recipe.take(self.table, rows))
         parts = []
-        counts = np.unique(used, return_counts=True)[0]  # a bare np.unique imports numpy.ma (~20 ms)
-        for count in counts:
+        distinct = np.unique(used, return_counts=True)[0]  # a bare np.unique imports numpy.ma (~20 ms)
+        for count in distinct:
             ctx = self.row_context(int(rows[np.argmax(used == count)]))
             part = evaluate(ctx, self.table.batch.take(rows[used == count]), allow_uneven=self.options.allow_uneven_pp)
             parts.append(per_job_gpu(part, self.training) if ctx is not self.ctx else part)
         if len(parts) <= 1:
             return parts[0] if parts else evaluate(self.ctx, self.table.batch.take(rows))
-        order = np.argsort(np.concatenate([np.flatnonzero(used == c) for c in counts]), kind="stable")
+        order = np.argsort(np.concatenate([np.flatnonzero(used == c) for c in distinct]), kind="stable")
         return recipe.take(recipe.concat([_common(p, parts) for p in parts]), order)
 
     def kept_rows(self, rows: int | None = None) -> np.ndarray:
