@@ -23,18 +23,11 @@ from typing import Any
 import numpy as np
 
 from autoplan.errors import AutoplanError
+from autoplan.specs.gpu_generation import UNKNOWN_GENERATION, generation_of
 from autoplan.specs.hardware import GPUSpec
 from autoplan.specs.yaml_io import parse_mapping
 
 BANDS_FILE = Path(__file__).resolve().parent / "error_bands.yaml"
-UNKNOWN_GENERATION = "unknown"
-# GPU name prefix -> architecture generation (NVIDIA: Ampere GA100, Hopper GH100, Blackwell
-# GB100/GB202; AMD: CDNA 3 for MI300X/MI325X), as the vendors' datasheets name them. A GPU
-# preset may also carry a ``generation`` attribute, which wins.
-GENERATION_PREFIXES = (("a100", "ampere"), ("a800", "ampere"), ("h100", "hopper"), ("h200", "hopper"),
-                       ("h800", "hopper"), ("gh200", "hopper"), ("b200", "blackwell"),
-                       ("b300", "blackwell"), ("gb200", "blackwell"), ("gb300", "blackwell"),
-                       ("mi300", "cdna3"), ("mi325", "cdna3"))
 
 
 class BandsError(AutoplanError):
@@ -74,18 +67,6 @@ class ErrorBand:
     @property
     def step_time_high_factor(self) -> float:
         return 1.0 / self.tokens_low_factor
-
-
-def generation_of(gpu: GPUSpec | str) -> str:
-    """The architecture generation of ``gpu`` (a ``GPUSpec`` or a preset name), or 'unknown'."""
-    explicit = getattr(gpu, "generation", None)
-    if isinstance(explicit, str) and explicit:
-        return explicit.lower()
-    name = (gpu if isinstance(gpu, str) else gpu.name).lower()
-    for prefix, generation in GENERATION_PREFIXES:
-        if name.startswith(prefix):
-            return generation
-    return UNKNOWN_GENERATION
 
 
 def group_name(trainer: str, generation: str, moe: bool) -> str:

@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping
 
 from autoplan.profiles.efficiency import CalibratedParameters
+from autoplan.specs.gpu_generation import generation_of
 
 TRANSFERRED = "transferred"  # the first word of ``fitted_on`` for transferred values
 # FlashAttention-2 forward + backward, best published fraction of the BF16 dense peak per
@@ -42,8 +43,6 @@ def attention_transfer_factor(source_gpu, target_gpu) -> float:
     """The factor on ``attention_efficiency`` from ``source_gpu`` to ``target_gpu`` (GPUSpecs):
     FLASH_ATTENTION_2_PEAK_FRACTION of the target's generation over the source's; 1 when either
     generation is not listed or both are the same."""
-    from autoplan.calibration.uncertainty import generation_of
-
     source, target = generation_of(source_gpu), generation_of(target_gpu)
     if source not in FLASH_ATTENTION_2_PEAK_FRACTION or target not in FLASH_ATTENTION_2_PEAK_FRACTION:
         return 1.0

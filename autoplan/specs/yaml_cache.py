@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 CACHE_FORMAT = 1
-_MISSING = object()
+MISSING = object()  # lookup's answer for a text not stored
 _PLAIN = (dict, list, str, int, float, bool, type(None))
 
 
@@ -49,11 +49,11 @@ def lookup(text: str) -> Any:
     """The stored value of ``text``, or ``MISSING``."""
     folder = cache_dir()
     if folder is None:
-        return _MISSING
+        return MISSING
     try:
         return marshal.loads((folder / _key(text)).read_bytes())
     except (OSError, ValueError, EOFError, TypeError):
-        return _MISSING
+        return MISSING
 
 
 def store(text: str, value: Any) -> None:
@@ -84,5 +84,3 @@ def _is_plain(value: Any, seen: set[int]) -> bool:
         return all(_is_plain(item, seen) for item in items)
     return True
 
-
-MISSING = _MISSING
