@@ -2,9 +2,10 @@
 
 Every command reads ~20 YAML files (presets, profiles, error bands); PyYAML constructs their
 Python objects in pure Python (~25 ms of the headline search). Here the parsed value of a text
-is stored with :mod:`marshal` under the SHA-256 of the text, PyYAML's version, this format's
-version and Python's version: a changed file has another key, so an entry can never be stale,
-only unused. A value marshal cannot hold exactly (a date, an alias shared between two places)
+is stored with :mod:`marshal` under the SHA-256 of the text, the installed PyYAML (the size and
+modification time of its ``__init__.py``, found without importing it: a reinstall or an upgrade
+changes them), this format's version and Python's version: a changed file has another key, so
+an entry can never be stale, only unused. A hit never imports PyYAML (~20 ms). A value marshal cannot hold exactly (a date, an alias shared between two places)
 is not stored. The cache is an optimisation only: a missing, unreadable or unwritable folder
 (or ``AUTOPLAN_YAML_CACHE=0``) means the text is parsed as before, and a damaged entry is
 parsed again and rewritten.
@@ -16,13 +17,13 @@ then ``yaml/``.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import marshal
 import os
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 CACHE_FORMAT = 1
 MISSING = object()  # lookup's answer for a text not stored
@@ -40,8 +41,21 @@ def cache_dir() -> Path | None:
     return Path(root) / "yaml"
 
 
+@lru_cache(maxsize=1)
+def _pyyaml_identity() -> str:
+    """Which PyYAML is installed, without importing it: its ``__init__.py``'s path, size and
+    modification time ('' when it cannot be found: the key still holds the text)."""
+    try:
+        spec = importlib.util.find_spec("yaml")
+        origin = spec.origin if spec is not None else None
+        stat = os.stat(origin) if origin else None
+    except (ImportError, ValueError, OSError):
+        return ""
+    return f"{origin}:{stat.st_size}:{stat.st_mtime_ns}" if stat else ""
+
+
 def _key(text: str) -> str:
-    salt = f"{CACHE_FORMAT}|{yaml.__version__}|{sys.version_info[:2]}|"
+    salt = f"{CACHE_FORMAT}|{_pyyaml_identity()}|{sys.version_info[:2]}|"
     return hashlib.sha256((salt + text).encode("utf-8", "surrogatepass")).hexdigest()
 
 

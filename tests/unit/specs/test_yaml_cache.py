@@ -24,7 +24,7 @@ def test_second_read_comes_from_the_cache(tmp_path, monkeypatch):
     first = yaml_io.parse_mapping(text, "t.yaml")
     assert len(_entries(tmp_path)) == 1
 
-    def no_parse(_text):
+    def no_parse(_text, _where):
         raise AssertionError("parsed again although cached")
 
     monkeypatch.setattr(yaml_io, "_parsed", no_parse)
@@ -64,3 +64,19 @@ def test_switched_off(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOPLAN_YAML_CACHE", "0")
     assert yaml_io.parse_mapping("a: 1\n", "t.yaml") == {"a": 1}
     assert yaml_cache.cache_dir() is None and not (tmp_path / "yaml").exists()
+
+
+def test_a_hit_does_not_import_pyyaml(tmp_path):
+    """The point of the cache on a rerun: PyYAML's import (~20 ms) is left out."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from autoplan.specs import yaml_io; "
+            "d = yaml_io.parse_mapping('a: [1, 2]\\n', 't.yaml'); "
+            "print(d == {'a': [1, 2]}, 'yaml' in sys.modules)")
+    env = {**os.environ, "AUTOPLAN_CACHE_DIR": str(tmp_path)}
+    env.pop("AUTOPLAN_YAML_CACHE", None)
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+            .stdout.split() for _ in range(2)]
+    assert runs == [["True", "True"], ["True", "False"]]  # parsed (PyYAML imported), then from the cache

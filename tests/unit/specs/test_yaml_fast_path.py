@@ -1,4 +1,4 @@
-"""The libyaml-composed fast path of autoplan.specs.yaml_io reads every text exactly as the strict
+"""The libyaml-composed fast path of autoplan.specs.yaml_parse reads every text exactly as the strict
 loader does: the same data, or the same error message."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoplan.specs import yaml_io
+from autoplan.specs import yaml_parse
 
-ROOT = Path(yaml_io.__file__).resolve().parents[2]
+ROOT = Path(yaml_parse.__file__).resolve().parents[2]
 SHIPPED = sorted([*ROOT.glob("model_db/*.yaml"), *ROOT.glob("hardware_db/gpus/*.yaml"),
                   *ROOT.glob("autoplan/profiles/*.yaml"), *ROOT.glob("autoplan/calibration/*.yaml"),
                   *ROOT.glob("search_spaces/*.yaml")])
 
-pytestmark = pytest.mark.skipif(yaml_io._CComposedLoader is None, reason="PyYAML without libyaml")
+pytestmark = pytest.mark.skipif(yaml_parse._CComposedLoader is None, reason="PyYAML without libyaml")
 
 
 def outcome(load, text):
@@ -28,15 +28,15 @@ def outcome(load, text):
 
 
 def strict(text):
-    return yaml.load(text, Loader=yaml_io._StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=yaml_parse._StrictLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def test_the_shipped_files_take_the_fast_path_and_read_the_same():
     assert len(SHIPPED) > 30
     for path in SHIPPED:
         text = path.read_text(encoding="utf-8")
-        assert yaml_io._c_composed(text) is not yaml_io._NOT_COMPOSED, path
-        assert outcome(yaml_io._load_yaml, text) == outcome(strict, text), path
+        assert yaml_parse._c_composed(text) is not yaml_parse._NOT_COMPOSED, path
+        assert outcome(yaml_parse._parsed, text) == outcome(strict, text), path
 
 
 # YAML's indicators, anchors and aliases, a duplicate key, tags, nesting by indentation
@@ -48,7 +48,7 @@ _TOKENS = st.sampled_from(["a", "b", "1", "0x1", "yes", "~", ": ", ":", "- ", "\
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_TOKENS, max_size=30).map("".join))
 def test_any_text_reads_as_the_strict_loader_reads_it(text):
-    assert outcome(yaml_io._load_yaml, text) == outcome(strict, text)
+    assert outcome(yaml_parse._parsed, text) == outcome(strict, text)
 
 
 def test_deep_nesting_skips_libyaml_s_composer():
@@ -56,4 +56,4 @@ def test_deep_nesting_skips_libyaml_s_composer():
     that many indicators goes to the Python composer, which stops with RecursionError."""
     text = "[" * 50_000 + "]" * 50_000
     with pytest.raises(RecursionError):
-        yaml_io._load_yaml(text)
+        yaml_parse._parsed(text)
