@@ -144,6 +144,23 @@ def group_rows(batch: LayoutBatch, names: tuple[str, ...]) -> Grouping:
     return cache[names]
 
 
+def on_distinct(batch: Any, names: tuple[str, ...], fn: Callable[..., Any], key: Any = None) -> Any:
+    """``fn(*columns)`` of the knob columns ``names``, evaluated on one row per distinct
+    combination of them and copied to every row (``fn`` element-wise over its columns; a
+    batch-wide max is fine). ``key`` (hashable, naming ``fn``) keeps the result for the other
+    calls on the same batch inside ``shared_groupings``."""
+    if len(batch) < MIN_ROWS:
+        return fn(*(getattr(batch, name) for name in names))
+    cache = _cache(batch)
+    if key is not None and (key, names) in cache:
+        return cache[(key, names)]
+    group = group_rows(batch, names)
+    result = group.spread(fn(*(getattr(batch, name)[group.first] for name in names)))
+    if key is not None:
+        cache[(key, names)] = result
+    return result
+
+
 class _Recorder:
     """A stand-in for a ``LayoutBatch`` that records which attributes a formula reads."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost.broadcast import per_group
+from autoplan.cost.broadcast import on_distinct, per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import model_state_bytes, owned_params, params_on_stage
 from autoplan.cost.offload import move_to_host
@@ -21,8 +21,12 @@ from autoplan.layout import LayoutBatch
 
 
 def _trainer_layers(ctx: CostContext, b: LayoutBatch) -> StageLayers:
-    """``stages.trainer_stage_layers``: the layout's pp, vpp and pp_split, or the trainer's own split."""
-    return trainer_stage_layers(ctx.model, ctx.profile.pp_split_rule, b.pp, b.vpp, b.pp_split)
+    """``stages.trainer_stage_layers``: the layout's pp, vpp and pp_split, or the trainer's own
+    split, evaluated once per distinct (pp, vpp, pp_split) (``broadcast.on_distinct``)."""
+    model, rule = ctx.model, ctx.profile.pp_split_rule
+    return on_distinct(b, ("pp", "vpp", "pp_split"),
+                       lambda pp, vpp, pp_split: trainer_stage_layers(model, rule, pp, vpp, pp_split),
+                       key=("trainer_stage_layers", id(model), rule))
 
 
 @per_group
