@@ -161,6 +161,21 @@ def on_distinct(batch: Any, names: tuple[str, ...], fn: Callable[..., Any], key:
     return result
 
 
+class _RowsOf(LayoutBatch):
+    """``batch.take(index)`` that takes each knob column only when a formula first reads it
+    (a grouped formula reads a few of the batch's columns)."""
+
+    def __init__(self, batch: LayoutBatch, index: np.ndarray):  # (no LayoutBatch.__init__: nothing taken yet)
+        self._source, self._index = batch, index
+
+    def __getattr__(self, name: str) -> Any:  # called only for a column not taken yet
+        if name not in FIELDS:
+            raise AttributeError(name)
+        value = getattr(self._source, name)[self._index]
+        setattr(self, name, value)
+        return value
+
+
 class _Recorder:
     """A stand-in for a ``LayoutBatch`` that records which attributes a formula reads."""
 
@@ -198,7 +213,7 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
         if known is not None:
             group = group_rows(batch, known)
             if len(group.first) <= MAX_GROUP_SHARE * len(batch):
-                probe = _Recorder(batch.take(group.first))
+                probe = _Recorder(_RowsOf(batch, group.first))
                 result = fn(ctx, probe, *options)
                 if probe.read <= set(known):
                     return group.spread(result)
