@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost import comm, fp8, moe_time
+from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.data_parallel import dp_comm_s
 from autoplan.cost.flops import (
@@ -249,24 +250,35 @@ def mtp_projection_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np
     return (1 + BACKWARD_MATMUL_FACTOR) * flops / (ctx.cluster.gpu.peak_bf16_flops_per_s * gemm_efficiency(ctx, flops))
 
 
-def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
-               layers: StageLayers | None = None) -> dict[str, np.ndarray]:
-    """Every time term (seconds per step) and the step time."""
-    e, p, m = ctx.efficiency, ctx.profile, ctx.model
-    layers = layers if layers is not None else layout_stage_layers(ctx, b)
+@per_group  # once per distinct (tp, cp, mbs, precision, recompute, ...): cost.broadcast
+def _micro_batch_compute_s(ctx: CostContext, b: LayoutBatch) -> tuple[dict, np.ndarray, np.ndarray, dict, np.ndarray]:
+    """One micro-batch's per-layer forward parts (``_layer_forward_s``), dense and MoE layer
+    compute with FP8 casts and the MoE fixed cost, the per-layer recompute (``_layer_recompute_s``)
+    and the LM head with its loss (and MTP heads and projections) on the last stage."""
+    m = ctx.model
     fwd = _layer_forward_s(ctx, b)
     dense_c, moe_c = (_layer_compute_s(fwd, fwd[k]) for k in ("dense_matmul", "moe_matmul"))
     tokens = b.mbs * ctx.training.seq_len / b.cp
     dense_cast, moe_cast = fp8.cast_s(ctx, b, tokens)
     dense_c = dense_c + dense_cast
     moe_c = moe_c + moe_cast + (moe_time.fixed_s(ctx, 2.0) if m.moe is not None else 0.0)
-    ov = overlap_fractions(ctx)
     recompute_s = _layer_recompute_s(ctx, b, fwd)
     head = 3.0 * 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp / (
         ctx.cluster.gpu.peak_bf16_flops_per_s * gemm_efficiency(ctx, 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp))
     head = head + loss_s(ctx, b, tokens)
     if m.num_mtp_layers:  # each MTP depth: its own LM head and loss, and its 2h -> h projection
         head = head * (1.0 + m.num_mtp_layers) + m.num_mtp_layers * mtp_projection_s(ctx, b, tokens)
+    return fwd, dense_c, moe_c, recompute_s, head
+
+
+def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
+               layers: StageLayers | None = None) -> dict[str, np.ndarray]:
+    """Every time term (seconds per step) and the step time."""
+    e, p, m = ctx.efficiency, ctx.profile, ctx.model
+    layers = layers if layers is not None else layout_stage_layers(ctx, b)
+    fwd, dense_c, moe_c, recompute_s, head = _micro_batch_compute_s(ctx, b)
+    tokens = b.mbs * ctx.training.seq_len / b.cp
+    ov = overlap_fractions(ctx)
     st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
     lc = _per_layer_comm_s(ctx, b, st)
     out: dict[str, np.ndarray] = {}
