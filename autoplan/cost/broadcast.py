@@ -46,21 +46,23 @@ class Grouping:
     first: np.ndarray
     inverse: np.ndarray
 
-    def spread(self, value: Any) -> Any:
+    def spread(self, value: Any, inverse: np.ndarray | None = None) -> Any:
         """``value`` computed over ``first`` (arrays whose last axis is the groups; tuples,
-        lists, dicts and dataclasses of them) copied to every row of each group."""
+        lists, dicts and dataclasses of them) copied to every row of each group, or to the rows
+        whose groups are ``inverse`` (a part of ``self.inverse``)."""
+        inverse = self.inverse if inverse is None else inverse
         if isinstance(value, np.ndarray):
             if value.ndim == 1 and len(value) == len(self.first):
-                return value[self.inverse]
+                return value[inverse]
             if value.ndim > 1 and value.shape[-1] == len(self.first):
-                return np.take(value, self.inverse, axis=-1)  # (faster than value[..., inverse])
+                return np.take(value, inverse, axis=-1)  # (faster than value[..., inverse])
             return value
         if isinstance(value, dict):
-            return {k: self.spread(v) for k, v in value.items()}
+            return {k: self.spread(v, inverse) for k, v in value.items()}
         if isinstance(value, (tuple, list)):
-            return type(value)(self.spread(v) for v in value)
+            return type(value)(self.spread(v, inverse) for v in value)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return dataclasses.replace(value, **{f.name: self.spread(getattr(value, f.name))
+            return dataclasses.replace(value, **{f.name: self.spread(getattr(value, f.name), inverse)
                                                  for f in dataclasses.fields(value) if f.init})
         return value
 
@@ -147,18 +149,32 @@ def group_rows(batch: LayoutBatch, names: tuple[str, ...]) -> Grouping:
 def on_distinct(batch: Any, names: tuple[str, ...], fn: Callable[..., Any], key: Any = None) -> Any:
     """``fn(*columns)`` of the knob columns ``names``, evaluated on one row per distinct
     combination of them and copied to every row (``fn`` element-wise over its columns; a
-    batch-wide max is fine). ``key`` (hashable, naming ``fn``) keeps the result for the other
-    calls on the same batch inside ``shared_groupings``."""
-    if len(batch) < MIN_ROWS:
-        return fn(*(getattr(batch, name) for name in names))
-    cache = _cache(batch)
-    if key is not None and (key, names) in cache:
-        return cache[(key, names)]
-    group = group_rows(batch, names)
-    result = group.spread(fn(*(getattr(batch, name)[group.first] for name in names)))
-    if key is not None:
-        cache[(key, names)] = result
-    return result
+    batch-wide max is fine). ``key`` (hashable, naming ``fn``) keeps the distinct results inside
+    ``shared_groupings`` for the other calls on the same batch and on the probes a grouped
+    formula (``per_group``) takes of it, which take their rows of them: one evaluation of ``fn``
+    per batch."""
+    columns = [getattr(batch, name) for name in names]  # (read through a probe: recorded)
+    source, rows = _probed(batch)
+    if len(source) < MIN_ROWS:
+        return fn(*columns)
+    cache = _cache(source)
+    entry = cache.get((key, names)) if key is not None else None
+    if entry is None:
+        group = group_rows(source, names)
+        entry = (group, fn(*(getattr(source, name)[group.first] for name in names)))
+        if key is not None:
+            cache[(key, names)] = entry
+    group, value = entry
+    return group.spread(value, None if rows is None else group.inverse[rows])
+
+
+def _probed(batch: Any) -> tuple[LayoutBatch, np.ndarray | None]:
+    """The batch a grouped formula's probe (``per_group``) took its rows from, and those rows;
+    (``batch``, None) for a batch that is no probe."""
+    inner = batch._batch if isinstance(batch, _Recorder) else batch
+    if isinstance(inner, _RowsOf):
+        return inner._source, inner._index
+    return inner, None
 
 
 class _RowsOf(LayoutBatch):

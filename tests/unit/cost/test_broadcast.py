@@ -94,3 +94,25 @@ def test_allocator_is_tuned_once_and_left_alone_when_asked(monkeypatch):
         assert first  # mallopt(3) accepts both thresholds on glibc
     monkeypatch.setenv("AUTOPLAN_KEEP_MALLOC", "1")
     assert allocator._tune() is False
+
+
+def test_on_distinct_evaluates_once_per_batch_and_gives_each_probe_its_rows():
+    _, batch = wide_batch("llama3-8b", 64, "default", "megatron")
+    calls = []
+
+    def fn(pp, vpp):
+        calls.append(len(pp))
+        return {"layers": pp * 100.0 + vpp}
+
+    @broadcast.per_group
+    def formula(ctx, b):  # reads mbs and pp, vpp through on_distinct
+        return broadcast.on_distinct(b, ("pp", "vpp"), fn, key="fn")["layers"] + b.mbs
+
+    expected = batch.pp * 100.0 + batch.vpp + batch.mbs
+    with broadcast.shared_groupings():
+        formula(None, batch)  # learns what it reads (on every layout)
+        np.testing.assert_array_equal(formula(None, batch), expected)  # a probe: rows of the cached result
+        np.testing.assert_array_equal(broadcast.on_distinct(batch, ("pp", "vpp"), fn, key="fn")["layers"],
+                                      batch.pp * 100.0 + batch.vpp)
+    distinct = len({(p, v) for p, v in zip(batch.pp, batch.vpp)})
+    assert calls == [distinct]  # fn ran once, on one row per distinct (pp, vpp)
