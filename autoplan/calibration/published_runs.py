@@ -144,14 +144,17 @@ def bloom_model() -> ModelSpec:
 
 
 def _bloom_row(line: int, r: dict[str, str]) -> Row:
-    """BLOOM-176B on 384 A100 80GB (Megatron-DeepSpeed, TP4 PP12 DP8, BF16_Optimizer = ZeRO-1,
-    full recompute, 1F1B) over 4 x 100 Gb/s Omni-Path per 8-GPU node (50 Gb/s per GPU). tokens/s
-    per GPU is the file's (samples/s from the iteration log) or, where only TFLOP/s is given,
-    DERIVED with BigScience's convention 8·N·s·gbs/(time·gpus) (math/README.md). bf16 with the
-    pipeline engine reduces the BF16_Optimizer's fp32 gradients (deepspeed/runtime/pipe/engine.py
-    ``_bf16_reduce_grads``: "the optimizer's FP32 grads"; tied weights' ``_hp_grad``): 4 bytes per
-    gradient element (the deepspeed profile's ``pp_grad_all_reduce_bytes``). Attention is eager:
-    Megatron-DeepSpeed of 2022 had no flash attention (ALiBi baddbmm + FusedScaleMaskSoftmax,
+    """BLOOM-176B on 384 A100 80GB (Megatron-DeepSpeed, TP4 PP12 DP8, BF16_Optimizer = ZeRO-1, full
+    recompute, 1F1B) over 4 x 100 Gb/s Omni-Path per 8-GPU node, 50 Gb/s per GPU (the link count: "8
+    GPUs per node ... 4 OmniPath links", "Inter-node connect: Omni-Path Architecture",
+    bigscience-workshop/bigscience train/tr11-176B-ml/README.md, Hardware; the speed: Intel OPA 100
+    series, 100 Gb/s per link; the README does not state it). tokens/s per GPU is the file's
+    (samples/s from the iteration log) or, where only TFLOP/s is given, DERIVED with BigScience's
+    convention 8·N·s·gbs/(time·gpus) (math/README.md). bf16 with the pipeline engine reduces the
+    BF16_Optimizer's fp32 gradients (deepspeed/runtime/pipe/engine.py ``_bf16_reduce_grads``: "the
+    optimizer's FP32 grads"; tied weights' ``_hp_grad``): 4 bytes per gradient element (the
+    deepspeed profile's ``pp_grad_all_reduce_bytes``). Attention is eager: Megatron-DeepSpeed of
+    2022 had no flash attention (ALiBi baddbmm + FusedScaleMaskSoftmax,
     megatron/model/transformer.py), so the s×s scores go through HBM."""
     tokens = number_or_nan(r["tokens_per_s_per_gpu"])
     derived = ""
