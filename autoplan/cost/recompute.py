@@ -128,7 +128,10 @@ def module_recompute_s(ctx: CostContext, b: LayoutBatch, fwd: dict[str, np.ndarr
     Each module's forward again: matmul modules at the layer's matmul time × their FLOP share
     (``_matmul_shares``); layernorm and moe_act memory bound at HBM speed (norm: 4 bytes per
     element of 2 norms × h; SwiGLU: 6 bytes per element of k·F_e); ``core_attn`` as the profile's
-    selective recompute (``core_attn`` = (dense, MoE) seconds).
+    selective recompute (``core_attn`` = (dense, MoE) seconds). ``moe`` recomputes the whole MoE
+    block (Megatron ``--recompute-modules``: moe is the MoE layer, moe_act its activation only),
+    so its time holds the experts' SwiGLU as moe_act's does: naming moe never costs less than
+    naming moe_act.
     """
     m = ctx.model
     bit, shares = (lambda name: module_bit(b.recompute_modules, name)), module_matmul_share(ctx, b)
@@ -140,7 +143,8 @@ def module_recompute_s(ctx: CostContext, b: LayoutBatch, fwd: dict[str, np.ndarr
     if m.moe is not None:
         swiglu = (tokens * SWIGLU_HBM_BYTES_PER_ELEMENT * m.moe.num_experts_per_token * m.moe.expert_ffn_hidden_size
                   / (b.etp * _h_div(b)) / hbm)
-        out[1] = out[1] + np.maximum(bit("moe_act") - bit("moe"), 0.0) * swiglu
+        # moe recomputes the whole MoE block, its activation included: moe_act's work is part of it.
+        out[1] = out[1] + np.maximum(bit("moe_act"), bit("moe")) * swiglu
     return out[0], out[1]
 
 

@@ -1,0 +1,35 @@
+"""Selective recompute of named modules (cost/recompute.py): what each name recomputes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import autoplan
+from autoplan.api import build_context, build_training
+from autoplan.layout import Layout
+
+
+def _tiny_moe_context():
+    """A one-layer MoE whose experts' SwiGLU (memory bound) outweighs its tiny matmuls: the case
+    where leaving the activation out of moe's recompute made moe cheaper than moe_act (a
+    hypothesis example of tests/property/test_cost_properties.py)."""
+    base = autoplan.load_model("mixtral-8x7b")
+    moe = dataclasses.replace(base.moe, num_experts=4, num_experts_per_token=4, expert_ffn_hidden_size=608)
+    model = dataclasses.replace(base, name="tiny-moe", num_layers=1, hidden_size=16, ffn_hidden_size=64,
+                                num_attention_heads=1, num_kv_heads=1, head_dim=16, vocab_size=64, moe=moe)
+    return build_context(model, build_training(8, 1024, 16))
+
+
+def _recompute_s(ctx, modules: str) -> float:
+    layout = Layout(dp=8, tp=1, pp=1, vpp=1, cp=1, ep=1, etp=1, zero=0, sp=False, mbs=2, grad_acc=1,
+                    recompute="selective", recompute_modules=modules)
+    table = autoplan.evaluate(ctx, autoplan.LayoutBatch.from_layouts([layout]))
+    return float(table["time_recompute_s"][0])
+
+
+def test_moe_recomputes_the_experts_activation_too():
+    """Megatron --recompute-modules: moe is the whole MoE layer, moe_act its activation only."""
+    ctx = _tiny_moe_context()
+    moe, moe_act, both = (_recompute_s(ctx, m) for m in ("moe", "moe_act", "moe,moe_act"))
+    assert moe > moe_act > 0.0
+    assert both == moe  # naming moe_act beside moe recomputes nothing more
