@@ -5,8 +5,8 @@ Python objects in pure Python (~25 ms of the headline search). Here the parsed v
 is stored with :mod:`marshal` under the SHA-256 of the text, the installed PyYAML (the size and
 modification time of its ``__init__.py``, found without importing it: a reinstall or an upgrade
 changes them), this format's version and Python's version: a changed file has another key, so
-an entry can never be stale, only unused. A hit never imports PyYAML (~20 ms). A value marshal cannot hold exactly (a date, an alias shared between two places)
-is not stored. The cache is an optimisation only: a missing, unreadable or unwritable folder
+an entry can never be stale, only unused. A hit never imports PyYAML (~20 ms). A value marshal
+cannot hold exactly (a date, an alias shared between two places) is not stored. The cache is an optimisation only: a missing, unreadable or unwritable folder
 (or ``AUTOPLAN_YAML_CACHE=0``) means the text is parsed as before, and a damaged entry is
 parsed again and rewritten.
 

@@ -27,12 +27,12 @@ def _load_yaml(text: str, where: str = "<text>") -> Any:
     cached = yaml_cache.lookup(text)
     if cached is not yaml_cache.MISSING:
         return cached
-    data = _parsed(text, where)
+    data = _parse_uncached(text, where)
     yaml_cache.store(text, data)
     return data
 
 
-def _parsed(text: str, where: str) -> Any:
+def _parse_uncached(text: str, where: str) -> Any:
     from autoplan.specs.yaml_parse import parse_yaml
 
     return parse_yaml(text, where)

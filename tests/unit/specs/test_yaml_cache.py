@@ -27,7 +27,7 @@ def test_second_read_comes_from_the_cache(tmp_path, monkeypatch):
     def no_parse(_text, _where):
         raise AssertionError("parsed again although cached")
 
-    monkeypatch.setattr(yaml_io, "_parsed", no_parse)
+    monkeypatch.setattr(yaml_io, "_parse_uncached", no_parse)
     second = yaml_io.parse_mapping(text, "t.yaml")
     assert second == first and repr(second) == repr(first)  # -0.0 and inf kept
     assert second is not first and second["c"] is not first["c"]  # a fresh copy each time
