@@ -58,7 +58,7 @@ from autoplan.calibration.sources import load_sources
 from autoplan.calibration.uncertainty import error_band
 from autoplan.calibration.validation import load_playbook_sweep
 from autoplan.errors import AutoplanError
-from autoplan.calibration.zero_twins import TWIN_FACTOR, max_predicted_twin_ratio, zero_twin_anomalies
+from autoplan.calibration.zero_twins import TWIN_FACTOR, max_predicted_twin_ratio, twin_groups, zero_twin_anomalies
 from autoplan.profiles import CalibratedParameters, load_profile
 from autoplan.specs.hardware import load_gpu
 from autoplan.units import GB, GiB
@@ -219,9 +219,15 @@ def ranking_figures(sources: Mapping[str, Source],
     anomalous = zero_twin_anomalies(rows)
     clean = [r for r, a in zip(rows, anomalous) if not a]
     cells = cell_rankings(clean, pred[~anomalous])
+    pairs: dict[str, list[bool]] = {}
+    for group in twin_groups(rows):
+        pairs.setdefault(rows[group[0]].cell, []).append(bool(anomalous[group].any()))
     out = []
     for c in cells:
-        out += [Figure("ranking", "spearman", c.cell, c.num_layouts, c.spearman, unit=""),
+        apart = pairs.get(c.cell, [])
+        out += [Figure("ranking", f"ZeRO twin pairs > {TWIN_FACTOR:g}x apart", c.cell, len(apart),
+                       100.0 * float(np.mean(apart)) if apart else math.nan),
+                Figure("ranking", "spearman", c.cell, c.num_layouts, c.spearman, unit=""),
                 Figure("ranking", f"top-1 regret (picked {c.picked}, best {c.best})", c.cell, c.num_layouts,
                        100.0 * c.regret),
                 Figure("ranking", f"best-of-top-{TOP_K} regret", c.cell, c.num_layouts, 100.0 * c.regret_top3)]
