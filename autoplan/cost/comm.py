@@ -152,25 +152,44 @@ def tree_latency_s(ctx: CostContext, link: GroupLink) -> np.ndarray:
     return np.where(n > 1, steps, 0.0)
 
 
+@dataclass(frozen=True)
+class DPLatency:
+    """A data-parallel group's per-collective latencies, computed once for its several
+    collectives: one ring round (all-gather, reduce-scatter) and an all-reduce (the faster of
+    two ring rounds and the tree)."""
+
+    ring_round_s: np.ndarray
+    all_reduce_s: np.ndarray
+
+
+def dp_latency(ctx: CostContext, link: GroupLink) -> DPLatency:
+    """``DPLatency`` of ``link``: ``ring_latency_s`` of one round, and min(two rounds, tree)."""
+    ring = ring_latency_s(ctx, link, 1.0)
+    return DPLatency(ring_round_s=ring, all_reduce_s=np.minimum(2.0 * ring, tree_latency_s(ctx, link)))
+
+
 def dp_all_gather_s(ctx: CostContext, link: GroupLink, num_bytes: np.ndarray,
-                    num_collectives: np.ndarray) -> np.ndarray:
+                    num_collectives: np.ndarray, latency: DPLatency | None = None) -> np.ndarray:
     """``num_collectives`` ring all-gathers (= reduce-scatters) that together move ``num_bytes``
     per rank (the full buffers): (n − 1)/n·S/busbw + num_collectives·ring latency. NCCL runs
-    all-gather and reduce-scatter as rings only (tuning.cc: trees are for all-reduce)."""
+    all-gather and reduce-scatter as rings only (tuning.cc: trees are for all-reduce).
+    ``latency``: the link's ``dp_latency`` where the caller has it."""
     n = link.size
     transfer = (n - 1) / n * num_bytes / link.bus_bytes_per_s
-    return np.where(n > 1, transfer + num_collectives * ring_latency_s(ctx, link, 1.0), 0.0)
+    ring = ring_latency_s(ctx, link, 1.0) if latency is None else latency.ring_round_s
+    return np.where(n > 1, transfer + num_collectives * ring, 0.0)
 
 
 dp_reduce_scatter_s = dp_all_gather_s
 
 
 def dp_all_reduce_s(ctx: CostContext, link: GroupLink, num_bytes: np.ndarray,
-                    num_collectives: np.ndarray) -> np.ndarray:
+                    num_collectives: np.ndarray, latency: DPLatency | None = None) -> np.ndarray:
     """``num_collectives`` all-reduces moving ``num_bytes`` per rank: 2(n − 1)/n·S/busbw (ring
     and tree both reach the bus bandwidth on large buffers) + per collective the smaller of the
-    ring's and the tree's latency, as NCCL picks the faster algorithm per call (tuning.cc)."""
+    ring's and the tree's latency, as NCCL picks the faster algorithm per call (tuning.cc).
+    ``latency``: the link's ``dp_latency`` where the caller has it."""
     n = link.size
-    latency = np.minimum(ring_latency_s(ctx, link, 2.0), tree_latency_s(ctx, link))
+    latency = (dp_latency(ctx, link) if latency is None else latency).all_reduce_s
     transfer = 2.0 * (n - 1) / n * num_bytes / link.bus_bytes_per_s
     return np.where(n > 1, transfer + num_collectives * latency, 0.0)

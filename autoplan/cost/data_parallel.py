@@ -84,22 +84,27 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     per_step = (b.zero >= 3) & (b.pp > 1) & (p.zero3_pp_unsharded_bytes > 0)
     # ZeRO-3 over a pipeline gathers and reduces per layer, once per step.
     count = np.where(b.zero >= 3, layers, buckets)
-    grads = comm.dp_reduce_scatter_s(ctx, link, grad_bytes, count)
-    gathers = gathers_dense = comm.dp_all_gather_s(ctx, link, gather_bytes, count)
-    all_reduce = comm.dp_all_reduce_s(ctx, link, grad_bytes, buckets)
+    latency = comm.dp_latency(ctx, link)  # (once for the group's several collectives)
+    grads = comm.dp_reduce_scatter_s(ctx, link, grad_bytes, count, latency)
+    gathers = gathers_dense = comm.dp_all_gather_s(ctx, link, gather_bytes, count, latency)
+    all_reduce = comm.dp_all_reduce_s(ctx, link, grad_bytes, buckets, latency)
     # The pipeline engine's full all-reduce of the (fp32) gradients under ZeRO <= 1 (module doc).
     pp_all_reduce = engine_all_reduces_grads(ctx, b)
-    pp_grads = comm.dp_all_reduce_s(ctx, link, stage_params * p.pp_grad_all_reduce_bytes, buckets)
+    pp_grads = (comm.dp_all_reduce_s(ctx, link, stage_params * p.pp_grad_all_reduce_bytes, buckets, latency)
+                if p.pp_grad_all_reduce_bytes > 0 else 0.0)  # (never selected when the profile has none)
     if ctx.model.moe is not None:  # expert parameters reduce over the expert-data-parallel group
         edp = expert_group(b, shard)
         elink = comm.group_link(ctx, edp, b.ep * b.etp)
         has = expert_params > 0  # no latency for an empty collective
         ebuckets = np.maximum(1.0, np.ceil(expert_params / p.dp_bucket_params))
         ecount = np.where(b.zero >= 3, layers, ebuckets)
-        grads = grads + np.where(has, comm.dp_reduce_scatter_s(ctx, elink, expert_params * p.grad_reduce_bytes, ecount), 0.0)
-        gathers = gathers + np.where(has, comm.dp_all_gather_s(ctx, elink, expert_params * PARAM_GATHER_BYTES, ecount), 0.0)
+        elat = comm.dp_latency(ctx, elink)
+        grads = grads + np.where(has, comm.dp_reduce_scatter_s(ctx, elink, expert_params * p.grad_reduce_bytes,
+                                                               ecount, elat), 0.0)
+        gathers = gathers + np.where(has, comm.dp_all_gather_s(ctx, elink, expert_params * PARAM_GATHER_BYTES,
+                                                               ecount, elat), 0.0)
         all_reduce = all_reduce + np.where(has, comm.dp_all_reduce_s(
-            ctx, elink, expert_params * p.grad_reduce_bytes, ebuckets), 0.0)
+            ctx, elink, expert_params * p.grad_reduce_bytes, ebuckets, elat), 0.0)
     zero3 = (b.zero >= 3) & ~per_step
     step_grads = np.select([pp_all_reduce, b.zero == 0, (b.zero <= 2) | per_step], [pp_grads, all_reduce, grads], 0.0)
     step_gathers = np.where(((b.zero >= 1) & (b.zero <= 2)) | per_step, gathers, 0.0)
