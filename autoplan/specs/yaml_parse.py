@@ -24,6 +24,8 @@ def parse_yaml(text: str, where: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "syntax error"
+        if "nesting depth" in problem:  # libyaml's own limit (PyYAML >= 6.0.4): the words of RecursionError's
+            problem = "nesting too deep"
         raise SpecError(where, f"invalid YAML{at}: {problem}") from None
     except RecursionError:
         raise SpecError(where, "invalid YAML: nesting too deep") from None
