@@ -57,8 +57,8 @@ from autoplan.calibration.rows import Row, Source, row_context
 from autoplan.calibration.sources import load_sources
 from autoplan.calibration.uncertainty import error_band
 from autoplan.calibration.validation import load_playbook_sweep
-from autoplan.errors import AutoplanError
 from autoplan.calibration.zero_twins import TWIN_FACTOR, max_predicted_twin_ratio, twin_groups, zero_twin_anomalies
+from autoplan.errors import AutoplanError
 from autoplan.profiles import CalibratedParameters, load_profile
 from autoplan.specs.hardware import load_gpu
 from autoplan.units import GB, GiB
