@@ -186,11 +186,29 @@ def recipe_line(result: SearchResult) -> str:
 MAX_BATCHES_NAMED = 6
 
 
-def cap_notes(result: SearchResult) -> list[str]:
-    """Why knobs of the space are capped (exhaustive: :mod:`autoplan.search.caps`)."""
-    from autoplan.search.caps import cap_notes as notes
+CAP_PROBE_LAYOUTS = 64  # legal layouts of the result given a capped value to find its rule
 
-    return notes(result.space, result.counts.tallies, result.training.gpus)
+
+def cap_notes(result: SearchResult) -> list[str]:
+    """Why knobs of the space are capped (exhaustive: :mod:`autoplan.search.caps`), each reason
+    read off up to CAP_PROBE_LAYOUTS legal layouts of the result at the knob's largest legal
+    value, spread over its ranking."""
+    import numpy as np
+
+    from autoplan.search.caps import cap_notes as notes
+    from autoplan.search.caps import probe_reason
+
+    table = result.table
+    legal = np.flatnonzero(table["reason_code"] == 0) if len(table) else np.zeros(0, dtype=int)
+
+    def probe(knob: str, top: int, value: int) -> str | None:
+        at_top = legal[getattr(table.batch, knob)[legal] == top]
+        if len(at_top) > CAP_PROBE_LAYOUTS:  # spread over the ranking, not only its best rows
+            at_top = at_top[np.linspace(0, len(at_top) - 1, CAP_PROBE_LAYOUTS).astype(int)]
+        layouts = [table.batch.layout(int(i)) for i in at_top]
+        return probe_reason(result.ctx, layouts, knob, value, result.training.gpus, result.options.allow_uneven_pp)
+
+    return notes(result.space, result.counts.tallies, result.training.gpus, probe)
 
 
 def batch_text(result: SearchResult) -> str:
