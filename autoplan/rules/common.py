@@ -7,6 +7,9 @@ the wording follows (Megatron-LM core_v0.15.3 ``megatron/training/arguments.py``
 
 from __future__ import annotations
 
+import numpy as np
+
+from autoplan.cost.schedule import V_SHAPED, is_schedule
 from autoplan.rules.stages import fix_pp
 from autoplan.rules.table import (
     ALL,
@@ -19,6 +22,8 @@ from autoplan.rules.table import (
 )
 
 MEGATRON_ARGS = "Megatron-LM core_v0.15.3 megatron/training/arguments.py (validate_args)"
+# Trainers whose pipeline schedules are torch.distributed.pipelining's.
+TORCH_PIPELINING = ("torchtitan",)
 TITAN_DIMS = "torchtitan 0.3.0 torchtitan/distributed/parallel_dims.py (ParallelDims._validate)"
 
 
@@ -55,11 +60,24 @@ PIPELINE_RULES = [
          lambda c, b: (b.vpp > 1) & (b.pp == 1),
          lambda c, x: f"vpp={x.vpp}, pp={x.pp}",
          MEGATRON_ARGS, fix=lambda c, x: "use --vpp 1 or --pp > 1"),
+    # Megatron's interleaved 1F1B runs micro-batches in groups of microbatch_group_size_per_vp_stage
+    # (default pp); the last group must be whole or hold >= pp (forward_backward_pipelining_with_
+    # interleaving): with the default, grad_acc divisible by pp. torch.distributed.pipelining
+    # (torchtitan) relaxes it: the next rule.
     Rule("vpp_microbatches", ALL, "the interleaved schedule needs micro-batches (grad_acc) divisible by pp",
-         lambda c, b: (b.vpp > 1) & indivisible(b.grad_acc, b.pp),
+         lambda c, b: (c.profile.name not in TORCH_PIPELINING) & (b.vpp > 1) & indivisible(b.grad_acc, b.pp),
          lambda c, x: f"grad_acc={x.grad_acc}, pp={x.pp}, vpp={x.vpp}",
          "Megatron-LM core_v0.15.3 megatron/core/pipeline_parallel/schedules.py (interleaved 1F1B)",
          fix=lambda c, x: f"try a global batch whose micro-batch count is a multiple of pp={x.pp}, or --vpp 1"),
+    Rule("vpp_microbatch_rounds", TORCH_PIPELINING,
+         "torch's interleaved schedules need micro-batches (grad_acc) divisible by their rounds, max(1, grad_acc // pp)",
+         lambda c, b: (b.vpp > 1) & ~is_schedule(b.pp_schedule, *V_SHAPED)
+         & indivisible(b.grad_acc, np.maximum(1.0, np.floor(b.grad_acc / b.pp))),
+         lambda c, x: f"grad_acc={x.grad_acc}, pp={x.pp}, rounds={max(1, x.grad_acc // x.pp)}, vpp={x.vpp}",
+         "torch 2.13.0 torch/distributed/pipelining/schedules.py (ScheduleInterleaved1F1B, "
+         "ScheduleInterleavedZeroBubble: number_of_rounds; ZBVZeroBubble and DualPipeV have no such rule)",
+         fix=lambda c, x: "try a global batch whose micro-batch count is a multiple of "
+                          f"{max(1, x.grad_acc // x.pp)}, or --pp-schedule zb-v with --vpp 2"),
     Rule("cp_seq", ALL, "seq_len must be divisible by 2·cp",
          lambda c, b: (b.cp > 1) & indivisible(seq_len_of(c, b), 2 * b.cp),
          lambda c, x: f"seq_len={seq_len_of(c, x)}, 2·cp={2 * x.cp}",

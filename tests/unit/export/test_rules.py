@@ -60,6 +60,9 @@ CASES = [
     ("vpp_needs_pp", "torchtitan", "llama3-8b", lay(vpp=2, zero=3), "vpp=2, pp=1"),
     ("vpp_microbatches", "megatron", "llama3-8b", lay(gpus=32, pp=4, vpp=2, gbs_seqs=48),
      "grad_acc=6, pp=4, vpp=2"),
+    # torch's Interleaved1F1B: 11 micro-batches on pp 4 make 2 rounds, and 2 does not divide 11
+    ("vpp_microbatch_rounds", "torchtitan", "llama3-8b", lay(gpus=32, pp=4, vpp=2, zero=3, gbs_seqs=88),
+     "grad_acc=11, pp=4, rounds=2, vpp=2"),
     ("cp_seq", "megatron", "llama3-8b", lay(cp=4, seq_len=4100, gbs_seqs=16), "seq_len=4100, 2·cp=8"),
     ("sp_seq", "megatron", "llama3-8b", lay(tp=8, seq_len=4092, gbs_seqs=16), "seq_len=4092, cp·tp=8"),
     ("sequence_shards", "torchtitan", "llama3-8b", lay(tp=4, zero=3, seq_len=4094, gbs_seqs=16),
@@ -170,6 +173,16 @@ def test_error_is_a_layout_error_and_lists_every_broken_rule():
     with pytest.raises(LayoutError):
         check("nanotron", load_model("llama3-8b"), *layout)
     assert issubclass(TrainerRuleError, ValueError)
+
+
+def test_torch_pipelining_runs_what_megatron_refuses():
+    """10 micro-batches on pp 4 with vpp 2: Megatron's groups of pp leave a remainder of 2 < pp;
+    torch's Interleaved1F1B runs 2 rounds of 5, and ZB-V has no rule on the count."""
+    plan = lay(gpus=32, pp=4, vpp=2, zero=3, gbs_seqs=80)
+    check("torchtitan", load_model("llama3-8b"), *plan)
+    check("torchtitan", load_model("llama3-8b"), *broken(plan, pp_schedule="zb-v"))
+    with pytest.raises(TrainerRuleError, match="grad_acc=10, pp=4"):
+        check("megatron", load_model("llama3-8b"), *lay(gpus=32, pp=4, vpp=2, gbs_seqs=80))
 
 
 def test_a_legal_plan_passes_every_trainer():
