@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost.schedule import CODE, V_SHAPED, is_schedule
+from autoplan.cost.schedule import CODE, V_SHAPED, is_schedule, resolved_schedule
 from autoplan.rules.table import ALL, Rule, RuleContext
 
 # Schedules each trainer can run, by autoplan's names ('default' = the trainer's own).
@@ -89,6 +89,14 @@ RULES = [
          lambda c, x: f"pp_schedule={x.pp_schedule}, vpp={x.vpp}",
          "torchtitan torchtitan/distributed/pipeline_parallel.py (stages per rank of a multi-stage schedule)",
          fix=lambda c, x: "try --vpp 2"),
+    Rule("torchtitan_1f1b_microbatches", ("torchtitan",),
+         "torch's single-stage 1F1B needs at least pp micro-batches (grad_acc)",
+         lambda c, b: (b.pp > 1) & (b.vpp == 1) & (b.grad_acc < b.pp)
+         & is_schedule(resolved_schedule(b.pp_schedule, b.vpp, c.profile.pp_schedule), "1f1b"),
+         lambda c, x: f"grad_acc={x.grad_acc}, pp={x.pp}",
+         "torch 2.13.0 torch/distributed/pipelining/schedules.py (Schedule1F1B: 'Number of microbatches "
+         "must be greater than or equal to the number of stages')",
+         fix=lambda c, x: f"try a global batch of at least {x.pp} micro-batches per replica, or a smaller --pp"),
     Rule("trainer_pp_split", ALL, "the trainer must place the embedding and the loss as pipeline layers (pp_split)",
          lambda c, b: (b.pp_split == 1) & (c.profile.name not in EMBED_LOSS_TRAINERS),
          lambda c, x: f"pp_split={x.pp_split}, trainer {c.profile.name}", EMBED_LOSS_SOURCE,

@@ -26,11 +26,15 @@ by default; ``--even-stages-only`` keeps to layers that divide into pp·vpp stag
   layers). No option sets the split: for dense models the cost model uses nanotron's own
   assignment (profile ``pp_split_rule: compute_cost``, ``autoplan.cost.stages``), whatever the
   layout's ``pp_split``.
-* DeepSpeed 0.19.8: no. Megatron-DeepSpeed's ``PipelineModule`` partitions with
-  ``partition_method='type:transformer'`` (``deepspeed/runtime/pipe/module.py``,
-  ``_partition_layers``), a min-max dynamic programme (``deepspeed/runtime/utils.py``,
-  ``partition_balanced``) whose tie-breaking puts the extra layers where the exporter cannot
-  choose, so the exported split would not be the costed one.
+* DeepSpeed v0.19.5: yes (vpp is 1: it has no interleaving). Megatron-DeepSpeed's model pipes
+  (``GPTModelPipe`` and the others) build ``PipelineModule(..., partition_method=
+  'type:transformer')``; ``_partition_layers`` (``deepspeed/runtime/pipe/module.py``) weighs
+  each transformer layer 1 and every other layer spec 0 and cuts them with
+  ``partition_balanced`` (``deepspeed/runtime/utils.py``), a dynamic programme that minimises
+  the largest minus the smallest stage and keeps the last cut among equal ones. On equal
+  layers that puts the ``L mod pp`` extra layers on the first stages, the split the cost model
+  costs (``tests/unit/rules/test_stages.py`` replays the programme; BLOOM-176B ran 70 layers on
+  PP12 this way). An earlier reading here held that the tie-breaking could not be predicted.
 * hf (Hugging Face Trainer / Accelerate): no; it has no pipeline split to configure.
 """
 
@@ -46,9 +50,11 @@ UNEVEN_SUPPORT = {
     "torchtitan": ("torchtitan 0.3.0 torchtitan/distributed/pipeline_parallel.py "
                    "(generate_llm_fqn_per_model_part, vpp <= 2)"),
     "nanotron": "nanotron src/nanotron/models/base.py (build_model balances blocks over ranks)",
+    "deepspeed": ("DeepSpeed v0.19.5 deepspeed/runtime/pipe/module.py (_partition_layers, "
+                  "'type:transformer' as Megatron-DeepSpeed's model pipes set it; "
+                  "deepspeed/runtime/utils.py partition_balanced: extra layers on the first stages)"),
 }
-UNSUPPORTED_SOURCE = ("DeepSpeed 0.19.8 deepspeed/runtime/pipe/module.py (_partition_layers: "
-                      "partition_balanced, tie-breaking not configurable); hf: no pipeline split")
+UNSUPPORTED_SOURCE = "hf: no pipeline split"
 TORCHTITAN_MAX_UNEVEN_VPP = 2  # stages per rank torchtitan makes without layers_per_stage
 
 

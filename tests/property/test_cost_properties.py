@@ -165,6 +165,8 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
     vpps = [1] + [v for v in (2, 3) if p.supports_vpp and pp > 1
                   and model.num_layers % (pp * v) == 0 and grad_acc % pp == 0]
     vpp = draw(st.sampled_from(vpps))
+    if trainer == "torchtitan" and pp > 1 and vpp == 1:
+        assume(grad_acc >= pp)  # rule torchtitan_1f1b_microbatches (torch's Schedule1F1B)
     zeros = [z for z in p.allowed_zero if pp == 1 or z <= p.max_zero_with_pp]
     if trainer == "deepspeed" and model.moe is not None and (tp > 1 or pp > 1):
         zeros = [z for z in zeros if z < 3]  # rule deepspeed_zero3_native_moe

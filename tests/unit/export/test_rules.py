@@ -55,8 +55,9 @@ CASES = [
     ("sp_needs_tp", "deepspeed", "llama3-8b", lay(sp=True), "sp=true, tp=1"),
     ("pp_uneven", "megatron", "llama3-8b", lay(gpus=24, pp=3, gbs_seqs=48),
      "layers=32, pp(3)·vpp(1) = 3, 32 mod 3 = 2"),
-    ("trainer_uneven_pp", "deepspeed", "llama3-8b", lay(gpus=24, pp=3, gbs_seqs=48),
-     "deepspeed has no unequal stages"),
+    # 32 layers on 3 ranks × 4 virtual stages: torchtitan makes at most 2 stages per rank unevenly
+    ("trainer_uneven_pp", "torchtitan", "llama3-8b", lay(gpus=24, pp=3, vpp=4, zero=0, gbs_seqs=96),
+     "torchtitan splits unequal layers only with vpp <= 2"),
     ("vpp_needs_pp", "torchtitan", "llama3-8b", lay(vpp=2, zero=3), "vpp=2, pp=1"),
     ("vpp_microbatches", "megatron", "llama3-8b", lay(gpus=32, pp=4, vpp=2, gbs_seqs=48),
      "grad_acc=6, pp=4, vpp=2"),
@@ -111,6 +112,9 @@ CASES = [
      "pp_schedule=dualpipe, megatron runs 1f1b, interleaved; DualPipe is DeepSeek's standalone library"),
     ("torchtitan_multi_stage", "torchtitan", "llama3-8b", lay(pp=2, zero=3, pp_schedule="zb-h1"),
      "pp_schedule=zb-h1, vpp=1"),
+    # 8 GPUs on pp 4: dp 2, and gbs 6 gives 3 micro-batches for 4 stages
+    ("torchtitan_1f1b_microbatches", "torchtitan", "llama3-8b", lay(pp=4, zero=3, gbs_seqs=6),
+     "grad_acc=3, pp=4"),
     ("trainer_pp_split", "nanotron", "llama3-8b", lay(pp=2, pp_split="embed-loss"),
      "pp_split=embed-loss, trainer nanotron"),
     ("trainer_optimizer", "torchtitan", "llama3-8b", lay(zero=3, optimizer="muon"),

@@ -34,6 +34,48 @@ def test_virtual_split_puts_the_costed_layers_on_first_and_last_rank(num_layers,
     assert ranks[0] == costed.first[0] and ranks[-1] == costed.last[0]
 
 
+def deepspeed_type_partition(num_layers: int, stages: int, before: int = 3, after: int = 4) -> list[int]:
+    """Transformer layers per stage as DeepSpeed's ``PipelineModule`` cuts a Megatron-DeepSpeed
+    model pipe under ``partition_method='type:transformer'``: ``before`` and ``after`` layer
+    specs of weight 0 (casts, embedding, final norm, head) around ``num_layers`` of weight 1, cut
+    by the linear-partition programme of ``deepspeed/runtime/utils.py`` ``partition_balanced``
+    (v0.19.5): over cuts, minimise the largest minus the smallest stage, keeping the last cut
+    among equal costs (its ``>=`` update), then walk the cuts back. Written here to check that
+    the trainer's own split is the one the cost model costs."""
+    weights = np.array([0] * before + [1] * num_layers + [0] * after, dtype=float)
+    n = len(weights)
+    prefix = np.concatenate([[0.0], np.cumsum(weights)])
+    high = np.full((n + 1, stages + 1), np.inf)
+    low = np.full((n + 1, stages + 1), np.inf)
+    cost = np.full((n + 1, stages + 1), np.inf)
+    cut = np.zeros((n + 1, stages + 1), dtype=int)
+    high[0, 0] = cost[0, 0] = 0.0
+    for i in range(1, n + 1):
+        for j in range(1, min(i, stages) + 1):
+            k = np.arange(i)
+            part = prefix[i] - prefix[k]
+            hi, lo = np.maximum(high[k, j - 1], part), np.minimum(low[k, j - 1], part)
+            spread = hi - lo
+            last = int(np.flatnonzero(spread == spread.min())[-1])
+            cost[i, j], high[i, j], low[i, j], cut[i, j] = spread[last], hi[last], lo[last], last
+    cuts = [n]
+    for j in range(stages, 0, -1):
+        cuts.append(cut[cuts[-1], j])
+    cuts.reverse()
+    return [int(prefix[cuts[s + 1]] - prefix[cuts[s]]) for s in range(stages)]
+
+
+@pytest.mark.parametrize(("num_layers", "pp"), [(32, 3), (70, 12), (61, 16), (24, 5), (80, 6), (30, 4),
+                                                (126, 16), (40, 7), (96, 5), (28, 8), (13, 2), (9, 4)])
+def test_deepspeed_cuts_transformer_layers_as_the_cost_model_splits_them(num_layers, pp):
+    """BLOOM-176B ran 70 layers on PP12 with Megatron-DeepSpeed: its partition puts the extra
+    layers on the first stages, as ``stage_layers`` does; the leading and trailing specs of weight
+    0 do not move a layer."""
+    expected = rank_layers(num_layers, pp, 1)
+    assert deepspeed_type_partition(num_layers, pp) == expected
+    assert deepspeed_type_partition(num_layers, pp, before=1, after=1) == expected
+
+
 def _with_layers(num_layers: int):
     import dataclasses
 
@@ -49,7 +91,7 @@ def _uneven_layout(**values):
     ("megatron", {}, True), ("megatron", {"vpp": 2, "gbs_seqs": 96}, True),
     ("torchtitan", {"zero": 0}, True), ("torchtitan", {"zero": 0, "vpp": 2}, True),
     ("torchtitan", {"zero": 0, "vpp": 4, "gbs_seqs": 96}, False),
-    ("nanotron", {}, True), ("deepspeed", {}, False), ("hf", {}, False),
+    ("nanotron", {}, True), ("deepspeed", {}, True), ("hf", {}, False),
 ])
 def test_each_trainer_says_whether_it_splits_unevenly(trainer, values, supported):
     model = load_model("llama3-8b")  # 32 layers: pp=3 is uneven

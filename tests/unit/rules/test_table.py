@@ -99,7 +99,7 @@ def test_messages_state_the_invariant_and_the_values():
     ("deepspeed", dict(pp=2, zero=3), "try --zero 1"),
     ("megatron", dict(cp=2, seq_len=4097), "try --seq-len 4100 or a smaller --cp"),
     ("megatron", dict(pp=5), "try --pp 4 or drop --even-stages-only"),
-    ("deepspeed", dict(pp=5), "try --pp 4"),
+    ("deepspeed", dict(pp=5), "try --pp 4 or drop --even-stages-only"),
     ("torchtitan", dict(ep=8, zero=0), "try --zero 3 (FSDP makes dp part of the expert mesh)"),
 ])
 def test_suggest_fix_names_the_nearest_change(trainer, values, fix):
