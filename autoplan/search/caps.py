@@ -68,7 +68,7 @@ def probe_reason(ctx: Any, legal: Sequence[Layout], knob: str, value: int, gpus:
     """Why ``value`` of ``knob`` is never legal, read off ``legal`` layouts: each is given
     ``value`` (dp rescaled to keep the GPUs and grad_acc to keep the batch where the knob changes
     them; sequence parallelism following tp as it did), and the first rule of the table that
-    breaks every one of them names the reason, else the one that breaks most. The first-broken
+    breaks every one of them names the reason. The first-broken
     tallies cannot tell it: a rule earlier in the table can break the same layouts for a reason
     that holds at every value (nanotron on 512 GPUs: 'vpp needs virtual stages' breaks 2 of 3
     cp 2 layouts first, as it does cp 1 layouts). Where no one rule breaks them all, the rules
