@@ -25,6 +25,7 @@ from autoplan.export.common import (
     padded_vocab,
     shell_args,
 )
+from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
@@ -212,9 +213,20 @@ def _script(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOpt
                                                          ("--deepspeed_config", CONFIG_FILE)]))
                 + torchrun + '    "$TRAIN_SCRIPT" "${ARGS[@]}" "$@"\n')
         version = VERSION
-    head = header_lines(version, m, lay, training, launch=commands, warnings=warnings, notes=_notes(lay, training),
-                        prediction=launch.prediction)
+    head = header_lines(version, m, lay, training, launch=commands, warnings=warnings,
+                        notes=_notes(lay, training) + _stage_notes(m, lay), prediction=launch.prediction)
     return "#!/usr/bin/env bash\n" + commented(head) + "set -euo pipefail\n" + body
+
+
+def _stage_notes(m: ModelSpec, lay: Layout) -> list[str]:
+    """Where the layers fall when they do not divide into pp stages: DeepSpeed's PipelineModule cuts
+    them itself (Megatron-DeepSpeed's partition_method 'type:transformer', extra layers on the first
+    stages: autoplan/rules/stages.py), the split the prediction assumed."""
+    if lay.pp == 1 or m.num_layers % lay.pp == 0:
+        return []
+    split = virtual_stage_layers(m.num_layers, lay.pp, 1)
+    return [f"pipeline stages hold {', '.join(map(str, split))} transformer layers: DeepSpeed's "
+            "partition_method 'type:transformer' makes this split itself (no flag), as the prediction assumed"]
 
 
 def _notes(lay: Layout, training: TrainingSpec) -> list[str]:

@@ -122,3 +122,11 @@ def test_torchtitan_export_leaves_the_split_to_torchtitan():
         assert "pipeline_parallel_first_stage_less_layers" in text
     even = render("torchtitan", load_model("llama3-8b"), *_uneven_layout(gpus=32, pp=4, zero=0, gbs_seqs=64))
     assert "pipeline_parallel_layers_per_stage=8" in even.files["torchtitan_autoplan.py"]
+
+
+def test_deepspeed_export_names_the_split_its_partition_makes():
+    text = render("deepspeed", load_model("llama3-8b"), *_uneven_layout(zero=1)).files["deepspeed_launch.sh"]
+    split = ", ".join(map(str, deepspeed_type_partition(32, 3)))
+    assert f"pipeline stages hold {split} transformer layers" in text
+    even = render("deepspeed", load_model("llama3-8b"), *_uneven_layout(gpus=32, pp=4, gbs_seqs=64, zero=1))
+    assert "pipeline stages hold" not in even.files["deepspeed_launch.sh"]
