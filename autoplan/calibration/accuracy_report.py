@@ -216,11 +216,12 @@ def ranking_figures(sources: Mapping[str, Source],
     without them, and both are printed)."""
     rows = [r for r in sources["playbook_sweep"].rows if r.status == "ok"]
     pred = predictions(rows, eff)["tokens_per_s_per_gpu"]
-    anomalous = zero_twin_anomalies(rows)
+    groups = twin_groups(rows)
+    anomalous = zero_twin_anomalies(rows, groups=groups)
     clean = [r for r, a in zip(rows, anomalous) if not a]
     cells = cell_rankings(clean, pred[~anomalous])
     pairs: dict[str, list[bool]] = {}
-    for group in twin_groups(rows):
+    for group in groups:
         pairs.setdefault(rows[group[0]].cell, []).append(bool(anomalous[group].any()))
     out = []
     for c in cells:
@@ -232,7 +233,7 @@ def ranking_figures(sources: Mapping[str, Source],
                        100.0 * c.regret),
                 Figure("ranking", f"best-of-top-{TOP_K} regret", c.cell, c.num_layouts, 100.0 * c.regret_top3)]
     twins = (f" (without the {int(anomalous.sum())} runs > {TWIN_FACTOR:g}x slower than their ZeRO twin; "
-             f"largest predicted twin ratio {max_predicted_twin_ratio(rows, pred):.2f}x)")
+             f"largest predicted twin ratio {max_predicted_twin_ratio(rows, pred, groups):.2f}x)")
     out += _ranking_summary(cells, twins, len(clean), targets=True)
     out += _ranking_summary(cell_rankings(rows, pred), ", every ok run", len(rows), targets=False)
     # Sensitivity, not a target: without the runs measured at < 1/3 of the prediction (failed or

@@ -45,18 +45,21 @@ def twin_groups(rows: Sequence[Row]) -> list[np.ndarray]:
     return [np.asarray(g) for g in groups.values() if len(g) > 1]
 
 
-def zero_twin_anomalies(rows: Sequence[Row], factor: float = TWIN_FACTOR) -> np.ndarray:
-    """Per row: True where the run is more than ``factor`` times slower (tokens/s) than a ZeRO twin."""
+def zero_twin_anomalies(rows: Sequence[Row], factor: float = TWIN_FACTOR,
+                        groups: Sequence[np.ndarray] | None = None) -> np.ndarray:
+    """Per row: True where the run is more than ``factor`` times slower (tokens/s) than a ZeRO twin
+    (``groups``: the rows' ``twin_groups`` where the caller has them)."""
     if factor <= 1.0:
         raise ValueError(f"factor > 1 must hold, got factor={factor}")
     out = np.zeros(len(rows), dtype=bool)
     tokens = np.array([row.tokens_per_s_per_gpu for row in rows], dtype=float)
-    for group in twin_groups(rows):
+    for group in twin_groups(rows) if groups is None else groups:
         out[group] = tokens[group] * factor < tokens[group].max()
     return out
 
 
-def max_predicted_twin_ratio(rows: Sequence[Row], predicted_tokens: np.ndarray) -> float:
+def max_predicted_twin_ratio(rows: Sequence[Row], predicted_tokens: np.ndarray,
+                             groups: Sequence[np.ndarray] | None = None) -> float:
     """The largest ratio of predicted tokens/s between ZeRO twins (1.0 when no run has a twin)."""
-    ratios = [predicted_tokens[g].max() / predicted_tokens[g].min() for g in twin_groups(rows)]
-    return float(max(ratios, default=1.0))
+    groups = twin_groups(rows) if groups is None else groups
+    return float(max((predicted_tokens[g].max() / predicted_tokens[g].min() for g in groups), default=1.0))

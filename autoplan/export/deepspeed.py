@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.common import (
     ExportResult,
     LaunchOptions,
@@ -25,7 +26,6 @@ from autoplan.export.common import (
     padded_vocab,
     shell_args,
 )
-from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
