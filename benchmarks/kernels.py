@@ -1,0 +1,84 @@
+"""What the kernels measured on an H100 SXM say about the cost model's physical parameters.
+
+    python benchmarks/kernels.py
+
+Reads validation/h100_sxm_kernels.csv and validation/h100_sxm_llama_layer.csv (measured with
+benchmarks/gpu_kernels.py and benchmarks/gpu_layer.py; no GPU needed here), prints the kernel
+figures (autoplan/calibration/kernels.py) and sets each shipped Hopper parameter beside the
+figure it stands for. A parameter fitted end to end on published runs includes what the kernels
+alone do not (other kernels, stalls, a power cap), so a GEMM or attention efficiency above its
+kernel's figure, or a fixed GEMM time far above it, marks a parameter that absorbs another
+mechanism. A benchmark that prints figures, not a test.
+"""
+
+from __future__ import annotations
+
+from autoplan.calibration.kernels import KernelFigures, kernel_figures
+from autoplan.profiles import load_profile
+from autoplan.specs.gpu_generation import generation_of
+from autoplan.specs.hardware import load_gpu
+
+# The attention kernel each trainer ran on Hopper in the published rows: Megatron-Core through
+# Transformer Engine's fused attention (cuDNN, the default backend on sm90), nanotron through the
+# flash-attn 2 package, torchtitan through PyTorch SDPA's FlashAttention-2 backend.
+ATTENTION_KERNEL = {"megatron": "cudnn", "nanotron": "flash", "torchtitan": "flash"}
+
+
+def print_figures(k: KernelFigures) -> None:
+    g, f8 = k.gemm_bf16, k.gemm_fp8_tensorwise
+    print(f"== Kernels measured on {k.device} (datasheet peaks of hardware_db h100-sxm) ==")
+    print(f"BF16 GEMM (linear fwd, dgrad, wgrad; {g.n} timed): eta_max {g.efficiency:.3f}, "
+          f"F_half {g.half_flops:.3g} FLOP (fixed {g.fixed_s * 1e6:.1f} us per GEMM); "
+          f"fit error median {100 * g.median_error:.1f}%, p90 {100 * g.p90_error:.1f}%")
+    print(f"FP8 tensorwise GEMM: {f8.efficiency:.3f} of the BF16 peak for large F "
+          f"({f8.efficiency / g.efficiency:.2f}x BF16), fixed {f8.fixed_s * 1e6:.1f} us per GEMM")
+    for recipe, s in k.fp8_speedup.items():
+        print(f"FP8 {recipe} speed-up over BF16, GEMMs >= 1e11 FLOP: median {s.median:.2f} "
+              f"(range {s.low:.2f}-{s.high:.2f}, n={s.n})")
+    for backend, a in k.attention.items():
+        curve = ", ".join(f"{s}: {v:.2f}" for s, v in a.by_seq.items())
+        print(f"attention {backend} fwd+bwd fraction of peak by seq: {curve}; "
+              f"fit max {a.max_fraction:.3f}, s_half {a.half_seq:.0f}")
+    print(f"HBM copy: {k.hbm_copy_efficiency:.3f} of the datasheet bandwidth")
+    for mode, e in k.elementwise.items():
+        print(f"element-wise bytes per token·hidden, Llama layer {mode}: forward {e.forward_bytes.median:.1f} "
+              f"(range {e.forward_bytes.low:.1f}-{e.forward_bytes.high:.1f}), backward/forward "
+              f"{e.backward_ratio.median:.2f} (n={e.forward_bytes.n})")
+    print("grouped expert GEMM (h 7168, f 2048) throughput / dense GEMM of the same FLOPs, by tokens per expert:")
+    for n in sorted({n for _, n, _, _ in k.grouped}):
+        ratios = [(e, r) for e, m, r, _ in k.grouped if m == n and e > 1]
+        print(f"  {n:>5} tokens/expert: " + ", ".join(f"E={e}: {r:.2f}" for e, r in ratios))
+
+
+def print_parameters(k: KernelFigures) -> None:
+    print("\n== Shipped Hopper parameters beside the kernel figures ==")
+    print(f"{'trainer/gpu':<28}{'parameter':<36}{'value':>10}{'kernel':>10}{'ratio':>8}")
+    rows = []
+    for trainer in ("megatron", "nanotron", "torchtitan", "llmfoundry", "deepspeed", "hf"):
+        profile = load_profile(trainer)
+        for gpu_name, params in profile.parameters.items():
+            if gpu_name != "default" and generation_of(load_gpu(gpu_name)) != "hopper":
+                continue
+            kernel = k.attention[ATTENTION_KERNEL.get(trainer, "flash")]
+            ceiling = {"gemm_efficiency_max": k.gemm_bf16.efficiency,
+                       "gemm_half_flops": k.gemm_bf16.half_flops,
+                       "fp8_gemm_speedup": k.fp8_speedup["tensorwise"].median,
+                       "attention_efficiency": kernel.max_fraction,
+                       "hbm_efficiency": k.hbm_copy_efficiency}
+            for name, measured in ceiling.items():
+                value = params.value(name)
+                fitted = "fitted" if name in params.fitted else "default"
+                rows.append((f"{trainer}/{gpu_name}", f"{name} ({fitted})", value, measured))
+    for pair, name, value, measured in rows:
+        print(f"{pair:<28}{name:<36}{value:>10.4g}{measured:>10.4g}{value / measured:>8.2f}")
+
+
+def main() -> int:
+    figures = kernel_figures()
+    print_figures(figures)
+    print_parameters(figures)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

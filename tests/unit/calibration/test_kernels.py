@@ -1,0 +1,121 @@
+"""The kernel tables measured on an H100 and what autoplan/calibration/kernels.py reads off them."""
+
+import numpy as np
+import pytest
+
+from autoplan.calibration.kernels import (
+    Table,
+    attention_curve,
+    elementwise_figures,
+    fit_linear_time,
+    fp8_speedups,
+    kernel_figures,
+    layer_params,
+    read_table,
+)
+
+PEAK = 989e12
+
+
+def test_linear_time_fit_recovers_a_known_gemm_curve():
+    flops = np.geomspace(1e8, 1e13, 40)
+    seconds = (flops + 3e9) / (0.7 * PEAK)
+    fit = fit_linear_time(flops, seconds, PEAK)
+    assert fit.efficiency == pytest.approx(0.7, rel=1e-9)
+    assert fit.half_flops == pytest.approx(3e9, rel=1e-9)
+    assert fit.fixed_s == pytest.approx(3e9 / (0.7 * PEAK), rel=1e-9)
+    assert fit.median_error < 1e-9
+
+
+def test_linear_time_fit_needs_two_timed_rows():
+    with pytest.raises(ValueError, match="at least 2"):
+        fit_linear_time([1e9, 2e9], [1e-5, 0.0], PEAK)
+
+
+def _attention_rows(max_fraction, half_seq):
+    rows = []
+    for s in (1024, 4096, 16384):
+        frac = max_fraction * s / (s + half_seq)
+        flops = 3.5 * 2.0 * s * s * 32 * 128
+        rows.append({"kind": "attention_flash", "pass": "fwd+bwd", "seq": s, "flops": flops,
+                     "seconds": flops / (frac * PEAK)})
+    return Table({}, rows)
+
+
+def test_attention_curve_recovers_its_maximum_and_half_sequence():
+    curve = attention_curve(_attention_rows(0.5, 1200.0), "flash", PEAK)
+    assert curve.max_fraction == pytest.approx(0.5, rel=1e-9)
+    assert curve.half_seq == pytest.approx(1200.0, rel=1e-9)
+    with pytest.raises(ValueError, match="cudnn"):
+        attention_curve(_attention_rows(0.5, 1200.0), "cudnn", PEAK)
+
+
+def test_fp8_speedup_pairs_each_gemm_with_its_bf16_twin_and_skips_small_ones():
+    base = {"h": 4096, "tp": 1, "tokens": 4096, "note": "up"}
+    rows = [{**base, "kind": "gemm_bf16", "pass": "fwd", "flops": 2e11, "seconds": 2.0},
+            {**base, "kind": "gemm_fp8_tensorwise", "pass": "fwd", "flops": 2e11, "seconds": 1.25},
+            {**base, "kind": "gemm_bf16", "pass": "dgrad", "flops": 1e9, "seconds": 1.0},
+            {**base, "kind": "gemm_fp8_tensorwise", "pass": "dgrad", "flops": 1e9, "seconds": 2.0}]
+    spread = fp8_speedups(Table({}, rows), "tensorwise")
+    assert (spread.median, spread.n) == (1.6, 1)
+
+
+def test_elementwise_bytes_take_out_the_gradient_accumulation():
+    row = {"model": "m", "hidden": 1024, "heads": 8, "kv_heads": 8, "ffn": 4096, "seq": 1000, "mbs": 1, "mode": "eager"}
+    copy = 1e12
+    params = layer_params(row)
+    assert params == 4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024  # kv_heads = heads: k, v are h x h
+    forward_s = 50.0 * 1000 * 1024 / copy  # 50 B per token and hidden unit
+    backward_s = (100.0 * 1000 * 1024 + 6.0 * params) / copy  # 2x forward + AccumulateGrad
+    rows = [{**row, "pass": "fwd", "elementwise_s": forward_s},
+            {**row, "pass": "fwd+bwd", "elementwise_s": forward_s + backward_s}]
+    figures = elementwise_figures(Table({}, rows), "eager", copy)
+    assert figures.forward_bytes.median == pytest.approx(50.0)
+    assert figures.backward_ratio.median == pytest.approx(2.0)
+
+
+def test_read_table_needs_its_device_line(tmp_path):
+    bad = tmp_path / "k.csv"
+    bad.write_text("kind,seconds\ngemm_bf16,1\n")
+    with pytest.raises(ValueError, match="measuring device"):
+        read_table(bad)
+    good = tmp_path / "g.csv"
+    good.write_text('# {"device": "X"}\nkind,seconds\ngemm_bf16,0.5\n')
+    table = read_table(good)
+    assert table.meta == {"device": "X"} and table.rows == [{"kind": "gemm_bf16", "seconds": 0.5}]
+
+
+def test_the_shipped_h100_tables_give_physical_figures():
+    """The measured H100 SXM figures sit where the hardware allows (each a fraction of a
+    datasheet peak at most 1) and agree with published kernel figures: FlashAttention-2 at most
+    335 TFLOP/s forward + backward on an H100 (Dao 2023, Fig. 7), cuBLAS large BF16 GEMMs at
+    0.6-0.85 of the peak, FP8 below twice BF16 for the median large GEMM."""
+    k = kernel_figures()
+    assert "H100" in k.device
+    assert 0.6 <= k.gemm_bf16.efficiency <= 0.85
+    assert 1e8 <= k.gemm_bf16.half_flops <= 5e10
+    assert 1.5 <= k.fp8_speedup["tensorwise"].median <= 2.0
+    assert k.fp8_speedup["rowwise"].median < k.fp8_speedup["tensorwise"].median
+    assert k.attention["flash"].max_fraction <= 335 / 989 * 1.05
+    assert k.attention["cudnn"].max_fraction > k.attention["flash"].max_fraction
+    assert 0.8 <= k.hbm_copy_efficiency <= 0.95
+    assert k.elementwise["compile"].forward_bytes.median < k.elementwise["eager"].forward_bytes.median
+    big = [ratio for experts, per_expert, ratio, _ in k.grouped if per_expert >= 1024 and experts > 1]
+    assert all(0.9 <= r <= 1.1 for r in big)  # the grouped GEMM runs as one GEMM of every local token
+
+
+def _measured_elementwise_bytes(mode: str, params) -> float:
+    """The measured forward element-wise traffic of a Llama layer, expressed at ``params``'
+    HBM efficiency (the cost model divides the bytes by hbm_efficiency × the datasheet bandwidth)."""
+    k = kernel_figures()
+    return k.elementwise[mode].forward_bytes.median * params.value("hbm_efficiency") / k.hbm_copy_efficiency
+
+
+def test_the_default_elementwise_traffic_is_a_fused_layers():
+    """The default (trainers with fused norms, rotary and SwiGLU: Megatron with Transformer
+    Engine, torchtitan compiled) within 10% of the compiled layer's measured traffic."""
+    from autoplan.profiles.parameter_files import load_defaults
+
+    params = load_defaults()
+    expected = _measured_elementwise_bytes("compile", params)
+    assert params.value("elementwise_bytes_per_token_hidden") == pytest.approx(expected, rel=0.10)
