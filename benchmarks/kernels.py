@@ -67,7 +67,7 @@ def print_parameters(k: KernelFigures) -> None:
                        "hbm_efficiency": k.hbm_copy_efficiency}
             for name, measured in ceiling.items():
                 value = params.value(name)
-                fitted = "fitted" if name in params.fitted else "default"
+                fitted = "calibrated" if name in params.fitted else "default"
                 rows.append((f"{trainer}/{gpu_name}", f"{name} ({fitted})", value, measured))
     for pair, name, value, measured in rows:
         print(f"{pair:<28}{name:<36}{value:>10.4g}{measured:>10.4g}{value / measured:>8.2f}")

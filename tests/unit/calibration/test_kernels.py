@@ -111,6 +111,14 @@ def _measured_elementwise_bytes(mode: str, params) -> float:
     return k.elementwise[mode].forward_bytes.median * params.value("hbm_efficiency") / k.hbm_copy_efficiency
 
 
+def test_the_hf_profile_moves_what_an_eager_llama_layer_was_measured_to_move():
+    from autoplan.profiles import load_profile
+
+    params = load_profile("hf").parameters["default"]
+    expected = _measured_elementwise_bytes("eager", params)
+    assert params.value("elementwise_bytes_per_token_hidden") == pytest.approx(expected, rel=0.02)
+
+
 def test_the_default_elementwise_traffic_is_a_fused_layers():
     """The default (trainers with fused norms, rotary and SwiGLU: Megatron with Transformer
     Engine, torchtitan compiled) within 10% of the compiled layer's measured traffic."""
@@ -119,3 +127,18 @@ def test_the_default_elementwise_traffic_is_a_fused_layers():
     params = load_defaults()
     expected = _measured_elementwise_bytes("compile", params)
     assert params.value("elementwise_bytes_per_token_hidden") == pytest.approx(expected, rel=0.10)
+
+
+def test_profiles_that_take_the_measured_kernels_hold_their_figures():
+    """Where a profile states a value as measured on the H100 (nanotron's GEMM curve and
+    attention, the FP8 speed-up default), it is the figure the
+    shipped tables give (1%, the rounding of the stated value)."""
+    from autoplan.profiles import load_profile
+    from autoplan.profiles.parameter_files import load_defaults
+
+    k = kernel_figures()
+    nanotron = load_profile("nanotron").parameters["h100-sxm"]
+    assert nanotron.value("gemm_efficiency_max") == pytest.approx(k.gemm_bf16.efficiency, rel=0.01)
+    assert nanotron.value("gemm_half_flops") == pytest.approx(k.gemm_bf16.half_flops, rel=0.01)
+    assert nanotron.value("attention_efficiency") == pytest.approx(k.attention["flash"].by_seq[4096], rel=0.01)
+    assert load_defaults().value("fp8_gemm_speedup") == pytest.approx(k.fp8_speedup["tensorwise"].median, rel=0.01)
