@@ -12,7 +12,8 @@ measurement (``--out``, default results/gpu_kernels.csv):
 * ``gemm_fp8_tensorwise`` / ``gemm_fp8_rowwise``: the same three GEMMs through
   ``torch._scaled_mm`` with e4m3 operands (one scale per tensor, or per row and per column: the
   torchao float8 recipes torchtitan runs), the GEMM kernels alone; ``fp8_cast``: the amax, scale
-  and cast of one bf16 operand to e4m3 (tensorwise), the memory-bound work FP8 adds per operand.
+  and cast of one bf16 operand to e4m3 (tensorwise) in unfused eager PyTorch, an upper bound on
+  what the trainers' fused casts cost (not read by autoplan/calibration/kernels.py).
 * ``attention_flash`` / ``attention_cudnn``: causal scaled-dot-product attention, forward and
   forward + backward, through PyTorch's FlashAttention-2 and cuDNN backends, FLOPs counted as the
   causal half of 4·s²·heads·d per sequence forward and 2.5× that backward (Dao 2023,
@@ -21,7 +22,7 @@ measurement (``--out``, default results/gpu_kernels.csv):
   expert GEMM), beside one dense GEMM of the same total FLOPs.
 * ``hbm_copy``: a device-to-device copy, bytes read + written per second.
 
-Run: ``python benchmarks/gpu_kernels.py --out results/gpu_kernels.csv`` (about 3 minutes on an
+Run: ``python benchmarks/gpu_kernels.py --out results/gpu_kernels.csv`` (about 90 seconds on an
 H100). ``--quick`` runs a few small shapes to check the script.
 """
 
@@ -123,8 +124,8 @@ def bench_gemms(rows: list, h_values, tp_values, token_values, quick: bool):
                                                                       out_dtype=torch.bfloat16))
                                 rows.append(row(f"gemm_fp8_{recipe}", flops, s8, **common, **{"pass": name}))
                             except Exception as exc:  # noqa: BLE001 - record, go on
-                                rows.append(row(f"gemm_fp8_{recipe}", flops, 0.0, **common,
-                                                **{"pass": name}, note=f"{proj} failed: {exc!s:.120}"))
+                                failed = {**common, "pass": name, "note": f"{proj} failed: {exc!s:.120}"}
+                                rows.append(row(f"gemm_fp8_{recipe}", flops, 0.0, **failed))
                         if name == "fwd" and proj == "up":
                             x = a.contiguous()
                             sc = timed_s(lambda x=x: to_e4m3(x, None))

@@ -11,7 +11,7 @@ that autoplan/calibration/kernels.py can read off the element-wise HBM bytes per
 unit (``elementwise_bytes_per_token_hidden``) and the share of the layer the GEMMs and attention
 take.
 
-Run: ``python benchmarks/gpu_layer.py --out results/gpu_layer.csv`` (about 2 minutes on an H100).
+Run: ``python benchmarks/gpu_layer.py --out results/gpu_layer.csv`` (about a minute on an H100).
 """
 
 from __future__ import annotations

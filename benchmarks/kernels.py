@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from autoplan.calibration.kernels import KernelFigures, kernel_figures
 from autoplan.profiles import load_profile
+from autoplan.profiles.parameter_files import load_defaults
 from autoplan.specs.gpu_generation import generation_of
 from autoplan.specs.hardware import load_gpu
 
@@ -50,27 +51,31 @@ def print_figures(k: KernelFigures) -> None:
         print(f"  {n:>5} tokens/expert: " + ", ".join(f"E={e}: {r:.2f}" for e, r in ratios))
 
 
+def _ceilings(k: KernelFigures, attention_kernel: str, hbm_efficiency: float) -> dict[str, float]:
+    """Each compared parameter's kernel figure; the element-wise bytes are the compiled layer's,
+    expressed at the parameters' HBM efficiency (the cost model divides by it)."""
+    compiled = k.elementwise["compile"].forward_bytes.median * hbm_efficiency / k.hbm_copy_efficiency
+    return {"gemm_efficiency_max": k.gemm_bf16.efficiency, "gemm_half_flops": k.gemm_bf16.half_flops,
+            "fp8_gemm_speedup": k.fp8_speedup["tensorwise"].median,
+            "attention_efficiency": k.attention[attention_kernel].max_fraction,
+            "hbm_efficiency": k.hbm_copy_efficiency, "elementwise_bytes_per_token_hidden": compiled}
+
+
 def print_parameters(k: KernelFigures) -> None:
     print("\n== Shipped Hopper parameters beside the kernel figures ==")
-    print(f"{'trainer/gpu':<28}{'parameter':<36}{'value':>10}{'kernel':>10}{'ratio':>8}")
-    rows = []
+    print("(defaults.yaml once; then each (trainer, Hopper GPU) pair a profile calibrates; element-wise "
+          "bytes beside the compiled layer's)")
+    print(f"{'trainer/gpu':<28}{'parameter':<48}{'value':>10}{'kernel':>10}{'ratio':>8}")
+    pairs = [("defaults.yaml", load_defaults(), "flash")]
     for trainer in ("megatron", "nanotron", "torchtitan", "llmfoundry", "deepspeed", "hf"):
-        profile = load_profile(trainer)
-        for gpu_name, params in profile.parameters.items():
-            if gpu_name != "default" and generation_of(load_gpu(gpu_name)) != "hopper":
-                continue
-            kernel = k.attention[ATTENTION_KERNEL.get(trainer, "flash")]
-            ceiling = {"gemm_efficiency_max": k.gemm_bf16.efficiency,
-                       "gemm_half_flops": k.gemm_bf16.half_flops,
-                       "fp8_gemm_speedup": k.fp8_speedup["tensorwise"].median,
-                       "attention_efficiency": kernel.max_fraction,
-                       "hbm_efficiency": k.hbm_copy_efficiency}
-            for name, measured in ceiling.items():
-                value = params.value(name)
-                fitted = "calibrated" if name in params.fitted else "default"
-                rows.append((f"{trainer}/{gpu_name}", f"{name} ({fitted})", value, measured))
-    for pair, name, value, measured in rows:
-        print(f"{pair:<28}{name:<36}{value:>10.4g}{measured:>10.4g}{value / measured:>8.2f}")
+        for gpu_name, params in load_profile(trainer).parameters.items():
+            if gpu_name != "default" and generation_of(load_gpu(gpu_name)) == "hopper":
+                pairs.append((f"{trainer}/{gpu_name}", params, ATTENTION_KERNEL.get(trainer, "flash")))
+    for pair, params, kernel in pairs:
+        for name, measured in _ceilings(k, kernel, params.value("hbm_efficiency")).items():
+            value = params.value(name)
+            origin = "calibrated" if name in params.fitted else "default"
+            print(f"{pair:<28}{f'{name} ({origin})':<48}{value:>10.4g}{measured:>10.4g}{value / measured:>8.2f}")
 
 
 def main() -> int:

@@ -113,7 +113,9 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
     micro-batch, × ``unfused_attention_factor`` on the compute.
 
     Flash attention (Dao 2023, FlashAttention-2): the causal half of the 2·s·a·(d_qk + d_v) FLOPs
-    per token at ``attention_efficiency``; backward ATTENTION_BACKWARD_FACTOR × forward.
+    per token at ``attention_efficiency``·k/(k + ``attention_half_seq_tokens``), k = s/cp the keys per
+    call (the kernel's fall at short sequences, measured on an H100: validation/h100_sxm_kernels.csv);
+    backward ATTENTION_BACKWARD_FACTOR × forward.
     Eager attention (``attention_kernel: eager``; Megatron-LM's CoreAttention of 2021-22, the
     Megatron-DeepSpeed BLOOM path): two cuBLAS batched GEMMs (baddbmm QKᵀ, bmm PV) over the full
     s×s square (the causal mask is applied in the softmax, after the product: none of it is
@@ -125,7 +127,9 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
     peak, factor = ctx.cluster.gpu.peak_bf16_flops_per_s, ctx.corrections.unfused_attention_factor
     score_flops = tokens * attention_score_flops_per_token(ctx, s) / b.tp
     if ctx.training.attention_kernel != "eager":
-        forward = score_flops / 2.0 / (peak * e.attention_efficiency) * factor
+        keys = s / b.cp  # keys per call: one ring block under context parallelism
+        efficiency = e.attention_efficiency * keys / (keys + e.attention_half_seq_tokens)
+        forward = score_flops / 2.0 / (peak * efficiency) * factor
         return forward, ATTENTION_BACKWARD_FACTOR * forward
     bmm = score_flops / (peak * gemm_efficiency(ctx, score_flops / 2.0)) * factor
     scores = tokens * s * ctx.model.num_attention_heads / b.tp

@@ -140,5 +140,10 @@ def test_profiles_that_take_the_measured_kernels_hold_their_figures():
     nanotron = load_profile("nanotron").parameters["h100-sxm"]
     assert nanotron.value("gemm_efficiency_max") == pytest.approx(k.gemm_bf16.efficiency, rel=0.01)
     assert nanotron.value("gemm_half_flops") == pytest.approx(k.gemm_bf16.half_flops, rel=0.01)
-    assert nanotron.value("attention_efficiency") == pytest.approx(k.attention["flash"].by_seq[4096], rel=0.01)
+    flash = k.attention["flash"]
+    assert nanotron.value("attention_efficiency") == pytest.approx(flash.max_fraction, rel=0.01)
+    assert nanotron.value("attention_half_seq_tokens") == pytest.approx(flash.half_seq, rel=0.01)
+    for seq in (4096, 32768):  # the curve it costs against the kernel's measured fraction
+        curve = nanotron.value("attention_efficiency") * seq / (seq + nanotron.value("attention_half_seq_tokens"))
+        assert curve == pytest.approx(flash.by_seq[seq], rel=0.03), seq
     assert load_defaults().value("fp8_gemm_speedup") == pytest.approx(k.fp8_speedup["tensorwise"].median, rel=0.01)

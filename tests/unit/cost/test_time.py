@@ -33,7 +33,7 @@ NVLINK, NIC = 450e9, 50e9
 ALPHA_UP, ALPHA_OUT = 3e-6, 10e-6
 
 PLAIN = CalibratedParameters(
-    PhysicalEfficiency(gemm_efficiency_max=0.5, gemm_half_flops=0.0, attention_efficiency=0.5,
+    PhysicalEfficiency(gemm_efficiency_max=0.5, gemm_half_flops=0.0, attention_efficiency=0.5, attention_half_seq_tokens=0.0,
                        fp8_gemm_speedup=1.6, moe_layer_fixed_s=0.0, elementwise_bytes_per_token_hidden=40.0,
                        hbm_efficiency=1.0, scale_up_efficiency=1.0, scale_out_efficiency=1.0,
                        tp_overlap=0.0, cp_overlap=0.0, ep_overlap=0.0, pp_overlap=0.0,
@@ -217,6 +217,20 @@ def test_deepspeed_pipeline_all_reduces_fp32_gradients_under_zero_1():
     table = evaluate_one(ctx_for(model, trainer="deepspeed"), pp=2, dp=8, zero=1)
     expected = 2 * 7 / 8 * 4 * P_LAST / NVLINK + AR_LATENCY + 7 / 8 * 2 * P_LAST / NVLINK + AG_LATENCY
     assert table["time_dp_exposed_s"][0] == pytest.approx(expected, rel=1e-12)
+
+
+def test_flash_attention_slows_at_short_sequences_by_its_half_length():
+    # eff(k) = attention_efficiency·k/(k + s_half), k = seq_len/cp keys per call: with s_half =
+    # 1024 at seq 1024 the attention (1 + 2.5)·ATT_FWD takes twice as long; under cp = 2 the ring
+    # blocks hold 512 keys, (512 + 1024)/512 = 3× the constant-efficiency time.
+    half = ctx_for(eff=PLAIN.with_values({"attention_half_seq_tokens": 1024.0}))
+    delta = evaluate_one(half, zero=0)["time_compute_s"][0] - evaluate_one(zero=0)["time_compute_s"][0]
+    assert delta == pytest.approx(3.5 * ATT_FWD, rel=1e-9)
+    ctx, batch = at(half, {"gpus": 2, "cp": 2, "seq_len": 1024, "gbs_seqs": 1})
+    base = evaluate(dataclasses.replace(ctx, parameters=PLAIN), batch)
+    slowed = evaluate(ctx, batch)
+    per_rank = 3.5 * ATT_FWD / 2  # half the queries per rank
+    assert slowed["time_compute_s"][0] - base["time_compute_s"][0] == pytest.approx(2 * per_rank, rel=1e-9)
 
 
 def test_eager_attention_moves_its_scores_through_hbm():
