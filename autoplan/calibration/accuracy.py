@@ -40,19 +40,19 @@ Pair = tuple[str, str]  # (trainer, hardware)
 # The few parameters fitted per (trainer, GPU), and why these. The GEMM curve sets compute
 # speed everywhere; where the kernels were measured on the pair's GPU (validation/h100_sxm_*.csv)
 # the measured figures stand and are not fitted. nanotron: the element-wise traffic, and
-# scale-out efficiency and DP overlap set the data-parallel cost over the sweep's 1-64 nodes. Megatron on A100: its 2021 attention (no flash attention) runs far
-# below GEMM speed (the unfused-attention correction), and Table 1 spans 1-384 nodes.
-# Megatron-Core on H100: DP over up to 768 nodes, and NeMo's long-sequence runs (32K-1M tokens,
-# CP 2-32) set the attention efficiency; the FP8 speed-up is the measured kernels' (defaults.yaml;
-# NeMo's rows are all FP8 and cannot separate it). torchtitan: Float8 speed-up and long-context
-# attention. Memory:
-# the reserve and the fragmentation, wherever a source measures memory.
+# scale-out efficiency and DP overlap set the data-parallel cost over the sweep's 1-64 nodes.
+# Megatron on A100: its 2021 attention (no flash attention) runs far below GEMM speed (the
+# unfused-attention correction), and Table 1 spans 1-384 nodes. Megatron-Core on H100: DP over up
+# to 768 nodes, and NeMo's long-sequence runs (32K-1M tokens, CP 2-32) set the attention
+# efficiency; the FP8 speed-up is the measured kernels' (defaults.yaml; NeMo's rows are all FP8
+# and cannot separate it). torchtitan: Float8 speed-up and long-context attention. Memory: the
+# reserve and the fragmentation, wherever a source measures memory.
 FIT_PLAN: dict[Pair, tuple[str, ...]] = {
     # nanotron's dp_overlap and memory_pressure_slowdown are held (nanotron.yaml says why): the
     # sweep does not identify them (free, the first contradicts the ZeRO-0/ZeRO-1 pairs and the
     # second runs to 3.55 with gemm_efficiency_max on its bound).
-    # Its GEMM curve and attention are the H100 kernels' measured figures (nanotron.yaml defaults,
-    # validation/h100_sxm_kernels.csv), not fitted; the element-wise traffic, which nanotron's
+    # Its GEMM curve and attention are the H100 kernels' measured figures (nanotron.yaml's h100-sxm
+    # block, validation/h100_sxm_kernels.csv), not fitted; the element-wise traffic, which nanotron's
     # partly fused layer sets between a compiled (42 B) and an eager (204 B) layer's, is.
     ("nanotron", "h100-sxm"): ("elementwise_bytes_per_token_hidden", "scale_out_efficiency",
                                "collective_overhead_s", "pp_collective_overhead_factor",

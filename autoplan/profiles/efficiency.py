@@ -3,9 +3,9 @@
 Two kinds of parameter, kept apart:
 
 * :class:`PhysicalEfficiency`: fractions of a hardware peak (GEMM, attention, HBM, NVLink, NIC),
-  fractions of a communication hidden behind compute, and the three figures of the kernels'
-  work that the time model needs beside them (GEMM half-efficiency size, FP8 speed-up,
-  element-wise HBM traffic). A physical value has a plausible range from what the hardware and
+  fractions of a communication hidden behind compute, and the four figures of the kernels'
+  work that the time model needs beside them (GEMM half-efficiency size, attention
+  half-efficiency length, FP8 speed-up, element-wise HBM traffic). A physical value has a plausible range from what the hardware and
   its libraries are known to reach.
 * :class:`Corrections`: empirical terms that stand in for a mechanism the cost model does not
   have. Each names the mechanism and has a neutral value (at which it changes nothing); its size
@@ -61,7 +61,7 @@ class PhysicalEfficiency:
         (1e6, 1e12), (1e8, 5e10), unit="FLOP")
     attention_efficiency: float = _physical(
         "Fraction of the dense BF16 peak that the flash-attention kernels reach, forward and "
-        "backward (FlashAttention-2: 50-73% forward, less backward, on A100; FlashAttention-3: "
+        "backward, at long sequences where attention_half_seq_tokens is set (FlashAttention-2: 50-73% forward, less backward, on A100; FlashAttention-3: "
         "up to 75% on H100). Measured on an H100 SXM, causal, head dim 128, forward + backward "
         "(validation/h100_sxm_kernels.csv): FlashAttention-2 0.16 at seq 1K to 0.33 at 32K, cuDNN "
         "0.26 to 0.57, hence the plausible floor 0.15. Non-flash attention is the correction "
