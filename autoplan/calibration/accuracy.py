@@ -19,6 +19,7 @@ every figure is reported for the fitted rows and the held-out rows separately.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -179,7 +180,10 @@ TOP_K = 3  # issue 14: regret of the best of the planner's top 3 layouts
 
 @dataclass(frozen=True)
 class CellRanking:
-    """How well predicted tokens/s orders one cell's measured layouts."""
+    """How well predicted tokens/s orders one cell's measured layouts: Spearman and regrets
+    judged on measured tokens/s (what the planner ranks by), and the regrets again on the
+    source's MFU column (``*_mfu``), which within a cell should be the same ratio but in the
+    Ultra-Scale Playbook sweep is not (:func:`cell_rankings`)."""
 
     cell: str
     num_layouts: int
@@ -188,12 +192,24 @@ class CellRanking:
     picked: str
     best: str
     regret_top3: float = float("nan")
+    regret_mfu: float = float("nan")
+    regret_top3_mfu: float = float("nan")
+
+
+def _regrets(figure: np.ndarray, picked: int, top: np.ndarray) -> tuple[float, float]:
+    """Top-1 and best-of-top regret of a measured ``figure`` (higher is better)."""
+    best = float(np.max(figure))
+    return 1.0 - float(figure[picked]) / best, 1.0 - float(np.max(figure[top])) / best
 
 
 def cell_rankings(rows: Sequence[Row], predicted_tokens: np.ndarray, min_layouts: int = 3) -> list[CellRanking]:
     """Per (model, nodes) cell: Spearman of predicted vs measured tokens/s over the ``ok`` runs,
-    the top-1 regret 1 − MFU(layout predicted fastest) / max measured MFU, and the best-of-top-
-    ``TOP_K`` regret 1 − max MFU(the ``TOP_K`` layouts predicted fastest) / max measured MFU."""
+    the top-1 regret 1 − tokens/s(layout predicted fastest) / max measured tokens/s, and the
+    best-of-top-``TOP_K`` regret 1 − max tokens/s(the ``TOP_K`` layouts predicted fastest) / max
+    measured tokens/s; the same two on the rows' MFU. Within a cell (one model, GPU count and
+    sequence length) MFU is tokens/s per GPU times a constant, so both should agree; the
+    playbook sweep's two published columns do not (their ratio spreads 1.2-2.6× within cells),
+    so both are given."""
     cells: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
         if row.status == "ok" and row.has_time:
@@ -205,12 +221,13 @@ def cell_rankings(rows: Sequence[Row], predicted_tokens: np.ndarray, min_layouts
         idx = np.asarray(index)
         measured = np.array([rows[i].tokens_per_s_per_gpu for i in idx])
         mfu = np.array([rows[i].mfu for i in idx])
-        picked, best = idx[int(np.argmax(predicted_tokens[idx]))], idx[int(np.argmax(mfu))]
+        picked = int(np.argmax(predicted_tokens[idx]))
         top = np.argsort(-predicted_tokens[idx], kind="stable")[:TOP_K]
-        out.append(CellRanking(cell, len(idx), spearman(predicted_tokens[idx], measured),
-                               1.0 - rows[picked].mfu / rows[best].mfu,
-                               _describe(rows[picked]), _describe(rows[best]),
-                               1.0 - float(np.max(mfu[top])) / rows[best].mfu))
+        regret, regret_top = _regrets(measured, picked, top)
+        regret_mfu, regret_top_mfu = _regrets(mfu, picked, top) if np.all(np.isfinite(mfu)) else (math.nan, math.nan)
+        out.append(CellRanking(cell, len(idx), spearman(predicted_tokens[idx], measured), regret,
+                               _describe(rows[idx[picked]]), _describe(rows[idx[int(np.argmax(measured))]]),
+                               regret_top, regret_mfu, regret_top_mfu))
     return out
 
 

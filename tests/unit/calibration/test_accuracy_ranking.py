@@ -1,5 +1,7 @@
 """Ranking figures of the accuracy report: Spearman, top-1 and best-of-top-3 regret per cell."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -38,6 +40,18 @@ def test_best_of_top3_regret_never_exceeds_top1_regret():
         rows = [_row(i, m) for i, m in enumerate(mfu)]
         (cell,) = cell_rankings(rows, rng.uniform(size=7))
         assert 0.0 <= cell.regret_top3 <= cell.regret + 1e-12
+
+
+def test_regret_is_judged_on_tokens_per_s_and_on_the_mfu_column_apart():
+    # Within a cell MFU should be tokens/s times a constant; where a source's two columns
+    # disagree (the playbook sweep), the regret on tokens/s and on MFU differ.
+    rows = [_row(i, m) for i, m in enumerate([0.50, 0.40, 0.30, 0.20])]
+    rows[1] = dataclasses.replace(rows[1], tokens_per_s_per_gpu=600.0)  # fastest by tokens/s
+    (cell,) = cell_rankings(rows, np.array([1.0, 9.0, 2.0, 3.0]))  # row 1 ranked first
+    assert cell.regret == pytest.approx(0.0) and cell.regret_top3 == pytest.approx(0.0)
+    assert cell.regret_mfu == pytest.approx(1.0 - 0.40 / 0.50)
+    assert cell.regret_top3_mfu == pytest.approx(1.0 - 0.40 / 0.50)  # rows 1, 3, 2: best MFU 0.40
+    assert "tp2" in cell.best  # row 1 (tp = 1 + 1 % 2)
 
 
 def test_spearman_of_a_reversed_order_is_minus_one():
