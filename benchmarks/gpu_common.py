@@ -11,12 +11,16 @@ import time
 from pathlib import Path
 
 
-def start(name: str, doc: str, quick_help: str, argv=None) -> tuple[Path, bool, dict] | None:
-    """Parse ``--out`` / ``--quick``; the output path, the quick flag and the device line, or
-    None (after saying why) without a CUDA device."""
+def start(name: str, doc: str, quick_help: str, argv=None,
+          options: tuple[tuple[str, dict], ...] = ()) -> tuple[Path, argparse.Namespace, dict] | None:
+    """Parse ``--out``, ``--quick`` and the script's own ``options`` (flag, add_argument keywords);
+    the output path, the parsed arguments and the device line, or None (after saying why)
+    without a CUDA device."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--out", default=f"results/{name}.csv")
     parser.add_argument("--quick", action="store_true", help=quick_help)
+    for flag, keywords in options:
+        parser.add_argument(flag, **keywords)
     args = parser.parse_args(argv)
     import torch
 
@@ -27,7 +31,7 @@ def start(name: str, doc: str, quick_help: str, argv=None) -> tuple[Path, bool, 
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version(), "date": time.strftime("%Y-%m-%d")}
-    return out, args.quick, meta
+    return out, args, meta
 
 
 def write_table(out: Path, meta: dict, fields, rows) -> None:

@@ -23,7 +23,8 @@ measurement (``--out``, default results/gpu_kernels.csv):
 * ``hbm_copy``: a device-to-device copy, bytes read + written per second.
 
 Run: ``python benchmarks/gpu_kernels.py --out results/gpu_kernels.csv`` (about 90 seconds on an
-H100). ``--quick`` runs a few small shapes to check the script.
+H100). ``--quick`` runs a few small shapes to check the script; ``--attention-head-dims 64,128``
+times only attention, at those head dims (validation/h100_sxm_attention_head_dim.csv).
 """
 
 from __future__ import annotations
@@ -214,10 +215,13 @@ def gpu_state() -> dict:
 
 
 def main(argv=None) -> int:
-    started = start("gpu_kernels", __doc__, "a few small shapes, to check the script", argv)
+    only = ("--attention-head-dims", {"default": "", "help": "time only causal attention, at these "
+                                      "comma-separated head dims (e.g. 64,128)"})
+    started = start("gpu_kernels", __doc__, "a few small shapes, to check the script", argv, (only,))
     if started is None:
         return 2
-    out, quick, meta = started
+    out, args, meta = started
+    quick = args.quick
     meta["before"] = gpu_state()
     print(json.dumps(meta), flush=True)
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
@@ -233,6 +237,10 @@ def main(argv=None) -> int:
                               [128] if quick else [64, 256, 1024, 4096]),
         lambda: bench_copy(rows, 0.25 if quick else 2.0),
     ]
+    if args.attention_head_dims:
+        dims = [int(d) for d in args.attention_head_dims.split(",")]
+        sections = [lambda d=d: bench_attention(rows, [1024, 2048, 4096, 8192, 16384], [32], 32768, d)
+                    for d in dims]
     for i, section in enumerate(sections + [lambda: meta.update(after=gpu_state())]):
         try:
             section()

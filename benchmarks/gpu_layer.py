@@ -153,7 +153,8 @@ def main(argv=None) -> int:
     started = start("gpu_layer", __doc__, "one small case, to check the script", argv)
     if started is None:
         return 2
-    out, quick, meta = started
+    out, args, meta = started
+    quick = args.quick
     cases = [("llama-1b", 2048, 1, "eager")] if quick else [
         (m, 4096, mbs, "eager") for m in SHAPES for mbs in (1, 4)] + [
         ("llama-1b", 4096, 4, "compile"), ("llama-8b", 4096, 1, "compile")]

@@ -13,7 +13,8 @@ mechanism. A benchmark that prints figures, not a test.
 
 from __future__ import annotations
 
-from autoplan.calibration.kernels import KernelFigures, kernel_figures
+from autoplan.calibration.kernels import HEAD_DIM_FILE, KernelFigures, head_dim_ratios, kernel_figures, read_table
+from autoplan.paths import data_dir
 from autoplan.profiles import load_profile
 from autoplan.profiles.parameter_files import load_defaults
 from autoplan.specs.gpu_generation import generation_of
@@ -78,9 +79,18 @@ def print_parameters(k: KernelFigures) -> None:
             print(f"{pair:<28}{f'{name} ({origin})':<48}{value:>10.4g}{measured:>10.4g}{value / measured:>8.2f}")
 
 
+def print_head_dims() -> None:
+    table = read_table(data_dir("validation") / HEAD_DIM_FILE)
+    peak = load_gpu("h100-sxm").peak_bf16_flops_per_s
+    print(f"attention at head dim 64 over head dim 128, fwd+bwd, 32 heads ({HEAD_DIM_FILE}; not costed):")
+    for backend, ratios in head_dim_ratios(table, peak).items():
+        print(f"  {backend}: " + ", ".join(f"seq {s}: {r:.2f}" for s, r in ratios.items()))
+
+
 def main() -> int:
     figures = kernel_figures()
     print_figures(figures)
+    print_head_dims()
     print_parameters(figures)
     return 0
 

@@ -39,6 +39,7 @@ from autoplan.paths import data_dir
 
 KERNELS_FILE = "h100_sxm_kernels.csv"
 LAYER_FILE = "h100_sxm_llama_layer.csv"
+HEAD_DIM_FILE = "h100_sxm_attention_head_dim.csv"  # attention alone at head dims 64 and 128
 MEASURED_GPU = "h100-sxm"  # the hardware_db preset of the GPU the shipped tables were measured on
 LARGE_GEMM_FLOPS = 1e11  # GEMMs at least this large: the FP8 speed-up away from the fixed time
 ACCUMULATE_GRAD_BYTES_PER_PARAM = 6.0  # bf16 .grad += new: read 2 + 2 B, write 2 B
@@ -133,8 +134,10 @@ class AttentionCurve:
     by_seq: dict[int, float]
 
 
-def attention_curve(table: Table, backend: str, peak_flops_per_s: float) -> AttentionCurve:
-    rows = [r for r in table.select(kind=f"attention_{backend}", **{"pass": "fwd+bwd"}) if r["seconds"]]
+def attention_curve(table: Table, backend: str, peak_flops_per_s: float, head_dim: int | None = None) -> AttentionCurve:
+    """The forward + backward curve of ``backend``'s rows (of one ``head_dim`` where given)."""
+    rows = [r for r in table.select(kind=f"attention_{backend}", **{"pass": "fwd+bwd"}) if r["seconds"]
+            and (head_dim is None or r["head_dim"] == head_dim)]
     if not rows:
         raise ValueError(f"no timed fwd+bwd rows for attention backend {backend!r}")
     by_seq: dict[int, list[float]] = {}
@@ -145,6 +148,17 @@ def attention_curve(table: Table, backend: str, peak_flops_per_s: float) -> Atte
     (inv_max, slope), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(seqs), 1.0 / seqs]),
                                           1.0 / fractions, rcond=None)
     return AttentionCurve(1.0 / inv_max, slope / inv_max, {int(s): float(f) for s, f in zip(seqs, fractions)})
+
+
+def head_dim_ratios(table: Table, peak_flops_per_s: float, small: int = 64, large: int = 128) -> dict[str, dict[int, float]]:
+    """Per backend and sequence length, the forward + backward fraction of the peak at head dim
+    ``small`` over that at ``large`` (the cost model's attention_efficiency does not see the head dim)."""
+    out = {}
+    for backend in ("flash", "cudnn"):
+        low = attention_curve(table, backend, peak_flops_per_s, small).by_seq
+        high = attention_curve(table, backend, peak_flops_per_s, large).by_seq
+        out[backend] = {s: low[s] / high[s] for s in sorted(low) if s in high}
+    return out
 
 
 def fp8_speedups(table: Table, recipe: str, min_flops: float = LARGE_GEMM_FLOPS) -> Spread:

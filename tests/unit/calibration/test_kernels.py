@@ -147,3 +147,17 @@ def test_profiles_that_take_the_measured_kernels_hold_their_figures():
         curve = nanotron.value("attention_efficiency") * seq / (seq + nanotron.value("attention_half_seq_tokens"))
         assert curve == pytest.approx(flash.by_seq[seq], rel=0.03), seq
     assert load_defaults().value("fp8_gemm_speedup") == pytest.approx(k.fp8_speedup["tensorwise"].median, rel=0.01)
+
+
+def test_smaller_heads_run_attention_below_the_larger_ones():
+    """Head dim 64 against 128 at the same heads and tokens (the shipped H100 table): every
+    backend and length slower per FLOP, as FlashAttention-2's own figures show (Dao 2023,
+    Fig. 7: head dim 64 below 128), and by a bounded share (0.7-1.0)."""
+    from autoplan.calibration.kernels import HEAD_DIM_FILE, head_dim_ratios
+    from autoplan.paths import data_dir
+
+    ratios = head_dim_ratios(read_table(data_dir("validation") / HEAD_DIM_FILE), PEAK)
+    assert set(ratios) == {"flash", "cudnn"}
+    for backend, by_seq in ratios.items():
+        assert len(by_seq) == 5, backend
+        assert all(0.7 <= r < 1.0 for r in by_seq.values()), (backend, by_seq)
