@@ -13,7 +13,14 @@ mechanism. A benchmark that prints figures, not a test.
 
 from __future__ import annotations
 
-from autoplan.calibration.kernels import HEAD_DIM_FILE, KernelFigures, head_dim_ratios, kernel_figures, read_table
+from autoplan.calibration.kernels import (
+    HEAD_DIM_FILE,
+    KernelFigures,
+    elementwise_bytes_at,
+    head_dim_ratios,
+    kernel_figures,
+    read_table,
+)
 from autoplan.paths import data_dir
 from autoplan.profiles import load_profile
 from autoplan.profiles.parameter_files import load_defaults
@@ -55,7 +62,7 @@ def print_figures(k: KernelFigures) -> None:
 def _ceilings(k: KernelFigures, attention_kernel: str, hbm_efficiency: float) -> dict[str, float]:
     """Each compared parameter's kernel figure; the element-wise bytes are the compiled layer's,
     expressed at the parameters' HBM efficiency (the cost model divides by it)."""
-    compiled = k.elementwise["compile"].forward_bytes.median * hbm_efficiency / k.hbm_copy_efficiency
+    compiled = elementwise_bytes_at(k, "compile", hbm_efficiency)
     return {"gemm_efficiency_max": k.gemm_bf16.efficiency, "gemm_half_flops": k.gemm_bf16.half_flops,
             "fp8_gemm_speedup": k.fp8_speedup["tensorwise"].median,
             "attention_efficiency": k.attention[attention_kernel].max_fraction,

@@ -43,7 +43,6 @@ HEAD_DIM_FILE = "h100_sxm_attention_head_dim.csv"  # attention alone at head dim
 MEASURED_GPU = "h100-sxm"  # the hardware_db preset of the GPU the shipped tables were measured on
 LARGE_GEMM_FLOPS = 1e11  # GEMMs at least this large: the FP8 speed-up away from the fixed time
 ACCUMULATE_GRAD_BYTES_PER_PARAM = 6.0  # bf16 .grad += new: read 2 + 2 B, write 2 B
-CAUSAL_BACKWARD_FACTOR = 2.5  # FLOPs of flash attention's backward over its forward (Dao 2023)
 
 
 @dataclass(frozen=True)
@@ -257,3 +256,10 @@ def kernel_figures(kernels: Table | None = None, layer: Table | None = None, gpu
         elementwise={mode: elementwise_figures(layer, mode, copy) for mode in ("eager", "compile")},
         grouped=grouped_gemm_ratios(kernels),
     )
+
+
+def elementwise_bytes_at(figures: KernelFigures, mode: str, hbm_efficiency: float) -> float:
+    """The measured forward element-wise bytes per token and hidden unit of the ``mode`` layer
+    ('eager', 'compile'), expressed at ``hbm_efficiency``: the cost model divides the bytes by
+    hbm_efficiency × the datasheet bandwidth, the measurement by the copy bandwidth."""
+    return figures.elementwise[mode].forward_bytes.median * hbm_efficiency / figures.hbm_copy_efficiency

@@ -17,6 +17,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from autoplan.calibration.uncertainty import band_record, intervals
 from autoplan.cost.evaluate import evaluate
 from autoplan.report.columns import columns_markdown, plain_dictionary
@@ -193,8 +195,6 @@ def cap_notes(result: SearchResult) -> list[str]:
     """Why knobs of the space are capped (exhaustive: :mod:`autoplan.search.caps`), each reason
     read off up to CAP_PROBE_LAYOUTS legal layouts of the result at the knob's largest legal
     value, spread over its ranking."""
-    import numpy as np
-
     from autoplan.search.caps import cap_notes as notes
     from autoplan.search.caps import probe_reason
 

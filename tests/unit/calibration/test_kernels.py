@@ -107,8 +107,9 @@ def test_the_shipped_h100_tables_give_physical_figures():
 def _measured_elementwise_bytes(mode: str, params) -> float:
     """The measured forward element-wise traffic of a Llama layer, expressed at ``params``'
     HBM efficiency (the cost model divides the bytes by hbm_efficiency × the datasheet bandwidth)."""
-    k = kernel_figures()
-    return k.elementwise[mode].forward_bytes.median * params.value("hbm_efficiency") / k.hbm_copy_efficiency
+    from autoplan.calibration.kernels import elementwise_bytes_at
+
+    return elementwise_bytes_at(kernel_figures(), mode, params.value("hbm_efficiency"))
 
 
 def test_the_hf_profile_moves_what_an_eager_llama_layer_was_measured_to_move():
