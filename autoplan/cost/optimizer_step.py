@@ -29,7 +29,7 @@ def muon_time_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: dict[s
     flops = muon_work(ctx, b, owned[0], owned[1])
     if not flops.any():
         return np.zeros_like(b.tp)
-    compute = flops / (ctx.cluster.gpu.peak_bf16_flops_per_s * ctx.efficiency.gemm_efficiency_max)
+    compute = flops / (ctx.cluster.gpu.compute_peak_bf16_flops_per_s * ctx.efficiency.gemm_efficiency_max)
     dense_bytes, expert_bytes = muon_gather_bytes(ctx, b, stage_params["dense"], stage_params["expert"])
     group = b.dp * b.cp
     gather = comm.dp_all_gather_s(ctx, comm.group_link(ctx, group, np.minimum(st["dp"], st["cp"])),

@@ -164,7 +164,8 @@ MEMORY_TOTALS = [
 ]
 
 GEMM = ("gemm_efficiency_max", "gemm_half_flops", "fp8_gemm_speedup", "attention_efficiency", "attention_half_seq_tokens",
-        "elementwise_bytes_per_token_hidden", "hbm_efficiency", "peak_bf16_flops_per_s", "hbm_bytes_per_s",
+        "elementwise_bytes_per_token_hidden", "hbm_efficiency", "peak_bf16_flops_per_s",
+        "power_limited_clock_fraction", "hbm_bytes_per_s",
         "ATTENTION_BACKWARD_FACTOR", "REPLICATED_ELEMENTWISE_SHARE", "unfused_attention_factor",
         "BACKWARD_MATMUL_FACTOR")
 LINKS = ("scale_up_efficiency", "scale_out_efficiency", "scale_up_bytes_per_s", "nic_bytes_per_s",
@@ -180,21 +181,21 @@ TIME_TERMS_DEFINED = [
           "grad_acc × (n_dense·(c(t_mm_dense) + t_cast_dense) + n_moe·(c(t_mm_moe) + t_cast_moe + moe_layer_fixed_s) "
           "+ head); c(t_mm) = (1 + BACKWARD_MATMUL_FACTOR)·t_mm + "
           "t_att + t_att_bwd + 3·t_ew; t_mm = tokens·layer matmul FLOPs/tp / "
-          "(peak_bf16_flops_per_s {fp8} · η(F)), η(F) = gemm_efficiency_max·F/(F + gemm_half_flops), F = one "
+          "(peak_bf16_flops_per_s·power_limited_clock_fraction·power_limited_clock_fraction {fp8} · η(F)), η(F) = gemm_efficiency_max·F/(F + gemm_half_flops), F = one "
           "GEMM's FLOPs per GPU (MoE: the grouped GEMM over all local experts' tokens, 2·tokens·top_k·h·f_e/etp, "
           "·ep/E without moe_grouped_gemm); t_cast = under fp8 tokens·(linear inputs + output gradients per "
           "token)/tp·(CAST_BYTES_PER_ELEMENT + AMAX_PASS_BYTES[fp8_recipe]) / (hbm_bytes_per_s·hbm_efficiency), "
-          "else 0; flash attention: t_att = tokens·attention score FLOPs/2/tp / (peak_bf16_flops_per_s·"
+          "else 0; flash attention: t_att = tokens·attention score FLOPs/2/tp / (peak_bf16_flops_per_s·power_limited_clock_fraction·"
           "attention_efficiency·k/(k + attention_half_seq_tokens))·unfused_attention_factor, k = s/cp, t_att_bwd = ATTENTION_BACKWARD_FACTOR·t_att; eager attention "
           "(two batched GEMMs over the full s×s square, the s×s scores through HBM): t_bmm = tokens·attention score "
-          "FLOPs/tp / (peak_bf16_flops_per_s·η(F/2))·unfused_attention_factor, t_att = t_bmm + tokens·s·a/tp·"
+          "FLOPs/tp / (peak_bf16_flops_per_s·power_limited_clock_fraction·η(F/2))·unfused_attention_factor, t_att = t_bmm + tokens·s·a/tp·"
           "(EAGER_SCORE_BYTES_FORWARD + eager_attention_dropout_bytes)/(hbm_bytes_per_s·hbm_efficiency), t_att_bwd = "
           "BACKWARD_MATMUL_FACTOR·t_bmm + tokens·s·a/tp·(EAGER_SCORE_BYTES_BACKWARD + eager_attention_dropout_bytes)/"
           "(hbm_bytes_per_s·hbm_efficiency); t_ew = elementwise_bytes_per_token_hidden·tokens·h·(REPLICATED_ELEMENTWISE_SHARE"
           "/h_div + (1 − REPLICATED_ELEMENTWISE_SHARE)/tp) / (hbm_bytes_per_s·hbm_efficiency); head (last stage) "
-          "= 3·2·tokens·V·h/tp / (peak_bf16_flops_per_s·η) + tokens·V/tp·loss_hbm_bytes_per_logit / "
+          "= 3·2·tokens·V·h/tp / (peak_bf16_flops_per_s·power_limited_clock_fraction·η) + tokens·V/tp·loss_hbm_bytes_per_logit / "
           "(hbm_bytes_per_s·hbm_efficiency) (the memory-bound loss), × (1 + num_mtp_layers) + num_mtp_layers·3·2·tokens·2h·h/tp "
-          "/ (peak_bf16_flops_per_s·η) with multi-token prediction (its blocks count among the last stage's layers, "
+          "/ (peak_bf16_flops_per_s·power_limited_clock_fraction·η) with multi-token prediction (its blocks count among the last stage's layers, "
           "cost.stages); the slowest of the first and last stage by compute + recompute; + grad_acc × "
           "P·grad_accumulation_bytes_per_param/(hbm_bytes_per_s·hbm_efficiency), the gradient accumulation after "
           "each micro-batch's backward (P the stage's parameters per GPU; DeepSpeed: only on its bf16 pipeline "
@@ -286,7 +287,7 @@ TIME_TERMS_DEFINED = [
           ("grad_bytes", "master_bytes", "optimizer_bytes", "weight_bytes", "zero_shards_over_cp", "hbm_bytes_per_s",
            "hbm_efficiency")),
     _time("muon", "Muon's Newton–Schulz iterations and its gradient gather (0 for other optimizers)",
-          "owned·tp·F_NS / (peak_bf16_flops_per_s·gemm_efficiency_max) + AG(grad_reduce_bytes × matrix share × "
+          "owned·tp·F_NS / (peak_bf16_flops_per_s·power_limited_clock_fraction·gemm_efficiency_max) + AG(grad_reduce_bytes × matrix share × "
           "P_stage) over the ZeRO group when zero ≥ 1; F_NS = NEWTON_SCHULZ_ITERATIONS·(4·m²·n + 2·m³) per m×n "
           "matrix (m ≤ n) per parameter of the model's hidden matrices",
           "Jordan et al. 2024 (Muon, zeropower_via_newtonschulz5); Liu et al. 2025 Moonlight Sec. 2.3 "

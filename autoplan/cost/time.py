@@ -89,7 +89,7 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     """Forward time of one dense and one MoE layer for one micro-batch on one GPU, by part."""
     m, e, gpu = ctx.model, ctx.efficiency, ctx.cluster.gpu
     tokens = b.mbs * ctx.training.seq_len / b.cp
-    peak = gpu.peak_bf16_flops_per_s
+    peak = gpu.compute_peak_bf16_flops_per_s
     matmul_peak = peak * fp8.matmul_speedup(ctx, b)
     dense_per_token, moe_per_token = layer_matmul_flops_per_token(ctx)
     typical = 2.0 * tokens * m.hidden_size * m.ffn_hidden_size / b.tp
@@ -124,7 +124,7 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
     EAGER_SCORE_BYTES_FORWARD, backward EAGER_SCORE_BYTES_BACKWARD, each + the profile's
     ``eager_attention_dropout_bytes``) at the HBM bandwidth."""
     e, s = ctx.efficiency, ctx.training.seq_len
-    peak, factor = ctx.cluster.gpu.peak_bf16_flops_per_s, ctx.corrections.unfused_attention_factor
+    peak, factor = ctx.cluster.gpu.compute_peak_bf16_flops_per_s, ctx.corrections.unfused_attention_factor
     score_flops = tokens * attention_score_flops_per_token(ctx, s) / b.tp
     if ctx.training.attention_kernel != "eager":
         keys = s / b.cp  # keys per call: one ring block under context parallelism
@@ -251,7 +251,7 @@ def mtp_projection_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np
     """Forward + backward of one MTP depth's projection M ∈ R^{h×2h} (DeepSeek-V3 Sec. 2.2, eq. 21):
     3 × 2·tokens·2h·h/tp FLOPs at the GEMM efficiency of its size."""
     flops = 2.0 * tokens * 2.0 * ctx.model.hidden_size**2 / b.tp
-    return (1 + BACKWARD_MATMUL_FACTOR) * flops / (ctx.cluster.gpu.peak_bf16_flops_per_s * gemm_efficiency(ctx, flops))
+    return (1 + BACKWARD_MATMUL_FACTOR) * flops / (ctx.cluster.gpu.compute_peak_bf16_flops_per_s * gemm_efficiency(ctx, flops))
 
 
 @per_group  # once per distinct (tp, cp, mbs, precision, recompute, ...): cost.broadcast
@@ -268,7 +268,7 @@ def _micro_batch_compute_s(ctx: CostContext, b: LayoutBatch) -> tuple[dict, np.n
     moe_c = moe_c + moe_cast + (moe_time.fixed_s(ctx, 2.0) if m.moe is not None else 0.0)
     recompute_s = _layer_recompute_s(ctx, b, fwd)
     head = 3.0 * 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp / (
-        ctx.cluster.gpu.peak_bf16_flops_per_s * gemm_efficiency(ctx, 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp))
+        ctx.cluster.gpu.compute_peak_bf16_flops_per_s * gemm_efficiency(ctx, 2.0 * tokens * m.vocab_size * m.hidden_size / b.tp))
     head = head + loss_s(ctx, b, tokens)
     if m.num_mtp_layers:  # each MTP depth: its own LM head and loss, and its 2h -> h projection
         head = head * (1.0 + m.num_mtp_layers) + m.num_mtp_layers * mtp_projection_s(ctx, b, tokens)

@@ -65,7 +65,7 @@ def transfer_parameters(calibrated: Mapping[str, CalibratedParameters], target_g
         return default
     name = min(sorted(sources), key=lambda n: _distance(sources[n], target))
     fitted = calibrated[name]
-    scale = target.peak_bf16_flops_per_s / sources[name].peak_bf16_flops_per_s
+    scale = target.compute_peak_bf16_flops_per_s / sources[name].compute_peak_bf16_flops_per_s
     physical = {n: fitted.value(n) for n in fitted.fitted if n in fitted.efficiency.__dataclass_fields__}
     if "gemm_half_flops" in physical:
         physical["gemm_half_flops"] *= scale

@@ -46,7 +46,7 @@ _REQUIRED_KEYS = ("name", "memory", "usable_memory", "peak_bf16", "peak_fp8", "h
                   "scale_up_bandwidth", "scale_up_domain", "nic_bandwidth", "gpus_per_node",
                   "scale_up_latency", "scale_out_latency", "sources")
 _OPTIONAL_KEYS = ("aliases", "description", "notes", "host_link", "fp8_block_scaled_mma", "host_memory",
-                  "host_memory_bandwidth")
+                  "host_memory_bandwidth", "power_limited_clock_fraction")
 # The GPU's link to host memory when a file does not state one: PCIe Gen5 x16, 32 GT/s per lane
 # × 16 lanes, 64 GB/s per direction nominal (PCI-SIG PCIe 5.0 Base Specification).
 PCIE_GEN5_X16_BYTES_PER_S = 64e9
@@ -86,6 +86,9 @@ class GPUSpec:
     # autoplan.cost.offload); 0 where a file does not state them: nothing can be offloaded.
     host_memory_bytes: float = 0.0
     host_memory_bytes_per_s: float = 0.0
+    # Below the chip's default power limit: the fraction of its dense-GEMM clock (and rate) the part
+    # sustains (autoplan/calibration/power.py, from power and clock measured at 700 W; default 1).
+    power_limited_clock_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         problem = _gpu_problem(self)
@@ -95,6 +98,11 @@ class GPUSpec:
     @property
     def has_fp8(self) -> bool:
         return self.peak_fp8_flops_per_s > 0
+
+    @property
+    def compute_peak_bf16_flops_per_s(self) -> float:
+        """Nominal peak × power_limited_clock_fraction (MFU keeps the nominal peak)."""
+        return self.peak_bf16_flops_per_s * self.power_limited_clock_fraction
 
 
 _YAML_KEYS = {"memory_bytes": "memory", "usable_memory_bytes": "usable_memory",
@@ -124,6 +132,9 @@ def _gpu_problem(gpu: Any, names: Mapping[str, str] | None = None) -> str | None
                     or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
                 bound = ">= 0 (0 means none)" if zero_ok else "> 0"
                 return f"{label} must be a finite number {bound}, got {shown(value)}"
+    fraction = gpu.power_limited_clock_fraction
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        return f"power_limited_clock_fraction must be a number in (0, 1], got {shown(fraction)}"
     if gpu.usable_memory_bytes > gpu.memory_bytes:
         return ("usable_memory <= memory must hold, got usable_memory="
                 f"{format_bytes(gpu.usable_memory_bytes)}, memory={format_bytes(gpu.memory_bytes)} "
@@ -272,7 +283,8 @@ def gpu_from_mapping(data: dict, where: str) -> GPUSpec:
         host_memory_bytes=(_quantity(data, "host_memory", where, parse_bytes, "a size", "256 GB")
                            if "host_memory" in data else 0.0),
         host_memory_bytes_per_s=(_bandwidth(data, "host_memory_bandwidth", where, "76.8 GB/s", directional=False)
-                                 if "host_memory_bandwidth" in data else 0.0))
+                                 if "host_memory_bandwidth" in data else 0.0),
+        power_limited_clock_fraction=data.get("power_limited_clock_fraction", 1.0))
     problem = _gpu_problem(SimpleNamespace(**kwargs), _YAML_KEYS)
     if problem:
         raise SpecError(where, problem)

@@ -356,3 +356,15 @@ def test_throughput_mfu_and_hfu():
     ratio = (51_470_401_536 + 16_106_127_360) / 61_066_469_376
     assert table["hfu"][0] / table["mfu"][0] == pytest.approx(ratio, rel=1e-12)
     assert table["hardware_tflops_per_gpu"][0] == pytest.approx(table["hfu"][0] * PEAK / 1e12, rel=1e-12)
+
+
+def test_a_power_limited_part_computes_at_its_clock_fraction_and_reports_mfu_at_nominal_peak():
+    # GEMMs, attention and the head at peak × 0.5: each compute part doubles (attention backward
+    # ATTENTION_BACKWARD_FACTOR = 2.5× forward); MFU keeps the nominal 989 TFLOP/s denominator.
+    ctx, batch = at(ctx_for(), {"gpus": 1, "tp": 1, "seq_len": 1024, "gbs_seqs": 1})
+    full = evaluate(ctx, batch)
+    capped = dataclasses.replace(ctx.training.cluster, gpu=dataclasses.replace(GPU, power_limited_clock_fraction=0.5))
+    half = evaluate(dataclasses.replace(ctx, training=dataclasses.replace(ctx.training, cluster=capped)), batch)
+    doubled = 3 * MM_FWD + 3.5 * ATT_FWD + HEAD
+    assert half["time_compute_s"][0] - full["time_compute_s"][0] == pytest.approx(doubled, rel=1e-6)
+    assert half["mfu"][0] == pytest.approx(full["mfu"][0] * full["step_time_s"][0] / half["step_time_s"][0])

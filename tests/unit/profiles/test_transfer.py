@@ -30,3 +30,14 @@ def test_torchtitan_on_a100_carries_the_hopper_attention_efficiency_scaled():
     assert moved.value("attention_efficiency") == pytest.approx(min(1.0, fitted * 2.129), rel=1e-3)
     # Same generation: the efficiency is carried unchanged.
     assert profile.parameters_for("h200").value("attention_efficiency") == pytest.approx(fitted)
+
+
+def test_gemm_half_flops_scales_with_the_compute_peaks_of_a_power_limited_source():
+    # F_half/(η·peak) is a fixed time per GEMM: carried at the ratio of the compute peaks, which
+    # for the 500 W source is its nominal peak × power_limited_clock_fraction.
+    profile = load_profile("torchtitan")
+    source, target = load_gpu("h100-96gb-500w"), load_gpu("a100-80gb")
+    fitted = profile.parameters_for("h100-96gb-500w").value("gemm_half_flops")
+    moved = profile.parameters_for("a100-80gb").value("gemm_half_flops")
+    ratio = target.peak_bf16_flops_per_s / (source.peak_bf16_flops_per_s * source.power_limited_clock_fraction)
+    assert moved == pytest.approx(fitted * ratio, rel=1e-6)

@@ -176,12 +176,24 @@ def test_missing_key_is_named(tmp_path):
     ({"sources": "a datasheet"}, "sources: expected a list of non-empty strings"),
     ({"name": 12}, "name: expected a string"),
     ({"memory": "80 GiBs"}, "memory: expected a size like '80 GiB'"),
+    ({"power_limited_clock_fraction": 0}, r"power_limited_clock_fraction must be a number in \(0, 1\], got 0"),
+    ({"power_limited_clock_fraction": 1.2}, r"power_limited_clock_fraction must be a number in \(0, 1\], got 1.2"),
+    ({"power_limited_clock_fraction": "0.8"}, r"power_limited_clock_fraction must be a number in \(0, 1\]"),
 ])
 def test_bad_values_are_refused(tmp_path, changes, expected):
     path = write(tmp_path, **changes)
     with pytest.raises(SpecError, match=expected) as info:
         load_gpu(str(path))
     assert str(path) in str(info.value)
+
+
+def test_power_limited_clock_fraction_scales_the_compute_peak_only(tmp_path):
+    default = load_gpu(str(write(tmp_path)))
+    assert default.power_limited_clock_fraction == 1.0
+    assert default.compute_peak_bf16_flops_per_s == default.peak_bf16_flops_per_s
+    capped = load_gpu(str(write(tmp_path, power_limited_clock_fraction=0.85)))
+    assert capped.compute_peak_bf16_flops_per_s == pytest.approx(0.85 * capped.peak_bf16_flops_per_s)
+    assert capped.peak_bf16_flops_per_s == default.peak_bf16_flops_per_s  # MFU's nominal peak unchanged
 
 
 def test_fp8_zero_is_allowed_but_needs_a_unit(tmp_path):
