@@ -13,10 +13,13 @@ mechanism. A benchmark that prints figures, not a test.
 
 from __future__ import annotations
 
+import statistics
+
 from autoplan.calibration.kernels import (
     HEAD_DIM_FILE,
     KernelFigures,
     elementwise_bytes_at,
+    half_head_dim,
     head_dim_ratios,
     kernel_figures,
     read_table,
@@ -89,9 +92,11 @@ def print_parameters(k: KernelFigures) -> None:
 def print_head_dims() -> None:
     table = read_table(data_dir("validation") / HEAD_DIM_FILE)
     peak = load_gpu("h100-sxm").peak_bf16_flops_per_s
-    print(f"attention at head dim 64 over head dim 128, fwd+bwd, 32 heads ({HEAD_DIM_FILE}; not costed):")
+    print(f"attention at head dim 64 over head dim 128, fwd+bwd, 32 heads ({HEAD_DIM_FILE}; costed through "
+          "attention_half_head_dim d_0, eff ∝ d/(d + d_0)):")
     for backend, ratios in head_dim_ratios(table, peak).items():
-        print(f"  {backend}: " + ", ".join(f"seq {s}: {r:.2f}" for s, r in ratios.items()))
+        d0 = half_head_dim(statistics.median(ratios.values()))
+        print(f"  {backend}: " + ", ".join(f"seq {s}: {r:.2f}" for s, r in ratios.items()) + f"; d_0 {d0:.1f}")
 
 
 def main() -> int:

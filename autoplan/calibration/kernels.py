@@ -160,6 +160,15 @@ def head_dim_ratios(table: Table, peak_flops_per_s: float, small: int = 64, larg
     return out
 
 
+def half_head_dim(ratio: float, small: int = 64, large: int = 128) -> float:
+    """d_0 of eff(d) ∝ d/(d + d_0) (autoplan/cost/time.py head_dim_factor) from the measured
+    efficiency at head dim ``small`` over that at ``large``: r = small·(large + d_0)/(large·(small
+    + d_0)), so d_0 = small·large·(1 − r)/(large·r − small)."""
+    if not small / large < ratio <= 1.0:
+        raise ValueError(f"a head-dim ratio must lie in ({small / large:g}, 1] for d/(d + d_0), got {ratio:.3f}")
+    return small * large * (1.0 - ratio) / (large * ratio - small)
+
+
 def fp8_speedups(table: Table, recipe: str, min_flops: float = LARGE_GEMM_FLOPS) -> Spread:
     """BF16 time over FP8 time of the same GEMM (shape and pass), GEMMs of at least ``min_flops``."""
     key = ("h", "tp", "tokens", "note", "pass")

@@ -164,6 +164,7 @@ MEMORY_TOTALS = [
 ]
 
 GEMM = ("gemm_efficiency_max", "gemm_half_flops", "fp8_gemm_speedup", "attention_efficiency", "attention_half_seq_tokens",
+        "attention_half_head_dim",
         "elementwise_bytes_per_token_hidden", "hbm_efficiency", "peak_bf16_flops_per_s",
         "power_limited_clock_fraction", "hbm_bytes_per_s",
         "ATTENTION_BACKWARD_FACTOR", "REPLICATED_ELEMENTWISE_SHARE", "unfused_attention_factor",
@@ -186,7 +187,7 @@ TIME_TERMS_DEFINED = [
           "·ep/E without moe_grouped_gemm); t_cast = under fp8 tokens·(linear inputs + output gradients per "
           "token)/tp·(CAST_BYTES_PER_ELEMENT + AMAX_PASS_BYTES[fp8_recipe]) / (hbm_bytes_per_s·hbm_efficiency), "
           "else 0; flash attention: t_att = tokens·attention score FLOPs/2/tp / (peak_bf16_flops_per_s·power_limited_clock_fraction·"
-          "attention_efficiency·k/(k + attention_half_seq_tokens))·unfused_attention_factor, k = s/cp, t_att_bwd = ATTENTION_BACKWARD_FACTOR·t_att; eager attention "
+          "attention_efficiency·k/(k + attention_half_seq_tokens)·[d/(d + attention_half_head_dim)]/[128/(128 + attention_half_head_dim)])·unfused_attention_factor, k = s/cp, d the query-key head dim, t_att_bwd = ATTENTION_BACKWARD_FACTOR·t_att; eager attention "
           "(two batched GEMMs over the full s×s square, the s×s scores through HBM): t_bmm = tokens·attention score "
           "FLOPs/tp / (peak_bf16_flops_per_s·power_limited_clock_fraction·η(F/2))·unfused_attention_factor, t_att = t_bmm + tokens·s·a/tp·"
           "(EAGER_SCORE_BYTES_FORWARD + eager_attention_dropout_bytes)/(hbm_bytes_per_s·hbm_efficiency), t_att_bwd = "

@@ -52,6 +52,7 @@ BF16_BYTES = 2.0
 # Sec. 5.1 (3 passes of 2·N·T). A micro-batch's compute is therefore 1/3 forward, 2/3 backward;
 # these shares are the windows the DP collectives hide behind (``time_table``).
 BACKWARD_MATMUL_FACTOR = 2.0
+REFERENCE_HEAD_DIM = 128.0  # the head dim attention_efficiency is stated at (the kernels' measurement)
 ATTENTION_BACKWARD_FACTOR = 2.5  # flash attention backward ≈ 2.5× forward (Dao 2023, FlashAttention-2 Sec. 3)
 # Without sequence parallelism 10 of a layer's 34 sbh activation bytes (norms, dropout, residual)
 # are replicated across TP ranks, the other 24 are sharded (Korthikanti et al. 2022, Table 2);
@@ -108,14 +109,23 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
             "attention_backward": attention_backward, "elementwise": elementwise}
 
 
+def head_dim_factor(model, half_head_dim: float) -> float:
+    """Flash attention's efficiency at the model's query-key head dimension d over that at
+    REFERENCE_HEAD_DIM: [d/(d + d_0)]/[128/(128 + d_0)], d_0 = ``attention_half_head_dim`` (1 when
+    0). Measured on an H100 (validation/h100_sxm_attention_head_dim.csv: head dim 64 runs at 0.89
+    of 128 in FlashAttention-2, 0.81 in cuDNN; autoplan.calibration.kernels.half_head_dim)."""
+    d = float(model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim) if model.mla is not None else float(model.head_dim)
+    return (d / (d + half_head_dim)) / (REFERENCE_HEAD_DIM / (REFERENCE_HEAD_DIM + half_head_dim))
+
+
 def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of one layer's score attention (QKᵀ, softmax, ·V) for one
     micro-batch, × ``unfused_attention_factor`` on the compute.
 
     Flash attention (Dao 2023, FlashAttention-2): the causal half of the 2·s·a·(d_qk + d_v) FLOPs
     per token at ``attention_efficiency``·k/(k + ``attention_half_seq_tokens``), k = s/cp the keys per
-    call (the kernel's fall at short sequences, measured on an H100: validation/h100_sxm_kernels.csv);
-    backward ATTENTION_BACKWARD_FACTOR × forward.
+    call (the kernel's fall at short sequences, measured on an H100: validation/h100_sxm_kernels.csv),
+    × ``head_dim_factor`` (its fall with smaller heads); backward ATTENTION_BACKWARD_FACTOR × forward.
     Eager attention (``attention_kernel: eager``; Megatron-LM's CoreAttention of 2021-22, the
     Megatron-DeepSpeed BLOOM path): two cuBLAS batched GEMMs (baddbmm QKᵀ, bmm PV) over the full
     s×s square (the causal mask is applied in the softmax, after the product: none of it is
@@ -128,7 +138,8 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
     score_flops = tokens * attention_score_flops_per_token(ctx, s) / b.tp
     if ctx.training.attention_kernel != "eager":
         keys = s / b.cp  # keys per call: one ring block under context parallelism
-        efficiency = e.attention_efficiency * keys / (keys + e.attention_half_seq_tokens)
+        efficiency = (e.attention_efficiency * keys / (keys + e.attention_half_seq_tokens)
+                      * head_dim_factor(ctx.model, e.attention_half_head_dim))
         forward = score_flops / 2.0 / (peak * efficiency) * factor
         return forward, ATTENTION_BACKWARD_FACTOR * forward
     bmm = score_flops / (peak * gemm_efficiency(ctx, score_flops / 2.0)) * factor

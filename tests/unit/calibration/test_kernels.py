@@ -162,3 +162,27 @@ def test_smaller_heads_run_attention_below_the_larger_ones():
     for backend, by_seq in ratios.items():
         assert len(by_seq) == 5, backend
         assert all(0.7 <= r < 1.0 for r in by_seq.values()), (backend, by_seq)
+
+
+def test_half_head_dim_inverts_the_head_dim_curve():
+    from autoplan.calibration.kernels import half_head_dim
+
+    for d0 in (0.0, 20.0, 43.0, 128.0):  # r = 64(128 + d0)/(128(64 + d0)) back to d0
+        assert half_head_dim(64 * (128 + d0) / (128 * (64 + d0))) == pytest.approx(d0, abs=1e-9)
+    with pytest.raises(ValueError, match=r"must lie in \(0.5, 1\]"):
+        half_head_dim(0.4)
+
+
+def test_nanotron_states_the_flash_attention_head_dim_figure_measured():
+    """nanotron runs FlashAttention-2: its attention_half_head_dim is the d_0 of the shipped
+    head-dim table's median FlashAttention-2 ratio (1%)."""
+    import statistics
+
+    from autoplan.calibration.kernels import HEAD_DIM_FILE, half_head_dim, head_dim_ratios
+    from autoplan.paths import data_dir
+    from autoplan.profiles import load_profile
+
+    ratios = head_dim_ratios(read_table(data_dir("validation") / HEAD_DIM_FILE), PEAK)
+    measured = half_head_dim(statistics.median(ratios["flash"].values()))
+    stated = load_profile("nanotron").parameters["h100-sxm"].value("attention_half_head_dim")
+    assert stated == pytest.approx(measured, rel=0.01)

@@ -34,6 +34,7 @@ ALPHA_UP, ALPHA_OUT = 3e-6, 10e-6
 
 PLAIN = CalibratedParameters(
     PhysicalEfficiency(gemm_efficiency_max=0.5, gemm_half_flops=0.0, attention_efficiency=0.5, attention_half_seq_tokens=0.0,
+                       attention_half_head_dim=0.0,
                        fp8_gemm_speedup=1.6, moe_layer_fixed_s=0.0, elementwise_bytes_per_token_hidden=40.0,
                        hbm_efficiency=1.0, scale_up_efficiency=1.0, scale_out_efficiency=1.0,
                        tp_overlap=0.0, cp_overlap=0.0, ep_overlap=0.0, pp_overlap=0.0,
@@ -231,6 +232,19 @@ def test_flash_attention_slows_at_short_sequences_by_its_half_length():
     slowed = evaluate(ctx, batch)
     per_rank = 3.5 * ATT_FWD / 2  # half the queries per rank
     assert slowed["time_compute_s"][0] - base["time_compute_s"][0] == pytest.approx(2 * per_rank, rel=1e-9)
+
+
+def test_flash_attention_at_a_smaller_head_dim_runs_below_its_head_dim_128_figure():
+    # d_0 = 64: at head dim 128 the factor is 1 (the one-layer MODEL); at head dim 64 (16 heads of
+    # 64, the same h) it is [64/128]/[128/192] = 0.75, so the attention takes 4/3 as long, while
+    # its FLOPs (2·s·a·(d + d)) are those of the 128-dim model.
+    d0 = ctx_for(eff=PLAIN.with_values({"attention_half_head_dim": 64.0}))
+    same = evaluate_one(d0, zero=0)["time_compute_s"][0] - evaluate_one(zero=0)["time_compute_s"][0]
+    assert same == pytest.approx(0.0, abs=1e-15)
+    small = dataclasses.replace(MODEL, num_attention_heads=16, num_kv_heads=16, head_dim=64)
+    base = evaluate_one(ctx_for(model=small), zero=0)["time_compute_s"][0]
+    slowed = evaluate_one(ctx_for(model=small, eff=d0.parameters), zero=0)["time_compute_s"][0]
+    assert slowed - base == pytest.approx(3.5 * ATT_FWD / 3.0, rel=1e-9)
 
 
 def test_eager_attention_moves_its_scores_through_hbm():
