@@ -45,6 +45,7 @@ def hardware_command(output_format: str) -> None:
         "name": g.name, "aliases": ",".join(g.aliases), "memory_gib": g.memory_bytes / GiB,
         "usable_memory_gib": g.usable_memory_bytes / GiB,
         "peak_bf16_tflops": g.peak_bf16_flops_per_s / 1e12, "peak_fp8_tflops": g.peak_fp8_flops_per_s / 1e12,
+        "power_limited_clock_fraction": g.power_limited_clock_fraction,
         "hbm_tb_per_s": g.hbm_bytes_per_s / 1e12,
         "scale_up_gb_per_s_per_direction": g.scale_up_bytes_per_s / 1e9,
         "scale_up_domain": g.scale_up_domain_size,
@@ -56,14 +57,15 @@ def hardware_command(output_format: str) -> None:
     num = "{:.4g}".format
     emit_records(records, output_format, title="GPU presets (bandwidths per direction)",
                  columns=["name", "usable_memory_gib", "peak_bf16_tflops", "peak_fp8_tflops",
-                          "hbm_tb_per_s", "scale_up_gb_per_s_per_direction", "scale_up_domain",
+                          "power_limited_clock_fraction", "hbm_tb_per_s", "scale_up_gb_per_s_per_direction", "scale_up_domain",
                           "nic_gbit_per_s_per_direction"],
                  headers={"usable_memory_gib": "usable GiB", "peak_bf16_tflops": "BF16 TFLOP/s",
-                          "peak_fp8_tflops": "FP8 TFLOP/s", "hbm_tb_per_s": "HBM TB/s",
+                          "peak_fp8_tflops": "FP8 TFLOP/s", "power_limited_clock_fraction": "clock",
+                          "hbm_tb_per_s": "HBM TB/s",
                           "scale_up_gb_per_s_per_direction": "scale-up GB/s",
                           "scale_up_domain": "domain", "nic_gbit_per_s_per_direction": "NIC Gb/s"},
                  formatters={k: num for k in ("usable_memory_gib", "peak_bf16_tflops", "peak_fp8_tflops",
-                                              "hbm_tb_per_s", "scale_up_gb_per_s_per_direction",
+                                              "power_limited_clock_fraction", "hbm_tb_per_s", "scale_up_gb_per_s_per_direction",
                                               "nic_gbit_per_s_per_direction")})
 
 

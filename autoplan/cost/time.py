@@ -46,6 +46,7 @@ from autoplan.cost.shared_terms import layout_stage_layers
 from autoplan.cost.tied_embedding import tied_embedding_allreduce_s
 from autoplan.cost.tp_comm import tp_collective_s
 from autoplan.layout import LayoutBatch
+from autoplan.specs.model import ModelSpec
 
 BF16_BYTES = 2.0
 # Backward of a matmul costs 2× its forward (input and weight gradients): Narayanan et al. SC'21,
@@ -109,7 +110,7 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
             "attention_backward": attention_backward, "elementwise": elementwise}
 
 
-def head_dim_factor(model, half_head_dim: float) -> float:
+def head_dim_factor(model: ModelSpec, half_head_dim: float) -> float:
     """Flash attention's efficiency at the model's query-key head dimension d over that at
     REFERENCE_HEAD_DIM: [d/(d + d_0)]/[128/(128 + d_0)], d_0 = ``attention_half_head_dim`` (1 when
     0). Measured on an H100 (validation/h100_sxm_attention_head_dim.csv: head dim 64 runs at 0.89

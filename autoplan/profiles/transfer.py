@@ -4,7 +4,8 @@ A physical efficiency is a fraction of a hardware peak (GEMM, attention, HBM, NV
 an overlap fraction: the same fraction applies to another GPU's peaks, which the cost model
 reads from the GPU's own figures (``hardware_db/gpus``). The one dimensioned efficiency,
 ``gemm_half_flops``, stands for a fixed time per GEMM (launch, tail wave): F_half/(η·peak);
-keeping that time means scaling F_half with the peak. Corrections are not carried: each stands in
+keeping that time means scaling F_half with the peak (the compute peak: nominal ×
+``power_limited_clock_fraction``, so that a power-capped source's fit carries its clock's share). Corrections are not carried: each stands in
 for a mechanism seen on its own measured rows, so the target GPU gets the profile's defaults.
 The attention kernel is the exception: the fraction of the peak that one flash-attention kernel
 reaches depends on the generation it was written for. PyTorch's SDPA flash backend (what
@@ -73,6 +74,6 @@ def transfer_parameters(calibrated: Mapping[str, CalibratedParameters], target_g
     if "attention_efficiency" in physical:
         physical["attention_efficiency"] = min(1.0, physical["attention_efficiency"] * attention)
     note = (f"{TRANSFERRED} from {name} (not measured on {target_gpu}): physical efficiencies as fitted "
-            f"there, gemm_half_flops × {scale:.3g} (BF16 peak ratio), attention_efficiency × {attention:.3g} "
+            f"there, gemm_half_flops × {scale:.3g} (compute-peak ratio), attention_efficiency × {attention:.3g} "
             f"(FlashAttention-2's fraction of peak by generation); corrections at the profile's defaults")
     return default.with_values(physical, fitted_on=note, fitted=False)

@@ -132,9 +132,8 @@ def _gpu_problem(gpu: Any, names: Mapping[str, str] | None = None) -> str | None
                     or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
                 bound = ">= 0 (0 means none)" if zero_ok else "> 0"
                 return f"{label} must be a finite number {bound}, got {shown(value)}"
-    fraction = gpu.power_limited_clock_fraction
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-        return f"power_limited_clock_fraction must be a number in (0, 1], got {shown(fraction)}"
+    if (f := gpu.power_limited_clock_fraction) is True or not isinstance(f, (int, float)) or not 0 < f <= 1:
+        return f"power_limited_clock_fraction must be a number in (0, 1], got {shown(f)}"
     if gpu.usable_memory_bytes > gpu.memory_bytes:
         return ("usable_memory <= memory must hold, got usable_memory="
                 f"{format_bytes(gpu.usable_memory_bytes)}, memory={format_bytes(gpu.memory_bytes)} "
@@ -312,8 +311,7 @@ _WRITE_UNITS: dict[str, tuple[tuple[tuple[str, float], ...], str]] = {
 
 
 def gpu_to_mapping(gpu: GPUSpec) -> dict[str, Any]:
-    """The YAML mapping (plain values) that :func:`gpu_from_mapping` reads back as ``gpu``:
-    each quantity with its unit ('80 GiB', '450 GB/s per direction'), exact to the last bit."""
+    """What :func:`gpu_from_mapping` reads back as ``gpu``, each quantity with its unit, exactly."""
     data: dict[str, Any] = {"name": gpu.name, "aliases": list(gpu.aliases), "description": gpu.description}
     for attr, key in _YAML_KEYS.items():
         value = getattr(gpu, attr)
@@ -326,6 +324,8 @@ def gpu_to_mapping(gpu: GPUSpec) -> dict[str, Any]:
     data.update(gpus_per_node=gpu.gpus_per_node, sources=list(gpu.sources))
     if gpu.fp8_block_scaled_mma:
         data["fp8_block_scaled_mma"] = True
+    if gpu.power_limited_clock_fraction != 1.0:
+        data["power_limited_clock_fraction"] = gpu.power_limited_clock_fraction
     return data
 
 

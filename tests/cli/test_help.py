@@ -85,3 +85,13 @@ def test_console_script_runs():
     out = subprocess.run([sys.executable, "-c", "from autoplan.cli import main; main(['--version'])"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and autoplan.__version__ in out.stdout
+
+
+def test_hardware_listing_shows_the_power_limited_clock():
+    import json
+
+    result = CliRunner().invoke(main, ["hardware", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.output)}
+    assert rows["h100-96gb-500w"]["power_limited_clock_fraction"] == pytest.approx(0.849)
+    assert rows["h100-sxm"]["power_limited_clock_fraction"] == 1.0
