@@ -8,7 +8,8 @@ a lower SM clock under dense tensor-core load than the same chip at 700 W, and a
 GEMM's throughput follows the SM clock. This script measures, at the GPU's own limit, the
 steady power and SM clock of large GEMMs with random inputs (the power-limited case) and with
 all-zero inputs (few bit toggles, less power per clock), and the idle power. Each row: the
-GEMM, the input pattern, TFLOP/s over the steady window, the median power (W) and SM clock
+GEMM, the input pattern, TFLOP/s over the steady window and over a burst of BURST_CALLS GEMMs
+right after a pause (what a kernel benchmark of short timed loops sees), the median power (W) and SM clock
 (MHz) sampled every 100 ms by ``nvidia-smi``, and the active clock-event (throttle) reasons.
 ``autoplan/calibration/power.py`` turns the rows into the clock fraction at another power limit.
 """
@@ -25,8 +26,10 @@ from gpu_common import start, write_table
 QUERY = "power.draw,clocks.sm,temperature.gpu"
 REASONS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")  # newer, older drivers
 STATIC = "name,power.limit,power.default_limit,power.max_limit,clocks.max.sm"
-FIELDS = ["kind", "m", "n", "k", "inputs", "seconds", "tflops", "power_w", "sm_clock_mhz",
+FIELDS = ["kind", "m", "n", "k", "inputs", "seconds", "tflops", "burst_tflops", "power_w", "sm_clock_mhz",
           "temperature_c", "samples", "reasons"]
+BURST_CALLS = 10  # GEMMs timed right after an idle pause, before the power cap bites (tens of ms)
+IDLE_PAUSE_S = 3.0
 
 
 def smi(query: str) -> list[str]:
@@ -83,6 +86,14 @@ def run_gemm(torch, m: int, n: int, k: int, inputs: str, seconds: float, reasons
     for _ in range(3):
         torch.matmul(a, b, out=out)
     torch.cuda.synchronize()
+    time.sleep(IDLE_PAUSE_S)  # cool down: the burst below starts from the idle clock
+    burst_start, burst_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    burst_start.record()
+    for _ in range(BURST_CALLS):
+        torch.matmul(a, b, out=out)
+    burst_end.record()
+    torch.cuda.synchronize()
+    burst_s = burst_start.elapsed_time(burst_end) / 1e3
     sampler = Sampler(reasons)
     t_end = time.monotonic() + seconds
     t_steady = time.monotonic() + 0.4 * seconds
@@ -102,7 +113,8 @@ def run_gemm(torch, m: int, n: int, k: int, inputs: str, seconds: float, reasons
     elapsed = start_event.elapsed_time(end_event) / 1e3
     power, clock, temp, n_samples, active = steady(sampler.stop())
     return {"kind": "gemm", "m": m, "n": n, "k": k, "inputs": inputs, "seconds": round(elapsed, 3),
-            "tflops": round(2.0 * m * n * k * count / elapsed / 1e12, 2), "power_w": power,
+            "tflops": round(2.0 * m * n * k * count / elapsed / 1e12, 2),
+            "burst_tflops": round(2.0 * m * n * k * BURST_CALLS / burst_s / 1e12, 2), "power_w": power,
             "sm_clock_mhz": clock, "temperature_c": temp, "samples": n_samples, "reasons": active}
 
 
@@ -124,7 +136,7 @@ def main(argv=None) -> int:
     sampler = Sampler(reasons)
     time.sleep(4.0)
     power, clock, temp, n_samples, active = steady(sampler.stop(), 0.2)
-    rows.append({"kind": "idle", "m": 0, "n": 0, "k": 0, "inputs": "", "seconds": 4.0, "tflops": 0.0,
+    rows.append({"kind": "idle", "m": 0, "n": 0, "k": 0, "inputs": "", "seconds": 4.0, "tflops": 0.0, "burst_tflops": 0.0,
                  "power_w": power, "sm_clock_mhz": clock, "temperature_c": temp, "samples": n_samples,
                  "reasons": active})
     shapes = [(8192, 8192, 8192)] if args.quick else [(8192, 8192, 8192), (16384, 8192, 8192), (4096, 4096, 4096)]

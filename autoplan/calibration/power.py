@@ -27,6 +27,7 @@ from autoplan.calibration.kernels import read_table
 from autoplan.paths import data_dir
 
 POWER_FILE = "h200_gemm_power.csv"
+BURST_FILE = "h200_gemm_power_burst.csv"  # a second run, with a burst after a pause (burst_tflops)
 DVFS_EXPONENT = 2.5  # P_dyn ∝ f^α; α between 2 and 3 (module doc)
 DVFS_EXPONENT_RANGE = (2.0, 3.0)
 
@@ -71,3 +72,14 @@ def clock_fraction(limit_w: float, figures: PowerFigures | None = None,
         raise ValueError(f"a power limit must exceed the idle power {figures.idle_w:.0f} W, got {limit_w:.0f} W")
     dynamic = (limit_w - figures.idle_w) / (figures.gemm_w - figures.idle_w)
     return min(1.0, dynamic ** (1.0 / exponent))
+
+
+def sustained_over_burst(table=None, min_flops: float = 1e12) -> tuple[float, ...]:
+    """Per random-input GEMM of at least ``min_flops``: the sustained TFLOP/s (power-capped,
+    steady clock) over the burst right after an idle pause (``burst_tflops``), from
+    ``validation/h200_gemm_power_burst.csv`` by default. A kernel benchmark of short timed loops
+    (benchmarks/gpu_kernels.py: the fastest of three batches of 30 ms) sees the burst rate; a
+    training step that runs GEMMs back to back for seconds runs nearer the sustained one."""
+    table = table or read_table(data_dir("validation") / BURST_FILE)
+    return tuple(r["tflops"] / r["burst_tflops"] for r in table.select(kind="gemm", inputs="randn")
+                 if r.get("burst_tflops") and 2.0 * r["m"] * r["n"] * r["k"] >= min_flops)
