@@ -120,15 +120,20 @@ def wall_s(fn, iters: int = 10) -> float:
     return (time.perf_counter() - start) / iters
 
 
-def measure(model_name: str, shape: dict, seq: int, mbs: int, mode: str) -> list[dict]:
-    layer = Layer(**shape).cuda().to(torch.bfloat16)
-    run = torch.compile(layer) if mode == "compile" else layer
+def layer_inputs(shape: dict, seq: int, mbs: int):
+    """A layer's input (requiring grad), its rotary cos and sin, and an output gradient, in bf16."""
     hd = shape["hidden"] // shape["heads"]
     x = torch.randn(mbs, seq, shape["hidden"], device="cuda", dtype=torch.bfloat16, requires_grad=True)
     angles = torch.randn(seq, hd // 2, device="cuda")
     cos = torch.cat([angles.cos()] * 2, -1).to(torch.bfloat16)
     sin = torch.cat([angles.sin()] * 2, -1).to(torch.bfloat16)
-    grad = torch.randn_like(x)
+    return x, cos, sin, torch.randn_like(x)
+
+
+def measure(model_name: str, shape: dict, seq: int, mbs: int, mode: str) -> list[dict]:
+    layer = Layer(**shape).cuda().to(torch.bfloat16)
+    run = torch.compile(layer) if mode == "compile" else layer
+    x, cos, sin, grad = layer_inputs(shape, seq, mbs)
 
     def forward():
         with torch.no_grad():

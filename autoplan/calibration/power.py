@@ -28,6 +28,7 @@ from autoplan.paths import data_dir
 
 POWER_FILE = "h200_gemm_power.csv"
 BURST_FILE = "h200_gemm_power_burst.csv"  # a second run, with a burst after a pause (burst_tflops)
+LAYER_FILE = "h200_layer_power.csv"  # Llama layers' fwd+bwd, burst and sustained (gpu_layer_power.py)
 DVFS_EXPONENT = 2.5  # P_dyn ∝ f^α; α between 2 and 3 (module doc)
 DVFS_EXPONENT_RANGE = (2.0, 3.0)
 
@@ -83,3 +84,11 @@ def sustained_over_burst(table=None, min_flops: float = 1e12) -> tuple[float, ..
     table = table or read_table(data_dir("validation") / BURST_FILE)
     return tuple(r["tflops"] / r["burst_tflops"] for r in table.select(kind="gemm", inputs="randn")
                  if r.get("burst_tflops") and 2.0 * r["m"] * r["n"] * r["k"] >= min_flops)
+
+
+def layer_sustained_over_burst(table=None) -> dict[tuple[str, str], float]:
+    """(model, mode) -> a Llama layer stack's fwd+bwd rate sustained for seconds over its rate in a
+    burst after a pause (``validation/h200_layer_power.csv``): the training mix is power-capped too,
+    less than back-to-back GEMMs because its attention and memory-bound kernels draw less power."""
+    table = table or read_table(data_dir("validation") / LAYER_FILE)
+    return {(r["model"], r["mode"]): float(r["sustained_over_burst"]) for r in table.rows}
