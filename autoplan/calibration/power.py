@@ -16,6 +16,11 @@ middle of the range, and ``clock_fraction`` also returns the fractions at 2 and 
 
 The measurement is an H200 (HBM3e); the 500 W part has HBM2e. A GEMM's power is mostly the SMs'
 (the operands stay in L2 and shared memory), so the memory type is ignored here.
+
+Two more tables from the same GPU say how far short loops overstate a training step's rates:
+``h200_gemm_power_burst.csv`` (a second run; ``sustained_over_burst``: bare GEMMs hold 0.84-0.85
+of a burst after a pause) and ``h200_layer_power.csv`` (``layer_sustained_over_burst``: a Llama
+layer stack's fwd+bwd 0.90-0.97). They are recorded, not applied to the profiles.
 """
 
 from __future__ import annotations

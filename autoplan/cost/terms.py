@@ -182,7 +182,7 @@ TIME_TERMS_DEFINED = [
           "grad_acc × (n_dense·(c(t_mm_dense) + t_cast_dense) + n_moe·(c(t_mm_moe) + t_cast_moe + moe_layer_fixed_s) "
           "+ head); c(t_mm) = (1 + BACKWARD_MATMUL_FACTOR)·t_mm + "
           "t_att + t_att_bwd + 3·t_ew; t_mm = tokens·layer matmul FLOPs/tp / "
-          "(peak_bf16_flops_per_s·power_limited_clock_fraction·power_limited_clock_fraction {fp8} · η(F)), η(F) = gemm_efficiency_max·F/(F + gemm_half_flops), F = one "
+          "(peak_bf16_flops_per_s·power_limited_clock_fraction {fp8} · η(F)), η(F) = gemm_efficiency_max·F/(F + gemm_half_flops), F = one "
           "GEMM's FLOPs per GPU (MoE: the grouped GEMM over all local experts' tokens, 2·tokens·top_k·h·f_e/etp, "
           "·ep/E without moe_grouped_gemm); t_cast = under fp8 tokens·(linear inputs + output gradients per "
           "token)/tp·(CAST_BYTES_PER_ELEMENT + AMAX_PASS_BYTES[fp8_recipe]) / (hbm_bytes_per_s·hbm_efficiency), "
@@ -293,7 +293,8 @@ TIME_TERMS_DEFINED = [
           "matrix (m ≤ n) per parameter of the model's hidden matrices",
           "Jordan et al. 2024 (Muon, zeropower_via_newtonschulz5); Liu et al. 2025 Moonlight Sec. 2.3 "
           "(distributed Muon, Algorithm 3); Megatron --muon-tp-mode duplicated; autoplan.cost.optimizer_step",
-          ("peak_bf16_flops_per_s", "gemm_efficiency_max", "grad_reduce_bytes", "NEWTON_SCHULZ_ITERATIONS")),
+          ("peak_bf16_flops_per_s", "power_limited_clock_fraction", "gemm_efficiency_max", "grad_reduce_bytes",
+           "NEWTON_SCHULZ_ITERATIONS")),
     _time("optimizer_offload", "optimizer step on the host with its transfers (offload, else 0)",
           "max(0, owned·grad_reduce_bytes/b_link − backward of the last micro-batch) + owned·s_step / "
           "(host_memory_bytes_per_s·HOST_MEMORY_EFFICIENCY) + owned·BF16_BYTES/b_link; b_link = "
