@@ -15,17 +15,15 @@ one step is long enough to time).
 from __future__ import annotations
 
 import sys
-import time
 
 from gpu_common import start, write_table
 from gpu_layer import SHAPES, Layer, layer_inputs
-from gpu_power import Sampler, reasons_field, steady
+from gpu_power import STEADY_FIELDS, burst_and_sustained, reasons_field
 
 FIELDS = ["model", "hidden", "ffn", "seq", "mbs", "layers", "mode", "burst_step_s", "sustained_step_s",
           "sustained_over_burst", "power_w", "sm_clock_mhz", "temperature_c", "samples", "reasons"]
 LAYERS = 4
 BURST_STEPS = 2
-IDLE_PAUSE_S = 3.0
 
 
 def run(torch, name: str, shape: dict, seq: int, mbs: int, mode: str, sustain_s: float, reasons: str) -> dict:
@@ -39,31 +37,11 @@ def run(torch, name: str, shape: dict, seq: int, mbs: int, mode: str, sustain_s:
             y = layer(y, cos, sin)
         y.backward(grad)
 
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    time.sleep(IDLE_PAUSE_S)
-    t0 = time.perf_counter()
-    for _ in range(BURST_STEPS):
-        step()
-    torch.cuda.synchronize()
-    burst = (time.perf_counter() - t0) / BURST_STEPS
-    sampler = Sampler(reasons)
-    t_end, t_steady = time.monotonic() + sustain_s, time.monotonic() + 0.4 * sustain_s
-    steps, t_start = 0, None
-    while time.monotonic() < t_end:
-        if t_start is None and time.monotonic() >= t_steady:
-            torch.cuda.synchronize()
-            t_start, steps = time.perf_counter(), 0
-        step()
-        steps += 1
-    torch.cuda.synchronize()
-    sustained = (time.perf_counter() - t_start) / steps
-    power, clock, temp, n_samples, active = steady(sampler.stop())
+    r = burst_and_sustained(torch, step, sustain_s, reasons, BURST_STEPS)
     return {"model": name, "hidden": shape["hidden"], "ffn": shape["ffn"], "seq": seq, "mbs": mbs,
-            "layers": LAYERS, "mode": mode, "burst_step_s": round(burst, 6), "sustained_step_s": round(sustained, 6),
-            "sustained_over_burst": round(burst / sustained, 4), "power_w": power, "sm_clock_mhz": clock,
-            "temperature_c": temp, "samples": n_samples, "reasons": active}
+            "layers": LAYERS, "mode": mode, "burst_step_s": round(r["burst_s"], 6),
+            "sustained_step_s": round(r["sustained_s"], 6), "sustained_over_burst": round(r["burst_s"] / r["sustained_s"], 4),
+            **{key: r[key] for key in STEADY_FIELDS}}
 
 
 def main(argv=None) -> int:

@@ -28,6 +28,7 @@ REASONS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")  # n
 STATIC = "name,power.limit,power.default_limit,power.max_limit,clocks.max.sm"
 FIELDS = ["kind", "m", "n", "k", "inputs", "seconds", "tflops", "burst_tflops", "power_w", "sm_clock_mhz",
           "temperature_c", "samples", "reasons"]
+STEADY_FIELDS = ("power_w", "sm_clock_mhz", "temperature_c", "samples", "reasons")
 BURST_CALLS = 10  # GEMMs timed right after an idle pause, before the power cap bites (tens of ms)
 IDLE_PAUSE_S = 3.0
 
@@ -78,44 +79,46 @@ def steady(samples, skip_fraction: float = 0.4):
             statistics.median(s[2] for s in tail), len(tail), " ".join(reasons))
 
 
+def burst_and_sustained(torch, step, seconds: float, reasons: str, burst_steps: int, batch: int = 1) -> dict:
+    """Seconds per ``step`` in a burst of ``burst_steps`` right after an IDLE_PAUSE_S pause and over
+    the steady window (after 40%) of a ``seconds`` run in batches of ``batch`` steps, with the
+    steady power, SM clock, temperature, sample count and throttle reasons."""
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    time.sleep(IDLE_PAUSE_S)  # cool down: the burst starts from the idle clock
+    t0 = time.perf_counter()
+    for _ in range(burst_steps):
+        step()
+    torch.cuda.synchronize()
+    burst = (time.perf_counter() - t0) / burst_steps
+    sampler = Sampler(reasons)
+    t_end, t_steady = time.monotonic() + seconds, time.monotonic() + 0.4 * seconds
+    steps, t_start = 0, None
+    while time.monotonic() < t_end:
+        if t_start is None and time.monotonic() >= t_steady:
+            torch.cuda.synchronize()
+            t_start, steps = time.perf_counter(), 0
+        for _ in range(batch):
+            step()
+        steps += batch
+        torch.cuda.synchronize()  # keeps the host loop within one batch of the wall clock
+    sustained_total = time.perf_counter() - t_start
+    power, clock, temp, n_samples, active = steady(sampler.stop())
+    return {"burst_s": burst, "sustained_s": sustained_total / steps, "sustained_total_s": sustained_total,
+            "power_w": power, "sm_clock_mhz": clock, "temperature_c": temp, "samples": n_samples, "reasons": active}
+
+
 def run_gemm(torch, m: int, n: int, k: int, inputs: str, seconds: float, reasons: str) -> dict:
     make = torch.zeros if inputs == "zeros" else torch.randn
     a = make(m, k, device="cuda", dtype=torch.bfloat16)
     b = make(k, n, device="cuda", dtype=torch.bfloat16)
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        torch.matmul(a, b, out=out)
-    torch.cuda.synchronize()
-    time.sleep(IDLE_PAUSE_S)  # cool down: the burst below starts from the idle clock
-    burst_start, burst_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    burst_start.record()
-    for _ in range(BURST_CALLS):
-        torch.matmul(a, b, out=out)
-    burst_end.record()
-    torch.cuda.synchronize()
-    burst_s = burst_start.elapsed_time(burst_end) / 1e3
-    sampler = Sampler(reasons)
-    t_end = time.monotonic() + seconds
-    t_steady = time.monotonic() + 0.4 * seconds
-    count, start_event = 0, None
-    while time.monotonic() < t_end:
-        if start_event is None and time.monotonic() >= t_steady:
-            torch.cuda.synchronize()
-            start_event, count = torch.cuda.Event(enable_timing=True), 0
-            start_event.record()
-        for _ in range(20):
-            torch.matmul(a, b, out=out)
-        count += 20
-        torch.cuda.synchronize()  # keeps the host loop within one batch of the wall clock
-    end_event = torch.cuda.Event(enable_timing=True)
-    end_event.record()
-    torch.cuda.synchronize()
-    elapsed = start_event.elapsed_time(end_event) / 1e3
-    power, clock, temp, n_samples, active = steady(sampler.stop())
-    return {"kind": "gemm", "m": m, "n": n, "k": k, "inputs": inputs, "seconds": round(elapsed, 3),
-            "tflops": round(2.0 * m * n * k * count / elapsed / 1e12, 2),
-            "burst_tflops": round(2.0 * m * n * k * BURST_CALLS / burst_s / 1e12, 2), "power_w": power,
-            "sm_clock_mhz": clock, "temperature_c": temp, "samples": n_samples, "reasons": active}
+    r = burst_and_sustained(torch, lambda: torch.matmul(a, b, out=out), seconds, reasons, BURST_CALLS, batch=20)
+    flops = 2.0 * m * n * k
+    return {"kind": "gemm", "m": m, "n": n, "k": k, "inputs": inputs, "seconds": round(r["sustained_total_s"], 3),
+            "tflops": round(flops / r["sustained_s"] / 1e12, 2), "burst_tflops": round(flops / r["burst_s"] / 1e12, 2),
+            **{key: r[key] for key in STEADY_FIELDS}}
 
 
 def main(argv=None) -> int:

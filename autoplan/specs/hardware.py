@@ -132,7 +132,7 @@ def _gpu_problem(gpu: Any, names: Mapping[str, str] | None = None) -> str | None
                     or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
                 bound = ">= 0 (0 means none)" if zero_ok else "> 0"
                 return f"{label} must be a finite number {bound}, got {shown(value)}"
-    if (f := gpu.power_limited_clock_fraction) is True or not isinstance(f, (int, float)) or not 0 < f <= 1:
+    if isinstance(f := gpu.power_limited_clock_fraction, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
         return f"power_limited_clock_fraction must be a number in (0, 1], got {shown(f)}"
     if gpu.usable_memory_bytes > gpu.memory_bytes:
         return ("usable_memory <= memory must hold, got usable_memory="
