@@ -3,7 +3,9 @@
     python benchmarks/kernels.py
 
 Reads validation/h100_sxm_kernels.csv and validation/h100_sxm_llama_layer.csv (measured with
-benchmarks/gpu_kernels.py and benchmarks/gpu_layer.py; no GPU needed here), prints the kernel
+benchmarks/gpu_kernels.py and benchmarks/gpu_layer.py; no GPU needed here) and
+validation/h200_moe_layer.csv (benchmarks/gpu_moe_layer.py), h200_kernels.csv and
+h200_fp8_recipes.csv (gpu_kernels.py and gpu_fp8_recipes.py on an H200), prints the kernel
 figures (autoplan/calibration/kernels.py) and sets each shipped Hopper parameter beside the
 figure it stands for. A parameter fitted end to end on published runs includes what the kernels
 alone do not (other kernels, stalls, a power cap), so a GEMM or attention efficiency above its
@@ -16,13 +18,21 @@ from __future__ import annotations
 import statistics
 
 from autoplan.calibration.kernels import (
+    FP8_RECIPES_FILE,
+    H200_KERNELS_FILE,
     HEAD_DIM_FILE,
+    MOE_LAYER_FILE,
+    MOE_LAYER_GPU,
     KernelFigures,
     elementwise_bytes_at,
     half_head_dim,
     head_dim_ratios,
+    expert_floor_ratios,
     kernel_figures,
+    moe_fixed_times,
     read_table,
+    recipe_gain_shares,
+    shipped_tables,
 )
 from autoplan.paths import data_dir
 from autoplan.profiles import load_profile
@@ -99,10 +109,45 @@ def print_head_dims() -> None:
         print(f"  {backend}: " + ", ".join(f"seq {s}: {r:.2f}" for s, r in ratios.items()) + f"; d_0 {d0:.1f}")
 
 
+def print_transfer(h100: KernelFigures) -> None:
+    """The H100 figures beside the same benchmark's on an H200 (same die and datasheet BF16 peak):
+    what profiles/transfer.py carries unchanged within a generation."""
+    h200 = kernel_figures(read_table(data_dir("validation") / H200_KERNELS_FILE), shipped_tables()[1], load_gpu("h200"))
+    pairs = [("BF16 GEMM eta_max", h100.gemm_bf16.efficiency, h200.gemm_bf16.efficiency),
+             ("BF16 GEMM fixed us per GEMM", h100.gemm_bf16.fixed_s * 1e6, h200.gemm_bf16.fixed_s * 1e6),
+             ("FP8 tensorwise speed-up (median)", h100.fp8_speedup["tensorwise"].median, h200.fp8_speedup["tensorwise"].median),
+             ("FlashAttention-2 max fraction", h100.attention["flash"].max_fraction, h200.attention["flash"].max_fraction),
+             ("cuDNN attention max fraction", h100.attention["cudnn"].max_fraction, h200.attention["cudnn"].max_fraction),
+             ("HBM copy fraction of datasheet", h100.hbm_copy_efficiency, h200.hbm_copy_efficiency)]
+    print(f"transfer within Hopper: {h100.device} against {h200.device} ({H200_KERNELS_FILE}):")
+    for name, a, b in pairs:
+        print(f"  {name:<34}{a:>9.3f}{b:>9.3f}{b / a:>7.2f}x")
+    shares = recipe_gain_shares(read_table(data_dir("validation") / FP8_RECIPES_FILE))
+    print(f"FP8 gain kept by recipe over tensorwise's ({FP8_RECIPES_FILE}): "
+          + ", ".join(f"{r} {s.median:.2f} ({s.low:.2f}-{s.high:.2f}, n={s.n})" for r, s in shares.items()))
+
+
+def print_moe_layer(k: KernelFigures) -> None:
+    table = read_table(data_dir("validation") / MOE_LAYER_FILE)
+    fits = moe_fixed_times(table)
+    print(f"dropless MoE layer less its expert GEMMs, fwd+bwd ({MOE_LAYER_FILE}, {table.meta.get('device')}; "
+          "t_0 + c·tokens, Theil-Sen):")
+    for f in fits:
+        print(f"  {f.config}: t_0 {f.fixed_s * 1e3:.2f} ms, {f.seconds_per_token * 1e9:.0f} ns per token")
+    print(f"  median t_0 {statistics.median(f.fixed_s for f in fits) * 1e3:.2f} ms "
+          f"(moe_layer_fixed_s default {load_defaults().value('moe_layer_fixed_s') * 1e3:.2f} ms)")
+    copy = load_gpu(MOE_LAYER_GPU).hbm_bytes_per_s * k.hbm_copy_efficiency
+    ratios = expert_floor_ratios(table, copy)
+    print("  expert GEMMs at the fewest tokens over their weights' HBM traffic: "
+          + ", ".join(f"{c} {r:.2f}" for c, r in ratios.items()))
+
+
 def main() -> int:
     figures = kernel_figures()
     print_figures(figures)
     print_head_dims()
+    print_transfer(figures)
+    print_moe_layer(figures)
     print_parameters(figures)
     return 0
 

@@ -19,6 +19,14 @@ compared with what the kernels alone reach (``benchmarks/kernels.py``):
 * the device-to-device copy bandwidth as a fraction of the datasheet HBM bandwidth
   (``hbm_efficiency``);
 * the grouped expert GEMM against one dense GEMM of the same FLOPs, by tokens per expert;
+* the same kernel figures from ``h200_kernels.csv`` (``gpu_kernels.py`` on an H200: the same
+  Hopper die with more and faster HBM, the same datasheet BF16 peak), against which the transfer
+  of efficiencies within a generation (``profiles/transfer.py``) is checked;
+* the share of the tensorwise FP8 gain a scaling recipe keeps (``recipe_gain_shares``: row-wise
+  and 1×128/128×128 block scales on Hopper, ``cost/fp8.py`` RECIPE_GAIN_SHARE);
+* the fixed time of a dropless MoE layer per micro-batch (``moe_layer_fixed_s``): the layer's
+  forward + backward less its grouped expert GEMMs', t_0 of t_0 + c·tokens (Theil-Sen), and how
+  far the expert GEMMs at few tokens sit above their weights' HBM traffic (``expert_floor_ratios``);
 * the element-wise HBM bytes per token and hidden unit (``elementwise_bytes_per_token_hidden``)
   of a Llama layer, eager and compiled: the profiler's non-GEMM, non-attention kernel time, less
   the weight-gradient accumulation the backward rows include (AccumulateGrad's in-place add of
@@ -40,6 +48,10 @@ from autoplan.paths import data_dir
 KERNELS_FILE = "h100_sxm_kernels.csv"
 LAYER_FILE = "h100_sxm_llama_layer.csv"
 HEAD_DIM_FILE = "h100_sxm_attention_head_dim.csv"  # attention alone at head dims 64 and 128
+MOE_LAYER_FILE = "h200_moe_layer.csv"  # a dropless MoE layer against its expert GEMMs (gpu_moe_layer.py)
+MOE_LAYER_GPU = "h200"
+H200_KERNELS_FILE = "h200_kernels.csv"  # gpu_kernels.py on an H200: the within-Hopper transfer check
+FP8_RECIPES_FILE = "h200_fp8_recipes.csv"  # FP8 GEMMs by scaling recipe beside BF16 (gpu_fp8_recipes.py)
 MEASURED_GPU = "h100-sxm"  # the hardware_db preset of the GPU the shipped tables were measured on
 LARGE_GEMM_FLOPS = 1e11  # GEMMs at least this large: the FP8 speed-up away from the fixed time
 ACCUMULATE_GRAD_BYTES_PER_PARAM = 6.0  # bf16 .grad += new: read 2 + 2 B, write 2 B
@@ -178,6 +190,23 @@ def fp8_speedups(table: Table, recipe: str, min_flops: float = LARGE_GEMM_FLOPS)
     return Spread.of(ratios)
 
 
+def recipe_gain_shares(table: Table, min_flops: float = LARGE_GEMM_FLOPS) -> dict[str, Spread]:
+    """Per FP8 scaling recipe of benchmarks/gpu_fp8_recipes.py other than tensorwise, the share
+    of the tensorwise gain it keeps, (S − 1)/(S_tensorwise − 1) with S = BF16 time over the
+    recipe's on the same shape, over the shapes of at least ``min_flops``."""
+    seconds: dict[tuple, dict[str, float]] = {}
+    for r in table.rows:
+        if r["seconds"] and r["flops"] >= min_flops:
+            seconds.setdefault((r["tokens"], r["k"], r["n"]), {})[r["recipe"]] = float(r["seconds"])
+    recipes = sorted({r["recipe"] for r in table.rows} - {"bf16", "tensorwise"})
+    out = {}
+    for recipe in recipes:
+        shares = [(t["bf16"] / t[recipe] - 1.0) / (t["bf16"] / t["tensorwise"] - 1.0) for t in seconds.values()
+                  if {"bf16", "tensorwise", recipe} <= set(t) and t["bf16"] > t["tensorwise"]]
+        out[recipe] = Spread.of(shares)
+    return out
+
+
 def grouped_gemm_ratios(table: Table) -> list[tuple[int, int, float, float]]:
     """(local experts, tokens per expert, grouped over dense-equivalent throughput, grouped over
     one expert's GEMM alone) for every timed grouped GEMM."""
@@ -187,6 +216,53 @@ def grouped_gemm_ratios(table: Table) -> list[tuple[int, int, float, float]]:
     grouped, dense, one = by_key("grouped_gemm"), by_key("grouped_gemm_dense_equivalent"), by_key("grouped_gemm_one_expert")
     return [(e, n, g["tflops_per_s"] / dense[(e, n)]["tflops_per_s"], g["tflops_per_s"] / one[(e, n)]["tflops_per_s"])
             for (e, n), g in sorted(grouped.items()) if (e, n) in dense and (e, n) in one]
+
+
+@dataclass(frozen=True)
+class MoeFixedFit:
+    """layer − experts = fixed_s + seconds_per_token·tokens for one MoE configuration."""
+
+    config: str
+    fixed_s: float
+    seconds_per_token: float
+    n: int
+
+
+def _by_tokens(table: Table, config: str, part: str) -> dict[int, float]:
+    return {int(r["tokens"]): float(r["seconds"]) for r in table.select(config=config, part=part) if r["seconds"]}
+
+
+def moe_fixed_times(table: Table) -> list[MoeFixedFit]:
+    """Per configuration of benchmarks/gpu_moe_layer.py, the Theil-Sen line (median pairwise
+    slope, median intercept; robust to the noise of a difference of two large times at many
+    tokens) through the layer's time less its expert GEMMs' over the token counts."""
+    out = []
+    for config in dict.fromkeys(r["config"] for r in table.rows):
+        layer, experts = _by_tokens(table, config, "layer"), _by_tokens(table, config, "experts")
+        tokens = np.array(sorted(set(layer) & set(experts)), float)
+        if tokens.size < 2:
+            raise ValueError(f"{config}: a MoE fixed-time fit needs at least 2 token counts, got {tokens.size}")
+        extra = np.array([layer[int(t)] - experts[int(t)] for t in tokens])
+        i, j = np.triu_indices(tokens.size, 1)
+        slope = float(np.median((extra[j] - extra[i]) / (tokens[j] - tokens[i])))
+        out.append(MoeFixedFit(config, float(np.median(extra - slope * tokens)), slope, int(tokens.size)))
+    return out
+
+
+def expert_floor_ratios(table: Table, copy_bytes_per_s: float) -> dict[str, float]:
+    """Per configuration, the expert GEMMs' forward + backward time at the fewest tokens timed
+    over their weights' HBM traffic at ``copy_bytes_per_s``: 2 B read forward, 2 B read by the
+    input gradient, 2 B written by the weight gradient, and AccumulateGrad's in-place add
+    (``ACCUMULATE_GRAD_BYTES_PER_PARAM``) per expert weight, gate, up and down projections."""
+    out = {}
+    for config in dict.fromkeys(r["config"] for r in table.rows):
+        rows = sorted((r for r in table.select(config=config, part="experts") if r["seconds"]), key=lambda r: r["tokens"])
+        if rows:
+            r = rows[0]
+            params = 3.0 * r["experts"] * r["hidden"] * r["ffn_expert"]
+            floor = params * (3 * 2.0 + ACCUMULATE_GRAD_BYTES_PER_PARAM) / copy_bytes_per_s
+            out[config] = float(r["seconds"]) / floor
+    return out
 
 
 def layer_params(row: dict) -> float:

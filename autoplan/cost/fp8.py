@@ -6,16 +6,24 @@ GPU whose FP8 peak is twice its BF16 peak (H100, B200). On another GPU the gain 
 peak ratio R = peak_fp8 / peak_bf16 (R ≤ 1, e.g. A100 without FP8: no gain). Recipes with
 per-block scales keep a share of the gain (:data:`RECIPE_GAIN_SHARE`): on Hopper the 1×128 /
 128×128 block scales are applied outside the tensor-core MMA (DeepSeek-V3 report, arXiv
-2412.19437, Sec. 3.3.2: partial sums promoted to CUDA cores every 128 elements; DeepGEMM),
-whereas Blackwell's block-scaled MMA takes MXFP8 scales in the instruction (``GPUSpec.
-fp8_block_scaled_mma``); MXFP8 does not run on Hopper (Transformer Engine requires compute
+2412.19437, Sec. 3.3.2: partial sums promoted to CUDA cores every 128 elements; DeepGEMM).
+Measured on an H200 (validation/h200_fp8_recipes.csv, benchmarks/gpu_fp8_recipes.py: cuBLASLt
+through PyTorch 2.11's scaled_mm, twelve GEMMs of 2.4e11-7.7e12 FLOP at Llama 3 and DeepSeek-V3
+MLP shapes): the tensorwise gain is 1.91× (median), the blockwise 1.60×, a share of 0.65
+(0.44-0.76; ``calibration.kernels.recipe_gain_shares``); torchao's row-wise scales (cuBLASLt's
+outer-vector scaling in the epilogue) keep 0.86 (0.71-0.94), on Blackwell too for want of a
+measurement there. Blackwell's block-scaled MMA takes MXFP8 scales in the
+instruction (``GPUSpec.fp8_block_scaled_mma``): every recipe keeps the whole gain there. MXFP8 does not run on Hopper (Transformer Engine requires compute
 capability 10.0 for MXFP8BlockScaling), so it keeps no gain there.
 
 Casts. Each linear's input (forward) and output gradient (backward) is quantised: read bf16
 (2 B), write the fp8 row-wise copy and, for the transposed GEMMs of backward, a column-wise copy
 (1 B each) — :data:`CAST_BYTES_PER_ELEMENT`; current (tensorwise) scaling reads the tensor once
 more to find its amax first (``AMAX_PASS_BYTES``; Transformer Engine ``Float8CurrentScaling``),
-delayed scaling takes the amax from the history and fuses it into the cast. Weights are cast once
+delayed scaling takes the amax from the history and fuses it into the cast; row-wise scaling finds
+one amax per row for the forward copy and one per column for the transposed copy of backward
+(torchao's rowwise recipe casts with axiswise scales along each GEMM's reduction dimension), two
+reads first. Weights are cast once
 per step (Transformer Engine caches them across micro-batches, ``is_first_microbatch``) and are
 not counted; nor is the per-step amax all-reduce of delayed scaling (a few KB).
 """
@@ -31,10 +39,10 @@ from autoplan.layout import LayoutBatch
 FP8_PRECISION_CODE = 1  # layout.PRECISIONS index of 'fp8'
 REFERENCE_PEAK_RATIO = 2.0  # FP8/BF16 dense peak of H100 and B200, at which fp8_gemm_speedup holds
 # Share of the FP8 gain a recipe keeps: (block scales outside the MMA [Hopper], block-scaled MMA [Blackwell]).
-RECIPE_GAIN_SHARE = {"tensorwise": (1.0, 1.0), "delayed": (1.0, 1.0), "blockwise": (0.75, 1.0),
-                     "mxfp8": (0.0, 1.0)}
+RECIPE_GAIN_SHARE = {"tensorwise": (1.0, 1.0), "delayed": (1.0, 1.0), "blockwise": (0.65, 1.0),
+                     "mxfp8": (0.0, 1.0), "rowwise": (0.86, 0.86)}
 CAST_BYTES_PER_ELEMENT = 4.0  # read bf16 (2) + write fp8 row-wise (1) + column-wise (1)
-AMAX_PASS_BYTES = {"tensorwise": 2.0, "delayed": 0.0, "blockwise": 0.0, "mxfp8": 0.0}
+AMAX_PASS_BYTES = {"tensorwise": 2.0, "delayed": 0.0, "blockwise": 0.0, "mxfp8": 0.0, "rowwise": 4.0}
 
 
 def matmul_speedup(ctx: CostContext, b: LayoutBatch) -> np.ndarray:

@@ -102,7 +102,8 @@ def attention_coefficients(ctx: CostContext, mode: str) -> ActivationCoefficient
 # one scale per tensor; Float8BlockScaling an fp32 scale per 1x128 block (+4/128); MXFP8 an E8M0
 # scale per 32 elements (+1/32). (Weights: cost.model_states.)
 # (transformer_engine/pytorch/tensor/{float8,float8_blockwise,mxfp8}_tensor.py, the quantizers.)
-FP8_ACTIVATION_ELEMENT_BYTES = {"tensorwise": 1.0, "delayed": 1.0, "blockwise": 1.0 + 4.0 / 128, "mxfp8": 1.0 + 1.0 / 32}
+FP8_ACTIVATION_ELEMENT_BYTES = {"tensorwise": 1.0, "delayed": 1.0, "blockwise": 1.0 + 4.0 / 128, "mxfp8": 1.0 + 1.0 / 32,
+                                "rowwise": 1.0}  # one fp32 scale per row of h or more elements
 # Linear-layer inputs per token (elements, in the profile's coefficient form) that a TE layer
 # saves for backward: the LayerNorm output into QKV (h) and into FC1 (h), the attention output
 # into the projection (q), the activation output into FC2 (f); in MoE layers the routed tokens

@@ -20,7 +20,8 @@ BF16_BYTES = 2.0
 # Bytes per element of an FP8 weight copy as Transformer Engine keeps it, by recipe: the fp8 byte
 # plus its share of the scales (128x128 blocks, +4/16384, under blockwise; an E8M0 scale per 32
 # elements under MXFP8). transformer_engine/pytorch/tensor/{float8,float8_blockwise,mxfp8}_tensor.py.
-FP8_WEIGHT_ELEMENT_BYTES = {"tensorwise": 1.0, "delayed": 1.0, "blockwise": 1.0 + 4.0 / 128**2, "mxfp8": 1.0 + 1.0 / 32}
+FP8_WEIGHT_ELEMENT_BYTES = {"tensorwise": 1.0, "delayed": 1.0, "blockwise": 1.0 + 4.0 / 128**2, "mxfp8": 1.0 + 1.0 / 32,
+                            "rowwise": 1.0}  # torchao: one fp32 scale per row of thousands of elements
 
 
 def params_on_stage(ctx: CostContext, b: LayoutBatch, dense_layers: np.ndarray,

@@ -6,6 +6,17 @@
   tokens·top_k routed copies (balanced routing), F = 2·tokens·top_k·h·f_e/etp. Without it
   (``TrainerOptions.moe_grouped_gemm`` off, a loop over experts) F is one expert's share,
   ·ep/E of that.
+* **Expert weight traffic.** Each pass reads the local experts' weights from HBM at least once
+  (forward and the input gradient read W, the weight gradient writes dW): a GEMM of M tokens
+  over a K×N weight does 2·M·K·N FLOPs on at least 2·K·N bytes, so with fewer routed tokens per
+  local expert than about peak / bandwidth (~300 on an H100 in BF16) it is bandwidth-bound
+  (the roofline: Williams, Waterman and Patterson 2009, CACM 52(4)). Many experts per GPU (small
+  EP) at a small micro-batch: Qwen3-30B-A3B's 128 experts on one GPU at 4,096 tokens route
+  about 256 tokens to each. ``expert_weight_floor_s`` is that floor, forward; backward is
+  BACKWARD_MATMUL_FACTOR × forward, as for the GEMMs. Measured: the grouped expert GEMMs of
+  Mixtral 8x7B, Qwen3-30B-A3B and Llama 4 Scout at 128 tokens, forward + backward with the
+  gradient accumulation, take 1.26-1.35× the time their weight traffic needs at the copy
+  bandwidth (validation/h200_moe_layer.csv, ``calibration.kernels.expert_floor_ratios``).
 * **Fixed cost per MoE layer per micro-batch** (``moe_layer_fixed_s``, forward + backward): the
   router (GEMM, score function, top-k, auxiliary loss), permute and unpermute index kernels,
   the device-to-host copy of the tokens per expert that dropless routing needs before the
@@ -74,6 +85,25 @@ def dispatch_combine_s(ctx: CostContext, b: LayoutBatch, link: GroupLink, tokens
     total = sum(np.maximum(local * nbytes / up, remote * nbytes / out) + latency
                 for nbytes in (dispatch_bytes, BF16_BYTES))
     return np.where(n > 1, total, 0.0)
+
+
+def routed_flops_share(ctx: CostContext) -> float:
+    """Share of a MoE layer's forward matmul FLOPs per token in its routed experts
+    (``flops.layer_matmul_flops_per_token``: attention, routed, shared experts, router)."""
+    pc = ctx.params
+    routed = pc.expert_per_layer * pc.num_experts_per_token / max(pc.num_experts, 1)
+    total = pc.attention_per_layer + routed + pc.shared_expert_per_layer + pc.router_per_layer
+    return routed / total if total > 0 else 0.0
+
+
+def expert_weight_floor_s(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """Least forward time of one MoE layer's routed expert GEMMs on one GPU: the local experts'
+    weights, expert_per_layer/(ep·etp) elements of 2 B (BF16; 1 B for FP8 layouts, whose GEMMs
+    read the quantized copy), read once from HBM at the effective bandwidth (hbm_bytes_per_s ·
+    hbm_efficiency). The roofline's memory side (Williams et al. 2009); module doc."""
+    element_bytes = np.where(b.precision == FP8_PRECISION_CODE, 1.0, BF16_BYTES)
+    local = ctx.params.expert_per_layer / (b.ep * b.etp)
+    return local * element_bytes / ctx.effective_hbm_bytes_per_s
 
 
 def fixed_s(ctx: CostContext, passes: np.ndarray) -> np.ndarray:

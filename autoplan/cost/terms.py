@@ -184,7 +184,9 @@ TIME_TERMS_DEFINED = [
           "t_att + t_att_bwd + 3·t_ew; t_mm = tokens·layer matmul FLOPs/tp / "
           "(peak_bf16_flops_per_s·power_limited_clock_fraction {fp8} · η(F)), η(F) = gemm_efficiency_max·F/(F + gemm_half_flops), F = one "
           "GEMM's FLOPs per GPU (MoE: the grouped GEMM over all local experts' tokens, 2·tokens·top_k·h·f_e/etp, "
-          "·ep/E without moe_grouped_gemm); t_cast = under fp8 tokens·(linear inputs + output gradients per "
+          "·ep/E without moe_grouped_gemm); MoE layers: t_mm_moe at least t_mm_moe·(1 − routed share) + the local "
+          "experts' weight read expert_params/(ep·etp)·(2 B, fp8 1 B)/(hbm_bytes_per_s·hbm_efficiency) (roofline, "
+          "cost/moe_time.py expert_weight_floor_s); t_cast = under fp8 tokens·(linear inputs + output gradients per "
           "token)/tp·(CAST_BYTES_PER_ELEMENT + AMAX_PASS_BYTES[fp8_recipe]) / (hbm_bytes_per_s·hbm_efficiency), "
           "else 0; flash attention: t_att = tokens·attention score FLOPs/2/tp / (peak_bf16_flops_per_s·power_limited_clock_fraction·"
           "attention_efficiency·k/(k + attention_half_seq_tokens)·[d/(d + attention_half_head_dim)]/[128/(128 + attention_half_head_dim)])·unfused_attention_factor, k = s/cp, d the query-key head dim, t_att_bwd = ATTENTION_BACKWARD_FACTOR·t_att; eager attention "
@@ -206,7 +208,8 @@ TIME_TERMS_DEFINED = [
           "(DeepSeek-V3 report Sec. 3.3.2, Transformer Engine recipes); autoplan/cost/moe_time.py (Megatron-Core "
           "--moe-grouped-gemm, MoEAlltoAllTokenDispatcher); nanotron src/nanotron/optim/gradient_accumulator.py "
           "(FP32GradientAccumulator._accumulate_grad); DeepSpeed pipe/engine.py _exec_backward_pass "
-          "(BF16_Optimizer.update_hp_grads); Megatron-LM megatron/model/fused_softmax.py (eager attention)",
+          "(BF16_Optimizer.update_hp_grads); Megatron-LM megatron/model/fused_softmax.py (eager attention); "
+          "Williams, Waterman and Patterson 2009, CACM 52(4) (roofline: the expert weight read)",
           (*GEMM, "loss_hbm_bytes_per_logit", "moe_layer_fixed_s", "fp8_recipe", "grad_accumulation_bytes_per_param",
            "EAGER_SCORE_BYTES_FORWARD", "EAGER_SCORE_BYTES_BACKWARD", "eager_attention_dropout_bytes",
            "pp_grad_all_reduce_bytes")),

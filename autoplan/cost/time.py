@@ -99,6 +99,9 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     if m.moe is not None:
         moe_eff = gemm_efficiency(ctx, moe_time.expert_gemm_flops(ctx, b, tokens))
         moe_mm = tokens * moe_per_token / b.tp / (matmul_peak * moe_eff)
+        # The routed experts' GEMMs take at least their weights' read from HBM (moe_time).
+        routed = moe_mm * moe_time.routed_flops_share(ctx)
+        moe_mm = moe_mm + np.maximum(moe_time.expert_weight_floor_s(ctx, b) - routed, 0.0)
     else:
         moe_mm = dense_mm
     attention, attention_backward = attention_s(ctx, b, tokens)

@@ -21,8 +21,11 @@ FLOPS_CONVENTIONS = ("playbook", "causal", "megatron")
 ATTENTION_KERNELS = ("flash", "eager")
 # FP8 scaling recipes (Transformer Engine transformer_engine/common/recipe/__init__.py):
 # per-tensor ("tensorwise": DelayedScaling or Float8CurrentScaling), "blockwise"
-# (Float8BlockScaling, 1x128 activations / 128x128 weights) and "mxfp8" (MXFP8BlockScaling).
-FP8_RECIPES = ("tensorwise", "delayed", "blockwise", "mxfp8")  # Megatron --fp8-recipe choices
+# (Float8BlockScaling, 1x128 activations / 128x128 weights) and "mxfp8" (MXFP8BlockScaling);
+# Megatron's --fp8-recipe choices. "rowwise": torchao's Float8 recipe of one scale per row of
+# each GEMM operand (torchao/float8/config.py Float8LinearRecipeName.ROWWISE), the only Float8
+# linear recipe of torchtitan 0.3 (torchtitan/components/quantization/float8.py).
+FP8_RECIPES = ("tensorwise", "delayed", "blockwise", "mxfp8", "rowwise")
 # The largest values accepted, one bound per quantity: the options of every command use these too.
 # Far above any real job; they keep counts exact in float64 (STYLE.md §2) and int64 casts safe.
 MAX_GPUS = 10**7

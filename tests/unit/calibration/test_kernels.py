@@ -186,3 +186,98 @@ def test_nanotron_states_the_flash_attention_head_dim_figure_measured():
     measured = half_head_dim(statistics.median(ratios["flash"].values()))
     stated = load_profile("nanotron").parameters["h100-sxm"].value("attention_half_head_dim")
     assert stated == pytest.approx(measured, rel=0.01)
+
+
+def _moe_table(fixed_s, per_token_s, experts_s=lambda t: 1e-3 + 2e-7 * t):
+    rows = []
+    for t in (128, 256, 512, 2048, 8192, 16384):
+        rows.append({"config": "toy", "hidden": 1024, "experts": 4, "top_k": 2, "ffn_expert": 512, "tokens": t,
+                     "part": "experts", "seconds": experts_s(t)})
+        rows.append({"config": "toy", "hidden": 1024, "experts": 4, "top_k": 2, "ffn_expert": 512, "tokens": t,
+                     "part": "layer", "seconds": experts_s(t) + fixed_s + per_token_s * t})
+    return Table({}, rows)
+
+
+def test_moe_fixed_time_is_the_intercept_of_layer_less_experts():
+    from autoplan.calibration.kernels import moe_fixed_times
+
+    (fit,) = moe_fixed_times(_moe_table(7e-4, 3e-7))
+    assert (fit.config, fit.n) == ("toy", 6)
+    assert fit.fixed_s == pytest.approx(7e-4, rel=1e-9)
+    assert fit.seconds_per_token == pytest.approx(3e-7, rel=1e-9)
+
+
+def test_moe_fixed_time_shrugs_off_one_noisy_point():
+    from autoplan.calibration.kernels import moe_fixed_times
+
+    table = _moe_table(7e-4, 3e-7)
+    table.rows[-1]["seconds"] += 5e-3  # the layer at 16,384 tokens 5 ms slow
+    assert moe_fixed_times(table)[0].fixed_s == pytest.approx(7e-4, rel=0.05)
+
+
+def test_expert_floor_ratio_counts_each_weight_twelve_bytes():
+    from autoplan.calibration.kernels import expert_floor_ratios
+
+    # 3·4·1024·512 weights × (2 + 2 + 2 + 6) B at 1e12 B/s = 75.5 µs; timed 151 µs at 128 tokens
+    params = 3 * 4 * 1024 * 512
+    table = _moe_table(7e-4, 3e-7, experts_s=lambda t: 2 * params * 12 / 1e12 + 0 * t)
+    assert expert_floor_ratios(table, 1e12) == {"toy": pytest.approx(2.0, rel=1e-12)}
+
+
+def test_default_moe_fixed_time_is_the_shipped_measurement():
+    """defaults.yaml's moe_layer_fixed_s is the median over the shipped H200 table's
+    configurations (2%), each of which lies within 0.5-1.5 ms."""
+    import statistics
+
+    from autoplan.calibration.kernels import MOE_LAYER_FILE, moe_fixed_times
+    from autoplan.paths import data_dir
+    from autoplan.profiles.parameter_files import load_defaults
+
+    fits = moe_fixed_times(read_table(data_dir("validation") / MOE_LAYER_FILE))
+    assert {f.config for f in fits} == {"mixtral-8x7b", "qwen3-30b-a3b", "llama4-scout"}
+    assert all(5e-4 < f.fixed_s < 1.5e-3 for f in fits), fits
+    assert load_defaults().value("moe_layer_fixed_s") == pytest.approx(statistics.median(f.fixed_s for f in fits), rel=0.02)
+
+
+def test_recipe_gain_share_is_the_gain_over_the_tensorwise_gain():
+    from autoplan.calibration.kernels import recipe_gain_shares
+
+    rows = []
+    for k, (bf16, tensor, block) in {1024: (3.0, 1.5, 2.0), 2048: (4.0, 2.0, 2.5)}.items():
+        for recipe, s in (("bf16", bf16), ("tensorwise", tensor), ("blockwise", block)):
+            rows.append({"tokens": 4096, "k": k, "n": 4096, "recipe": recipe, "flops": 1e12, "seconds": s})
+    rows.append({"tokens": 4096, "k": 512, "n": 512, "recipe": "blockwise", "flops": 1e9, "seconds": 9.0})  # too small
+    shares = recipe_gain_shares(Table({}, rows))
+    # (3/2 − 1)/(3/1.5 − 1) = 0.5; (4/2.5 − 1)/(4/2 − 1) = 0.6
+    assert shares["blockwise"].n == 2
+    assert (shares["blockwise"].low, shares["blockwise"].high) == (pytest.approx(0.5), pytest.approx(0.6))
+
+
+def test_hopper_blockwise_share_is_the_shipped_measurement():
+    """cost/fp8.py's Hopper blockwise share is the median over the shipped H200 table (2%)."""
+    from autoplan.calibration.kernels import FP8_RECIPES_FILE, recipe_gain_shares
+    from autoplan.cost.fp8 import RECIPE_GAIN_SHARE
+    from autoplan.paths import data_dir
+
+    shares = recipe_gain_shares(read_table(data_dir("validation") / FP8_RECIPES_FILE))
+    assert shares["blockwise"].n == 12 and 0.0 < shares["blockwise"].low < shares["blockwise"].high < 1.0
+    assert RECIPE_GAIN_SHARE["blockwise"][0] == pytest.approx(shares["blockwise"].median, rel=0.02)
+
+
+def test_hopper_kernel_figures_carry_from_h100_to_h200():
+    """The same benchmark on an H200 (same die and datasheet BF16 peak, more HBM) gives the H100's
+    fractions of peak within 3% (GEMM ceiling, both attention kernels, copy) and its fixed GEMM
+    time within 10%: what profiles/transfer.py carries unchanged within a generation."""
+    from autoplan.calibration.kernels import H200_KERNELS_FILE, shipped_tables
+    from autoplan.paths import data_dir
+    from autoplan.specs.hardware import load_gpu
+
+    h100 = kernel_figures()
+    h200 = kernel_figures(read_table(data_dir("validation") / H200_KERNELS_FILE), shipped_tables()[1], load_gpu("h200"))
+    assert h200.device == "NVIDIA H200"
+    for a, b in ((h100.gemm_bf16.efficiency, h200.gemm_bf16.efficiency),
+                 (h100.attention["flash"].max_fraction, h200.attention["flash"].max_fraction),
+                 (h100.attention["cudnn"].max_fraction, h200.attention["cudnn"].max_fraction),
+                 (h100.hbm_copy_efficiency, h200.hbm_copy_efficiency)):
+        assert b == pytest.approx(a, rel=0.03)
+    assert h200.gemm_bf16.fixed_s == pytest.approx(h100.gemm_bf16.fixed_s, rel=0.10)
