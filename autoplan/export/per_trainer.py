@@ -60,7 +60,11 @@ def best_plans(result: Any, trainers: Iterable[str], launch: LaunchOptions | Non
     searched = result.ctx.profile.name
     plans = []
     for trainer in trainers:
-        own = result if trainer == searched else _search_for(result, trainer)
+        try:
+            own = result if trainer == searched else _search_for(result, trainer)
+        except AutoplanError as exc:  # e.g. a setup the trainer cannot run (its FP8 recipes)
+            plans.append(TrainerPlan(trainer, reason=str(exc)))
+            continue
         plans.append(_first_exportable(own, trainer, launch or LaunchOptions()))
     return plans
 

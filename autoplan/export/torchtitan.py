@@ -53,15 +53,25 @@ KNOWN_FLAVORS = {
 # Fields a torchtitan flavor need not match (RoPE scaling is checked apart: model_warnings).
 _NOT_SHAPE = ("name", "aliases", "sources", "seq_len", "max_position_embeddings", "rope_scaling",
               "bos_token_id", "eos_token_id", "num_mtp_layers")
+TITAN_FP8_RECIPES = ("tensorwise", "rowwise", "mxfp8")  # torchtitan.yaml fp8_recipes
 TITAN_LLAMA3_SCALING = 8.0  # every llama3 flavor: ComplexRoPE scaling='llama', scaling_factor default 8
 
 
 def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions) -> ExportResult:
     per_node, nodes = launch_shape(training)
+    if layout.precision == "fp8" and training.fp8_recipe not in TITAN_FP8_RECIPES:
+        raise ExportError(f"torchtitan has no {training.fp8_recipe} FP8 recipe (Float8: tensorwise in 0.2.2, "
+                          f"rowwise; MX: mxfp8): plan with --fp8-recipe {' or '.join(TITAN_FP8_RECIPES)}")
     family, flavor, in_v02 = model_flavor(model)
     warnings = _warnings(model, layout) + model_warnings(model, family, flavor)
     toml_flavor = flavor if in_v02 else CUSTOM_FLAVOR
     toml_warnings = list(warnings)
+    if layout.precision == "fp8" and training.fp8_recipe == "tensorwise":
+        warnings.append("fp8_recipe=tensorwise: torchtitan 0.3.0's Float8LinearConverter has no tensorwise "
+                        "recipe (rowwise, rowwise_with_gw_hp); this module runs rowwise, whose GEMMs keep 0.86 "
+                        "of the tensorwise gain (measured, validation/h200_fp8_recipes.csv) and which the "
+                        "plan was not costed with: plan with --fp8-recipe rowwise, or run the 0.2.2 TOML "
+                        "(recipe_name tensorwise)")
     if toml_flavor == CUSTOM_FLAVOR and model.tied_embeddings:
         toml_warnings.append("torchtitan 0.2.2's llama3 has no weight tying: the exported flavor "
                              f"has a separate output layer (+{model.vocab_size * model.hidden_size} "
@@ -186,13 +196,17 @@ def _module(model, lay, training, launch, family, flavor, commands, warnings) ->
     ac = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}[lay.recompute]
     fp8 = lay.precision == "fp8"
     keep_bf16 = ["lm_head", *(["router.gate"] if model.moe is not None else [])]  # as torchtitan's recipes
-    converters = (f"[Float8LinearConverter.Config(model_compile_enabled=True, filter_fqns={keep_bf16!r})]"
-                  if fp8 else "None")
+    converters = "None"
+    if fp8 and training.fp8_recipe == "mxfp8":  # MXFP8LinearConverter converts the Linears whose FQN matches
+        converters = "[MXFP8LinearConverter.Config(model_compile_enabled=True, fqns=['layers'])]"
+    elif fp8:
+        converters = (f"[Float8LinearConverter.Config(model_compile_enabled=True, recipe_name='rowwise', "
+                      f"filter_fqns={keep_bf16!r})]")
     parallel = ",\n".join(f"            {k}={v!r}" for k, v in _parallelism(model, lay).items())
     train = ",\n".join(f"            {k}={v!r}" for k, v in batch(lay, training).items())
     registry = f"_{family}.model_registry"
     return (commented(head) + '"""torchtitan Trainer.Config for this plan: --config autoplan_config."""\n\n'
-            + _imports(family, flavor, fp8)
+            + _imports(family, flavor, fp8, training.fp8_recipe)
             + (_v03_flavor(model, lay, training) if flavor == CUSTOM_FLAVOR else "")
             + f"\nPLAN = {lay.to_record(training)!r}\n\n\n"
             + "def autoplan_config() -> Trainer.Config:\n"
@@ -216,7 +230,7 @@ def _module(model, lay, training, launch, family, flavor, commands, warnings) ->
             + "    )\n")
 
 
-def _imports(family: str, flavor: str, fp8: bool) -> str:
+def _imports(family: str, flavor: str, fp8: bool, recipe: str) -> str:
     lines = ["from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss",
              "from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw",
              "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig",
@@ -227,7 +241,8 @@ def _imports(family: str, flavor: str, fp8: bool) -> str:
              "from torchtitan.models.common.config_utils import decoder_vocab_size",
              "from torchtitan.trainer import Trainer"]
     if fp8:
-        lines.insert(2, "from torchtitan.components.quantization import Float8LinearConverter")
+        converter = "MXFP8LinearConverter" if recipe == "mxfp8" else "Float8LinearConverter"
+        lines.insert(2, f"from torchtitan.components.quantization import {converter}")
     if flavor == CUSTOM_FLAVOR:
         lines.append("from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm")
     return "".join(line + "\n" for line in lines)
@@ -264,8 +279,9 @@ def _toml(model, lay, training, launch, family, flavor, commands, warnings) -> s
     model_items: list[tuple[str, object]] = [
         ("name", family), ("flavor", flavor),
         ("hf_assets_path", launch.tokenizer or "./tests/assets/tokenizer")]
+    mx = lay.precision == "fp8" and training.fp8_recipe == "mxfp8"
     if lay.precision == "fp8":
-        model_items.append(("converters", ["quantize.linear.float8"]))
+        model_items.append(("converters", ["quantize.linear.mx" if mx else "quantize.linear.float8"]))
     par = [(k, v) for k, v in _parallelism(model, lay).items() if k != "enable_sequence_parallel"]
     par.append(("disable_loss_parallel", False))
     ac: list[tuple[str, object]] = [("mode", lay.recompute)]
@@ -283,9 +299,10 @@ def _toml(model, lay, training, launch, family, flavor, commands, warnings) -> s
               ("activation_checkpoint", ac),
               ("compile", [("enable", lay.precision == "fp8"), ("components", ["model", "loss"])]),
               ("debug", [("seed", launch.seed)])]
-    if lay.precision == "fp8":
+    if lay.precision == "fp8":  # 0.2.2's job_config.py: Float8Linear.recipe_name, MXLinear.recipe_name
         keep_bf16 = ["output", *(["router.gate"] if model.moe is not None else [])]
-        tables.append(("quantize.linear.float8", [("recipe_name", "rowwise"), ("filter_fqns", keep_bf16)]))
+        tables.append(("quantize.linear.mx", [("recipe_name", "mxfp8_cublas"), ("filter_fqns", keep_bf16)]) if mx else
+                      ("quantize.linear.float8", [("recipe_name", training.fp8_recipe), ("filter_fqns", keep_bf16)]))
     if flavor == CUSTOM_FLAVOR:
         tables.append(("experimental", [("custom_import", FLAVOR_MODULE)]))
     return commented(head) + toml_tables(tables)

@@ -12,6 +12,7 @@ from autoplan.profiles.efficiency import CalibratedParameters
 from autoplan.profiles.parameter_files import DEFAULTS_PATH, profile_parameters
 from autoplan.profiles.trainer_options import TrainerOptions, options_from_mapping
 from autoplan.profiles.transfer import transfer_parameters
+from autoplan.specs.training import FP8_RECIPES
 from autoplan.specs.yaml_io import check_keys, is_file_stem, read_mapping
 
 _PROFILE_DIR = Path(__file__).resolve().parent
@@ -115,6 +116,9 @@ class TrainerProfile:
     # HBM bytes per s×s score element that the attention dropout of eager attention moves in each
     # of forward and backward (autoplan.cost.time.attention_s); 0: no dropout on the scores.
     eager_attention_dropout_bytes: float = 0.0
+    # The FP8 scaling recipes the trainer runs (specs.training.FP8_RECIPES; all by default): a
+    # setup asking for another is refused (api.build_context), as is its export.
+    fp8_recipes: tuple[str, ...] = FP8_RECIPES
     sources: tuple[str, ...] = ()
     parameters: dict[str, CalibratedParameters] = field(default_factory=dict)
     options: TrainerOptions = field(default_factory=TrainerOptions)  # see trainer_options.py
@@ -137,7 +141,7 @@ _PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
 _OPTIONAL_KEYS = ["dp_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
                   "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes", "ddp_bucket_grad_bytes",
-                  "pp_split_rule", "pp_grad_all_reduce_bytes", "eager_attention_dropout_bytes"]
+                  "pp_split_rule", "pp_grad_all_reduce_bytes", "eager_attention_dropout_bytes", "fp8_recipes"]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:
@@ -162,6 +166,10 @@ def profile_from_mapping(data: dict, where: str) -> TrainerProfile:
     if values.get("pp_split_rule", "layout") not in PP_SPLIT_RULES:
         raise SpecError(where, f"pp_split_rule must be one of {', '.join(PP_SPLIT_RULES)}, "
                                f"got {shown(values['pp_split_rule'])}")
+    recipes = data.get("fp8_recipes", FP8_RECIPES)
+    if not isinstance(recipes, (list, tuple)) or not recipes or not set(recipes) <= set(FP8_RECIPES):
+        raise SpecError(where, f"fp8_recipes must be a non-empty list of {', '.join(FP8_RECIPES)}, got {shown(recipes)}")
+    values["fp8_recipes"] = tuple(recipes)
     values["sources"] = tuple(data.get("sources", ()))
     values["options"] = options_from_mapping(data.get("options"), where)
     return TrainerProfile(**values)

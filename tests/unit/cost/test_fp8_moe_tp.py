@@ -16,7 +16,8 @@ from autoplan.profiles.trainer_options import TrainerOptions
 
 
 def ctx_on(hardware: str, recipe: str = "tensorwise", model: str = "llama3-8b", gpus: int = 8):
-    return build_context(model, build_training(gpus, 4096, gpus, hardware=hardware, fp8_recipe=recipe))
+    trainer = "torchtitan" if recipe == "rowwise" else "megatron"  # the trainers that run the recipe
+    return build_context(model, build_training(gpus, 4096, gpus, hardware=hardware, fp8_recipe=recipe), trainer=trainer)
 
 
 def speedup(hardware: str, recipe: str) -> float:

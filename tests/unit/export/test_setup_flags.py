@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
+import pytest
+
 from autoplan.api import plan_from_record
 from autoplan.export import render
+from autoplan.export.common import ExportError
 from autoplan.specs.models import load_model
 
 
@@ -44,3 +47,32 @@ def test_sharded_gradients_are_a_warning_megatron_cannot_follow():
                      dataclasses.replace(training, shard_gradients=True)).warnings
     assert [w for w in sharded if w not in plain] and all("shard_gradients" not in w for w in plain)
     assert any("shard_gradients" in w for w in sharded)
+
+
+def _titan(recipe: str) -> dict[str, str]:
+    layout, training = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "precision": "fp8", "zero": 3})
+    return render("torchtitan", load_model("llama3-8b"), layout, dataclasses.replace(training, fp8_recipe=recipe)).files
+
+
+def test_torchtitan_writes_the_fp8_recipe_that_was_costed():
+    # 0.2.2's TOML takes tensorwise and rowwise; 0.3.0's Float8LinearConverter rowwise only
+    rowwise, tensorwise = _titan("rowwise"), _titan("tensorwise")
+    assert 'recipe_name = "rowwise"' in rowwise["torchtitan_job.toml"]
+    assert "recipe_name='rowwise'" in rowwise["torchtitan_autoplan.py"]
+    assert "fp8_recipe=tensorwise" not in rowwise["torchtitan_autoplan.py"]
+    assert 'recipe_name = "tensorwise"' in tensorwise["torchtitan_job.toml"]
+    assert "# WARNING: fp8_recipe=tensorwise: torchtitan 0.3.0's Float8LinearConverter has no tensorwise" in \
+        tensorwise["torchtitan_autoplan.py"]
+
+
+def test_torchtitan_runs_mxfp8_through_its_mx_converters():
+    files = _titan("mxfp8")
+    assert 'converters = ["quantize.linear.mx"]' in files["torchtitan_job.toml"]
+    assert 'recipe_name = "mxfp8_cublas"' in files["torchtitan_job.toml"]
+    assert "MXFP8LinearConverter.Config(model_compile_enabled=True, fqns=['layers'])" in files["torchtitan_autoplan.py"]
+    assert "from torchtitan.components.quantization import MXFP8LinearConverter" in files["torchtitan_autoplan.py"]
+
+
+def test_torchtitan_refuses_a_recipe_it_has_not():
+    with pytest.raises(ExportError, match="torchtitan has no blockwise FP8 recipe"):
+        _titan("blockwise")
