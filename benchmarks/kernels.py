@@ -18,11 +18,10 @@ from __future__ import annotations
 import statistics
 
 from autoplan.calibration.kernels import (
-    FP8_RECIPES_FILE,
+    FP8_RECIPES_FILES,
     H200_KERNELS_FILE,
     HEAD_DIM_FILE,
-    MOE_LAYER_FILE,
-    MOE_LAYER_GPU,
+    MOE_LAYER_FILES,
     KernelFigures,
     elementwise_bytes_at,
     half_head_dim,
@@ -122,24 +121,27 @@ def print_transfer(h100: KernelFigures) -> None:
     print(f"transfer within Hopper: {h100.device} against {h200.device} ({H200_KERNELS_FILE}):")
     for name, a, b in pairs:
         print(f"  {name:<34}{a:>9.3f}{b:>9.3f}{b / a:>7.2f}x")
-    shares = recipe_gain_shares(read_table(data_dir("validation") / FP8_RECIPES_FILE))
-    print(f"FP8 gain kept by recipe over tensorwise's ({FP8_RECIPES_FILE}): "
-          + ", ".join(f"{r} {s.median:.2f} ({s.low:.2f}-{s.high:.2f}, n={s.n})" for r, s in shares.items()))
+    for files in [[f] for f in FP8_RECIPES_FILES] + [list(FP8_RECIPES_FILES)]:
+        shares = recipe_gain_shares([read_table(data_dir("validation") / f) for f in files])
+        print(f"FP8 gain kept by recipe over tensorwise's ({' + '.join(files)}): "
+              + ", ".join(f"{r} {s.median:.2f} ({s.low:.2f}-{s.high:.2f}, n={s.n})" for r, s in shares.items()))
 
 
 def print_moe_layer(k: KernelFigures) -> None:
-    table = read_table(data_dir("validation") / MOE_LAYER_FILE)
-    fits = moe_fixed_times(table)
-    print(f"dropless MoE layer less its expert GEMMs, fwd+bwd ({MOE_LAYER_FILE}, {table.meta.get('device')}; "
-          "t_0 + c·tokens, Theil-Sen):")
-    for f in fits:
-        print(f"  {f.config}: t_0 {f.fixed_s * 1e3:.2f} ms, {f.seconds_per_token * 1e9:.0f} ns per token")
-    print(f"  median t_0 {statistics.median(f.fixed_s for f in fits) * 1e3:.2f} ms "
+    intercepts = []
+    for name, gpu in MOE_LAYER_FILES.items():
+        table = read_table(data_dir("validation") / name)
+        fits = moe_fixed_times(table)
+        intercepts += [f.fixed_s for f in fits]
+        print(f"dropless MoE layer less its expert GEMMs, fwd+bwd ({name}, {table.meta.get('device')}; "
+              "t_0 + c·tokens, Theil-Sen):")
+        for f in fits:
+            print(f"  {f.config}: t_0 {f.fixed_s * 1e3:.2f} ms, {f.seconds_per_token * 1e9:.0f} ns per token")
+        ratios = expert_floor_ratios(table, load_gpu(gpu).hbm_bytes_per_s * k.hbm_copy_efficiency)
+        print("  expert GEMMs at the fewest tokens over their weights' HBM traffic: "
+              + ", ".join(f"{c} {r:.2f}" for c, r in ratios.items()))
+    print(f"  median t_0 over both {statistics.median(intercepts) * 1e3:.2f} ms "
           f"(moe_layer_fixed_s default {load_defaults().value('moe_layer_fixed_s') * 1e3:.2f} ms)")
-    copy = load_gpu(MOE_LAYER_GPU).hbm_bytes_per_s * k.hbm_copy_efficiency
-    ratios = expert_floor_ratios(table, copy)
-    print("  expert GEMMs at the fewest tokens over their weights' HBM traffic: "
-          + ", ".join(f"{c} {r:.2f}" for c, r in ratios.items()))
 
 
 def main() -> int:

@@ -48,10 +48,11 @@ from autoplan.paths import data_dir
 KERNELS_FILE = "h100_sxm_kernels.csv"
 LAYER_FILE = "h100_sxm_llama_layer.csv"
 HEAD_DIM_FILE = "h100_sxm_attention_head_dim.csv"  # attention alone at head dims 64 and 128
-MOE_LAYER_FILE = "h200_moe_layer.csv"  # a dropless MoE layer against its expert GEMMs (gpu_moe_layer.py)
-MOE_LAYER_GPU = "h200"
+# A dropless MoE layer against its expert GEMMs (gpu_moe_layer.py): table -> hardware_db preset.
+MOE_LAYER_FILES = {"h100_sxm_moe_layer.csv": "h100-sxm", "h200_moe_layer.csv": "h200"}
 H200_KERNELS_FILE = "h200_kernels.csv"  # gpu_kernels.py on an H200: the within-Hopper transfer check
-FP8_RECIPES_FILE = "h200_fp8_recipes.csv"  # FP8 GEMMs by scaling recipe beside BF16 (gpu_fp8_recipes.py)
+# FP8 GEMMs by scaling recipe beside BF16 (gpu_fp8_recipes.py) on the two Hopper parts measured.
+FP8_RECIPES_FILES = ("h100_sxm_fp8_recipes.csv", "h200_fp8_recipes.csv")
 MEASURED_GPU = "h100-sxm"  # the hardware_db preset of the GPU the shipped tables were measured on
 LARGE_GEMM_FLOPS = 1e11  # GEMMs at least this large: the FP8 speed-up away from the fixed time
 ACCUMULATE_GRAD_BYTES_PER_PARAM = 6.0  # bf16 .grad += new: read 2 + 2 B, write 2 B
@@ -190,15 +191,18 @@ def fp8_speedups(table: Table, recipe: str, min_flops: float = LARGE_GEMM_FLOPS)
     return Spread.of(ratios)
 
 
-def recipe_gain_shares(table: Table, min_flops: float = LARGE_GEMM_FLOPS) -> dict[str, Spread]:
+def recipe_gain_shares(tables: Table | list[Table], min_flops: float = LARGE_GEMM_FLOPS) -> dict[str, Spread]:
     """Per FP8 scaling recipe of benchmarks/gpu_fp8_recipes.py other than tensorwise, the share
     of the tensorwise gain it keeps, (S − 1)/(S_tensorwise − 1) with S = BF16 time over the
-    recipe's on the same shape, over the shapes of at least ``min_flops``."""
+    recipe's on the same shape of the same table, over the shapes of at least ``min_flops`` of
+    every table given (each table one GPU)."""
+    tables = [tables] if isinstance(tables, Table) else list(tables)
     seconds: dict[tuple, dict[str, float]] = {}
-    for r in table.rows:
-        if r["seconds"] and r["flops"] >= min_flops:
-            seconds.setdefault((r["tokens"], r["k"], r["n"]), {})[r["recipe"]] = float(r["seconds"])
-    recipes = sorted({r["recipe"] for r in table.rows} - {"bf16", "tensorwise"})
+    for i, table in enumerate(tables):
+        for r in table.rows:
+            if r["seconds"] and r["flops"] >= min_flops:
+                seconds.setdefault((i, r["tokens"], r["k"], r["n"]), {})[r["recipe"]] = float(r["seconds"])
+    recipes = sorted({r["recipe"] for table in tables for r in table.rows} - {"bf16", "tensorwise"})
     out = {}
     for recipe in recipes:
         shares = [(t["bf16"] / t[recipe] - 1.0) / (t["bf16"] / t["tensorwise"] - 1.0) for t in seconds.values()

@@ -203,8 +203,8 @@ def _torchtitan_exclusion(r: dict[str, str]) -> str:
         return "torch_compile=False (autoplan's torchtitan profile is calibrated with compile on)"
     if "rowwise" in r["note"]:
         # Dec 2024's row-wise Float8 ran at 0.73-0.74x the tensorwise rows' tokens/s (below BF16 at
-        # 8B TP 8); PyTorch 2.11's cuBLASLt row-wise GEMMs keep 0.86 of the tensorwise gain
-        # (validation/h200_fp8_recipes.csv): that older kernel generation is not what is costed.
+        # 8B TP 8); PyTorch 2.11's cuBLASLt row-wise GEMMs keep 0.81 of the tensorwise gain
+        # (validation/*_fp8_recipes.csv): that older kernel generation is not what is costed.
         return "float8 rowwise recipe of Dec 2024 (0.73x its tensorwise twins; an older kernel than the costed one)"
     return ""
 

@@ -7,12 +7,13 @@ peak ratio R = peak_fp8 / peak_bf16 (R ≤ 1, e.g. A100 without FP8: no gain). R
 per-block scales keep a share of the gain (:data:`RECIPE_GAIN_SHARE`): on Hopper the 1×128 /
 128×128 block scales are applied outside the tensor-core MMA (DeepSeek-V3 report, arXiv
 2412.19437, Sec. 3.3.2: partial sums promoted to CUDA cores every 128 elements; DeepGEMM).
-Measured on an H200 (validation/h200_fp8_recipes.csv, benchmarks/gpu_fp8_recipes.py: cuBLASLt
-through PyTorch 2.11's scaled_mm, twelve GEMMs of 2.4e11-7.7e12 FLOP at Llama 3 and DeepSeek-V3
-MLP shapes): the tensorwise gain is 1.91× (median), the blockwise 1.60×, a share of 0.65
-(0.44-0.76; ``calibration.kernels.recipe_gain_shares``); torchao's row-wise scales (cuBLASLt's
-outer-vector scaling in the epilogue) keep 0.86 (0.71-0.94), on Blackwell too for want of a
-measurement there. Blackwell's block-scaled MMA takes MXFP8 scales in the
+Measured on an H100 SXM and an H200 (validation/h100_sxm_fp8_recipes.csv, h200_fp8_recipes.csv,
+benchmarks/gpu_fp8_recipes.py: cuBLASLt through PyTorch 2.11's scaled_mm, twelve GEMMs of
+2.4e11-7.7e12 FLOP at Llama 3 and DeepSeek-V3 MLP shapes on each): the tensorwise gain is 1.90×
+and 1.91× (medians), the blockwise 1.63× and 1.60×, a share of 0.70 over the 24 (0.44-0.84;
+0.72 on the H100, 0.65 on the H200; ``calibration.kernels.recipe_gain_shares``); torchao's
+row-wise scales (cuBLASLt's outer-vector scaling in the epilogue) keep 0.81 (0.56-0.94; 0.72 and
+0.86), on Blackwell too for want of a measurement there. Blackwell's block-scaled MMA takes MXFP8 scales in the
 instruction (``GPUSpec.fp8_block_scaled_mma``): every recipe keeps the whole gain there. MXFP8 does not run on Hopper (Transformer Engine requires compute
 capability 10.0 for MXFP8BlockScaling), so it keeps no gain there.
 
@@ -39,8 +40,8 @@ from autoplan.layout import LayoutBatch
 FP8_PRECISION_CODE = 1  # layout.PRECISIONS index of 'fp8'
 REFERENCE_PEAK_RATIO = 2.0  # FP8/BF16 dense peak of H100 and B200, at which fp8_gemm_speedup holds
 # Share of the FP8 gain a recipe keeps: (block scales outside the MMA [Hopper], block-scaled MMA [Blackwell]).
-RECIPE_GAIN_SHARE = {"tensorwise": (1.0, 1.0), "delayed": (1.0, 1.0), "blockwise": (0.65, 1.0),
-                     "mxfp8": (0.0, 1.0), "rowwise": (0.86, 0.86)}
+RECIPE_GAIN_SHARE = {"tensorwise": (1.0, 1.0), "delayed": (1.0, 1.0), "blockwise": (0.70, 1.0),
+                     "mxfp8": (0.0, 1.0), "rowwise": (0.81, 0.81)}
 CAST_BYTES_PER_ELEMENT = 4.0  # read bf16 (2) + write fp8 row-wise (1) + column-wise (1)
 AMAX_PASS_BYTES = {"tensorwise": 2.0, "delayed": 0.0, "blockwise": 0.0, "mxfp8": 0.0, "rowwise": 4.0}
 

@@ -15,8 +15,9 @@
   about 256 tokens to each. ``expert_weight_floor_s`` is that floor, forward; backward is
   BACKWARD_MATMUL_FACTOR × forward, as for the GEMMs. Measured: the grouped expert GEMMs of
   Mixtral 8x7B, Qwen3-30B-A3B and Llama 4 Scout at 128 tokens, forward + backward with the
-  gradient accumulation, take 1.26-1.35× the time their weight traffic needs at the copy
-  bandwidth (validation/h200_moe_layer.csv, ``calibration.kernels.expert_floor_ratios``).
+  gradient accumulation, take 1.07-1.14× (H100 SXM) and 1.26-1.35× (H200) the time their weight
+  traffic needs at the copy bandwidth (validation/h100_sxm_moe_layer.csv, h200_moe_layer.csv,
+  ``calibration.kernels.expert_floor_ratios``).
 * **Fixed cost per MoE layer per micro-batch** (``moe_layer_fixed_s``, forward + backward): the
   router (GEMM, score function, top-k, auxiliary loss), permute and unpermute index kernels,
   the device-to-host copy of the tokens per expert that dropless routing needs before the

@@ -225,16 +225,16 @@ def test_expert_floor_ratio_counts_each_weight_twelve_bytes():
 
 
 def test_default_moe_fixed_time_is_the_shipped_measurement():
-    """defaults.yaml's moe_layer_fixed_s is the median over the shipped H200 table's
+    """defaults.yaml's moe_layer_fixed_s is the median over the shipped H100 and H200 tables'
     configurations (2%), each of which lies within 0.5-1.5 ms."""
     import statistics
 
-    from autoplan.calibration.kernels import MOE_LAYER_FILE, moe_fixed_times
+    from autoplan.calibration.kernels import MOE_LAYER_FILES, moe_fixed_times
     from autoplan.paths import data_dir
     from autoplan.profiles.parameter_files import load_defaults
 
-    fits = moe_fixed_times(read_table(data_dir("validation") / MOE_LAYER_FILE))
-    assert {f.config for f in fits} == {"mixtral-8x7b", "qwen3-30b-a3b", "llama4-scout"}
+    fits = [f for name in MOE_LAYER_FILES for f in moe_fixed_times(read_table(data_dir("validation") / name))]
+    assert sorted(f.config for f in fits) == sorted(["mixtral-8x7b", "qwen3-30b-a3b", "llama4-scout"] * 2)
     assert all(5e-4 < f.fixed_s < 1.5e-3 for f in fits), fits
     assert load_defaults().value("moe_layer_fixed_s") == pytest.approx(statistics.median(f.fixed_s for f in fits), rel=0.02)
 
@@ -253,15 +253,17 @@ def test_recipe_gain_share_is_the_gain_over_the_tensorwise_gain():
     assert (shares["blockwise"].low, shares["blockwise"].high) == (pytest.approx(0.5), pytest.approx(0.6))
 
 
-def test_hopper_blockwise_share_is_the_shipped_measurement():
-    """cost/fp8.py's Hopper blockwise share is the median over the shipped H200 table (2%)."""
-    from autoplan.calibration.kernels import FP8_RECIPES_FILE, recipe_gain_shares
+def test_hopper_recipe_shares_are_the_shipped_measurements():
+    """cost/fp8.py's Hopper blockwise and row-wise shares are the medians over the shipped H100
+    and H200 tables, twelve GEMMs each (2%)."""
+    from autoplan.calibration.kernels import FP8_RECIPES_FILES, recipe_gain_shares
     from autoplan.cost.fp8 import RECIPE_GAIN_SHARE
     from autoplan.paths import data_dir
 
-    shares = recipe_gain_shares(read_table(data_dir("validation") / FP8_RECIPES_FILE))
-    assert shares["blockwise"].n == 12 and 0.0 < shares["blockwise"].low < shares["blockwise"].high < 1.0
-    assert RECIPE_GAIN_SHARE["blockwise"][0] == pytest.approx(shares["blockwise"].median, rel=0.02)
+    shares = recipe_gain_shares([read_table(data_dir("validation") / f) for f in FP8_RECIPES_FILES])
+    for recipe in ("blockwise", "rowwise"):
+        assert shares[recipe].n == 24 and 0.0 < shares[recipe].low < shares[recipe].high < 1.0
+        assert RECIPE_GAIN_SHARE[recipe][0] == pytest.approx(shares[recipe].median, rel=0.02)
 
 
 def test_hopper_kernel_figures_carry_from_h100_to_h200():
