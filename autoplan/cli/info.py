@@ -81,8 +81,8 @@ def trainers_command(output_format: str) -> None:
         records.append({"name": p.name, "description": p.description,
                         "zero_stages": ",".join(map(str, p.allowed_zero)),
                         "virtual_stages": p.supports_vpp, "context_parallel": p.supports_cp,
-                        "expert_parallel": p.supports_ep, "calibrated_for": ",".join(
-                            k for k in p.parameters if k != "default")})
+                        "expert_parallel": p.supports_ep, "fp8_recipes": ",".join(p.fp8_recipes),
+                        "calibrated_for": ",".join(k for k in p.parameters if k != "default")})
     emit_records(records, output_format, title="Trainer profiles",
                  columns=["name", "description", "zero_stages", "virtual_stages",
-                          "context_parallel", "calibrated_for"])
+                          "context_parallel", "fp8_recipes", "calibrated_for"])

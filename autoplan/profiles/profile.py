@@ -167,7 +167,7 @@ def profile_from_mapping(data: dict, where: str) -> TrainerProfile:
         raise SpecError(where, f"pp_split_rule must be one of {', '.join(PP_SPLIT_RULES)}, "
                                f"got {shown(values['pp_split_rule'])}")
     recipes = data.get("fp8_recipes", FP8_RECIPES)
-    if not isinstance(recipes, (list, tuple)) or not recipes or not set(recipes) <= set(FP8_RECIPES):
+    if not isinstance(recipes, (list, tuple)) or not recipes or not all(r in FP8_RECIPES for r in recipes):
         raise SpecError(where, f"fp8_recipes must be a non-empty list of {', '.join(FP8_RECIPES)}, got {shown(recipes)}")
     values["fp8_recipes"] = tuple(recipes)
     values["sources"] = tuple(data.get("sources", ()))

@@ -86,3 +86,14 @@ def test_trainer_settings_reach_the_memory_model():
 
     default = peak()
     assert peak("--grad-reduce-in-bf16") < default < peak("--attention-kernel", "eager")
+
+
+def test_a_recipe_the_trainer_lacks_is_one_line_and_trainers_lists_them():
+    runner = CliRunner()
+    result = runner.invoke(main, ["search", "--model", "8b", "--gpus", "64", "--gbs-tokens", "4M",
+                                  "--trainer", "torchtitan", "--fp8-recipe", "blockwise"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == ("Error: trainer torchtitan: runs the FP8 recipes tensorwise, rowwise, mxfp8, "
+                                     "not blockwise (--fp8-recipe)")
+    listed = json.loads(runner.invoke(main, ["trainers", "--format", "json"]).output)
+    assert {t["name"]: t["fp8_recipes"] for t in listed}["torchtitan"] == "tensorwise,rowwise,mxfp8"

@@ -20,7 +20,7 @@ def test_trainers_state_their_fp8_recipes():
     assert load_profile("nanotron").fp8_recipes == FP8_RECIPES  # not stated: every recipe
 
 
-@pytest.mark.parametrize("value", [[], ["tensorwise", "fp4"], "rowwise"])
+@pytest.mark.parametrize("value", [[], ["tensorwise", "fp4"], "rowwise", [{"a": 1}]])
 def test_unknown_or_empty_fp8_recipes_are_refused(value):
     data = yaml.safe_load((_PROFILE_DIR / "torchtitan.yaml").read_text())
     with pytest.raises(SpecError, match="fp8_recipes must be a non-empty list of"):
