@@ -20,7 +20,9 @@ The measurement is an H200 (HBM3e); the 500 W part has HBM2e. A GEMM's power is 
 Two more tables from the same GPU say how far short loops overstate a training step's rates:
 ``h200_gemm_power_burst.csv`` (a second run; ``sustained_over_burst``: bare GEMMs hold 0.84-0.85
 of a burst after a pause) and ``h200_layer_power.csv`` (``layer_sustained_over_burst``: a Llama
-layer stack's fwd+bwd 0.90-0.97). They are recorded, not applied to the profiles.
+layer stack's fwd+bwd 0.90-0.97), with ``h100_sxm_layer_power.csv`` the same on an H100 SXM at
+its 700 W (0.90-0.97 too, each within 0.015 of the H200's). They are recorded, not applied to the
+profiles.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from autoplan.paths import data_dir
 POWER_FILE = "h200_gemm_power.csv"
 BURST_FILE = "h200_gemm_power_burst.csv"  # a second run, with a burst after a pause (burst_tflops)
 LAYER_FILE = "h200_layer_power.csv"  # Llama layers' fwd+bwd, burst and sustained (gpu_layer_power.py)
+H100_LAYER_FILE = "h100_sxm_layer_power.csv"  # the same on an H100 SXM (700 W)
 DVFS_EXPONENT = 2.5  # P_dyn ∝ f^α; α between 2 and 3 (module doc)
 DVFS_EXPONENT_RANGE = (2.0, 3.0)
 

@@ -93,3 +93,18 @@ def test_a_training_layer_mix_is_power_capped_less_than_bare_gemms():
     assert all(max(sustained_over_burst()) < r < 1.0 for r in ratios.values())
     for model in ("llama-1b", "llama-8b"):
         assert ratios[(model, "compile")] < ratios[(model, "eager")]
+
+
+def test_the_h100_sxm_layer_mix_is_power_capped_as_the_h200s():
+    """The same layer stacks on an H100 SXM at 700 W: every (model, mode) within 0.015 of the H200's
+    ratio, all software power-capped (clock-event reason 0x4)."""
+    from autoplan.calibration.kernels import read_table
+    from autoplan.calibration.power import H100_LAYER_FILE
+    from autoplan.paths import data_dir
+
+    table = read_table(data_dir("validation") / H100_LAYER_FILE)
+    assert table.meta["device"] == "NVIDIA H100 80GB HBM3"
+    assert all(int(str(r["reasons"]), 16) & 0x4 for r in table.rows)
+    h100, h200 = layer_sustained_over_burst(table), layer_sustained_over_burst()
+    assert set(h100) == set(h200)
+    assert all(abs(h100[k] - h200[k]) < 0.015 for k in h100), (h100, h200)
