@@ -13,9 +13,10 @@ benchmarks/gpu_fp8_recipes.py: cuBLASLt through PyTorch 2.11's scaled_mm, twelve
 and 1.91× (medians), the blockwise 1.63× and 1.60×, a share of 0.70 over the 24 (0.44-0.84;
 0.72 on the H100, 0.65 on the H200; ``calibration.kernels.recipe_gain_shares``); torchao's
 row-wise scales (cuBLASLt's outer-vector scaling in the epilogue) keep 0.81 (0.56-0.94; 0.72 and
-0.86), on Blackwell too for want of a measurement there. Blackwell's block-scaled MMA takes MXFP8 scales in the
-instruction (``GPUSpec.fp8_block_scaled_mma``): every recipe keeps the whole gain there. MXFP8 does not run on Hopper (Transformer Engine requires compute
-capability 10.0 for MXFP8BlockScaling), so it keeps no gain there.
+0.86), on Blackwell too for want of a measurement there. Blackwell's block-scaled MMA takes the
+block scales in the instruction (``GPUSpec.fp8_block_scaled_mma``): blockwise and MXFP8 keep the
+whole gain there. MXFP8 does not run on Hopper (Transformer Engine requires compute capability
+10.0 for MXFP8BlockScaling), so it keeps no gain there.
 
 Casts. Each linear's input (forward) and output gradient (backward) is quantised: read bf16
 (2 B), write the fp8 row-wise copy and, for the transposed GEMMs of backward, a column-wise copy
@@ -24,9 +25,9 @@ more to find its amax first (``AMAX_PASS_BYTES``; Transformer Engine ``Float8Cur
 delayed scaling takes the amax from the history and fuses it into the cast; row-wise scaling finds
 one amax per row for the forward copy and one per column for the transposed copy of backward
 (torchao's rowwise recipe casts with axiswise scales along each GEMM's reduction dimension), two
-reads first. Weights are cast once
-per step (Transformer Engine caches them across micro-batches, ``is_first_microbatch``) and are
-not counted; nor is the per-step amax all-reduce of delayed scaling (a few KB).
+reads first. Weights are cast once per step (Transformer Engine caches them across micro-batches,
+``is_first_microbatch``) and are not counted; nor is the per-step amax all-reduce of delayed
+scaling (a few KB).
 """
 
 from __future__ import annotations
