@@ -26,11 +26,23 @@ def attention_score_flops_per_token(ctx: CostContext, seq_len: np.ndarray) -> np
     return 2.0 * seq_len * m.num_attention_heads * (d_qk + d_v)
 
 
+def _routed_params_per_token(ctx: CostContext) -> float:
+    """Routed-expert weights one token runs through in a MoE layer: its top-k experts'."""
+    pc = ctx.params
+    return pc.expert_per_layer * pc.num_experts_per_token / max(pc.num_experts, 1)
+
+
+def routed_matmul_flops_per_token(ctx: CostContext) -> float:
+    """Forward matmul FLOPs per token of one MoE layer's routed experts (part of the MoE layer's
+    ``layer_matmul_flops_per_token``)."""
+    return 2.0 * _routed_params_per_token(ctx)
+
+
 def layer_matmul_flops_per_token(ctx: CostContext) -> tuple[float, float]:
     """Forward matmul FLOPs per token of one (dense layer, MoE layer): 2 × active matmul weights."""
     pc = ctx.params
     dense = 2.0 * (pc.attention_per_layer + pc.dense_mlp_per_layer)
-    routed = pc.expert_per_layer * pc.num_experts_per_token / max(pc.num_experts, 1)
+    routed = _routed_params_per_token(ctx)
     moe = 2.0 * (pc.attention_per_layer + routed + pc.shared_expert_per_layer + pc.router_per_layer)
     return dense, moe
 

@@ -88,15 +88,6 @@ def dispatch_combine_s(ctx: CostContext, b: LayoutBatch, link: GroupLink, tokens
     return np.where(n > 1, total, 0.0)
 
 
-def routed_flops_share(ctx: CostContext) -> float:
-    """Share of a MoE layer's forward matmul FLOPs per token in its routed experts
-    (``flops.layer_matmul_flops_per_token``: attention, routed, shared experts, router)."""
-    pc = ctx.params
-    routed = pc.expert_per_layer * pc.num_experts_per_token / max(pc.num_experts, 1)
-    total = pc.attention_per_layer + routed + pc.shared_expert_per_layer + pc.router_per_layer
-    return routed / total if total > 0 else 0.0
-
-
 def expert_weight_floor_s(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """Least forward time of one MoE layer's routed expert GEMMs on one GPU: the local experts'
     weights, expert_per_layer/(ep·etp) elements of 2 B (BF16; 1 B for FP8 layouts, whose GEMMs

@@ -24,6 +24,7 @@ from autoplan.cost.data_parallel import dp_comm_s
 from autoplan.cost.flops import (
     attention_score_flops_per_token,
     layer_matmul_flops_per_token,
+    routed_matmul_flops_per_token,
 )
 from autoplan.cost.memory import layer_activation_bytes
 from autoplan.cost.offload import param_fetch_s
@@ -100,7 +101,7 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
         moe_eff = gemm_efficiency(ctx, moe_time.expert_gemm_flops(ctx, b, tokens))
         moe_mm = tokens * moe_per_token / b.tp / (matmul_peak * moe_eff)
         # The routed experts' GEMMs take at least their weights' read from HBM (moe_time).
-        routed = moe_mm * moe_time.routed_flops_share(ctx)
+        routed = moe_mm * routed_matmul_flops_per_token(ctx) / moe_per_token
         moe_mm = moe_mm + np.maximum(moe_time.expert_weight_floor_s(ctx, b) - routed, 0.0)
     else:
         moe_mm = dense_mm

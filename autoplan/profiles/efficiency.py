@@ -92,7 +92,7 @@ class PhysicalEfficiency:
         "Fixed time of one MoE layer per micro-batch, forward + backward, that does not shrink with "
         "the tokens: router, permute/unpermute, the host sync of dropless routing and the launches "
         "of its small kernels (autoplan/cost/moe_time.py; an eager layer measured 0.8-1.0 ms on an "
-        "H200, validation/h200_moe_layer.csv).", (0.0, 0.01), (5e-5, 2e-3), unit="s")
+        "H100 and an H200, validation/h100_sxm_moe_layer.csv, h200_moe_layer.csv).", (0.0, 0.01), (5e-5, 2e-3), unit="s")
     elementwise_bytes_per_token_hidden: float = _physical(
         "HBM bytes that memory-bound ops (norms, activations, RoPE, residual adds) move per token "
         "per hidden unit per layer in forward; backward moves twice that.",

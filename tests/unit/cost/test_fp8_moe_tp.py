@@ -126,7 +126,9 @@ def test_many_experts_per_gpu_at_few_tokens_are_bandwidth_bound():
     # HBM bandwidth, ~220 FLOP/B here): the routed GEMMs take their weights' read, not their
     # FLOPs' time; at ep 8 and 8x the tokens (1,024 per local expert) the FLOPs decide.
     ctx, batch, slow, compute = _qwen3_moe_matmul(1, 1)
-    routed = compute * moe_time.routed_flops_share(ctx)
+    from autoplan.cost.flops import layer_matmul_flops_per_token, routed_matmul_flops_per_token
+
+    routed = compute * routed_matmul_flops_per_token(ctx) / layer_matmul_flops_per_token(ctx)[1]
     floor = moe_time.expert_weight_floor_s(ctx, batch)[0]
     assert floor > routed
     assert slow == pytest.approx(compute - routed + floor, rel=1e-12)
