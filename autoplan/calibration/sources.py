@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from autoplan.calibration.nemo_source import load_nemo
+from autoplan.calibration.nemo_source import load_nemo, load_nemo_added
 from autoplan.calibration.published_runs import load_mpt, load_other_runs
 from autoplan.calibration.rows import Source
 from autoplan.calibration.validation import (
@@ -30,6 +30,7 @@ SOURCES: dict[str, Callable[[], Source]] = {
     "mpt": load_mpt,
     "other_runs": load_other_runs,
     "nemo": load_nemo,
+    "nemo_added": load_nemo_added,
 }
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
+from autoplan.cost.mlp_coefficients import mlp_coefficients
 from autoplan.cost.model_states import (
     sharded_gradient_transient_bytes,
     zero3_gathered_bytes,
@@ -56,10 +57,6 @@ GPT_ATTENTION_EAGER = {
 # again from the RNG state in backward.
 GPT_ATTENTION_FLASH = {mode: ActivationCoefficients(h=5, q=4, kv=4, lse=4, tok=4)
                        for mode in ("none", "selective")}
-GPT_MLP = {
-    "none": ActivationCoefficients(h=5, f=4, tok=4),
-    "selective": ActivationCoefficients(h=5, f=4, tok=4),
-}
 # Eager attention in a family without attention dropout (Llama-style) saves the bf16 softmax
 # output a·s² per sequence for the score backward (megatron/core/transformer/
 # dot_product_attention.py, DotProductAttention.forward: FusedScaleMaskSoftmax then bmm), and
@@ -191,10 +188,9 @@ def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple
 
     ``mode`` is 'none' or 'selective'; full recompute is handled by the caller.
     """
-    m, p = ctx.model, ctx.profile
-    gpt = m.activation == "gelu"
+    m = ctx.model
     att = attention_coefficients(ctx, mode)
-    mlp = (GPT_MLP if gpt else p.mlp)[mode]
+    mlp = mlp_coefficients(ctx, mode)
     tokens = b.mbs * ctx.training.seq_len / b.cp
     attention = _block_bytes_per_token(att, ctx, b, 0.0)
     dense = attention + _block_bytes_per_token(mlp, ctx, b, float(m.ffn_hidden_size))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from autoplan.specs.model import ModelSpec
+from autoplan.specs.model import BIASED_NORMS, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class ParamCounts:
 
 
 def _mlp_params(model: ModelSpec, hidden: int, ffn: int) -> int:
-    """SwiGLU: gate, up, down = 3·h·f; GELU: 2·h·f (+ biases f + h when linear_bias)."""
+    """SwiGLU: gate, up, down = 3·h·f; GELU, squared ReLU: 2·h·f (+ biases f + h when linear_bias)."""
     if model.activation == "swiglu":
         return 3 * hidden * ffn + (2 * ffn + hidden if model.linear_bias else 0)
     return 2 * hidden * ffn + (ffn + hidden if model.linear_bias else 0)
@@ -114,8 +114,8 @@ def _attention_params(model: ModelSpec) -> int:
 
 
 def _norm_params(model: ModelSpec) -> int:
-    """Two norms per layer (h each; LayerNorm has a bias too) + QK-norm + MLA latent norms."""
-    per_norm = 2 * model.hidden_size if model.norm == "layernorm" else model.hidden_size
+    """Two norms per layer (h each; LayerNorm and LayerNorm1p have a bias too) + QK-norm + MLA latent norms."""
+    per_norm = 2 * model.hidden_size if model.norm in BIASED_NORMS else model.hidden_size
     extra = 2 * model.head_dim if model.qk_norm else 0
     if model.mla is not None:
         extra += model.mla.q_lora_rank + model.mla.kv_lora_rank
@@ -128,7 +128,7 @@ def count_params(model: ModelSpec) -> ParamCounts:
     h, v = model.hidden_size, model.vocab_size
     moe = model.moe
     embedding = v * h + (model.max_position_embeddings * h if model.position_embedding == "learned" else 0)
-    final_norm = 2 * h if model.norm == "layernorm" else h
+    final_norm = 2 * h if model.norm in BIASED_NORMS else h
     return ParamCounts(
         attention_per_layer=_attention_params(model),
         norm_per_layer=_norm_params(model),

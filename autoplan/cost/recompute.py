@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost.context import CostContext
+from autoplan.cost.mlp_coefficients import mlp_coefficients
 from autoplan.layout import LayoutBatch
 from autoplan.recompute_modules import module_bit
 
@@ -72,7 +73,7 @@ def module_dropped_bytes_per_token(ctx: CostContext, b: LayoutBatch) -> tuple[np
     the shared experts' f·F_s/tp and the norm output; shared_experts: f·F_s/tp; moe_act: the
     experts' SwiGLU output 2·k·F_e/(etp·(tp if sp)); mla_up_proj: q, k, v after the up-projection.
     """
-    m, c = ctx.model, ctx.profile.mlp["none"]
+    m, c = ctx.model, mlp_coefficients(ctx, "none")
     h_div, bit = _h_div(b), (lambda name: module_bit(b.recompute_modules, name))
     norm_out = BF16_BYTES * m.hidden_size / h_div
     layernorm = bit("layernorm") * NORMS_PER_LAYER * norm_out

@@ -91,7 +91,7 @@ MEMORY_TERMS_DEFINED = [
     *_stage_memory("activations", "activations saved for backward at the stage's peak",
                    "a × (in_flight × (1 − o) + OFFLOAD_STAGING_LAYERS if offload_layers > 0) + working, o = "
                    "min(offload_layers, L_S)/L_S; {layer_bytes}; A_mode = tokens × the profile's per-token "
-                   "coefficients (attention, mlp; GPT-style models: memory.GPT_ATTENTION_FLASH, GPT_MLP; under "
+                   "coefficients (attention, mlp; GPT-style models: memory.GPT_ATTENTION_FLASH, mlp_coefficients.GPT_MLP; squared ReLU: the profile mlp less UNGATED_FC1_SAVING_BYTES per f; under "
                    "attention_kernel = eager the s² scores: GPT_ATTENTION_EAGER, else s2 = EAGER_SOFTMAX_BYTES) "
                    "minus, under fp8 where the profile has fp8_saves_quantized_inputs, (BF16_BYTES − "
                    "FP8_ACTIVATION_ELEMENT_BYTES[fp8_recipe]) per linear-layer input element "

@@ -17,6 +17,7 @@ import shlex
 
 from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.common import (
+    ExportError,
     ExportResult,
     LaunchOptions,
     bash_array,
@@ -147,6 +148,10 @@ def megatron_deepspeed_args(m: ModelSpec, lay: Layout, training: TrainingSpec, l
 
 
 def _mds_model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
+    if m.activation == "relu2" or m.norm == "layernorm1p" or m.rotary_percent < 1.0:
+        raise ExportError(f"this Megatron-DeepSpeed export writes SwiGLU/GELU models with RMSNorm or LayerNorm "
+                          f"and full rotary embeddings; {m.name!r} has a {m.activation} MLP, {m.norm} and "
+                          f"rotary_percent {m.rotary_percent} (export it with --trainer megatron)")
     args: Args = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
                   ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_attention_heads),
                   ("--num-key-value-heads", m.num_kv_heads),

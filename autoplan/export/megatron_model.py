@@ -82,8 +82,14 @@ def architecture_args(m: ModelSpec) -> Args:
     args: Args = [("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
                   ("--norm-epsilon", m.norm_eps),
                   ("--position-embedding-type", "rope" if m.position_embedding == "rope" else "learned_absolute")]
+    if m.norm == "layernorm1p":  # zero-centred gain (TransformerConfig.layernorm_zero_centered_gamma)
+        args.append(("--apply-layernorm-1p", None))
+    if m.rotary_percent < 1.0:
+        args.append(("--rotary-percent", m.rotary_percent))
     if m.activation == "swiglu":
         args.append(("--swiglu", None))
+    elif m.activation == "relu2":
+        args.append(("--squared-relu", None))
     if not m.linear_bias:
         args.append(("--disable-bias-linear", None))
     if m.qkv_bias and not m.linear_bias:

@@ -20,6 +20,9 @@ deepseek_v3   MLA attention (``q_lora_rank``, ``kv_lora_rank``, ``qk_*_head_dim`
               ``n_routed_experts`` + ``n_shared_experts`` experts of ``moe_intermediate_size``;
               the router's ``e_score_correction_bias`` exists when ``topk_method`` is
               ``noaux_tc`` (or absent, as in transformers' ``DeepseekV3TopkRouter``)
+nemotron      squared-ReLU MLP of two matrices (``hidden_act: relu2``, ``NemotronMLP``), LayerNorm with
+              a zero-centred gain and a bias (``NemotronLayerNorm1P``), RoPE on
+              ``partial_rotary_factor`` of each head (default 0.5), ``attention_bias``/``mlp_bias``
 gpt2          ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (default 4·n_embd),
               ``n_positions``: GELU MLP, LayerNorm, learned positions, biases on every linear
               layer, embeddings tied by default (``GPT2Block``)
@@ -45,7 +48,6 @@ o_proj bias (``hidden_size`` per layer) is not counted.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -76,6 +78,7 @@ HF_KEYS: dict[str, tuple[str, ...]] = {
         "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
         "topk_method", "attention_bias", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
         "qk_nope_head_dim", "v_head_dim"),
+    "nemotron": _DECODER_KEYS + ("attention_bias", "mlp_bias", "hidden_act", "partial_rotary_factor"),
     "gpt2": ("n_layer", "n_embd", "n_head", "n_inner", "n_positions", "vocab_size",
              "tie_word_embeddings"),
 }
@@ -84,7 +87,7 @@ SUPPORTED_MODEL_TYPES = tuple(HF_KEYS)
 # transformers' defaults for optional fields (configuration_<type>.py).
 _MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 4096 * 32, "mixtral": 4096 * 32,
                           "qwen2": 32768, "qwen3": 32768, "qwen3_moe": 32768,
-                          "deepseek_v3": 4096, "gpt2": 1024}
+                          "deepseek_v3": 4096, "nemotron": 4096, "gpt2": 1024}
 _HEAD_DIM_DEFAULT = {"qwen3": 128}  # the others: hidden_size // num_attention_heads
 
 
@@ -282,6 +285,18 @@ def _mla(config: Mapping[str, Any], where: str) -> MLASpec:
     )
 
 
+def _nemotron(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    act = config.get("hidden_act", "relu2")
+    if act != "relu2":
+        raise SpecError(where, f"hidden_act must be 'relu2' for a nemotron config (NemotronMLP), got {shown(act)}")
+    rotary = config.get("partial_rotary_factor")
+    rotary = 0.5 if rotary is None else rotary
+    if isinstance(rotary, bool) or not isinstance(rotary, (int, float)) or not 0 < rotary <= 1:
+        raise SpecError(where, f"partial_rotary_factor: expected a number in (0, 1], got {shown(rotary)}")
+    return (_decoder_fields(config, where, "nemotron") | _bias_fields(config, where)
+            | {"activation": "relu2", "norm": "layernorm1p", "rotary_percent": float(rotary)})
+
+
 def _gpt2(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     hidden = _int(config, "n_embd", where)
     heads = _int(config, "n_head", where)
@@ -304,7 +319,8 @@ def _gpt2(config: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 _READERS: dict[str, Callable[[Mapping[str, Any], str], dict[str, Any]]] = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2,
-    "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "deepseek_v3": _deepseek_v3, "gpt2": _gpt2,
+    "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "deepseek_v3": _deepseek_v3, "nemotron": _nemotron,
+    "gpt2": _gpt2,
 }
 assert set(_READERS) == set(HF_KEYS)
 
@@ -326,66 +342,3 @@ def _autoplan_fields(config: Mapping[str, Any], where: str, name: str | None, mo
     aliases = tuple(check_name(alias, "aliases", where) for alias in _str_list(config, "aliases", where))
     return dict(name=name, aliases=aliases,
                 sources=_str_list(config, "sources", where), seq_len=seq_len)
-
-
-# --- writing: the inverse of model_from_hf_config ------------------------------------------
-
-def model_to_hf_config(spec: ModelSpec) -> dict[str, Any]:
-    """The HF ``config.json`` mapping (plain JSON/YAML values, autoplan keys included) that
-    :func:`model_from_hf_config` reads back as ``spec``.
-
-    Raises SpecError naming the fields when ``spec`` has one its ``model_type`` cannot express
-    (e.g. a Llama with ``qk_norm``, a Mixtral whose experts differ in width from its MLP).
-    """
-    config = {"model_type": spec.model_type, **_WRITERS[spec.model_type](spec), **hf_settings.write_settings(spec),
-              "name": spec.name, "aliases": list(spec.aliases), "sources": list(spec.sources),
-              "seq_len": spec.seq_len}
-    back = model_from_hf_config(config, f"model '{spec.name}'", strict=True)
-    differ = [f.name for f in dataclasses.fields(ModelSpec) if getattr(back, f.name) != getattr(spec, f.name)]
-    if differ:
-        values = ", ".join(f"{k}={shown(getattr(spec, k))}" for k in differ)
-        raise SpecError(f"model '{spec.name}'", f"a {spec.model_type} config.json cannot express {values}")
-    return config
-
-
-def _decoder_config(m: ModelSpec) -> dict[str, Any]:
-    return {"num_hidden_layers": m.num_layers, "hidden_size": m.hidden_size,
-            "intermediate_size": m.ffn_hidden_size, "num_attention_heads": m.num_attention_heads,
-            "num_key_value_heads": m.num_kv_heads, "head_dim": m.head_dim, "vocab_size": m.vocab_size,
-            "tie_word_embeddings": m.tied_embeddings, "max_position_embeddings": m.max_position_embeddings}
-
-
-def _moe_config(m: ModelSpec, experts_key: str) -> dict[str, Any]:
-    moe = m.moe or MoESpec(0, 0, 0)
-    return {experts_key: moe.num_experts, "num_experts_per_tok": moe.num_experts_per_token,
-            "moe_intermediate_size": moe.expert_ffn_hidden_size}
-
-
-def _deepseek_v3_config(m: ModelSpec) -> dict[str, Any]:
-    mla, moe = m.mla or MLASpec(0, 0, 0, 0, 0), m.moe or MoESpec(0, 0, 0)
-    # transformers' head_dim is the rope part; ModelSpec's is the q·k width (see _deepseek_v3).
-    return {**_decoder_config(m), "head_dim": mla.qk_rope_head_dim, **_moe_config(m, "n_routed_experts"),
-            "n_shared_experts": moe.num_shared_experts, "first_k_dense_replace": moe.num_dense_layers,
-            "topk_method": "noaux_tc" if moe.router_bias else "greedy",
-            "q_lora_rank": mla.q_lora_rank or None, "kv_lora_rank": mla.kv_lora_rank,
-            "qk_rope_head_dim": mla.qk_rope_head_dim, "qk_nope_head_dim": mla.qk_nope_head_dim,
-            "v_head_dim": mla.v_head_dim}
-
-
-_WRITERS: dict[str, Callable[[ModelSpec], dict[str, Any]]] = {
-    "llama": lambda m: {**_decoder_config(m), "attention_bias": m.qkv_bias or m.linear_bias,
-                        "mlp_bias": m.linear_bias},
-    "mistral": _decoder_config,
-    "mixtral": lambda m: {**_decoder_config(m), "num_local_experts": (m.moe or MoESpec(0, 0, 0)).num_experts,
-                          "num_experts_per_tok": (m.moe or MoESpec(0, 0, 0)).num_experts_per_token},
-    "qwen2": _decoder_config,
-    "qwen3": lambda m: {**_decoder_config(m), "attention_bias": m.qkv_bias},
-    "qwen3_moe": lambda m: {**_decoder_config(m), "attention_bias": m.qkv_bias, **_moe_config(m, "num_experts"),
-                            "decoder_sparse_step": 1,
-                            "mlp_only_layers": list(range(m.moe.num_dense_layers if m.moe else 0))},
-    "deepseek_v3": _deepseek_v3_config,
-    "gpt2": lambda m: {"n_layer": m.num_layers, "n_embd": m.hidden_size, "n_head": m.num_attention_heads,
-                       "n_inner": m.ffn_hidden_size, "n_positions": m.max_position_embeddings,
-                       "vocab_size": m.vocab_size, "tie_word_embeddings": m.tied_embeddings},
-}
-assert set(_WRITERS) == set(HF_KEYS)

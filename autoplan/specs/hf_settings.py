@@ -23,17 +23,19 @@ SETTING_KEYS: dict[str, tuple[str, ...]] = {
     "qwen3_moe": _DECODER + ("norm_topk_prob", "router_aux_loss_coef"),
     "deepseek_v3": _DECODER + ("scoring_func", "norm_topk_prob", "routed_scaling_factor", "n_group",
                                "topk_group", "aux_loss_alpha", "seq_aux", "num_nextn_predict_layers"),
+    "nemotron": ("rope_theta", "rope_scaling", "norm_eps", "bos_token_id", "eos_token_id"),
     "gpt2": ("layer_norm_epsilon", "bos_token_id", "eos_token_id"),
 }
 _ROPE_THETA_DEFAULT = {"mixtral": 1e6}  # the others: 10000
 _NORM_EPS_DEFAULT = {"llama": 1e-6, "mistral": 1e-6, "mixtral": 1e-5, "qwen2": 1e-6, "qwen3": 1e-6,
-                     "qwen3_moe": 1e-6, "deepseek_v3": 1e-6, "gpt2": 1e-5}
+                     "qwen3_moe": 1e-6, "deepseek_v3": 1e-6, "nemotron": 1e-5, "gpt2": 1e-5}
 _GPT2_TOKEN_DEFAULT = 50256
+_EPS_KEY = {"gpt2": "layer_norm_epsilon", "nemotron": "norm_eps"}  # the others: rms_norm_eps
 
 
 def read_settings(config: Mapping[str, Any], where: str, model_type: str) -> dict[str, Any]:
     """The ModelSpec fields rope_theta, rope_scaling, norm_eps, bos/eos_token_id, num_mtp_layers."""
-    eps_key = "layer_norm_epsilon" if model_type == "gpt2" else "rms_norm_eps"
+    eps_key = _EPS_KEY.get(model_type, "rms_norm_eps")
     token_default = _GPT2_TOKEN_DEFAULT if model_type == "gpt2" else None
     fields: dict[str, Any] = {
         "norm_eps": _positive(config, eps_key, where, _NORM_EPS_DEFAULT[model_type]),
@@ -70,7 +72,7 @@ def write_settings(spec: Any) -> dict[str, Any]:
     keys = SETTING_KEYS[spec.model_type]
     values: dict[str, Any] = {
         "rope_theta": spec.rope_theta, "rope_scaling": spec.rope_scaling_dict or None,
-        "rms_norm_eps": spec.norm_eps, "layer_norm_epsilon": spec.norm_eps,
+        "rms_norm_eps": spec.norm_eps, "layer_norm_epsilon": spec.norm_eps, "norm_eps": spec.norm_eps,
         "bos_token_id": spec.bos_token_id, "eos_token_id": spec.eos_token_id,
         "num_nextn_predict_layers": spec.num_mtp_layers}
     moe = spec.moe

@@ -11,8 +11,12 @@ from dataclasses import dataclass, field
 
 from autoplan.errors import SpecError, shown
 
-ACTIVATIONS = ("swiglu", "gelu")
-NORMS = ("rmsnorm", "layernorm")
+# relu2: squared ReLU, not gated (Nemotron; So et al. 2021, Primer; Megatron --squared-relu).
+ACTIVATIONS = ("swiglu", "gelu", "relu2")
+# layernorm1p: LayerNorm with a zero-centred gain (weight + 1; Megatron --apply-layernorm-1p), the same
+# weight and bias as a LayerNorm.
+NORMS = ("rmsnorm", "layernorm", "layernorm1p")
+BIASED_NORMS = ("layernorm", "layernorm1p")
 POSITION_EMBEDDINGS = ("rope", "learned")
 SCORE_FUNCTIONS = ("softmax", "sigmoid")
 
@@ -79,6 +83,7 @@ class ModelSpec:
     mla: MLASpec | None = None
     # Fields the trainers take that size nothing (the cost model reads none of them):
     rope_theta: float = 10000.0
+    rotary_percent: float = 1.0  # share of each head's dims rotated (Nemotron 0.5; Megatron --rotary-percent)
     rope_scaling: tuple[tuple[str, float | str], ...] = ()  # HF rope_scaling items, sorted; () = none
     norm_eps: float = 1e-5
     bos_token_id: int | None = None  # None: the config gives none (the trainer's default is used)
@@ -112,6 +117,8 @@ class ModelSpec:
                 raise SpecError(where, f"num_dense_layers must be in [0, {self.num_layers}], "
                                        f"got {moe.num_dense_layers}")
             _check_routing(where, moe)
+        if not 0 < self.rotary_percent <= 1:
+            raise SpecError(where, f"0 < rotary_percent <= 1 must hold, got {shown(self.rotary_percent)}")
         if not (self.rope_theta > 0 and self.norm_eps > 0):
             raise SpecError(where, f"rope_theta > 0 and norm_eps > 0 must hold, got "
                                    f"({shown(self.rope_theta)}, {shown(self.norm_eps)})")

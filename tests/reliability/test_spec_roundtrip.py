@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from autoplan.errors import SpecError
 from autoplan.specs.hardware import GPUSpec, gpu_from_mapping, gpu_to_mapping, list_gpus
-from autoplan.specs.hf_config import SUPPORTED_MODEL_TYPES, model_from_hf_config, model_to_hf_config
+from autoplan.specs.hf_config import SUPPORTED_MODEL_TYPES, model_from_hf_config
+from autoplan.specs.hf_config_writer import model_to_hf_config
 from autoplan.specs.model import MLASpec, ModelSpec, MoESpec
 from autoplan.specs.models import list_models
 
@@ -63,8 +64,11 @@ def model_specs(draw, model_type: str) -> ModelSpec:
                   seq_len=draw(st.integers(1, 1 << 20)))
     qkv, linear = draw(st.sampled_from([(False, False), (True, False), (False, True)]))
     layers = fields["num_layers"]
-    if model_type == "llama":
+    if model_type in ("llama", "nemotron"):
         fields.update(qkv_bias=qkv, linear_bias=linear)
+    if model_type == "nemotron":
+        fields.update(activation="relu2", norm="layernorm1p",
+                      rotary_percent=draw(st.sampled_from([0.25, 0.5, 1.0])))
     elif model_type == "qwen2":
         fields.update(qkv_bias=True)
     elif model_type in ("qwen3", "qwen3_moe"):

@@ -110,6 +110,18 @@ CASES = [
         active=91_160,
     ),
     dict(
+        id="nemotron",
+        config={"model_type": "nemotron", "num_hidden_layers": 2, "hidden_size": 64,
+                "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "vocab_size": 100},
+        fields=dict(activation="relu2", norm="layernorm1p", rotary_percent=0.5, num_kv_heads=2,
+                    tied_embeddings=False, max_position_embeddings=4096),
+        # layer: attention 64·64 + 2·64·32 + 64·64 = 12,288, squared-ReLU MLP 2·64·256 = 32,768 (no
+        # gate), two LayerNorm1p 4·64 = 256 -> 45,312 x 2 = 90,624; + embedding and untied head
+        # 2·100·64 = 12,800 + final LayerNorm1p 128
+        total=103_552,
+    ),
+    dict(
         id="gpt2",
         config={"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
                 "n_positions": 32, "vocab_size": 100},
@@ -304,3 +316,13 @@ def test_missing_field_in_file_names_field_and_file(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(AutoplanError, match="cannot read file"):
         load_model(str(tmp_path / "nope" / "config.json"))
+
+
+def test_nemotron_reads_its_own_keys_and_refuses_another_activation():
+    config = next(c["config"] for c in CASES if c["id"] == "nemotron")
+    spec = model_from_hf_config({**config, "partial_rotary_factor": 0.25, "norm_eps": 1e-6}, "test.json")
+    assert (spec.rotary_percent, spec.norm_eps) == (0.25, 1e-6)
+    with pytest.raises(SpecError, match="hidden_act must be 'relu2'"):
+        model_from_hf_config({**config, "hidden_act": "silu"}, "test.json")
+    with pytest.raises(SpecError, match="partial_rotary_factor"):
+        model_from_hf_config({**config, "partial_rotary_factor": 0}, "test.json")
