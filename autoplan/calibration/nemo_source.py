@@ -12,11 +12,12 @@ table is silent:
 * FP8 recipe: ``tensorwise`` where the row says per-tensor current scaling, else ``delayed``
   (ASSUMED: Transformer Engine's delayed scaling is NeMo's default before 25.04).
 * vp / cp / ep empty mean 1; the micro-batch and global batch are as published.
-* Gradient buffers: bf16. Every row is FP8, and NeMo's FP8 recipes reduce gradients in bf16
-  (NeMo 1 launcher ``optim.grad_sync_dtype: bf16``; NeMo 2 scripts/performance:
-  ``bf16_with_fp8_mixed()`` with ``plugins.grad_reduce_in_fp32 = False`` and
-  ``ddp.grad_reduce_in_fp32 = False``): the profile's grad_bytes becomes 2 (memory only, like
-  ``TrainingSpec.grad_reduce_in_bf16``; the reduction time keeps the profile's dtype).
+* Gradient buffers and their reduction: bf16. Every row is FP8, and NeMo's FP8 recipes reduce
+  gradients in bf16 (NeMo 1 launcher ``optim.grad_sync_dtype: bf16``; NeMo 2
+  scripts/performance: ``bf16_with_fp8_mixed()`` with ``plugins.grad_reduce_in_fp32 = False``
+  and ``ddp.grad_reduce_in_fp32 = False``): the profile's ``grad_bytes`` and ``grad_reduce_bytes``
+  become 2, bf16 gradient memory and a bf16 data-parallel reduction (what
+  ``TrainingSpec.grad_reduce_in_bf16`` does for a user's setup, ``CostContext.grad_reduce_bytes``).
 
 Rows left out, with the reason: fine-tuning tasks (sft, lora: a frozen or partial model),
 rows without a tokens/s figure (the long-sequence tables' layout-only rows), models without a
@@ -49,8 +50,8 @@ _ADDED_MODELS = {"GPT3-5B": "gpt3-5b", "GPT3-20B": "gpt3-20b", "LLAMA2-13B": "ll
                  "Nemotron-8B": "nemotron-3-8b", "Nemotron-22B": "nemotron-3-22b",
                  "Nemotron-15B": "nemotron-4-15b", "Nemotron-340B": "nemotron-4-340b"}
 ADDED_SOURCE = "nemo_added"
-_OTHER_SOURCE = "in source nemo"
-BF16_GRADIENTS = (("grad_bytes", 2.0),)  # see the module doc: NeMo's FP8 recipes keep bf16 gradients
+_OTHER_SOURCE = "a row of source nemo"
+BF16_GRADIENTS = (("grad_bytes", 2.0), ("grad_reduce_bytes", 2.0))  # module doc: NeMo's FP8 recipes reduce in bf16
 _HARDWARE = {"H100-SXM5-80GB": "h100-sxm", "B200": "b200", "GB200 (NVL72)": "gb200-nvl72"}
 
 
@@ -65,7 +66,7 @@ def _exclusion(r: dict[str, str], models: dict[str, str] = _MODELS) -> str:
     if r["model"] not in models:
         if models is _MODELS and r["model"] in _ADDED_MODELS:
             return f"model = {r['model']} (preset added after the shipped fit: source {ADDED_SOURCE})"
-        return f"model = {r['model']} ({_OTHER_SOURCE if r['model'] in _MODELS else 'no preset in model_db'})"
+        return f"model = {r['model']} ({'no preset in model_db' if models is _MODELS else _OTHER_SOURCE})"
     if not r["task"].startswith("pretrain"):
         return f"task = {r['task']} (fine-tuning, not pre-training)"
     if not math.isfinite(number_or_nan(r["tokens_per_s_per_gpu"])):
@@ -106,7 +107,7 @@ def load_nemo_added() -> Source:
     """The NeMo rows of the models given presets after the shipped fit (module doc): held out."""
     rows, excluded = rows_and_exclusions(ADDED_SOURCE, NEMO_FILE, lambda r: _exclusion(r, _ADDED_MODELS),
                                          lambda line, r: _row(line, r, ADDED_SOURCE))
-    # Only this source's models count as its rows; the other models' lines belong to ``nemo``.
+    # Only this source's models count as its rows; the other lines are nemo's (kept or left out there).
     excluded = tuple(e for e in excluded if f"({_OTHER_SOURCE})" not in e[1])
     return Source(ADDED_SOURCE, NEMO_FILE, rows, excluded,
                   notes="as nemo; models given presets after the shipped fit: never fitted on")

@@ -52,3 +52,12 @@ class CostContext:
     def effective_hbm_bytes_per_s(self) -> float:
         """HBM bandwidth a memory-bound kernel reaches: hbm_bytes_per_s · hbm_efficiency."""
         return self.cluster.gpu.hbm_bytes_per_s * self.efficiency.hbm_efficiency
+
+    @property
+    def grad_reduce_bytes(self) -> float:
+        """Bytes per gradient element the data-parallel reduction moves: 2 under
+        ``TrainingSpec.grad_reduce_in_bf16`` (Megatron ``--grad-reduce-in-bf16`` keeps the DDP
+        gradient buffer in bf16 and reduce-scatters that buffer: megatron/core/distributed/
+        distributed_data_parallel.py, param_and_grad_buffer.py), else the profile's
+        ``grad_reduce_bytes``."""
+        return 2.0 if self.training.grad_reduce_in_bf16 else self.profile.grad_reduce_bytes

@@ -80,7 +80,7 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     link = comm.group_link(ctx, shard, stride)
     layers = np.maximum(n_layers, 1.0)
     buckets = np.maximum(1.0, np.ceil(stage_params / p.dp_bucket_params))
-    grad_bytes, gather_bytes = stage_params * p.grad_reduce_bytes, stage_params * PARAM_GATHER_BYTES
+    grad_bytes, gather_bytes = stage_params * ctx.grad_reduce_bytes, stage_params * PARAM_GATHER_BYTES
     per_step = (b.zero >= 3) & (b.pp > 1) & (p.zero3_pp_unsharded_bytes > 0)
     # ZeRO-3 over a pipeline gathers and reduces per layer, once per step.
     count = np.where(b.zero >= 3, layers, buckets)
@@ -99,12 +99,12 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
         ebuckets = np.maximum(1.0, np.ceil(expert_params / p.dp_bucket_params))
         ecount = np.where(b.zero >= 3, layers, ebuckets)
         elat = comm.dp_latency(ctx, elink)
-        grads = grads + np.where(has, comm.dp_reduce_scatter_s(ctx, elink, expert_params * p.grad_reduce_bytes,
+        grads = grads + np.where(has, comm.dp_reduce_scatter_s(ctx, elink, expert_params * ctx.grad_reduce_bytes,
                                                                ecount, elat), 0.0)
         gathers = gathers + np.where(has, comm.dp_all_gather_s(ctx, elink, expert_params * PARAM_GATHER_BYTES,
                                                                ecount, elat), 0.0)
         all_reduce = all_reduce + np.where(has, comm.dp_all_reduce_s(
-            ctx, elink, expert_params * p.grad_reduce_bytes, ebuckets, elat), 0.0)
+            ctx, elink, expert_params * ctx.grad_reduce_bytes, ebuckets, elat), 0.0)
     zero3 = (b.zero >= 3) & ~per_step
     step_grads = np.select([pp_all_reduce, b.zero == 0, (b.zero <= 2) | per_step], [pp_grads, all_reduce, grads], 0.0)
     step_gathers = np.where(((b.zero >= 1) & (b.zero <= 2)) | per_step, gathers, 0.0)
@@ -135,7 +135,7 @@ def hybrid_comm_s(ctx: CostContext, b: LayoutBatch, stride: np.ndarray, shard: n
     dense, expert = params
     expert_shard = expert_group(b, shard)
     replicas = comm.group_link(ctx, group / shard, stride * shard)
-    shard_bytes = (dense / shard + expert / expert_shard) * p.grad_reduce_bytes
+    shard_bytes = (dense / shard + expert / expert_shard) * ctx.grad_reduce_bytes
     all_reduce = np.where(on, comm.dp_all_reduce_s(ctx, replicas, shard_bytes, buckets), 0.0)
     secondary = np.zeros_like(all_reduce)
     if hybrid_shard.style(p.name) == "secondary":

@@ -130,8 +130,7 @@ def sharded_gradient_transient_bytes(ctx: CostContext, b: LayoutBatch, one_layer
     One layer; ZeRO-3's own buffers are ``zero3_gathered_bytes``.
     """
     sharded = (b.zero >= gradient_shard_stage(ctx)) & (b.zero < 3)
-    reduce_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else ctx.profile.grad_reduce_bytes
-    return np.where(sharded, (BF16_BYTES + reduce_bytes) * one_layer_params, 0.0)
+    return np.where(sharded, (BF16_BYTES + ctx.grad_reduce_bytes) * one_layer_params, 0.0)
 
 
 def ddp_free_grad_bytes(ctx: CostContext, b: LayoutBatch) -> np.ndarray:

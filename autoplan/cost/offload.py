@@ -87,7 +87,7 @@ def offload_step_s(ctx: CostContext, b: LayoutBatch, owned_params: np.ndarray, s
     if not b.offload.any():
         return np.zeros_like(b.tp)
     link = host_link_bytes_per_s(ctx)
-    d2h = owned_params * ctx.profile.grad_reduce_bytes / link
+    d2h = owned_params * ctx.grad_reduce_bytes / link
     h2d = owned_params * BF16_BYTES / link  # the updated weights, bf16 (torchtitan casts its fp32 shard)
     total = np.maximum(d2h - backward_last_s, 0.0) + cpu_step_s(ctx, owned_params, step_bytes_per_param) + h2d
     return np.where(b.offload >= CODE["optimizer"], total, 0.0)

@@ -121,5 +121,5 @@ def muon_gather_bytes(ctx: CostContext, b: LayoutBatch, stage_dense: np.ndarray,
     if not muon.any():
         return np.zeros_like(b.tp), np.zeros_like(b.tp)
     share = _model_shares(ctx.model)["muon_matrix_share"]
-    grad = ctx.profile.grad_reduce_bytes
+    grad = ctx.grad_reduce_bytes
     return (np.where(muon, stage_dense * share * grad, 0.0), np.where(muon, stage_expert * grad, 0.0))

@@ -139,7 +139,8 @@ VARIANTS: dict[str, Variant] = {
                                "under selective, or with recompute_modules each named module's matmul share of t_mm "
                                "(norms and SwiGLU at HBM speed); else 0",
                                _selective_share),
-    "dp_collectives": Variant("R = AR(P·grad_reduce_bytes) under zero 0, RS(P·grad_reduce_bytes) under zero 1–2, "
+    "dp_collectives": Variant("R = AR(P·grad_reduce_bytes) under zero 0, RS(P·grad_reduce_bytes) under zero 1–2 "
+                              "(grad_reduce_bytes = 2 under grad_reduce_in_bf16), "
                               "in ⌈P/dp_bucket_params⌉ buckets (with pp > 1 and zero ≤ 1 AR(P·pp_grad_all_reduce_bytes) "
                               "where the profile states it: DeepSpeed's bf16 pipeline engine); Gth = AG(P·PARAM_GATHER_BYTES) under zero 1–2; "
                               "Z3 = g·AG(P·PARAM_GATHER_BYTES) + RS(P·grad_reduce_bytes) per micro-batch under "

@@ -63,7 +63,8 @@ class TrainingSpec:
     ``--fp8-recipe`` and ``--fp8-param-gather``); both only change memory.
     ``grad_reduce_in_bf16`` keeps the gradient buffers in bf16 instead of the profile's fp32
     (Megatron ``--grad-reduce-in-bf16``, NeMo 1 ``optim.grad_sync_dtype: bf16``, NeMo 2
-    ``grad_reduce_in_fp32=False``); it changes the gradient memory only, not the reduction time.
+    ``grad_reduce_in_fp32=False``): the gradient memory and the data-parallel reduction, which moves
+    the bf16 buffer (``CostContext.grad_reduce_bytes``).
     ``shard_gradients`` shards the gradients over the data-parallel group together with the
     optimizer states from ZeRO stage 1 on (ZeRO-2 semantics under a pipeline): the FSDP-style data
     parallelism of Meta's Llama 3 trainer ("shards optimizer states and gradients, but ... does not

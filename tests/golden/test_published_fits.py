@@ -101,3 +101,29 @@ def test_every_nemo_row_fits_under_its_recipe():
     over = {row.row_id: f"{peak / 2**30:.1f} GiB" for row, peak, fits
             in zip(rows, predicted["peak_memory_all_stages_bytes"], predicted["fits"]) if not fits}
     assert len(rows) >= 40 and set(over) == set(NEMO_UNFIT), over
+
+
+# nemo_added rows predicted not to fit although they ran (each named, strict as NEMO_UNFIT).
+# Their stored recipes (NeMo-Framework-Launcher launcher_scripts/conf/training/nemotron/
+# nemotron_340b.yaml: TP8 PP8 VP12, SP, no recompute; gpt3/20b.yaml) leave open what saved the
+# memory (FP8 primary weights, fp8_params, are set in some NeMo performance configs and not in
+# these files).
+NEMO_ADDED_UNFIT = {
+    "nemo_added:3": "GPT-3 20B, 64 H100, tp 2, mbs 2: predicted 80.5 GiB",
+    "nemo_added:24": "GPT-3 20B, 64 H100, tp 2, mbs 2 (the same run, a later page): predicted 80.5 GiB",
+    "nemo_added:9": "Nemotron-4 340B, 128 H100, tp 8 pp 8, no interleaving: predicted 88.8 GiB",
+    "nemo_added:31": "Nemotron-4 340B, 128 H100, tp 8 pp 8 vp 12: predicted 90.2 GiB",
+    "nemo_added:46": "Nemotron-4 340B, 128 H100, tp 8 pp 8 vp 12 (a later page): predicted 90.2 GiB",
+}
+
+
+def test_nemo_added_rows_fit_but_the_named_ones():
+    """The NeMo rows of the models added after the fit (calibration/nemo_source.py, nemo_added)
+    ran: each must fit, but the rows NEMO_ADDED_UNFIT names (a known miss, reported)."""
+    from autoplan.calibration.fit import predict_rows
+    from autoplan.calibration.sources import load_source
+
+    rows = list(load_source("nemo_added").rows)
+    predicted = predict_rows(rows)
+    over = {row.row_id for row, fits in zip(rows, predicted["fits"]) if not fits}
+    assert len(rows) == 19 and over == set(NEMO_ADDED_UNFIT), over

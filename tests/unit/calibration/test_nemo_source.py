@@ -25,3 +25,22 @@ def test_current_scaling_rows_use_the_tensorwise_recipe_and_fsdp_rows_zero_3():
     assert gb200 and all(r.fp8_recipe == "tensorwise" for r in gb200)
     assert all(r.fp8_recipe == "delayed" for r in rows if r.hardware == "h100-sxm")
     assert {r.layout["zero"] for r in gb200} == {1, 3}
+
+
+def test_added_models_form_their_own_source_never_fitted_on():
+    """The models given presets after the shipped fit (nemo_added) hold every row of theirs and
+    none of nemo's, and the fit split takes none of them."""
+    from autoplan.calibration.accuracy import HELD_OUT_SOURCES, fit_split
+    from autoplan.calibration.nemo_source import load_nemo_added
+    from autoplan.calibration.sources import load_sources
+
+    added = load_nemo_added()
+    names = {r.model.name for r in added.rows}
+    assert names == {"gpt3-5b", "gpt3-20b", "llama2-13b", "nemotron-3-8b", "nemotron-3-22b",
+                     "nemotron-4-15b", "nemotron-4-340b"}
+    assert len(added.rows) == 19 and {r.hardware for r in added.rows} == {"h100-sxm", "b200", "gb200-nvl72"}
+    assert not names & {r.model.name for r in load_nemo().rows}
+    assert all(reason.startswith("task") for _, reason in added.excluded)
+    assert "nemo_added" in TIME_SOURCES and "nemo_added" in HELD_OUT_SOURCES
+    fitted = fit_split(load_sources(["nemo", "nemo_added"]))
+    assert fitted and not any(i.startswith("nemo_added:") for i in fitted)

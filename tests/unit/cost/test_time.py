@@ -382,3 +382,29 @@ def test_a_power_limited_part_computes_at_its_clock_fraction_and_reports_mfu_at_
     doubled = 3 * MM_FWD + 3.5 * ATT_FWD + HEAD
     assert half["time_compute_s"][0] - full["time_compute_s"][0] == pytest.approx(doubled, rel=1e-6)
     assert half["mfu"][0] == pytest.approx(full["mfu"][0] * full["step_time_s"][0] / half["step_time_s"][0])
+
+
+@pytest.mark.parametrize("zero, rounds", [(0, 2.0), (1, 1.0), (3, 1.0)])
+def test_grad_reduce_in_bf16_halves_the_gradient_reduction_traffic(zero, rounds):
+    """Megatron --grad-reduce-in-bf16 reduces the bf16 gradient buffer (CostContext.grad_reduce_bytes):
+    the reduction moves 2 bytes per gradient instead of the profile's 4, so its time falls by the
+    bandwidth term of 2 bytes per gradient (ring: rounds·(n−1)/n·P·2/busbw); its latency stays."""
+    from autoplan.api import build_context
+    from autoplan.cost import comm
+    from autoplan.cost.data_parallel import dp_comm_s
+    from autoplan.layout import resolve_layout
+
+    seconds = {}
+    for bf16 in (False, True):
+        training = dataclasses.replace(build_training(512, 4096, 512), grad_reduce_in_bf16=bf16)
+        ctx = build_context("70b", training)
+        b = LayoutBatch.from_layouts([resolve_layout({"tp": 8, "pp": 1, "zero": zero, "mbs": 1}, training)])
+        st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
+        params = np.array([ctx.params.total / 8.0])
+        out = dp_comm_s(ctx, b, st, params, np.zeros(1), np.array([80.0]))
+        seconds[bf16] = out["per_micro"][0] if zero == 3 else out["grads"][0]
+        assert ctx.grad_reduce_bytes == (2.0 if bf16 else ctx.profile.grad_reduce_bytes)
+    link = comm.group_link(ctx, b.dp, np.minimum(st["dp"], st["cp"]))
+    n = float(b.dp[0])
+    saved = rounds * (n - 1) / n * params[0] * (ctx.profile.grad_reduce_bytes - 2.0) / link.bus_bytes_per_s[0]
+    assert seconds[False] - seconds[True] == pytest.approx(saved, rel=1e-9)

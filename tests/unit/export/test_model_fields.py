@@ -157,3 +157,23 @@ def test_torchtitan_deepseek_with_cp_writes_no_v022_toml():
     result = render("torchtitan", load_model("deepseek-v3"), *layout)
     assert "torchtitan_job.toml" not in result.files and "torchtitan_autoplan.py" in result.files
     assert any("only supports SDPA" in w for w in result.warnings)
+
+
+def test_megatron_writes_nemotron_architecture_and_deepspeed_refuses_it():
+    """Nemotron-4 (NeMo NemotronConfig: squared_relu, layernorm_zero_centered_gamma, rotary_percent
+    0.5) needs Megatron's --squared-relu, --apply-layernorm-1p and --rotary-percent; the
+    Megatron-DeepSpeed export writes none of them and refuses the model."""
+    from autoplan.export.common import ExportError
+    from autoplan.export.deepspeed import _mds_model_args
+    from autoplan.export.megatron_model import architecture_args
+    from autoplan.api import build_training
+    from autoplan.layout import resolve_layout
+
+    model = load_model("nemotron-4-15b")
+    args = dict(architecture_args(model))
+    assert args["--normalization"] == "LayerNorm" and "--apply-layernorm-1p" in args
+    assert "--squared-relu" in args and "--swiglu" not in args and args["--rotary-percent"] == 0.5
+    assert "--squared-relu" not in dict(architecture_args(load_model("llama3-8b")))
+    with pytest.raises(ExportError, match="relu2 MLP"):
+        training = build_training(8, 4096, 8)
+        _mds_model_args(model, resolve_layout({}, training), training)
