@@ -11,6 +11,7 @@ from autoplan.errors import AutoplanError, shown
 from autoplan.layout import MAX_DEGREE
 from autoplan.specs.training import (
     DEFAULT_GBS_TOLERANCE,
+    FP8_RECIPES,
     MAX_GBS_SEQS,
     MAX_GPUS,
     MAX_SEQ_LEN,
@@ -128,9 +129,11 @@ SETUP_SETTINGS = ("attention_kernel", "fp8_recipe", "fp8_param_gather", "grad_re
 SETUP_SETTING_OPTIONS = [
     click.option("--attention-kernel", type=click.Choice(["flash", "eager"]), default="flash", show_default=True,
                  help="Attention kernel: flash/fused (no s² scores saved) or eager (scores saved)."),
-    click.option("--fp8-recipe", type=click.Choice(["tensorwise", "blockwise", "mxfp8", "rowwise"]), default="tensorwise",
+    click.option("--fp8-recipe", type=click.Choice(list(FP8_RECIPES)), default="tensorwise",
                  show_default=True, help="FP8 scaling recipe of fp8 layouts: GEMM gain, casts, memory of FP8 "
-                                         "tensors and scales (rowwise: torchao's, torchtitan 0.3's only Float8 recipe)."),
+                                         "tensors and scales (delayed: Transformer Engine's amax-history scaling, "
+                                         "Megatron's default, no amax pass; rowwise: torchao's, torchtitan 0.3's "
+                                         "only Float8 recipe)."),
     click.option("--fp8-param-gather", is_flag=True,
                  help="FP8 primary weights, no bf16 copy (Megatron --fp8-param-gather)."),
     click.option("--grad-reduce-in-bf16", is_flag=True,
