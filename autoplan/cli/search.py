@@ -171,6 +171,7 @@ def search_command(**kw) -> None:
     click.echo(f"Wrote {out}/ ({', '.join(written)})", err=True)
     _uneven_note(result)
     _caps_note(result)
+    _architecture_note(result)
     if result.num_ranked > MAX_CSV_ROWS:
         click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {result.num_ranked} ranked layouts", err=True)
 
@@ -187,6 +188,18 @@ def _uneven_note(result) -> None:
     if unable:
         click.echo(f"Note: {unable} layouts were dropped because {layers} layers do not divide into "
                    f"pp·vpp stages and {trainer} cannot run unequal stages there", err=True)
+def _architecture_note(result) -> None:
+    """One line when the trainer's own model code cannot build the model: the plans are costed as
+    if it could (the exporter refuses them)."""
+    from autoplan.export import architecture_problem
+
+    trainer = result.ctx.profile.name
+    problem = architecture_problem(trainer, result.ctx.model)
+    if problem:
+        click.echo(f"Note: {problem}. The plans are costed as if {trainer} could build it; "
+                   f"--export {trainer} refuses them.", err=True)
+
+
 def _caps_note(result) -> None:
     """One line per knob of the space capped by the GPU count or a rule (exhaustive only)."""
     from autoplan.report.results import cap_notes

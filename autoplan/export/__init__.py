@@ -35,7 +35,7 @@ from autoplan.rules import RuleContext, TrainerRuleError, check_layout
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import TrainingSpec
 
-__all__ = ["TRAINERS", "VERSIONS", "ExportError", "ExportResult", "LaunchOptions", "TrainerRuleError",
+__all__ = ["TRAINERS", "VERSIONS", "ExportError", "architecture_problem", "ExportResult", "LaunchOptions", "TrainerRuleError",
            "export_plan", "parse_trainers", "plan_training", "read_plans", "render", "select_plan", "write_files"]
 
 TRAINERS = ("megatron", "torchtitan", "nanotron", "deepspeed")
@@ -61,6 +61,28 @@ def render(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSpe
     check_layout(RuleContext(model, load_profile(trainer), training, allow_uneven_pp=allow_uneven_pp), layout)
     module = importlib.import_module(f"autoplan.export.{trainer}")
     return module.render(model, layout, training, launch or LaunchOptions())
+
+
+def architecture_problem(trainer: str, model: ModelSpec) -> str:
+    """Why ``trainer``'s model code cannot build ``model`` ('' when it can), in its exporter's own
+    words: torchtitan's model flavors, nanotron's LlamaConfig/Qwen2Config. Megatron-LM builds every
+    architecture autoplan describes; DeepSpeed runs the Hugging Face model (its Megatron-DeepSpeed
+    path, tp or pp > 1, is checked at export)."""
+    if trainer == "torchtitan":
+        from autoplan.export.torchtitan import model_flavor
+
+        check = model_flavor
+    elif trainer == "nanotron":
+        from autoplan.export.nanotron import check_architecture
+
+        check = check_architecture
+    else:
+        return ""
+    try:
+        check(model)
+    except ExportError as exc:
+        return str(exc)
+    return ""
 
 
 def plan_training(layout: Layout, training: TrainingSpec) -> TrainingSpec:

@@ -95,7 +95,7 @@ def optimizer(lay: Layout, launch: LaunchOptions) -> dict[str, object]:
 
 def model_config(m: ModelSpec, lay: Layout, training: TrainingSpec) -> dict[str, object]:
     """``LlamaConfig`` for Llama-shaped dense models, ``Qwen2Config`` for Qwen and MoE models."""
-    _check_architecture(m)
+    check_architecture(m)
     config: dict[str, object] = {
         "hidden_act": "silu", "hidden_size": m.hidden_size, "intermediate_size": m.ffn_hidden_size,
         "num_hidden_layers": m.num_layers, "num_attention_heads": m.num_attention_heads,
@@ -121,7 +121,7 @@ def model_config(m: ModelSpec, lay: Layout, training: TrainingSpec) -> dict[str,
     return config
 
 
-def _check_architecture(m: ModelSpec) -> None:
+def check_architecture(m: ModelSpec) -> None:
     problems = [reason for bad, reason in [
         (m.mla is not None, "latent attention (MLA)"), (m.activation != "swiglu", f"{m.activation} MLP"),
         (m.norm != "rmsnorm", m.norm), (m.position_embedding != "rope", f"{m.position_embedding} positions"),

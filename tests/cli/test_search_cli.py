@@ -237,3 +237,17 @@ def test_allow_idle_gpus_reports_the_idle_ones(tmp_path):
     assert result.exit_code == 0, result.output
     assert "GPUs idle)" in result.stdout
     assert "on 1000, 992, 960, 896, 768, 512 of 1000 GPUs" in result.stdout
+
+
+@pytest.mark.parametrize("model, trainer, says", [
+    ("nemotron-4-15b", "torchtitan", "torchtitan has no model builder for 'nemotron-4-15b' (relu2 MLP"),
+    ("gpt3-5b", "nanotron", "nanotron's LlamaConfig/Qwen2Config cannot express 'gpt3-5b'"),
+])
+def test_a_model_the_trainer_cannot_build_gets_a_note(tmp_path, model, trainer, says):
+    result = run(["search", "-m", model, "-g", "16", "--gbs-seqs", "64", "--trainer", trainer,
+                  "--tp", "1,2", "--pp", "1"], tmp_path)
+    assert result.exit_code == 0, result.output
+    assert says in result.stderr and f"--export {trainer} refuses them" in result.stderr
+    quiet = run(["search", "-m", "llama3-8b", "-g", "16", "--gbs-seqs", "64", "--trainer", trainer,
+                 "--tp", "1,2", "--pp", "1"], tmp_path, out="llama")
+    assert quiet.exit_code == 0 and "refuses them" not in quiet.stderr
