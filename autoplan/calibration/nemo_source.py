@@ -18,6 +18,13 @@ table is silent:
   and ``ddp.grad_reduce_in_fp32 = False``): the profile's ``grad_bytes`` and ``grad_reduce_bytes``
   become 2, bf16 gradient memory and a bf16 data-parallel reduction (what
   ``TrainingSpec.grad_reduce_in_bf16`` does for a user's setup, ``CostContext.grad_reduce_bytes``).
+* TP communication overlap (Transformer Engine userbuffers, Megatron ``--tp-comm-overlap``): on
+  for the NeMo 24.07 rows with tp > 1 whose model's launcher config of that release sets
+  ``ub_tp_comm_overlap: true`` (NVIDIA/NeMo-Framework-Launcher @24.07
+  launcher_scripts/conf/training/{gpt3/20b, llama/llama2_70b, llama/llama3_70b, nemotron/
+  nemotron_8b, nemotron/nemotron_22b}.yaml; the H100 FP8 examples, examples/training/*/h100/
+  *_fp8*.sh, override only batch, parallel sizes and fp8); off where it says false (gpt3/175b,
+  nemotron/nemotron_340b) and for the NeMo 2 rows of 25.xx, whose recipes are not stored.
 
 Rows left out, with the reason: fine-tuning tasks (sft, lora: a frozen or partial model),
 rows without a tokens/s figure (the long-sequence tables' layout-only rows), models without a
@@ -35,10 +42,12 @@ stays as it was.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from autoplan.calibration.rows import Row, Source
 from autoplan.calibration.validation import number_or_nan, rows_and_exclusions
+from autoplan.profiles import load_profile
 from autoplan.specs.models import load_model
 
 NEMO_FILE = "nemo_megatron_bridge_perf.csv"
@@ -51,6 +60,8 @@ _ADDED_MODELS = {"GPT3-5B": "gpt3-5b", "GPT3-20B": "gpt3-20b", "LLAMA2-13B": "ll
                  "Nemotron-15B": "nemotron-4-15b", "Nemotron-340B": "nemotron-4-340b"}
 ADDED_SOURCE = "nemo_added"
 _OTHER_SOURCE = "a row of source nemo"
+# Models whose NeMo 24.07 launcher config sets ub_tp_comm_overlap: true (module doc).
+_TP_COMM_OVERLAP_2407 = ("GPT3-20B", "LLAMA2-70B", "LLAMA3-70B", "Nemotron-8B", "Nemotron-22B")
 BF16_GRADIENTS = (("grad_bytes", 2.0), ("grad_reduce_bytes", 2.0))  # module doc: NeMo's FP8 recipes reduce in bf16
 _HARDWARE = {"H100-SXM5-80GB": "h100-sxm", "B200": "b200", "GB200 (NVL72)": "gb200-nvl72"}
 
@@ -93,7 +104,7 @@ def _row(line: int, r: dict[str, str], source: str = "nemo") -> Row:
     return Row(source=source, row_id=f"{source}:{line}", model=load_model(models[r["model"]]),
                hardware=hardware, trainer="megatron", layout=_layout(r),
                tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]), cell=cell,
-               allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS)
+               allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS + _options(r))
 
 
 def load_nemo() -> Source:
@@ -111,3 +122,10 @@ def load_nemo_added() -> Source:
     excluded = tuple(e for e in excluded if f"({_OTHER_SOURCE})" not in e[1])
     return Source(ADDED_SOURCE, NEMO_FILE, rows, excluded,
                   notes="as nemo; models given presets after the shipped fit: never fitted on")
+
+
+def _options(r: dict[str, str]) -> tuple[tuple[str, Any], ...]:
+    """The row's trainer options where its recipe departs from the profile's (module doc)."""
+    if r["container"] == "NeMo 24.07" and r["model"] in _TP_COMM_OVERLAP_2407 and _degree(r["tp"]) > 1:
+        return (("options", replace(load_profile("megatron").options, tp_comm_overlap=True)),)
+    return ()

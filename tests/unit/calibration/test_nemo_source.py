@@ -44,3 +44,19 @@ def test_added_models_form_their_own_source_never_fitted_on():
     assert "nemo_added" in TIME_SOURCES and "nemo_added" in HELD_OUT_SOURCES
     fitted = fit_split(load_sources(["nemo", "nemo_added"]))
     assert fitted and not any(i.startswith("nemo_added:") for i in fitted)
+
+
+def test_tp_comm_overlap_follows_the_2407_launcher_configs():
+    """NeMo 24.07's launcher configs set ub_tp_comm_overlap for GPT-3 20B, Llama 2/3 70B and
+    Nemotron-3 8B/22B and not for GPT-3 175B or Nemotron-4 340B; tp-1 rows have no TP traffic."""
+    from autoplan.calibration.nemo_source import load_nemo_added
+
+    def overlap(row) -> bool:
+        options = dict(row.profile_overrides).get("options")
+        return bool(options and options.tp_comm_overlap)
+
+    rows = list(load_nemo().rows) + list(load_nemo_added().rows)
+    on = {r.model.name for r in rows if overlap(r)}
+    assert on == {"gpt3-20b", "llama2-70b", "llama3-70b", "nemotron-3-8b", "nemotron-3-22b"}
+    assert not any(overlap(r) for r in rows if r.model.name in ("gpt3-175b", "nemotron-4-340b") or r.layout["tp"] == 1)
+    assert not any(overlap(r) for r in rows if r.hardware != "h100-sxm")
