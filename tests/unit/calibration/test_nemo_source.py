@@ -60,3 +60,14 @@ def test_tp_comm_overlap_follows_the_2407_launcher_configs():
     assert on == {"gpt3-20b", "llama2-70b", "llama3-70b", "nemotron-3-8b", "nemotron-3-22b"}
     assert not any(overlap(r) for r in rows if r.model.name in ("gpt3-175b", "nemotron-4-340b") or r.layout["tp"] == 1)
     assert not any(overlap(r) for r in rows if r.hardware != "h100-sxm")
+
+
+def test_a_blank_vp_takes_the_vp_a_later_page_states_for_the_same_run():
+    """The first 24.07 page has no VP column; later pages of the release state it for the same runs."""
+    from autoplan.calibration.nemo_source import load_nemo_added
+
+    vpp = {r.row_id: r.layout["vpp"] for r in list(load_nemo().rows) + list(load_nemo_added().rows)}
+    assert (vpp["nemo:6"], vpp["nemo:28"]) == (20, 20)  # Llama 2 70B
+    assert (vpp["nemo:11"], vpp["nemo:33"]) == (5, 5)  # Llama 3 70B
+    assert (vpp["nemo_added:9"], vpp["nemo_added:31"]) == (12, 12)  # Nemotron-4 340B
+    assert vpp["nemo:4"] == vpp["nemo_added:2"] == 1  # stated 1 later (Llama 2 7B, GPT-3 5B)
