@@ -64,7 +64,6 @@ _ADDED_MODELS = {"GPT3-5B": "gpt3-5b", "GPT3-20B": "gpt3-20b", "LLAMA2-13B": "ll
                  "Nemotron-8B": "nemotron-3-8b", "Nemotron-22B": "nemotron-3-22b",
                  "Nemotron-15B": "nemotron-4-15b", "Nemotron-340B": "nemotron-4-340b"}
 ADDED_SOURCE = "nemo_added"
-_OTHER_SOURCE = "a row of source nemo"
 # Models whose NeMo 24.07 launcher config sets ub_tp_comm_overlap: true (module doc).
 _TP_COMM_OVERLAP_2407 = ("GPT3-20B", "LLAMA2-70B", "LLAMA3-70B", "Nemotron-8B", "Nemotron-22B")
 BF16_GRADIENTS = (("grad_bytes", 2.0), ("grad_reduce_bytes", 2.0))  # module doc: NeMo's FP8 recipes reduce in bf16
@@ -77,12 +76,16 @@ def _degree(text: str) -> int:
     return int(float(text)) if text else 1
 
 
-def _exclusion(r: dict[str, str], models: dict[str, str] = _MODELS) -> str:
-    """Why a row cannot be predicted in the source of ``models`` ('' when it can)."""
-    if r["model"] not in models:
-        if models is _MODELS and r["model"] in _ADDED_MODELS:
-            return f"model = {r['model']} (preset added after the shipped fit: source {ADDED_SOURCE})"
-        return f"model = {r['model']} ({'no preset in model_db' if models is _MODELS else _OTHER_SOURCE})"
+def _source_of(r: dict[str, str]) -> str:
+    """The source a line's run belongs to (module doc): nemo_added for the models given presets
+    after the shipped fit, nemo for the others (those without a preset are left out there)."""
+    return ADDED_SOURCE if r["model"] in _ADDED_MODELS else "nemo"
+
+
+def _exclusion(r: dict[str, str]) -> str:
+    """Why a line cannot be predicted ('' when it can)."""
+    if r["model"] not in _MODELS and r["model"] not in _ADDED_MODELS:
+        return f"model = {r['model']} (no preset in model_db)"
     if not r["task"].startswith("pretrain"):
         return f"task = {r['task']} (fine-tuning, not pre-training)"
     if not math.isfinite(number_or_nan(r["tokens_per_s_per_gpu"])):
@@ -114,32 +117,30 @@ def _layout(r: dict[str, str]) -> dict[str, Any]:
             "precision": "fp8"}
 
 
-def _row(line: int, r: dict[str, str], source: str = "nemo") -> Row:
+def _row(line: int, r: dict[str, str]) -> Row:
     recipe = "tensorwise" if "current scaling" in r["precision"] else "delayed"
     hardware = _HARDWARE[r["gpu_type"]]
     cell = f"{r['model']}/{hardware}/{r['num_gpus']}gpus/seq{r['seq_len']}"
-    models = _ADDED_MODELS if source == ADDED_SOURCE else _MODELS
-    return Row(source=source, row_id=f"{source}:{line}", model=load_model(models[r["model"]]),
+    source = _source_of(r)
+    return Row(source=source, row_id=f"{source}:{line}", model=load_model({**_MODELS, **_ADDED_MODELS}[r["model"]]),
                hardware=hardware, trainer="megatron", layout=_layout(r),
                tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]), cell=cell,
                allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS + _options(r))
 
 
+def _load(source: str, notes: str) -> Source:
+    rows, excluded = rows_and_exclusions(source, NEMO_FILE, _exclusion, _row, belongs=lambda r: _source_of(r) == source)
+    return Source(source, NEMO_FILE, rows, excluded, notes=notes)
+
+
 def load_nemo() -> Source:
     """The NeMo rows autoplan can reproduce (see the module doc for the conventions)."""
-    rows, excluded = rows_and_exclusions("nemo", NEMO_FILE, _exclusion, _row)
-    return Source("nemo", NEMO_FILE, rows, excluded,
-                  notes="Megatron-Core FP8 (delayed unless stated); recompute none and zero 1 assumed")
+    return _load("nemo", "Megatron-Core FP8 (delayed unless stated); recompute none and zero 1 assumed")
 
 
 def load_nemo_added() -> Source:
     """The NeMo rows of the models given presets after the shipped fit (module doc): held out."""
-    rows, excluded = rows_and_exclusions(ADDED_SOURCE, NEMO_FILE, lambda r: _exclusion(r, _ADDED_MODELS),
-                                         lambda line, r: _row(line, r, ADDED_SOURCE))
-    # Only this source's models count as its rows; the other lines are nemo's (kept or left out there).
-    excluded = tuple(e for e in excluded if f"({_OTHER_SOURCE})" not in e[1])
-    return Source(ADDED_SOURCE, NEMO_FILE, rows, excluded,
-                  notes="as nemo; models given presets after the shipped fit: never fitted on")
+    return _load(ADDED_SOURCE, "as nemo; models given presets after the shipped fit: never fitted on")
 
 
 def _options(r: dict[str, str]) -> tuple[tuple[str, Any], ...]:

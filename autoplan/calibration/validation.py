@@ -57,11 +57,16 @@ def _leading_int(text: str, default: int | None = None) -> int:
 
 
 def rows_and_exclusions(name: str, file: str, reason: Callable[[dict[str, str]], str],
-                        make: Callable[[int, dict[str, str]], Row]) -> tuple[tuple[Row, ...], tuple[tuple[str, str], ...]]:
+                        make: Callable[[int, dict[str, str]], Row],
+                        belongs: Callable[[dict[str, str]], bool] | None = None,
+                        ) -> tuple[tuple[Row, ...], tuple[tuple[str, str], ...]]:
     """Each line of ``file`` as a row (``make(line, record)``) or, where ``reason`` says why not,
-    as (row id ``name:line``, reason): no row is left out silently."""
+    as (row id ``name:line``, reason): no row is left out silently. Where a file feeds several
+    sources, ``belongs`` picks this source's lines (the others are another source's rows)."""
     rows, excluded = [], []
     for i, r in enumerate(read_csv(file)):
+        if belongs is not None and not belongs(r):
+            continue
         why = reason(r)
         if why:
             excluded.append((f"{name}:{i + 2}", why))
