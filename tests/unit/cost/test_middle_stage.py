@@ -87,3 +87,30 @@ def test_the_pipeline_runs_at_the_pace_of_the_busiest_stage():
     table = evaluate(ctx, LayoutBatch.from_layouts(lays))
     embed_loss, balanced = table["time_compute_s"]
     assert embed_loss == pytest.approx(balanced, rel=1e-9)
+
+
+def _dense_by_brute_force(num_layers: int, num_dense: int, pp: int, vpp: int, embed_loss: bool, rank: int) -> int:
+    """Dense layers on ``rank`` from the model-order split (virtual_stage_layers): virtual stage
+    k·pp + rank holds the layers after those of the stages before it."""
+    from autoplan.cost.stages import virtual_stage_layers
+
+    split = virtual_stage_layers(num_layers, pp, vpp, embed_loss)
+    starts = np.concatenate([[0], np.cumsum(split)[:-1]])
+    return sum(max(0, min(num_dense - starts[s], split[s])) for s in range(rank, pp * vpp, pp))
+
+
+@pytest.mark.parametrize("preset, pp, vpp, embed_loss", [
+    ("llama3-70b", 8, 5, False), ("llama3.1-405b", 16, 2, True), ("deepseek-v3", 16, 2, False),
+    ("deepseek-v3", 8, 4, True), ("deepseek-v3", 32, 1, False), ("nemotron-4-340b", 8, 12, False)])
+def test_dense_layers_per_rank_follow_the_model_order_split(preset, pp, vpp, embed_loss):
+    """Every rank's dense-layer count (first, middle, last) is what the model-order split of the
+    virtual stages gives it; a dense model's interleaved middle rank is all dense (it once
+    counted only its first chunk dense: 1 of 12 layers of Nemotron-4 340B on pp 8, vpp 12)."""
+    model = load_model(preset)
+    dense = model.num_layers - model.num_moe_layers
+    layers = stage_layers(model, one(pp), one(vpp), np.array([1.0 if embed_loss else 0.0]))
+    for rank, got in ((0, layers.first_dense), (int(layers.middle_rank[0]), layers.middle_dense),
+                      (pp - 1, layers.last_dense)):
+        assert got[0] == _dense_by_brute_force(model.num_layers, dense, pp, vpp, embed_loss, rank), rank
+    if model.num_moe_layers == 0:
+        assert layers.middle_dense[0] == layers.middle[0]
