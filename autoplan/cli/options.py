@@ -12,9 +12,11 @@ from autoplan.layout import MAX_DEGREE
 from autoplan.specs.training import (
     DEFAULT_GBS_TOLERANCE,
     FP8_RECIPES,
+    MASTER_WEIGHT_BYTES,
     MAX_GBS_SEQS,
     MAX_GPUS,
     MAX_SEQ_LEN,
+    OPTIMIZER_STATE_BYTES,
 )
 from autoplan.units import UnitError, parse_bandwidth, parse_count
 
@@ -119,13 +121,14 @@ class HiddenAliasOption(click.Option):
 
 def setup_settings(kw: dict) -> dict:
     """The trainer settings of the setup (TrainingSpec fields) from the --attention-kernel,
-    --fp8-recipe, --fp8-param-gather, --grad-reduce-in-bf16, --shard-gradients, --moe-capacity-factor and
+    --fp8-recipe, --fp8-param-gather, --grad-reduce-in-bf16, --shard-gradients, --optimizer-state-dtype,
+    --master-weights, --moe-capacity-factor and
     --mtp-in-mfu options."""
     return {name: kw[name] for name in SETUP_SETTINGS if name in kw}
 
 
 SETUP_SETTINGS = ("attention_kernel", "fp8_recipe", "fp8_param_gather", "grad_reduce_in_bf16", "shard_gradients",
-                  "moe_capacity_factor", "mtp_in_model_flops")
+                  "optimizer_state_dtype", "master_weights", "moe_capacity_factor", "mtp_in_model_flops")
 SETUP_SETTING_OPTIONS = [
     click.option("--attention-kernel", type=click.Choice(["flash", "eager"]), default="flash", show_default=True,
                  help="Attention kernel: flash/fused (no s² scores saved) or eager (scores saved)."),
@@ -141,6 +144,13 @@ SETUP_SETTING_OPTIONS = [
     click.option("--shard-gradients", is_flag=True,
                  help="Gradients sharded over DP with the optimizer states from zero 1 on "
                       "(FSDP-style DP with a pipeline, as Llama 3's trainer)."),
+    click.option("--optimizer-state-dtype", type=click.Choice(list(OPTIMIZER_STATE_BYTES)), default="fp32",
+                 show_default=True, help="Dtype of AdamW's two moments (Megatron --exp-avg-dtype with "
+                                         "--use-precision-aware-optimizer; NeMo 1 optim.dtype)."),
+    click.option("--master-weights", type=click.Choice(list(MASTER_WEIGHT_BYTES)), default="fp32",
+                 show_default=True, help="The optimizer's master copy of the weights: fp32, fp16 (Megatron "
+                                         "--main-params-dtype fp16), remainders (int16 low bits beside bf16 "
+                                         "weights) or none (the bf16 weights themselves, NeMo 1's Apex optimizer)."),
     click.option("--moe-capacity-factor", type=click.FloatRange(0.0, min_open=True), default=None,
                  help="Expert capacity factor with padding [default: dropless]."),
     click.option("--mtp-in-mfu/--no-mtp-in-mfu", "mtp_in_model_flops", default=True, show_default=True,

@@ -189,15 +189,20 @@ def _uneven_note(result) -> None:
         click.echo(f"Note: {unable} layouts were dropped because {layers} layers do not divide into "
                    f"pp·vpp stages and {trainer} cannot run unequal stages there", err=True)
 def _architecture_note(result) -> None:
-    """One line when the trainer's own model code cannot build the model: the plans are costed as
-    if it could (the exporter refuses them)."""
-    from autoplan.export import architecture_problem
+    """One line when the trainer's own model code cannot build the model, and one when it cannot
+    store the optimizer in the setup's dtypes: the plans are costed as if it could (the exporter
+    refuses them)."""
+    from autoplan.export import architecture_problem, precision_problem
 
     trainer = result.ctx.profile.name
     problem = architecture_problem(trainer, result.ctx.model)
     if problem:
         click.echo(f"Note: {problem}. The plans are costed as if {trainer} could build it; "
                    f"--export {trainer} refuses them.", err=True)
+    problem = precision_problem(trainer, result.ctx.training)
+    if problem:
+        click.echo(f"Note: {problem}. The plans are costed with these dtypes; --export {trainer} refuses them.",
+                   err=True)
 
 
 def _caps_note(result) -> None:

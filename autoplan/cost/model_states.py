@@ -162,7 +162,7 @@ def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray
     # (megatron/core/distributed/distributed_data_parallel.py, grad_dtype of the param_and_grad_buffer).
     grad_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else p.grad_bytes - ddp_free_grad_bytes(ctx, b)
     for name, per_param, stage in (("weights", weight_bytes, 3), ("gradients", grad_bytes, gradient_shard_stage(ctx)),
-                                   ("master_weights", p.master_bytes, 1)):
+                                   ("master_weights", ctx.master_bytes, 1)):
         out[name] = per_param * (dense_params / shard_divisor(b.zero, stage, dp_group)
                                  + expert_params / shard_divisor(b.zero, stage, expert_group))
     # The optimizer's state (autoplan.cost.optimizer), per non-expert and expert parameter.

@@ -3,7 +3,8 @@ Muon's Newton–Schulz work and gather.
 
 State bytes per parameter (fp32 unless said):
 
-* adamw: the profile's ``optimizer_bytes`` (m and v, 8 B: Loshchilov & Hutter 2019; as before).
+* adamw: the profile's ``optimizer_bytes`` (m and v, 8 B: Loshchilov & Hutter 2019), or two moments of
+  ``TrainingSpec.optimizer_state_dtype`` (``CostContext.adam_state_bytes``; also muon's AdamW share).
 * adamw8bit: two 8-bit states with one fp32 absmax per block of 2048 elements each, 2·(1 + 4/2048)
   B (bitsandbytes ``bitsandbytes/optim/optimizer.py`` ``Optimizer2State.init_state``:
   ``state1``/``state2`` uint8, ``blocks = n // 2048`` (+1), ``absmax1``/``absmax2`` float32;
@@ -32,7 +33,6 @@ from autoplan.cost import optimizer_shapes as shapes
 from autoplan.cost.context import CostContext
 from autoplan.cost.params import count_params
 from autoplan.layout import OPTIMIZERS, LayoutBatch
-from autoplan.profiles import TrainerProfile
 from autoplan.specs.model import ModelSpec
 
 CODE = {name: float(i) for i, name in enumerate(OPTIMIZERS)}
@@ -68,7 +68,7 @@ def _model_shares(m: ModelSpec) -> dict[str, float]:
 
 def state_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
     """(non-expert, expert) bytes of optimizer state per parameter of each layout (see module)."""
-    adam = ctx.profile.optimizer_bytes
+    adam = ctx.adam_state_bytes
     if not b.optimizer.any():  # every layout on AdamW: the profile's bytes, as before
         return np.full_like(b.tp, adam), np.full_like(b.tp, adam)
     share = _model_shares(ctx.model)
@@ -81,17 +81,19 @@ def state_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray,
     return out[0], out[1]
 
 
-def step_bytes_per_param(p: TrainerProfile, state_bytes: np.ndarray, on_host: np.ndarray) -> np.ndarray:
+def step_bytes_per_param(ctx: CostContext, state_bytes: np.ndarray, on_host: np.ndarray) -> np.ndarray:
     """Memory bytes one optimizer step moves per parameter it updates.
 
     Read the gradient, the master weight and the states; write the master weight, the states and
     the compute copy of the weight, each once (a fused multi-tensor step; caches hold none of it):
-    grad + 2·(master + state) + weight. AdamW under Megatron (2, 4, 4, 8): 30 B. On the host
+    grad + 2·(master + state) + weight (master: ``CostContext.master_bytes``). AdamW under Megatron
+    (2, 4, 4, 8): 30 B. On the host
     (``on_host``, optimizer offload) the gradient arrives in fp32 and the compute copy is written
     to a pinned staging buffer (DeepSpeed ``DeepSpeedCPUAdam``, csrc/adam/cpu_adam_impl.cpp).
     """
+    p = ctx.profile
     grad = np.where(on_host, FP32_BYTES, p.grad_bytes)
-    return grad + 2.0 * (p.master_bytes + state_bytes) + p.weight_bytes
+    return grad + 2.0 * (ctx.master_bytes + state_bytes) + p.weight_bytes
 
 
 def muon_work(ctx: CostContext, b: LayoutBatch, updated_dense: np.ndarray,

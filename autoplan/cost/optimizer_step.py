@@ -48,8 +48,8 @@ def optimizer_step_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: d
     owned = owned_split(ctx, b, stage_params["dense"], stage_params["expert"])
     dense_state, expert_state = state_bytes_per_param(ctx, b)
     on_host = b.offload >= OFFLOAD["optimizer"]
-    per_dense = step_bytes_per_param(ctx.profile, dense_state, on_host)
-    per_expert = step_bytes_per_param(ctx.profile, expert_state, on_host)
+    per_dense = step_bytes_per_param(ctx, dense_state, on_host)
+    per_expert = step_bytes_per_param(ctx, expert_state, on_host)
     step_bytes = weighted(owned[0], owned[1], per_dense, per_expert)
     gpu = step_bytes / ctx.effective_hbm_bytes_per_s
     host_bytes_per_param = step_bytes / np.maximum(owned[0] + owned[1], 1.0)

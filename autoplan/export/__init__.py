@@ -27,6 +27,7 @@ from typing import Any
 
 from autoplan.errors import AutoplanError
 from autoplan.export.common import ExportError, ExportResult, LaunchOptions
+from autoplan.export.optimizer_precision import precision_problem
 from autoplan.layout import Layout
 from autoplan.layout_records import layout_from_record
 from autoplan.profiles import load_profile
@@ -36,7 +37,7 @@ from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import TrainingSpec
 
 __all__ = ["TRAINERS", "VERSIONS", "ExportError", "architecture_problem", "ExportResult", "LaunchOptions", "TrainerRuleError",
-           "export_plan", "parse_trainers", "plan_training", "read_plans", "render", "select_plan", "write_files"]
+           "export_plan", "precision_problem", "parse_trainers", "plan_training", "read_plans", "render", "select_plan", "write_files"]
 
 TRAINERS = ("megatron", "torchtitan", "nanotron", "deepspeed")
 VERSIONS = {
@@ -59,6 +60,9 @@ def render(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSpe
         raise AutoplanError(f"render takes one trainer, got {names}; use export_plan for several")
     trainer = names[0]
     check_layout(RuleContext(model, load_profile(trainer), training, allow_uneven_pp=allow_uneven_pp), layout)
+    problem = precision_problem(trainer, training)
+    if problem:
+        raise ExportError(f"cannot export to {trainer}: {problem}")
     module = importlib.import_module(f"autoplan.export.{trainer}")
     return module.render(model, layout, training, launch or LaunchOptions())
 

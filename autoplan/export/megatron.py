@@ -60,6 +60,7 @@ from autoplan.export.common import (
     padded_vocab,
     shell_args,
 )
+from autoplan.export import optimizer_precision
 from autoplan.export.megatron_model import model_args, model_warnings
 from autoplan.export.placement import matching_order, placement_warning
 from autoplan.layout import Layout
@@ -84,7 +85,7 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
         warnings.append("the prediction assumed gradients sharded over DP (shard_gradients); Megatron's "
                         "distributed optimizer keeps the whole gradient buffer, so this run needs more memory")
     args = (parallel_args(layout) + overlap_args(layout, efficiency) + batch_args(layout, training)
-            + recompute_args(layout) + optimizer_args(layout)
+            + recompute_args(layout) + optimizer_args(layout, training)
             + precision_args(layout, training) + model_args(model, layout, training) + vocab_args(model, layout, launch)
             + data_args(launch) + schedule_args(launch))
     commands = [f"MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..{nodes - 1}> MASTER_ADDR=<node 0> "
@@ -131,19 +132,20 @@ MEGATRON_OPTIMIZERS = {"adamw": ("adam", "core_v0.15.3"), "sgd": ("sgd", "core_v
                        "muon": ("muon", "core_v0.16.0"), "lion": ("lion", "core_v0.17.1")}
 
 
-def optimizer_args(lay: Layout) -> Args:
-    """``--optimizer`` where it is not Megatron's default adam (AdamW: decoupled weight decay), and
+def optimizer_args(lay: Layout, training: TrainingSpec) -> Args:
+    """``--optimizer`` where it is not Megatron's default adam (AdamW: decoupled weight decay);
     under offload=optimizer the hybrid CPU optimizer: ``--optimizer-cpu-offload`` with the
     ``--use-precision-aware-optimizer`` validate_args requires, all of it on the CPU
     (``--optimizer-offload-fraction 1.0``) and its copies overlapped with the CPU step
-    (``--overlap-cpu-optimizer-d2h-h2d``)."""
+    (``--overlap-cpu-optimizer-d2h-h2d``); the stored dtypes of the setup
+    (``optimizer_precision.megatron_args``), the precision-aware flag once."""
     args: Args = []
     if lay.optimizer != "adamw":
         args.append(("--optimizer", MEGATRON_OPTIMIZERS[lay.optimizer][0]))
     if lay.offload == "optimizer":
         args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", 1.0),
                  ("--overlap-cpu-optimizer-d2h-h2d", None), ("--use-precision-aware-optimizer", None)]
-    return args
+    return args + [arg for arg in optimizer_precision.megatron_args(training) if arg not in args]
 
 
 def assumed_efficiency(training: TrainingSpec) -> PhysicalEfficiency:

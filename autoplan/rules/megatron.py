@@ -18,4 +18,13 @@ RULES = [
          "Megatron-LM core_v0.15.3 megatron/training/arguments.py (validate_args: --fp8-param-gather only "
          "supported with distributed optimizer, torch fsdp2, megatron fsdp)",
          fix=lambda c, x: "try --zero 1"),
+    Rule("precision_aware_optimizer", ("megatron",),
+         "--use-precision-aware-optimizer (optimizer_state_dtype, master_weights) needs the distributed "
+         "optimizer (zero >= 1) and Adam",
+         lambda c, b: (not c.training.fp32_optimizer) & ((b.zero == 0) | (b.optimizer != 0)),
+         lambda c, x: (f"optimizer_state_dtype={c.training.optimizer_state_dtype}, "
+                       f"master_weights={c.training.master_weights}, zero={x.zero}, optimizer={x.optimizer}"),
+         "Megatron-LM core_v0.15.3 megatron/core/optimizer/__init__.py (get_megatron_optimizer: only "
+         "supported with distributed optimizer) and optimizer_config.py (only supported with adam)",
+         fix=lambda c, x: "try --zero 1 with --optimizer adamw"),
 ]

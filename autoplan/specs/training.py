@@ -26,6 +26,20 @@ ATTENTION_KERNELS = ("flash", "eager")
 # each GEMM operand (torchao/float8/config.py Float8LinearRecipeName.ROWWISE), the only Float8
 # linear recipe of torchtitan 0.3 (torchtitan/components/quantization/float8.py).
 FP8_RECIPES = ("tensorwise", "delayed", "blockwise", "mxfp8", "rowwise")
+# Bytes per element of each AdamW moment (exp_avg, exp_avg_sq) by storage dtype: Megatron
+# --exp-avg-dtype / --exp-avg-sq-dtype under --use-precision-aware-optimizer (Transformer Engine
+# FusedAdam; fp8 moments carry one fp32 scale per tensor, negligible), Apex DistributedFusedAdam
+# ``dtype`` (NeMo 1 ``optim.dtype``; apex/contrib/optimizers/distributed_fused_adam.py StateBucket).
+OPTIMIZER_STATE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+# The optimizer's copy of the weights it updates, bytes per parameter (None: the profile's
+# master_bytes, fp32): "fp16" (Megatron --main-params-dtype fp16), "remainders" (the 16 low bits
+# of the fp32 value beside the bf16 weight, an int16 per parameter: Transformer Engine FusedAdam
+# ``store_param_remainders``, on by default under Megatron's precision-aware optimizer with bf16,
+# megatron/core/optimizer/optimizer_config.py; Apex DistributedFusedAdam, which NeMo 1 turns on
+# for bf16 weights with fp32 state, nemo/collections/nlp/models/language_modeling/
+# megatron_base_model.py setup_optimization), "none" (the bf16 weights are the master: Apex
+# ``store_params=False``, NeMo 1's choice when the optimizer dtype equals the weights').
+MASTER_WEIGHT_BYTES = {"fp32": None, "fp16": 2.0, "remainders": 2.0, "none": 0.0}
 # The largest values accepted, one bound per quantity: the options of every command use these too.
 # Far above any real job; they keep counts exact in float64 (STYLE.md §2) and int64 casts safe.
 MAX_GPUS = 10**7
@@ -71,6 +85,11 @@ class TrainingSpec:
     reshard [parameters] after forward", Llama 3 Herd of Models, arXiv 2407.21783, Sec. 3.3.2),
     which no exported trainer runs with a pipeline (Megatron's distributed optimizer keeps the
     whole gradient buffer); memory only.
+    ``optimizer_state_dtype`` stores AdamW's two moments in that dtype
+    (:data:`OPTIMIZER_STATE_BYTES`; fp32 by default, other optimizers keep theirs) and
+    ``master_weights`` says what master copy of the weights the optimizer keeps
+    (:data:`MASTER_WEIGHT_BYTES`): memory of the sharded optimizer states and the bytes the
+    optimizer step moves (``CostContext.adam_state_bytes``, ``CostContext.master_bytes``).
     ``moe_capacity_factor`` is None for dropless MoE (Megatron's default) or the capacity factor
     c of a trainer that drops tokens and pads each expert to capacity (Megatron
     ``--moe-expert-capacity-factor c --moe-pad-expert-input-to-capacity``); memory only.
@@ -89,6 +108,8 @@ class TrainingSpec:
     fp8_param_gather: bool = False
     grad_reduce_in_bf16: bool = False
     shard_gradients: bool = False
+    optimizer_state_dtype: str = "fp32"
+    master_weights: str = "fp32"
     moe_capacity_factor: float | None = None
 
     def __post_init__(self) -> None:
@@ -108,7 +129,9 @@ class TrainingSpec:
         if self.flops_convention not in FLOPS_CONVENTIONS:
             raise TrainingSpecError(f"flops_convention must be one of {', '.join(FLOPS_CONVENTIONS)}, "
                                     f"got {shown(self.flops_convention)}")
-        for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", FP8_RECIPES)):
+        for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", FP8_RECIPES),
+                              ("optimizer_state_dtype", tuple(OPTIMIZER_STATE_BYTES)),
+                              ("master_weights", tuple(MASTER_WEIGHT_BYTES))):
             if getattr(self, name) not in allowed:
                 raise TrainingSpecError(f"{name} must be one of {', '.join(allowed)}, got {shown(getattr(self, name))}")
         factor = self.moe_capacity_factor
@@ -122,6 +145,12 @@ class TrainingSpec:
     def gpus(self) -> int:
         """The GPU count of the job (the cluster's)."""
         return self.cluster.num_gpus
+
+    @property
+    def fp32_optimizer(self) -> bool:
+        """fp32 AdamW moments and fp32 master weights: what every trainer stores unless told
+        otherwise (``optimizer_state_dtype``, ``master_weights``)."""
+        return self.optimizer_state_dtype == "fp32" and self.master_weights == "fp32"
 
     @property
     def gbs_tokens(self) -> int:

@@ -102,3 +102,25 @@ def test_offloaded_states_that_exceed_host_memory_do_not_fit():
     got = states(load_model("405b"), "deepspeed", gpus=8, zero=3, offload="params", recompute="full")
     assert got["host"] == pytest.approx(got["params"] / 8 * 18.0, rel=1e-9)
     assert got["reason"] == "host_out_of_memory"
+
+
+def _setup_states(gpus: int, zero: int, **setup) -> dict[str, float]:
+    """``states`` of llama3.2-1b (one layer) under Megatron with TrainingSpec settings ``setup``."""
+    layout, _ = plan_from_record({"gpus": gpus, "seq_len": 4096, "gbs_seqs": 8 * gpus, "zero": zero})
+    training = dataclasses.replace(build_training(gpus, 4096, 8 * gpus), **setup)
+    table = evaluate(build_context(ONE_LAYER, training, trainer="megatron"), LayoutBatch.from_layouts([layout]))
+    return {name: float(table[f"mem_first_{name}_bytes"][0]) for name in ("master_weights", "optimizer_states")}
+
+
+@pytest.mark.parametrize("setup, master, moments", [
+    ({}, 4, 8), ({"optimizer_state_dtype": "bf16"}, 4, 4), ({"master_weights": "remainders"}, 2, 8),
+    ({"optimizer_state_dtype": "bf16", "master_weights": "none"}, 0, 4),
+    ({"optimizer_state_dtype": "fp8", "master_weights": "fp16"}, 2, 2)])
+def test_stored_dtypes_set_master_and_moment_bytes_per_sharded_parameter(setup, master, moments):
+    """Apex DistributedFusedAdam with dtype bf16 (Nemotron-4 340B's NeMo 1 recipe) keeps the
+    moments in bf16 and no master copy; Megatron's precision-aware optimizer keeps int16
+    remainders and the moments in --exp-avg-dtype. Per parameter over the ZeRO-1 group of 4."""
+    got = _setup_states(4, 1, **setup)
+    params = count_params(ONE_LAYER).total
+    assert got["master_weights"] == pytest.approx(master * params / 4, rel=1e-12)
+    assert got["optimizer_states"] == pytest.approx(moments * params / 4, rel=1e-12)

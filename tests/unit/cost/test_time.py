@@ -300,8 +300,20 @@ ADAM_BYTES = {"megatron": 30, "nanotron": 32, "torchtitan": 28, "deepspeed": 28,
 
 def test_optimizer_step_bytes_follow_the_profile():
     for trainer, expected in ADAM_BYTES.items():
-        profile = load_profile(trainer)
-        assert step_bytes_per_param(profile, profile.optimizer_bytes, False) == expected, trainer
+        ctx = ctx_for(trainer=trainer)
+        assert step_bytes_per_param(ctx, ctx.adam_state_bytes, False) == expected, trainer
+
+
+@pytest.mark.parametrize("state, master, expected", [
+    ("bf16", "fp32", 4 + 2 * (4 + 4) + 2), ("fp32", "remainders", 4 + 2 * (2 + 8) + 2),
+    ("bf16", "none", 4 + 2 * (0 + 4) + 2), ("fp8", "fp16", 4 + 2 * (2 + 2) + 2)])
+def test_optimizer_step_moves_the_stored_dtypes(state, master, expected):
+    """Megatron (fp32 main grad 4, weight 2): the step reads and writes the master copy and both moments in
+    the dtypes the setup stores them in (TrainingSpec.optimizer_state_dtype, master_weights)."""
+    ctx = ctx_for()
+    ctx = dataclasses.replace(ctx, training=dataclasses.replace(ctx.training, optimizer_state_dtype=state,
+                                                                master_weights=master))
+    assert step_bytes_per_param(ctx, ctx.adam_state_bytes, False) == expected
 
 
 def test_optimizer_step_reads_and_writes_30_bytes_per_owned_parameter():

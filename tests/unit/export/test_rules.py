@@ -47,6 +47,12 @@ def gather_fp8(plan):
     return layout, dataclasses.replace(training, fp8_param_gather=True)
 
 
+def bf16_moments(plan):
+    """The plan with bf16 AdamW moments and int16 master remainders (precision-aware optimizer)."""
+    layout, training = plan
+    return layout, dataclasses.replace(training, optimizer_state_dtype="bf16", master_weights="remainders")
+
+
 # (rule, trainer, model, layout, text that must appear in the message)
 CASES = [
     ("degrees", "megatron", "llama3-8b", broken(lay(), dp=3), "dp(3)·tp(1)·pp(1)·cp(1) = 3 != gpus(8)"),
@@ -92,6 +98,8 @@ CASES = [
      "precision=fp8, fp8_recipe=delayed"),
     ("fp8_param_gather_optimizer", "megatron", "llama3-8b",
      gather_fp8(lay(precision="fp8", zero=0)), "fp8_param_gather=true, zero=0"),
+    ("precision_aware_optimizer", "megatron", "llama3-8b", bf16_moments(lay(zero=0)),
+     "optimizer_state_dtype=bf16, master_weights=remainders, zero=0, optimizer=adamw"),
     ("offload_megatron", "megatron", "llama3-8b", lay(pp=2, offload_layers=4), "offload_layers=4, pp=2"),
     ("trainer_offload", "megatron", "llama3-8b", lay(offload_layers=4), "no --cpu-offloading-num-layers"),
     ("deepspeed_etp", "deepspeed", "mixtral-8x7b", lay(tp=2, ep=2, etp=4), "etp=4, tp=2"),

@@ -76,3 +76,29 @@ def test_torchtitan_runs_mxfp8_through_its_mx_converters():
 def test_torchtitan_refuses_a_recipe_it_has_not():
     with pytest.raises(ExportError, match="torchtitan has no blockwise FP8 recipe"):
         _titan("blockwise")
+
+
+def test_precision_aware_optimizer_flags_are_written_once():
+    """bf16 moments with int16 master remainders: Megatron's precision-aware optimizer, the flag
+    once even where optimizer offload also needs it."""
+    words = _words("llama3-8b", {"zero": 1}, optimizer_state_dtype="bf16", master_weights="remainders")
+    assert words[words.index("--exp-avg-dtype") + 1] == "bf16"
+    assert words[words.index("--exp-avg-sq-dtype") + 1] == "bf16"
+    assert words.count("--use-precision-aware-optimizer") == 1 and "--main-params-dtype" not in words
+    offloaded = _words("llama3-8b", {"zero": 1, "offload": "optimizer"}, master_weights="fp16")
+    assert offloaded.count("--use-precision-aware-optimizer") == 1
+    assert offloaded[offloaded.index("--main-params-dtype") + 1] == "fp16"
+    assert "--use-precision-aware-optimizer" not in _words("llama3-8b", {"zero": 1})
+
+
+@pytest.mark.parametrize("trainer, setup, message", [
+    ("megatron", {"master_weights": "none", "optimizer_state_dtype": "bf16"}, "always keeps a master copy"),
+    ("megatron", {"optimizer_state_dtype": "bf16"}, "use master_weights=remainders"),
+    ("torchtitan", {"master_weights": "remainders"}, "torchtitan keeps fp32 master weights"),
+    ("nanotron", {"optimizer_state_dtype": "bf16", "master_weights": "none"}, "nanotron keeps fp32"),
+    ("deepspeed", {"optimizer_state_dtype": "fp16", "master_weights": "fp16"}, "deepspeed keeps fp32")])
+def test_optimizer_dtypes_a_trainer_cannot_store_are_refused(trainer, setup, message):
+    zero = 3 if trainer == "torchtitan" else 1  # torchtitan runs zero 0 or 3
+    layout, training = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "zero": zero})
+    with pytest.raises(ExportError, match=message):
+        render(trainer, load_model("llama3-8b"), layout, dataclasses.replace(training, **setup))

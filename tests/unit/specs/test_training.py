@@ -32,6 +32,8 @@ def test_gpus_and_gpus_per_node_come_from_the_cluster():
     (dict(gbs_tolerance=-0.1), "got gbs_tolerance=-0.1"),
     (dict(flops_convention="mine"), "flops_convention must be one of playbook, causal, megatron, got 'mine'"),
     (dict(cluster="gb200"), "cluster must be a Cluster, got str"),
+    (dict(optimizer_state_dtype="int4"), "optimizer_state_dtype must be one of fp32, bf16, fp16, fp8, got 'int4'"),
+    (dict(master_weights="bf16"), "master_weights must be one of fp32, fp16, remainders, none, got 'bf16'"),
 ])
 def test_bad_values_raise_one_clear_error(changes, message):
     values = dict(cluster=CLUSTER, seq_len=8192, gbs_seqs=512) | changes
