@@ -76,18 +76,24 @@ MEMORY_TERMS_DEFINED = [
                    "nanotron src/nanotron/optim/gradient_accumulator.py, trainer.py make_ddp (ddp_bucket_grad_bytes)",
                    ("grad_bytes", "ddp_bucket_grad_bytes", "grad_reduce_in_bf16", "shard_gradients", "BF16_BYTES",
                     *MODEL_STATE)),
-    *_stage_memory("master_weights", "fp32 master weights per GPU",
-                   "master_bytes × (P_dense / {z1} + P_expert / {z1e}), G = {G}",
-                   f"{ZERO}; megatron/training/theoretical_memory_usage.py", ("master_bytes", *MODEL_STATE)),
+    *_stage_memory("master_weights", "the optimizer's master weights per GPU (fp32 unless the setup says)",
+                   "m × (P_dense / {z1} + P_expert / {z1e}), G = {G}; m = master_bytes, or by master_weights: "
+                   "fp16 2, remainders 2 (int16 low bits beside bf16 weights), none 0",
+                   f"{ZERO}; megatron/training/theoretical_memory_usage.py; megatron/core/optimizer/"
+                   "optimizer_config.py (store_param_remainders, --main-params-dtype); Apex "
+                   "distributed_fused_adam.py (store_params, store_param_remainders)",
+                   ("master_bytes", "master_weights", *MODEL_STATE)),
     *_stage_memory("optimizer_states", "optimizer states per GPU (0 on the GPU under offload)",
-                   "s × P_dense / {z1} + s_e × P_expert / {z1e}, G = {G}; s by optimizer: adamw optimizer_bytes, "
+                   "s × P_dense / {z1} + s_e × P_expert / {z1e}, G = {G}; s by optimizer: adamw optimizer_bytes "
+                   "(2 moments of optimizer_state_dtype where not fp32: bf16/fp16 2 B, fp8 1 B), "
                    "adamw8bit 2·(1 + 4/BNB_BLOCK_ELEMENTS), adafactor 4·Σ(r + c)/Σ r·c over the model's matrices "
                    "(4 per vector element), sgd and lion 4, muon 4 on the hidden matrices and optimizer_bytes on "
                    "the rest (s_e = 4)",
                    f"{ZERO} (Adam: K = 12 with the master weights); bitsandbytes optim/optimizer.py "
                    "(Optimizer2State, blockwise absmax); Shazeer & Stern 2018 Alg. 4; Chen et al. 2023 (Lion); "
-                   "Jordan et al. 2024 and Liu et al. 2025 Moonlight Sec. 2 (Muon); autoplan.cost.optimizer",
-                   ("optimizer_bytes", "BNB_BLOCK_ELEMENTS", *MODEL_STATE)),
+                   "Jordan et al. 2024 and Liu et al. 2025 Moonlight Sec. 2 (Muon); Megatron --exp-avg-dtype "
+                   "(precision-aware optimizer), Apex DistributedFusedAdam dtype; autoplan.cost.optimizer",
+                   ("optimizer_bytes", "optimizer_state_dtype", "BNB_BLOCK_ELEMENTS", *MODEL_STATE)),
     *_stage_memory("activations", "activations saved for backward at the stage's peak",
                    "a × (in_flight × (1 − o) + OFFLOAD_STAGING_LAYERS if offload_layers > 0) + working, o = "
                    "min(offload_layers, L_S)/L_S; {layer_bytes}; A_mode = tokens × the profile's per-token "
@@ -283,13 +289,14 @@ TIME_TERMS_DEFINED = [
           "ZB-H2), Qi et al. 2024 Pipeline Parallelism with Controllable Memory (ZB-V); DeepSeek-V3 report Table 2 "
           "(DualPipe); autoplan.cost.schedule.bubble_micro_batches", ("BACKWARD_MATMUL_FACTOR",)),
     _time("optimizer", "optimizer step on the GPU (memory-bound update; 0 under offload)",
-          "(P_dense/{z1}) × (grad_bytes + 2·(master_bytes + s) + weight_bytes) + (P_expert/{z1e}) × (… s_e …), "
+          "(P_dense/{z1}) × (grad_bytes + 2·(m + s) + weight_bytes) + (P_expert/{z1e}) × (… s_e …), m the "
+          "master bytes (master_weights), "
           "/ (hbm_bytes_per_s·hbm_efficiency), s the optimizer's state bytes (optimizer_states), P of the "
           "heavier of the first and last stage, sharded like the optimizer states",
           "update memory traffic: read the gradient, master weight and states, write master and states "
           "and the compute copy (autoplan.cost.optimizer.step_bytes_per_param)",
-          ("grad_bytes", "master_bytes", "optimizer_bytes", "weight_bytes", "zero_shards_over_cp", "hbm_bytes_per_s",
-           "hbm_efficiency")),
+          ("grad_bytes", "master_bytes", "master_weights", "optimizer_bytes", "optimizer_state_dtype", "weight_bytes",
+           "zero_shards_over_cp", "hbm_bytes_per_s", "hbm_efficiency")),
     _time("muon", "Muon's Newton–Schulz iterations and its gradient gather (0 for other optimizers)",
           "owned·tp·F_NS / (peak_bf16_flops_per_s·power_limited_clock_fraction·gemm_efficiency_max) + AG(grad_reduce_bytes × matrix share × "
           "P_stage) over the ZeRO group when zero ≥ 1; F_NS = NEWTON_SCHULZ_ITERATIONS·(4·m²·n + 2·m³) per m×n "

@@ -20,8 +20,8 @@ RULES = [
          fix=lambda c, x: "try --zero 1"),
     Rule("precision_aware_optimizer", ("megatron",),
          "--use-precision-aware-optimizer (optimizer_state_dtype, master_weights) needs the distributed "
-         "optimizer (zero >= 1) and Adam",
-         lambda c, b: (not c.training.fp32_optimizer) & ((b.zero == 0) | (b.optimizer != 0)),
+         "optimizer (zero 1; under Megatron-FSDP, zero 3, the dtypes are its own options, not mapped) and Adam",
+         lambda c, b: (not c.training.fp32_optimizer) & ((b.zero == 0) | (b.zero >= 3) | (b.optimizer != 0)),
          lambda c, x: (f"optimizer_state_dtype={c.training.optimizer_state_dtype}, "
                        f"master_weights={c.training.master_weights}, zero={x.zero}, optimizer={x.optimizer}"),
          "Megatron-LM core_v0.15.3 megatron/core/optimizer/__init__.py (get_megatron_optimizer: only "
