@@ -22,7 +22,7 @@ import numpy as np
 
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
-from autoplan.cost.mlp_coefficients import mlp_coefficients
+from autoplan.cost.mlp_coefficients import mlp_coefficients, without_dropout_mask
 from autoplan.cost.model_states import (
     sharded_gradient_transient_bytes,
     zero3_gathered_bytes,
@@ -81,13 +81,14 @@ def attention_coefficients(ctx: CostContext, mode: str) -> ActivationCoefficient
     """Attention-block coefficients for recompute ``mode`` under the setup's attention kernel.
 
     ``training.attention_kernel == 'flash'`` (the default): the profile's coefficients (every trainer
-    profile describes flash/fused attention), GPT_ATTENTION_FLASH for GELU models. ``'eager'``:
+    profile describes flash/fused attention), GPT_ATTENTION_FLASH for GELU models (its residual
+    dropout mask as the profile's ``gpt_residual_dropout_mask_bytes`` says). ``'eager'``:
     the s² terms come back, 5·a·s² bytes per sequence for GELU/dropout models (Korthikanti eq. 1)
     and EAGER_SOFTMAX_BYTES·a·s² for the others, and selective recompute drops them again.
     """
     eager = ctx.training.attention_kernel == "eager"
     if ctx.model.activation == "gelu":
-        return (GPT_ATTENTION_EAGER if eager else GPT_ATTENTION_FLASH)[mode]
+        return without_dropout_mask(ctx, (GPT_ATTENTION_EAGER if eager else GPT_ATTENTION_FLASH)[mode])
     c = ctx.profile.attention[mode]
     if not eager:
         return _with_mha_copies(ctx, c)

@@ -25,6 +25,16 @@ GPT_MLP = {
 # function's input) where a SwiGLU layer saves both halves of fc1's 2f output (gate and up):
 # the profile's gated f and moe_kf coefficients less one bf16 copy of an f-wide tensor.
 UNGATED_FC1_SAVING_BYTES = BF16_BYTES
+# The residual dropout mask GPT_MLP and cost.memory's GPT_ATTENTION_* count in h: one byte per
+# hidden element (CUDA's bool mask; Korthikanti et al. 2022 eq. 1).
+GPT_DROPOUT_MASK_BYTES = 1.0
+
+
+def without_dropout_mask(ctx: CostContext, c: ActivationCoefficients) -> ActivationCoefficients:
+    """GPT-style block coefficients ``c`` (which count Korthikanti's 1-byte residual dropout mask
+    per hidden element) with the trainer's own mask bytes (``gpt_residual_dropout_mask_bytes``)."""
+    missing = GPT_DROPOUT_MASK_BYTES - ctx.profile.gpt_residual_dropout_mask_bytes
+    return dataclasses.replace(c, h=c.h - missing) if missing else c
 
 
 def mlp_coefficients(ctx: CostContext, mode: str) -> ActivationCoefficients:
@@ -32,7 +42,7 @@ def mlp_coefficients(ctx: CostContext, mode: str) -> ActivationCoefficients:
     (written for SwiGLU) for gated models; for squared ReLU the profile's less the gate half of
     fc1's saved output (UNGATED_FC1_SAVING_BYTES per f element)."""
     if ctx.model.activation == "gelu":
-        return GPT_MLP[mode]
+        return without_dropout_mask(ctx, GPT_MLP[mode])
     c = ctx.profile.mlp[mode]
     if ctx.model.activation == "relu2":
         return dataclasses.replace(c, f=c.f - UNGATED_FC1_SAVING_BYTES, moe_kf=c.moe_kf - UNGATED_FC1_SAVING_BYTES)

@@ -97,7 +97,8 @@ MEMORY_TERMS_DEFINED = [
     *_stage_memory("activations", "activations saved for backward at the stage's peak",
                    "a × (in_flight × (1 − o) + OFFLOAD_STAGING_LAYERS if offload_layers > 0) + working, o = "
                    "min(offload_layers, L_S)/L_S; {layer_bytes}; A_mode = tokens × the profile's per-token "
-                   "coefficients (attention, mlp; GPT-style models: memory.GPT_ATTENTION_FLASH, mlp_coefficients.GPT_MLP; squared ReLU: the profile mlp less UNGATED_FC1_SAVING_BYTES per f; under "
+                   "coefficients (attention, mlp; GPT-style models: memory.GPT_ATTENTION_FLASH, mlp_coefficients.GPT_MLP, each with "
+                   "gpt_residual_dropout_mask_bytes in place of their 1-byte residual dropout mask; squared ReLU: the profile mlp less UNGATED_FC1_SAVING_BYTES per f; under "
                    "attention_kernel = eager the s² scores: GPT_ATTENTION_EAGER, else s2 = EAGER_SOFTMAX_BYTES) "
                    "minus, under fp8 where the profile has fp8_saves_quantized_inputs, (BF16_BYTES − "
                    "FP8_ACTIVATION_ELEMENT_BYTES[fp8_recipe]) per linear-layer input element "
@@ -112,7 +113,8 @@ MEMORY_TERMS_DEFINED = [
                    "Megatron-Core core_v0.15.3 transformer_block.py _checkpointed_forward (recompute_method "
                    "block), transformer_config.py (recompute_modules, cpu_offloading_num_layers); "
                    "transformer_engine/pytorch/cpu_offload.py (AsyncDoubleBufferGroupOffloadHandler)",
-                   ("attention", "mlp", "full_recompute_input_bytes_per_h", "pp_schedule",
+                   ("attention", "mlp", "gpt_residual_dropout_mask_bytes", "full_recompute_input_bytes_per_h",
+                    "pp_schedule",
                     "pp_extra_layers_per_microbatch", "attention_kernel", "fp8_recipe",
                     "fp8_saves_quantized_inputs", "moe_capacity_factor", "OFFLOAD_STAGING_LAYERS")),
     *_stage_memory("embedding_output", "embedding output buffer",

@@ -116,6 +116,12 @@ class TrainerProfile:
     # HBM bytes per s×s score element that the attention dropout of eager attention moves in each
     # of forward and backward (autoplan.cost.time.attention_s); 0: no dropout on the scores.
     eager_attention_dropout_bytes: float = 0.0
+    # Bytes per hidden element of the residual dropout mask each block of a GPT-style (GELU) layer
+    # saves (cost.memory GPT_ATTENTION_*, cost.mlp_coefficients GPT_MLP: Korthikanti et al. 2022's
+    # 34sbh counts one 1-byte mask after the attention and one after the MLP): 1 where the
+    # trainer's GPT recipes train with dropout (Megatron --hidden-dropout 0.1, NeMo's GPT-3), 0
+    # without (MosaicGPT's resid_pdrop 0.0: no mask is drawn).
+    gpt_residual_dropout_mask_bytes: float = 1.0
     # The FP8 scaling recipes the trainer runs (specs.training.FP8_RECIPES; all by default): a
     # setup asking for another is refused (api.build_context), as is its export.
     fp8_recipes: tuple[str, ...] = FP8_RECIPES
@@ -141,7 +147,8 @@ _PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
 _OPTIONAL_KEYS = ["dp_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
                   "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes", "ddp_bucket_grad_bytes",
-                  "pp_split_rule", "pp_grad_all_reduce_bytes", "eager_attention_dropout_bytes", "fp8_recipes"]
+                  "pp_split_rule", "pp_grad_all_reduce_bytes", "eager_attention_dropout_bytes",
+                  "gpt_residual_dropout_mask_bytes", "fp8_recipes"]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:

@@ -127,22 +127,21 @@ def test_nemo_added_rows_fit_but_the_named_ones():
 
 
 # llm-foundry's MPT benchmark rows (validation/mpt_llm_foundry.csv, 139 used by the accuracy
-# benchmark) ran at the largest micro-batch that fit: each predicted over it is named (a known
-# miss) and within 4% of the usable memory. 80 were predicted over before the profile costed
-# the benchmark's fused cross-entropy (profiles/llmfoundry.yaml logits_bytes_per_vocab).
-MPT_UNFIT = {"mpt:765": 39.9, "mpt:774": 40.2, "mpt:775": 40.4, "mpt:776": 40.7, "mpt:796": 39.7,
-             "mpt:797": 39.7, "mpt:798": 39.8, "mpt:799": 40.0, "mpt:835": 79.8}  # predicted GiB
+# benchmark) ran at micro-batches hand-set near the memory limit (examples/llm/throughput/sweep.sh):
+# each must fit, and the tightest sit close to the card. 80 were predicted over it before the
+# profile costed the benchmark's fused cross-entropy (logits_bytes_per_vocab), 9 (by up to 3.0%)
+# before MPT's missing residual dropout masks (gpt_residual_dropout_mask_bytes).
 
 
-def test_mpt_rows_fit_within_four_percent_of_the_card():
+def test_every_mpt_row_fits_and_the_tightest_are_near_the_card():
     from autoplan.calibration.fit import predict_rows
     from autoplan.calibration.sources import load_source
     from autoplan.specs.hardware import load_gpu
 
     rows = list(load_source("mpt").rows)
     predicted = predict_rows(rows)
-    peaks = predicted["peak_memory_all_stages_bytes"]
-    over = {row.row_id: round(peak / 2**30, 1) for row, peak, fits in zip(rows, peaks, predicted["fits"]) if not fits}
-    assert len(rows) == 139 and over == MPT_UNFIT, over
-    worst = max(peak / load_gpu(row.hardware).usable_memory_bytes for row, peak in zip(rows, peaks))
-    assert worst < 1.04, worst  # 1.030: mpt:776, MPT-1B at micro-batch 10 without recompute
+    over = [row.row_id for row, fits in zip(rows, predicted["fits"]) if not fits]
+    assert len(rows) == 139 and not over, over
+    share = [peak / load_gpu(row.hardware).usable_memory_bytes
+             for row, peak in zip(rows, predicted["peak_memory_all_stages_bytes"])]
+    assert max(share) > 0.9, max(share)  # 0.980: the tightest hand-set micro-batch

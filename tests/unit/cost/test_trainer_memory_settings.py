@@ -100,3 +100,21 @@ def test_nanotron_keeps_no_bf16_gradient_without_ddp():
 def test_trainers_without_the_setting_keep_their_gradient_buffer_at_dp_1():
     # Megatron's main_grad buffer is allocated whether or not there is data parallelism.
     assert _gradient_bytes_per_param("megatron", 1) == _gradient_bytes_per_param("megatron", 2)
+
+
+def test_gpt_layers_without_dropout_save_no_residual_masks():
+    """GPT-style (GELU) layers save Korthikanti's 34 bytes per token per hidden element with
+    dropout (Megatron) and 32 without the two 1-byte residual masks (llm-foundry's MPT, resid_pdrop
+    0): flash attention, MHA, f = 4h, so q = kv = h and the per-head log-sum-exp is 4 bytes."""
+    from autoplan.calibration.published_runs import _mpt_models, mpt_model
+
+    tokens, h, heads = SEQ, 2048, 16
+    model = mpt_model(_mpt_models()["mpt-1b"], SEQ)
+    assert (model.hidden_size, model.num_attention_heads, model.ffn_hidden_size) == (h, heads, 4 * h)
+    for trainer, per_h in (("megatron", 34), ("llmfoundry", 32)):
+        training = build_training(8, SEQ, 8, hardware="a100-40gb")
+        ctx = build_context(model, training, trainer=trainer)
+        batch = LayoutBatch.from_layouts([resolve_layout({"mbs": 1, "zero": 3 if trainer == "llmfoundry" else 0},
+                                                         training)])
+        got = float(layer_activation_bytes(ctx, batch, "none")[0][0])
+        assert got == tokens * (per_h * h + 4 * heads + 8), trainer  # + LayerNorm statistics, 2 × 4 B
