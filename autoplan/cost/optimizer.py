@@ -69,7 +69,7 @@ def _model_shares(m: ModelSpec) -> dict[str, float]:
 def state_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
     """(non-expert, expert) bytes of optimizer state per parameter of each layout (see module)."""
     adam = ctx.adam_state_bytes
-    if not b.optimizer.any():  # every layout on AdamW: the profile's bytes, as before
+    if not b.optimizer.any():  # every layout on AdamW: the setup's AdamW bytes, as before
         return np.full_like(b.tp, adam), np.full_like(b.tp, adam)
     share = _model_shares(ctx.model)
     muon_dense = share["muon_matrix_share"] * ONE_MOMENTUM_BYTES + (1.0 - share["muon_matrix_share"]) * adam
@@ -86,10 +86,10 @@ def step_bytes_per_param(ctx: CostContext, state_bytes: np.ndarray, on_host: np.
 
     Read the gradient, the master weight and the states; write the master weight, the states and
     the compute copy of the weight, each once (a fused multi-tensor step; caches hold none of it):
-    grad + 2·(master + state) + weight (master: ``CostContext.master_bytes``). AdamW under Megatron
-    (2, 4, 4, 8): 30 B. On the host
-    (``on_host``, optimizer offload) the gradient arrives in fp32 and the compute copy is written
-    to a pinned staging buffer (DeepSpeed ``DeepSpeedCPUAdam``, csrc/adam/cpu_adam_impl.cpp).
+    grad + 2·(master + state) + weight, the master in the setup's dtype (``CostContext.master_bytes``).
+    AdamW under Megatron (weight 2, grad 4, master 4, states 8): 30 B. On the host (``on_host``,
+    optimizer offload) the gradient arrives in fp32 and the compute copy is written to a pinned
+    staging buffer (DeepSpeed ``DeepSpeedCPUAdam``, csrc/adam/cpu_adam_impl.cpp).
     """
     p = ctx.profile
     grad = np.where(on_host, FP32_BYTES, p.grad_bytes)
