@@ -10,6 +10,7 @@ from click.core import ParameterSource
 
 from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_values
 from autoplan.cli.options import (
+    SETUP_SETTINGS,
     allow_uneven_option,
     training_from_options,
     training_options,
@@ -99,10 +100,29 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: d
     missing = [name for name in ("gpus", "gbs_seqs") if name not in setup]
     if missing:
         raise AutoplanError(f"{plan}: plan of rank {rank} has no {' or '.join(missing)}")
-    training = training_from_options(kwargs, model.seq_len, gpus=setup["gpus"], gbs_seqs=setup["gbs_seqs"],
-                                     seq_len=setup.get("seq_len"), gbs_tokens=None)
+    settings = _plan_settings(ctx, data.get("setup") or {}, kwargs, plan)
+    training = training_from_options({**kwargs, **settings}, model.seq_len, gpus=setup["gpus"],
+                                     gbs_seqs=setup["gbs_seqs"], seq_len=setup.get("seq_len"), gbs_tokens=None)
     prediction = Prediction.from_record(record, str(data.get("trainer") or "searched"))
     return model, layout_from_record(record, training), training, prediction
+
+
+def _plan_settings(ctx: click.Context, recorded: dict, kwargs: dict, plan: str) -> dict:
+    """The trainer settings the plans were searched with (plans.json ``setup``: the TrainingSpec
+    fields of SETUP_SETTINGS; files written before it have none) for every setting not given on
+    the command line; a command-line value that differs from the recorded one wins, with a note
+    (the prediction assumed the other)."""
+    out = {}
+    for name in SETUP_SETTINGS:
+        if name not in recorded:
+            continue
+        if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE:
+            if kwargs[name] != recorded[name]:
+                click.echo(f"note: {name}={shown(kwargs[name])} instead of the {shown(recorded[name])} {plan} was "
+                           "searched with; its predictions assume the latter", err=True)
+        else:
+            out[name] = recorded[name]
+    return out
 
 
 def _from_options(kwargs: dict):

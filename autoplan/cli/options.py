@@ -17,6 +17,7 @@ from autoplan.specs.training import (
     MAX_GPUS,
     MAX_SEQ_LEN,
     OPTIMIZER_STATE_BYTES,
+    SETTING_FIELDS,
 )
 from autoplan.units import UnitError, parse_bandwidth, parse_count
 
@@ -127,8 +128,7 @@ def setup_settings(kw: dict) -> dict:
     return {name: kw[name] for name in SETUP_SETTINGS if name in kw}
 
 
-SETUP_SETTINGS = ("attention_kernel", "fp8_recipe", "fp8_param_gather", "grad_reduce_in_bf16", "shard_gradients",
-                  "optimizer_state_dtype", "master_weights", "moe_capacity_factor", "mtp_in_model_flops")
+SETUP_SETTINGS = SETTING_FIELDS
 SETUP_SETTING_OPTIONS = [
     click.option("--attention-kernel", type=click.Choice(["flash", "eager"]), default="flash", show_default=True,
                  help="Attention kernel: flash/fused (no s² scores saved) or eager (scores saved)."),

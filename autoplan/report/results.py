@@ -28,6 +28,7 @@ from autoplan.report.near_ties import near_ties, result_band
 from autoplan.report.per_choice import per_choice_summary
 from autoplan.search import SearchResult
 from autoplan.search.topk import DEFAULT_KEEP_ROWS
+from autoplan.specs.training import SETTING_FIELDS
 from autoplan.units import GiB
 
 CSV_FLOAT_FORMAT = "%.9g"
@@ -58,6 +59,7 @@ def summary(result: SearchResult, top: int) -> dict[str, Any]:
             "gbs_tokens": t.gbs_seqs * t.seq_len, "gbs_tolerance": t.gbs_tolerance,
             "space": result.space.name, "sampler": result.sampler, "seed": result.options.seed,
             "allow_uneven_pp": result.options.allow_uneven_pp,
+            "setup": {name: getattr(t, name) for name in SETTING_FIELDS},
             "recipe": result.counts.to_dict(), "knob_caps": cap_notes(result), **uncertainty_summary(result),
             "best_per_choice": per_choice_summary(result), "plans": plans,
             "columns": plain_dictionary(plans[0] if plans else [])}

@@ -52,6 +52,12 @@ MAX_GBS_SEQS = 2**40
 DEFAULT_GBS_TOLERANCE = 0.05
 
 
+# The trainer settings of a setup (TrainingSpec fields beside the cluster and the batch): what the
+# commands take as options (cli.options) and a search records in its plans.json for export.
+SETTING_FIELDS = ("attention_kernel", "fp8_recipe", "fp8_param_gather", "grad_reduce_in_bf16", "shard_gradients",
+                  "optimizer_state_dtype", "master_weights", "moe_capacity_factor", "mtp_in_model_flops")
+
+
 class TrainingSpecError(AutoplanError):
     """A training setup whose values break an invariant (the message names it and the values)."""
 

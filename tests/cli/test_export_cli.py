@@ -75,6 +75,22 @@ def test_plan_for_another_trainer_is_noted(tmp_path):
     assert result.exit_code == 0 and "searched for trainer 'nanotron'" in result.stderr
 
 
+def test_plan_exports_with_the_settings_it_was_searched_with(tmp_path):
+    """plans.json records the setup's trainer settings: export uses them unless an option is given,
+    and says so when one differs (the prediction assumed the recorded one)."""
+    setup = {"optimizer_state_dtype": "bf16", "master_weights": "remainders", "grad_reduce_in_bf16": True}
+    path = plans_file(tmp_path, [PLAN_A], model="llama3-8b", trainer="megatron", setup=setup)
+    result = run("export", path, "--to", "megatron")
+    assert result.exit_code == 0, result.output
+    assert "--exp-avg-dtype bf16" in result.stdout and "--grad-reduce-in-bf16" in result.stdout
+    assert "note:" not in result.stderr
+    fp16 = run("export", path, "--to", "megatron", "--master-weights", "fp16")
+    assert fp16.exit_code == 0 and "--main-params-dtype fp16" in fp16.stdout
+    assert "master_weights='fp16' instead of the 'remainders'" in fp16.stderr
+    unrecorded = run("export", plans_file(tmp_path, [PLAN_A], model="llama3-8b"), "--to", "megatron")
+    assert unrecorded.exit_code == 0 and "--use-precision-aware-optimizer" not in unrecorded.stdout
+
+
 def test_plan_and_layout_options_conflict(tmp_path):
     path = plans_file(tmp_path, [PLAN_A], model="llama3-8b")
     result = run("export", path, "--to", "megatron", "--tp", "4")

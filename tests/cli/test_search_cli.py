@@ -78,6 +78,7 @@ def test_json_document_shape(headline):
     for key in (*LAYOUT_KEYS, "step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib"):
         assert key in plan
     assert json.loads((out / "plans.json").read_text())["plans"] == document["plans"]
+    assert document["setup"]["master_weights"] == "fp32" and document["setup"]["fp8_recipe"] == "tensorwise"
     assert set(document["columns"]) == set(plan), "every plan column is in the column dictionary"
     assert all(entry["meaning"] and entry["unit"] for entry in document["columns"].values())
     manifest = json.loads((out / "manifest.json").read_text())
