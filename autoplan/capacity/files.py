@@ -68,7 +68,8 @@ def chosen_plans(result: CapacityResult) -> dict[str, Any] | None:
     return {"model": setup.model.name, "hardware": chosen["hardware"], "trainer": setup.trainer,
             "gpus": int(chosen["gpus"]), "train_days": float(chosen["train_days"]),
             "cost_usd": float(chosen["cost_usd"]), "note": "rank = batch phase; export one with "
-            "`autoplan export plans.json --to TRAINER --hardware HARDWARE --rank PHASE`", "plans": plans}
+            "`autoplan export plans.json --to TRAINER --hardware HARDWARE --rank PHASE`",
+            "setup": dict(setup.settings), "plans": plans}
 
 
 def inputs_key(inputs: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ plots, the export of the chosen point, and one-line errors for bad input."""
 from __future__ import annotations
 
 import io
+import json
 
 import pandas as pd
 import pytest
@@ -52,6 +53,8 @@ def test_the_chosen_point_exports(headline, tmp_path):
     assert result.exit_code == 0, result.output
     text = (tmp_path / "launch.sh").read_text()
     assert "--global-batch-size 512" in text and "--seq-length 8192" in text
+    recorded = json.loads((out / "plans.json").read_text())["setup"]
+    assert recorded["fp8_recipe"] == "tensorwise" and recorded["master_weights"] == "fp32"
 
 
 def test_table_names_the_chosen_point_and_the_prices_and_the_plots_are_written(tmp_path):

@@ -62,6 +62,7 @@ def test_capacity_csv_parses_back_and_plans_json_exports(small_run, tmp_path):
     plans = read_plans(tmp_path / "plans.json")
     chosen = small_run.chosen
     assert plans["hardware"] == chosen["hardware"] and len(plans["plans"]) == 2  # one record per phase
+    assert plans["setup"] == small_run.setup.settings  # the trainer settings export reads back
     for phase, best in enumerate(small_run.phase_bests(chosen["hardware"], chosen["gpus"]), start=1):
         record = select_plan(plans["plans"], phase)
         assert record["gbs_seqs"] == best.gbs_seqs and record["gpus"] == best.job_gpus
