@@ -33,12 +33,11 @@ table is silent:
   the release sets ``optim.name: distributed_fused_adam``), which NeMo 1 gives fp32 state and,
   for bf16 weights, int16 remainders instead of a fp32 master copy (nemo/collections/nlp/models/
   language_modeling/megatron_base_model.py ``setup_optimization``: ``store_param_remainders``;
-  apex/contrib/optimizers/distributed_fused_adam.py ``StateBucket``): the profile's
-  ``master_bytes`` becomes 2 (``TrainingSpec.master_weights`` "remainders" for a user's setup).
-  Nemotron-4 340B's config sets ``optim.dtype: bf16``, which that function passes to Apex as the
-  state dtype; with state and weights both bf16 it keeps no master copy (``store_params=False``):
-  ``optimizer_bytes`` 4 and ``master_bytes`` 0 (``optimizer_state_dtype`` bf16, ``master_weights``
-  "none"). The 25.xx rows run NeMo 2 with Megatron-Core's distributed optimizer: the profile's.
+  apex/contrib/optimizers/distributed_fused_adam.py ``StateBucket``): the setting
+  ``master_weights`` "remainders" (2 bytes). Nemotron-4 340B's config sets ``optim.dtype: bf16``,
+  which that function passes to Apex as the state dtype; with state and weights both bf16 it keeps
+  no master copy (``store_params=False``): ``optimizer_state_dtype`` bf16 and ``master_weights``
+  "none". The 25.xx rows run NeMo 2 with Megatron-Core's distributed optimizer: the defaults.
 
 Rows left out, with the reason: fine-tuning tasks (sft, lora: a frozen or partial model),
 rows without a tokens/s figure (the long-sequence tables' layout-only rows), models without a
@@ -77,10 +76,10 @@ ADDED_SOURCE = "nemo_added"
 # Models whose NeMo 24.07 launcher config sets ub_tp_comm_overlap: true (module doc).
 _TP_COMM_OVERLAP_2407 = ("GPT3-20B", "LLAMA2-70B", "LLAMA3-70B", "Nemotron-8B", "Nemotron-22B")
 BF16_GRADIENTS = (("grad_bytes", 2.0), ("grad_reduce_bytes", 2.0))  # module doc: NeMo's FP8 recipes reduce in bf16
-# NeMo 1's Apex DistributedFusedAdam (module doc): int16 master remainders, or for a config that
-# sets optim.dtype bf16 bf16 moments and no master copy.
-_APEX_REMAINDERS = (("master_bytes", 2.0),)
-_APEX_BF16_STATE = (("master_bytes", 0.0), ("optimizer_bytes", 4.0))
+# NeMo 1's Apex DistributedFusedAdam (module doc), as TrainingSpec settings: int16 master
+# remainders, or for a config that sets optim.dtype bf16 bf16 moments and no master copy.
+_APEX_REMAINDERS = (("master_weights", "remainders"),)
+_APEX_BF16_STATE = (("optimizer_state_dtype", "bf16"), ("master_weights", "none"))
 _BF16_OPTIMIZER_DTYPE_2407 = ("Nemotron-340B",)  # launcher conf nemotron/nemotron_340b.yaml optim.dtype: bf16
 _HARDWARE = {"H100-SXM5-80GB": "h100-sxm", "B200": "b200", "GB200 (NVL72)": "gb200-nvl72"}
 
@@ -140,7 +139,8 @@ def _row(line: int, r: dict[str, str]) -> Row:
     return Row(source=source, row_id=f"{source}:{line}", model=load_model({**_MODELS, **_ADDED_MODELS}[r["model"]]),
                hardware=hardware, trainer="megatron", layout=_layout(r),
                tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]), cell=cell,
-               allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS + _options(r))
+               allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS + _options(r),
+               settings=_optimizer_settings(r))
 
 
 def _load(source: str, notes: str) -> Source:
@@ -160,9 +160,13 @@ def load_nemo_added() -> Source:
 
 def _options(r: dict[str, str]) -> tuple[tuple[str, Any], ...]:
     """The row's trainer options where its recipe departs from the profile's (module doc)."""
+    if r["container"] == "NeMo 24.07" and r["model"] in _TP_COMM_OVERLAP_2407 and _degree(r["tp"]) > 1:
+        return (("options", replace(load_profile("megatron").options, tp_comm_overlap=True)),)
+    return ()
+
+
+def _optimizer_settings(r: dict[str, str]) -> tuple[tuple[str, Any], ...]:
+    """How the row's optimizer stores its state (module doc): Apex's on NeMo 24.07, else the defaults."""
     if r["container"] != "NeMo 24.07":
         return ()
-    out = _APEX_BF16_STATE if r["model"] in _BF16_OPTIMIZER_DTYPE_2407 else _APEX_REMAINDERS
-    if r["model"] in _TP_COMM_OVERLAP_2407 and _degree(r["tp"]) > 1:
-        out += (("options", replace(load_profile("megatron").options, tp_comm_overlap=True)),)
-    return out
+    return _APEX_BF16_STATE if r["model"] in _BF16_OPTIMIZER_DTYPE_2407 else _APEX_REMAINDERS

@@ -49,6 +49,9 @@ class Row:
     profile_overrides: tuple[tuple[str, Any], ...] = ()  # (field, value), e.g. ("options", TrainerOptions)
     nic_bytes_per_s: float = 0.0  # the cluster's NIC bandwidth per GPU; 0 = the GPU preset's
     fp8_recipe: str = "tensorwise"  # the setup's FP8 recipe where the layout's precision is fp8
+    # The run's other trainer settings (TrainingSpec fields, specs.training.SETTING_FIELDS) where
+    # they depart from the defaults, e.g. (("master_weights", "remainders"),).
+    settings: tuple[tuple[str, Any], ...] = ()
     # Which GPU's memory the source measured: "peak" (the heaviest pipeline stage, e.g. the max
     # over PP ranks torchtitan's tables give) or "first" (the first stage's rank only, where the
     # trainer logs from world rank 0: nanotron's log_memory).
@@ -66,7 +69,7 @@ class Row:
     @property
     def context_key(self) -> tuple:
         return (self.model.name, self.hardware, self.trainer, *self.setup, self.attention_kernel,
-                self.profile_overrides, self.nic_bytes_per_s, self.fp8_recipe)
+                self.profile_overrides, self.nic_bytes_per_s, self.fp8_recipe, self.settings)
 
     @property
     def has_time(self) -> bool:
@@ -91,13 +94,14 @@ class Source:
 @lru_cache(maxsize=None)
 def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, int, int],
              attention_kernel: str = "flash", profile_overrides: tuple[tuple[str, Any], ...] = (),
-             nic_bytes_per_s: float = 0.0, fp8_recipe: str = "tensorwise") -> CostContext:
+             nic_bytes_per_s: float = 0.0, fp8_recipe: str = "tensorwise",
+             settings: tuple[tuple[str, Any], ...] = ()) -> CostContext:
     gpu = load_gpu(hardware)
     profile = replace(load_profile(trainer), **dict(profile_overrides))
     num_gpus, seq_len, gbs_seqs = setup
     nic = nic_bytes_per_s if nic_bytes_per_s > 0 else None
     training = TrainingSpec(make_cluster(gpu, num_gpus, nic_bytes_per_s=nic), seq_len, gbs_seqs,
-                            attention_kernel=attention_kernel, fp8_recipe=fp8_recipe)
+                            attention_kernel=attention_kernel, fp8_recipe=fp8_recipe, **dict(settings))
     return CostContext(model=model, training=training, profile=profile,
                        parameters=profile.parameters_for(gpu.name))
 
@@ -105,4 +109,4 @@ def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, in
 def row_context(row: Row) -> CostContext:
     """The cost context of a row (its setup) with the shipped profile's parameters for its GPU."""
     return _context(row.model, row.hardware, row.trainer, row.setup, row.attention_kernel,
-                    row.profile_overrides, row.nic_bytes_per_s, row.fp8_recipe)
+                    row.profile_overrides, row.nic_bytes_per_s, row.fp8_recipe, row.settings)

@@ -116,32 +116,32 @@ def stage_layers(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray | None = None
     first, last = first_chunks.sum(axis=0), last_chunks.sum(axis=0)
     num_layers = float(model.num_layers)
     num_dense = float(model.num_layers - model.num_moe_layers)
-    first_dense = _dense_on_rank(model.num_layers, num_dense, pp, vpp, embed_loss, np.zeros_like(pp))
-    last_dense = _dense_on_rank(model.num_layers, num_dense, pp, vpp, embed_loss, pp - 1.0)
+    first_dense = _dense_on_rank(model.num_layers, num_dense, pp, vpp, embed_loss, np.zeros_like(pp), first_chunks)
+    last_dense = _dense_on_rank(model.num_layers, num_dense, pp, vpp, embed_loss, pp - 1.0, last_chunks)
     if model.num_mtp_layers:
         last_chunks, last, last_dense = _with_mtp(model, vpp, last_chunks, last, last_dense)
     middle_rank = _middle_rank(num_layers, num_dense, pp, vpp, embed_loss)
     middle_chunks = np.where(pp >= 3, rank_chunk_layers(model.num_layers, pp, vpp, embed_loss, middle_rank), 0.0)
     middle = middle_chunks.sum(axis=0)
-    middle_dense = np.where(pp >= 3, _dense_on_rank(model.num_layers, num_dense, pp, vpp, embed_loss, middle_rank), 0.0)
+    middle_dense = _dense_on_rank(model.num_layers, num_dense, pp, vpp, embed_loss, middle_rank, middle_chunks)
     return StageLayers(first=first, last=last, first_dense=first_dense, last_dense=last_dense,
                        first_chunks=first_chunks, last_chunks=last_chunks, middle=middle,
                        middle_dense=middle_dense, middle_chunks=middle_chunks, middle_rank=middle_rank)
 
 
 def _dense_on_rank(num_layers: int, num_dense: float, pp: np.ndarray, vpp: np.ndarray,
-                   embed_loss: np.ndarray, rank: np.ndarray) -> np.ndarray:
+                   embed_loss: np.ndarray, rank: np.ndarray, chunks: np.ndarray) -> np.ndarray:
     """Dense layers on pipeline rank ``rank`` when the model's D dense layers come first
     (DeepSeek-V3's ``first_k_dense_replace``; every layer of a dense model): over the rank's
     chunks (virtual stages s = k·pp + rank, ``rank_chunk_layers``), the part of each chunk's
     layers [start(s), start(s) + layers(s)) below D, with start(s) = s·base + min(s, extra) − e
-    for s > 0 (e = 1 under the embed-loss split: the embedding's unit on virtual stage 0)."""
+    for s > 0 (e = 1 under the embed-loss split: the embedding's unit on virtual stage 0);
+    ``chunks`` is the rank's ``rank_chunk_layers`` (0 where the rank does not exist)."""
     ends = np.where(embed_loss & (pp > 1), 1.0, 0.0)
     stages = pp * vpp
     units = num_layers + 2.0 * ends
     base = np.floor(units / stages)
     extra = units - base * stages
-    chunks = rank_chunk_layers(num_layers, pp, vpp, embed_loss, rank)
     out = np.zeros(np.shape(pp))
     for k in range(chunks.shape[0]):
         stage = k * pp + rank
