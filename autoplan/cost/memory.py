@@ -281,10 +281,26 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, stage: s
     tp_buffer = np.where(b.tp > 1, tokens * m.hidden_size * BF16_BYTES, 0.0)
     zero3 = zero3 + sharded_gradient_transient_bytes(ctx, b, one_layer_params)
     terms["communication_buffers"] = zero3 + tp_buffer + moe_dispatch_bytes(ctx, b, tokens, n_layers - n_dense)
-    tracked = sum(terms.values())
-    terms["reserve"] = c.allocator_overhead * tracked + c.memory_reserve_bytes
+    terms["reserve"] = c.allocator_overhead * transient_bytes(terms) + c.memory_reserve_bytes
     terms["host"] = host
     return terms
+
+
+# The terms allocated and freed within every step (the caching allocator's churn). The model
+# states are allocated once, at start-up or at the first optimizer step, in a few large
+# exact-size blocks (Megatron-Core's contiguous param and grad buffers, _ParamAndGradBuffer;
+# nanotron's FP32GradientAccumulator buffer; the optimizer's per-parameter states) and then reused.
+TRANSIENT_TERMS = ("activations", "embedding_output", "logits_and_loss", "communication_buffers")
+
+
+def transient_bytes(terms: dict[str, np.ndarray]) -> np.ndarray:
+    """Bytes of a stage that the trainer allocates and frees every step: what the allocator's
+    fragmentation (``Corrections.allocator_overhead``) scales with. PyTorch's caching allocator
+    splits cached segments to serve requests of other sizes and keeps the remainders
+    (c10/cuda/CUDACachingAllocator.cpp: block splitting, ``max_split_size``), so reserved memory
+    runs ahead of allocated memory by a share of the varying allocations, not of the long-lived
+    ones allocated once in blocks of their own size."""
+    return sum(terms[name] for name in TRANSIENT_TERMS)
 
 
 MEMORY_TERMS = ("weights", "gradients", "master_weights", "optimizer_states", "activations",

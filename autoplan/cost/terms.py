@@ -139,8 +139,10 @@ MEMORY_TERMS_DEFINED = [
                    ("zero3_prefetch_layers", "zero3_max_live_params", "zero3_grad_bucket_params", "BF16_BYTES",
                     "MOE_DISPATCH_COPIES", "moe_capacity_factor", "shard_gradients", "grad_reduce_bytes")),
     *_stage_memory("reserve", "allocator fragmentation, CUDA context, NCCL and library workspaces",
-                   "allocator_overhead × (sum of the stage's other memory terms) + memory_reserve_bytes",
-                   "calibrated per trainer and GPU (profiles/*.yaml)", ("allocator_overhead", "memory_reserve_bytes")),
+                   "allocator_overhead × (activations + embedding_output + logits_and_loss + communication_buffers: "
+                   "the bytes allocated and freed every step, memory.TRANSIENT_TERMS) + memory_reserve_bytes",
+                   "calibrated per trainer and GPU (profiles/*.yaml); PyTorch c10/cuda/CUDACachingAllocator.cpp "
+                   "(block splitting: fragmentation comes from the varying allocations)", ("allocator_overhead", "memory_reserve_bytes")),
 ]
 
 MEMORY_TOTALS = [

@@ -167,10 +167,11 @@ class Corrections:
         "library workspaces. Beyond ~4 GiB it stands in for tensors the model does not count.",
         (0.0, 16 * GIB), (0.25 * GIB, 4 * GIB), neutral=0.0, unit="B")
     allocator_overhead: float = _correction(
-        "Memory as a fraction of the tracked tensor bytes: against a reserved figure, the caching "
-        "allocator's fragmentation (PyTorch typically reserves a few to 20% more than it allocates); "
-        "against an allocated figure (nanotron logs torch.cuda.max_memory_allocated), allocated "
-        "tensors the terms do not count.",
+        "Memory as a fraction of the bytes allocated and freed every step (activations, logits, "
+        "communication buffers: cost.memory.TRANSIENT_TERMS; not the model states, allocated once): "
+        "against a reserved figure, the caching allocator's fragmentation (PyTorch typically "
+        "reserves a few to 20% more than it allocates); against an allocated figure (nanotron logs "
+        "torch.cuda.max_memory_allocated), transient tensors the terms do not count.",
         (0.0, 0.5), (0.01, 0.2), neutral=0.0)
 
 
