@@ -116,7 +116,8 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
                               gathers_per_micro, gathers_dense)
         step_grads = step_grads + extra["replica_all_reduce"]
         per_micro = np.where(zero3, per_micro + extra["secondary_gathers"], per_micro)
-    return {"grads": step_grads, "gathers": step_gathers, "per_micro": per_micro, "per_step_floor": floor}
+    return {"grads": step_grads, "gathers": step_gathers, "per_micro": per_micro, "per_step_floor": floor,
+            "inside_domain": link.inside_domain}
 
 
 def hybrid_comm_s(ctx: CostContext, b: LayoutBatch, stride: np.ndarray, shard: np.ndarray,

@@ -268,7 +268,7 @@ TIME_TERMS_DEFINED = [
           "src/nanotron/parallel/pipeline_parallel/p2p.py (P2P._send_meta, _recv_meta)",
           ("pp_overlap", "pp_blocking_metadata_messages", "BF16_BYTES", *LINKS)),
     _time("dp_exposed", "data-parallel gradient reduction and parameter gathers not hidden",
-          "R − dp_overlap·min(R, B/(1 + B)·t_mc) + Gth − dp_overlap·min(Gth, "
+          "R − dp_overlap·min(R, B/(1 + B)·t_mc + W) + Gth − dp_overlap·min(Gth, "
           "t_mc/(1 + B)) + F + T + grad_acc·max(0, Z3 − fsdp_overlap·t_mc) (the R overlap 0 when pp > 1 and not "
           "pp_overlaps_grad_reduce); T = (tied embeddings, pp > 1) V·h/tp·grad_reduce_bytes/bw + 2·α, the tied "
           "embedding's gradient all-reduce between the first and last stage (bw, α of NVLink when the "
@@ -276,8 +276,11 @@ TIME_TERMS_DEFINED = [
           "parameters per GPU of the heavier of the first and last stage, its non-expert part over dp·cp, its "
           "expert part over the expert-data-parallel group; t_mc = compute + recompute of one micro-batch, "
           "B = BACKWARD_MATMUL_FACTOR (the backward share B/(1 + B) hides the gradient reduction, the forward "
-          "share 1/(1 + B) the parameter gather)",
-          f"PyTorch DDP gradient buckets; {ZERO}, Sec. 7 (2Ψ, 3Ψ per step); FSDP2 prefetch; NVIDIA/nccl "
+          "share 1/(1 + B) the parameter gather); W = the backward's exposed TP collectives, 1 of their passes "
+          "(2 + recompute), where they run inside the scale-up domain while the data-parallel group spans "
+          "domains (NVLink beside the NICs; else 0: time.backward_scale_up_comm_s)",
+          f"PyTorch DDP gradient buckets; Megatron-Core distributed_data_parallel.py (register_grad_ready, "
+          f"start_grad_sync on its own stream); {ZERO}, Sec. 7 (2Ψ, 3Ψ per step); FSDP2 prefetch; NVIDIA/nccl "
           "src/graph/tuning.cc (ring and tree latency); DeepSpeed partitioned_param_coordinator.py "
           "(stage3_max_reuse_distance); Megatron-LM finalize_model_grads.py _allreduce_word_embedding_grads, "
           "DeepSpeed pipe/schedule.py ReduceTiedGrads, nanotron tied_parameters.py sync_tied_weights_gradients",

@@ -186,7 +186,24 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
         h_div = np.where(b.sp > 0, b.tp, 1.0)
         ep_passes = 2.0 + full + np.where(b.recompute == 1, module_ep, 0.0)
         ep = ep_passes * moe_time.dispatch_combine_s(ctx, b, ep_link, tokens / h_div)
-    return {"tp": tp, "tp_fixed": overhead, "cp": cp, "ep": ep}
+    return {"tp": tp, "tp_fixed": overhead, "cp": cp, "ep": ep, "tp_passes": passes}
+
+
+def backward_scale_up_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, tp_exposed: np.ndarray,
+                             tp_passes: np.ndarray, dp_inside_domain: np.ndarray) -> np.ndarray:
+    """Seconds of one micro-batch's backward spent in exposed TP collectives that run on the
+    scale-up links while the gradient reduction runs on the NICs, and so lengthen the window
+    that hides it: the TP group inside a domain, the data-parallel group across domains (else
+    both share one tier, and 0).
+
+    The reduction of bucket k starts once the backward has produced it and proceeds on its own
+    stream (Megatron-Core distributed_data_parallel.py, register_grad_ready -> start_grad_sync;
+    torch DDP's Reducer and nanotron's comm hook likewise) while the backward goes on with its
+    GEMMs and its blocking sequence-parallel collectives; those collectives run over NVLink, the
+    reduction over the NICs. The backward holds one of the ``tp_passes`` passes of the layer's TP
+    collectives (each all-gather's gradient is a reduce-scatter and vice versa)."""
+    tp_inside = comm.group_link(ctx, b.tp, st["tp"]).inside_domain
+    return np.where(tp_inside & ~dp_inside_domain & (b.tp > 1), tp_exposed / tp_passes, 0.0)
 
 
 def _layer_compute_s(fwd: dict[str, np.ndarray], matmul_s: np.ndarray) -> np.ndarray:
@@ -347,10 +364,12 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step; the
     # tied embedding's gradient all-reduce (cost.tied_embedding) runs after both, exposed.
     backward_last = micro_compute * (BACKWARD_MATMUL_FACTOR / (1.0 + BACKWARD_MATMUL_FACTOR))
+    backward_window = backward_last + backward_scale_up_comm_s(ctx, b, st, parts["tp"], lc["tp_passes"],
+                                                               dp["inside_domain"])
     forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR)
     # A pipeline engine that reduces after its schedule (pp_overlaps_grad_reduce false) hides nothing.
     grad_overlap = np.where((b.pp > 1) & (not p.pp_overlaps_grad_reduce), 0.0, ov.grad_reduce)
-    dp_exposed = (dp["grads"] - grad_overlap * np.minimum(dp["grads"], backward_last)
+    dp_exposed = (dp["grads"] - grad_overlap * np.minimum(dp["grads"], backward_window)
                   + dp["gathers"] - ov.param_gather * np.minimum(dp["gathers"], forward_first)
                   + dp["per_step_floor"] + tied_embedding_allreduce_s(ctx, b, st["pp"]))
     # The optimizer step (autoplan.cost.optimizer_step): on the GPU, or on the host under offload.

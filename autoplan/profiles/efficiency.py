@@ -114,7 +114,8 @@ class PhysicalEfficiency:
     pp_overlap: float = _physical(_OVERLAP_DOC.format("pipeline point-to-point"), _OVERLAP, _OVERLAP)
     dp_overlap: float = _physical(
         "Fraction of the data-parallel gradient reduction (parameter gather) hidden behind the "
-        "backward of the last (forward of the first) micro-batch.", _OVERLAP, _OVERLAP)
+        "backward of the last (forward of the first) micro-batch: its compute, and its TP "
+        "collectives where those run on NVLink while the reduction runs on the NICs.", _OVERLAP, _OVERLAP)
     fsdp_overlap: float = _physical(
         "Fraction of a micro-batch's compute behind which ZeRO-3/FSDP gathers and reductions hide.",
         _OVERLAP, _OVERLAP)
