@@ -124,6 +124,14 @@ def _other_exclusion(r: dict[str, str]) -> str:
     return ""
 
 
+# The 2024 docs rows whose train_configs set norm_type = "fused_rmsnorm" (Llama 2 13B at
+# torchtitan 395a52627, Llama 3 8B at 157a12c56; the 70B configs keep "rmsnorm"): the Triton
+# kernel saves 4 bytes per hidden element per norm less than the eager RMSNorm the torchtitan
+# profile's coefficients count (TrainerProfile.norm_saving_bytes_per_h).
+_FUSED_RMSNORM_MODELS = {"Llama 2 13B", "Llama 3 8B"}
+FUSED_RMSNORM_SAVING_BYTES_PER_H = 4.0
+
+
 def _torchtitan_docs_row(line: int, r: dict[str, str]) -> Row:
     """torchtitan performance.md (2024): FSDP2 (+TP), no PP; local batch = one micro-batch."""
     mode = r["activation_checkpointing"]
@@ -133,7 +141,9 @@ def _torchtitan_docs_row(line: int, r: dict[str, str]) -> Row:
               "precision": "fp8" if r["precision"].startswith("float8") else "bf16"}
     return Row(source="other_runs", row_id=f"other_runs:{line}", model=_torchtitan_docs_model(r["model"]),
                hardware=_OTHER_GPUS[r["gpu_type"]], trainer="torchtitan", layout=layout,
-               tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]), cell=f"torchtitan {r['model']}")
+               tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]), cell=f"torchtitan {r['model']}",
+               profile_overrides=((("norm_saving_bytes_per_h", FUSED_RMSNORM_SAVING_BYTES_PER_H),)
+                                  if r["model"] in _FUSED_RMSNORM_MODELS else ()))
 
 
 def bloom_model() -> ModelSpec:

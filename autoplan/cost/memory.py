@@ -40,6 +40,7 @@ from autoplan.profiles import ActivationCoefficients
 from autoplan.recompute_modules import module_bit
 
 BF16_BYTES = 2.0
+NORMS_PER_LAYER = 2.0  # pre-attention and pre-MLP (Llama, GPT: pre-norm blocks)
 
 # GPT-style layers (GELU MLP, LayerNorm, dropout; Korthikanti et al. 2022 eq. 1: 34sbh + 5as²b)
 # under eager attention: attention 11sbh + 5as²b + LayerNorm input 2sbh; MLP 19sbh + LayerNorm
@@ -206,7 +207,12 @@ def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple
     moe_layer = moe_layer - fp8 * (attention_inputs
                                    + _block_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b, shared_ffn)
                                    + _moe_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b))
-    return tokens * dense, tokens * moe_layer
+    # The run's norm kernel (profile norm_saving_bytes_per_h): two norms a layer, sequence-sharded
+    # under SP; without recompute only (torchtitan's selective policy recomputes the norms, so its
+    # selective coefficients hold no norm copies).
+    saving = ctx.profile.norm_saving_bytes_per_h if mode == "none" else 0.0
+    norms = NORMS_PER_LAYER * saving * m.hidden_size / np.where(b.sp > 0, b.tp, 1.0)
+    return tokens * (dense - norms), tokens * (moe_layer - norms)
 
 
 def selective_module_bytes(ctx: CostContext, b: LayoutBatch,

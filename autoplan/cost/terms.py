@@ -102,21 +102,24 @@ MEMORY_TERMS_DEFINED = [
                    "attention_kernel = eager the s² scores: GPT_ATTENTION_EAGER, else s2 = EAGER_SOFTMAX_BYTES) "
                    "minus, under fp8 where the profile has fp8_saves_quantized_inputs, (BF16_BYTES − "
                    "FP8_ACTIVATION_ELEMENT_BYTES[fp8_recipe]) per linear-layer input element "
-                   "(memory.TE_LINEAR_INPUTS_*); MoE routed-token terms × moe_capacity_factor (1 when dropless); "
+                   "(memory.TE_LINEAR_INPUTS_*); less, without recompute, NORMS_PER_LAYER·norm_saving_bytes_per_h·h/h_div "
+                   "per token for a run's fused norm kernel; MoE routed-token terms × moe_capacity_factor (1 when dropless); "
                    "averaged over the stage's dense and MoE layers; in_flight = "
                    "in_flight_layers(chunks of the rank, pp, vpp, grad_acc, stage rank, pp_schedule: 1f1b min(pp − r, m), "
                    "interleaved Megatron's warm-up chunk by chunk, afab m, zb-v min(pp, m), dualpipe pp + 1, "
                    "dualpipev pp + 1/2 stage micro-batches; autoplan.cost.schedule) + (pp > 1) "
                    "pp_extra_layers_per_microbatch × micro-batches in flight; {working}",
                    f"{KORTHIKANTI} Table 2, Sec. 4.2.3; megatron/core/pipeline_parallel/schedules.py; Qi et al. "
-                   "2023 (ZB-H1, ZB-V); DeepSeek-V3 report Table 2 (DualPipe); "
+                   "2023 (ZB-H1, ZB-V); DeepSeek-V3 report Table 2 (DualPipe); torchtitan@395a52627 "
+                   "torchtitan/models/norms.py (TritonFusedRMSNorm); "
                    "Megatron-Core core_v0.15.3 transformer_block.py _checkpointed_forward (recompute_method "
                    "block), transformer_config.py (recompute_modules, cpu_offloading_num_layers); "
                    "transformer_engine/pytorch/cpu_offload.py (AsyncDoubleBufferGroupOffloadHandler)",
                    ("attention", "mlp", "gpt_residual_dropout_mask_bytes", "full_recompute_input_bytes_per_h",
                     "pp_schedule",
                     "pp_extra_layers_per_microbatch", "attention_kernel", "fp8_recipe",
-                    "fp8_saves_quantized_inputs", "moe_capacity_factor", "OFFLOAD_STAGING_LAYERS")),
+                    "fp8_saves_quantized_inputs", "moe_capacity_factor", "norm_saving_bytes_per_h",
+                    "NORMS_PER_LAYER", "OFFLOAD_STAGING_LAYERS")),
     *_stage_memory("embedding_output", "embedding output buffer",
                    "tokens·h·BF16_BYTES/h_div on the first stage, 0 on the last",
                    "Megatron embedding output (first pipeline stage)", ("BF16_BYTES",)),

@@ -122,6 +122,15 @@ class TrainerProfile:
     # trainer's GPT recipes train with dropout (Megatron --hidden-dropout 0.1, NeMo's GPT-3), 0
     # without (MosaicGPT's resid_pdrop 0.0: no mask is drawn).
     gpt_residual_dropout_mask_bytes: float = 1.0
+    # Bytes per hidden element per norm (two per layer) that the run's normalisation kernel saves
+    # for backward less than the profile's coefficients count; 0: the coefficients' own norm. A
+    # fused RMSNorm kernel keeps its bf16 input and the fp32 rstd (torchtitan 2024's
+    # fused_rmsnorm, torchtitan/models/norms.py TritonFusedRMSNorm.forward: save_for_backward(x,
+    # weight, rstd)) where the eager RMSNorm that torchtitan's coefficients measure also keeps the
+    # fp32 upcast of its input (4) and the bf16 normalised x (2): 4 less (actmem README, Llama sdpa
+    # breakdown). Set per run (calibration rows), as trainers choose the kernel in their config;
+    # applied without recompute (a selective policy that recomputes the norms saves none of them).
+    norm_saving_bytes_per_h: float = 0.0
     # The FP8 scaling recipes the trainer runs (specs.training.FP8_RECIPES; all by default): a
     # setup asking for another is refused (api.build_context), as is its export.
     fp8_recipes: tuple[str, ...] = FP8_RECIPES
@@ -148,7 +157,7 @@ _OPTIONAL_KEYS = ["dp_bucket_params", "zero3_reuse_distance_params", "loss_hbm_b
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
                   "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes", "ddp_bucket_grad_bytes",
                   "pp_split_rule", "pp_grad_all_reduce_bytes", "eager_attention_dropout_bytes",
-                  "gpt_residual_dropout_mask_bytes", "fp8_recipes"]
+                  "gpt_residual_dropout_mask_bytes", "norm_saving_bytes_per_h", "fp8_recipes"]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:

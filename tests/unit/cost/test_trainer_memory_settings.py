@@ -118,3 +118,22 @@ def test_gpt_layers_without_dropout_save_no_residual_masks():
                                                          training)])
         got = float(layer_activation_bytes(ctx, batch, "none")[0][0])
         assert got == tokens * (per_h * h + 4 * heads + 8), trainer  # + LayerNorm statistics, 2 × 4 B
+
+
+def _layer_bytes(mode: str, tp: int, **profile_changes) -> float:
+    training = build_training(8, SEQ, 8)
+    ctx = build_context("llama3-8b", training, trainer="torchtitan")
+    ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, **profile_changes))
+    batch = LayoutBatch.from_layouts([resolve_layout({"mbs": 1, "tp": tp, "zero": 3}, training)])
+    return float(layer_activation_bytes(ctx, batch, mode)[0][0])
+
+
+def test_a_fused_rmsnorm_saves_four_bytes_per_hidden_element_per_norm():
+    # torchtitan 2024's fused_rmsnorm keeps its bf16 input and rstd, not the eager norm's fp32
+    # upcast and bf16 normalised copies: 4 B per hidden element, two norms a layer, sharded by SP.
+    h = 4096
+    for tp in (1, 2):
+        eager, fused = _layer_bytes("none", tp), _layer_bytes("none", tp, norm_saving_bytes_per_h=4.0)
+        assert eager - fused == 2 * 4 * h / tp * SEQ
+    # torchtitan's selective policy recomputes the norms: nothing of theirs is saved to drop.
+    assert _layer_bytes("selective", 1) == _layer_bytes("selective", 1, norm_saving_bytes_per_h=4.0)
