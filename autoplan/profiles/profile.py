@@ -126,9 +126,9 @@ class TrainerProfile:
     # for backward less than the profile's coefficients count; 0: the coefficients' own norm. A
     # fused RMSNorm kernel keeps its bf16 input and the fp32 rstd (torchtitan 2024's
     # fused_rmsnorm, torchtitan/models/norms.py TritonFusedRMSNorm.forward: save_for_backward(x,
-    # weight, rstd)) where the eager RMSNorm that torchtitan's coefficients measure also keeps the
-    # fp32 upcast of its input (4) and the bf16 normalised x (2): 4 less (actmem README, Llama sdpa
-    # breakdown). Set per run (calibration rows), as trainers choose the kernel in their config;
+    # weight, rstd)) where the eager RMSNorm that torchtitan's coefficients measure keeps the fp32
+    # upcast of its input (4) and the bf16 normalised x (2) instead of the bf16 input (2): 4 less
+    # (actmem README, Llama sdpa breakdown; the norm's output, saved by the next linear, is kept by both). Set per run (calibration rows), as trainers choose the kernel in their config;
     # applied without recompute (a selective policy that recomputes the norms saves none of them).
     norm_saving_bytes_per_h: float = 0.0
     # The FP8 scaling recipes the trainer runs (specs.training.FP8_RECIPES; all by default): a
