@@ -28,7 +28,7 @@ from autoplan.layout import LayoutBatch
 
 def bound_is_exact(ctx: CostContext) -> bool:
     """The model-state bound is a lower bound of the peak only when the allocator's reserve
-    (``allocator_overhead`` × tracked + ``memory_reserve_bytes``) cannot be negative."""
+    (``allocator_overhead`` × the transient bytes + ``memory_reserve_bytes``) cannot be negative."""
     c = ctx.corrections
     return c.allocator_overhead >= 0 and c.memory_reserve_bytes >= 0
 
