@@ -186,11 +186,12 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
         h_div = np.where(b.sp > 0, b.tp, 1.0)
         ep_passes = 2.0 + full + np.where(b.recompute == 1, module_ep, 0.0)
         ep = ep_passes * moe_time.dispatch_combine_s(ctx, b, ep_link, tokens / h_div)
-    return {"tp": tp, "tp_fixed": overhead, "cp": cp, "ep": ep, "tp_passes": passes}
+    return {"tp": tp, "tp_fixed": overhead, "cp": cp, "ep": ep, "tp_passes": passes,
+            "tp_inside_domain": tp_link.inside_domain}
 
 
-def backward_scale_up_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, tp_exposed: np.ndarray,
-                             tp_passes: np.ndarray, dp_inside_domain: np.ndarray) -> np.ndarray:
+def backward_scale_up_comm_s(b: LayoutBatch, tp_exposed: np.ndarray, tp_passes: np.ndarray,
+                             tp_inside_domain: np.ndarray, dp_inside_domain: np.ndarray) -> np.ndarray:
     """Seconds of one micro-batch's backward spent in exposed TP collectives that run on the
     scale-up links while the gradient reduction runs on the NICs, and so lengthen the window
     that hides it: the TP group inside a domain, the data-parallel group across domains (else
@@ -202,8 +203,7 @@ def backward_scale_up_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, tp_expo
     GEMMs and its blocking sequence-parallel collectives; those collectives run over NVLink, the
     reduction over the NICs. The backward holds one of the ``tp_passes`` passes of the layer's TP
     collectives (each all-gather's gradient is a reduce-scatter and vice versa)."""
-    tp_inside = comm.group_link(ctx, b.tp, st["tp"]).inside_domain
-    return np.where(tp_inside & ~dp_inside_domain & (b.tp > 1), tp_exposed / tp_passes, 0.0)
+    return np.where(tp_inside_domain & ~dp_inside_domain & (b.tp > 1), tp_exposed / tp_passes, 0.0)
 
 
 def _layer_compute_s(fwd: dict[str, np.ndarray], matmul_s: np.ndarray) -> np.ndarray:
@@ -364,8 +364,8 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step; the
     # tied embedding's gradient all-reduce (cost.tied_embedding) runs after both, exposed.
     backward_last = micro_compute * (BACKWARD_MATMUL_FACTOR / (1.0 + BACKWARD_MATMUL_FACTOR))
-    backward_window = backward_last + backward_scale_up_comm_s(ctx, b, st, parts["tp"], lc["tp_passes"],
-                                                               dp["inside_domain"])
+    backward_window = backward_last + backward_scale_up_comm_s(b, parts["tp"], lc["tp_passes"],
+                                                               lc["tp_inside_domain"], dp["inside_domain"])
     forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR)
     # A pipeline engine that reduces after its schedule (pp_overlaps_grad_reduce false) hides nothing.
     grad_overlap = np.where((b.pp > 1) & (not p.pp_overlaps_grad_reduce), 0.0, ov.grad_reduce)
