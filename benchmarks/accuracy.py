@@ -20,6 +20,7 @@ import time
 from collections import Counter
 
 from autoplan.calibration.accuracy import (
+    FIT_FRACTION,
     FIT_LOSS,
     FIT_PLAN,
     NOT_FITTED,
@@ -177,7 +178,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="refit the profiles on the split and report with them")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--fraction", type=float, default=0.3, help="share of each source to fit on")
+    parser.add_argument("--fraction", type=float, default=FIT_FRACTION, help="share of each source to fit on")
     parser.add_argument("--cv", action="store_true", help="k-fold cross-validation of each profile's fit")
     parser.add_argument("--rows", action="store_true", help="list the row ids fitted on and held out")
     parser.add_argument("--write-bands", action="store_true",

@@ -96,13 +96,15 @@ HELD_OUT_SOURCES = ("nemo_added",)
 # playbook_best repeats sweep runs: it is never fitted on directly, a best row counts as fitted
 # when its twin in the sweep is.
 NOT_FITTED = ("playbook_best",)
+# The share of each source the shipped profiles are fitted on (benchmarks/accuracy.py --fit).
+FIT_FRACTION = 0.3
 
 
 def _twin_key(row: Row) -> tuple:
     return (row.model.name, tuple(sorted(row.layout.items())), row.tokens_per_s_per_gpu)
 
 
-def fit_split(sources: Mapping[str, Source], fraction: float = 0.3, seed: int = 0,
+def fit_split(sources: Mapping[str, Source], fraction: float = FIT_FRACTION, seed: int = 0,
               plan: Mapping[Pair, Sequence[str]] = FIT_PLAN) -> set[str]:
     """Row ids to fit on: a seeded ``fraction`` of each source's measured rows of a (trainer,
     GPU) pair that ``plan`` fits (crashed sweep runs carry no figure and are never fitted;

@@ -8,9 +8,13 @@ held-out log ratios ``r = log(measured / predicted)``: the ``QUANTILES`` of r, c
 * **Measured groups** (at least ``MIN_ROWS`` rows with the figure): every row is predicted by a
   profile that did not see it. Rows of a (trainer, GPU) pair that is calibrated (``FIT_PLAN``)
   get ``FOLDS``-fold cross-validation (:func:`autoplan.calibration.fit.cross_validate`, the
-  pair's parameters and loss; a pair with more than ``MAX_CV_ROWS`` rows is cross-validated on
-  a seeded sample of that many); rows of a pair that is never fitted are predicted by the
-  shipped profile (already out of sample).
+  pair's parameters and loss) in which each fold is predicted by a fit on the one fold before
+  it: a fit on 1/``FOLDS`` of the rows, as the shipped profiles are fitted on ``FIT_FRACTION``
+  of them, so a band is the error of a profile fitted the way the shipped one was (a fit on
+  (k-1)/k of the rows errs less, and its bands covered 57% of SC'21's held-out rows). A pair
+  with more than ``MAX_CV_ROWS`` rows has a seeded sample of that many predicted (its fits see
+  whole folds). Rows of a pair that is never fitted are predicted by the shipped profile
+  (already out of sample).
 * **Unmeasured groups** (``measured: false``): a pair never measured runs on its profile's
   ``default`` parameters, so its band is the error of those defaults on measured rows, the
   trainer's own rows where it has at least ``MIN_ROWS``, else every row (each group weighted
@@ -38,8 +42,15 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from autoplan.calibration.accuracy import FIT_LOSS, FIT_PLAN, NOT_FITTED, Pair
-from autoplan.calibration.fit import PREDICTED, fit_efficiency, fold_assignment, log_errors, predict_rows
+from autoplan.calibration.accuracy import FIT_FRACTION, FIT_LOSS, FIT_PLAN, NOT_FITTED, Pair
+from autoplan.calibration.fit import (
+    PREDICTED,
+    fit_efficiency,
+    fold_assignment,
+    log_errors,
+    predict_rows,
+    training_fold_mask,
+)
 from autoplan.calibration.rows import Row, Source, row_context
 from autoplan.calibration.uncertainty import (
     BANDS_FILE,
@@ -52,7 +63,9 @@ from autoplan.specs.hardware import list_gpus
 
 COVERAGE = 0.85
 QUANTILES = ((1 - COVERAGE) / 2, (1 + COVERAGE) / 2)
-FOLDS = 5
+# Each fold is predicted by a fit on one other fold: 1/FOLDS of the rows, the shipped share.
+FOLDS = round(1 / FIT_FRACTION)
+TRAIN_ON = "one"
 MAX_CV_ROWS = 300
 MIN_ROWS = 5
 FIGURES = ("tokens_per_s", "peak_memory")
@@ -88,14 +101,17 @@ def heldout_ratios(rows: Sequence[Row], seed: int = 0, plan: Mapping[Pair, Seque
     chosen: dict[Pair, list[Row]] = {}
     tasks: list[_FoldTask] = []
     for pair, members in sorted(by_pair.items()):
-        if pair in plan and len(members) > MAX_CV_ROWS:
-            pick = np.sort(np.random.default_rng(seed).permutation(len(members))[:MAX_CV_ROWS])
-            members = [members[i] for i in pick]
-        chosen[pair] = members
-        if pair in plan:
-            folds = fold_assignment(len(members), FOLDS, seed)
-            tasks += [_FoldTask(pair, members, tuple(plan[pair]), FIT_LOSS.get(pair, "soft_l1"), seed, folds, fold)
-                      for fold in range(int(folds.max()) + 1)]
+        if pair not in plan:
+            chosen[pair] = members
+            continue
+        folds = fold_assignment(len(members), FOLDS, seed)
+        predicted = np.ones(len(members), dtype=bool)
+        if len(members) > MAX_CV_ROWS:
+            predicted[:] = False
+            predicted[np.random.default_rng(seed).permutation(len(members))[:MAX_CV_ROWS]] = True
+        chosen[pair] = [m for m, p in zip(members, predicted) if p]
+        tasks += [_FoldTask(pair, members, tuple(plan[pair]), FIT_LOSS.get(pair, "soft_l1"), seed, folds, fold,
+                            predicted) for fold in range(int(folds.max()) + 1)]
     if jobs > 1 and len(tasks) > 1:
         with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=_pool_context()) as pool:
             done = list(pool.map(_run_fold, tasks))
@@ -108,8 +124,9 @@ def heldout_ratios(rows: Sequence[Row], seed: int = 0, plan: Mapping[Pair, Seque
             pred = {name: np.full(len(members), np.nan) for name in PREDICTED}
             for task, fold_pred in zip(tasks, done):
                 if task.pair == pair:
+                    in_fold = (task.folds == task.fold)[task.predicted]
                     for name in PREDICTED:
-                        pred[name][task.folds == task.fold] = fold_pred[name]
+                        pred[name][in_fold] = fold_pred[name]
         else:
             pred = predict_rows(members, row_context)
         kept += members
@@ -119,7 +136,8 @@ def heldout_ratios(rows: Sequence[Row], seed: int = 0, plan: Mapping[Pair, Seque
 
 @dataclass(frozen=True)
 class _FoldTask:
-    """One fold of one pair's cross-validation: fit on the other folds, predict this one."""
+    """One fold of one pair's cross-validation: fit on the rows ``TRAIN_ON`` picks, predict
+    this fold's rows among ``predicted``."""
 
     pair: Pair
     rows: list[Row]
@@ -128,13 +146,15 @@ class _FoldTask:
     seed: int
     folds: np.ndarray
     fold: int
+    predicted: np.ndarray
 
 
 def _run_fold(task: _FoldTask) -> dict[str, np.ndarray]:
-    """The held-out predictions of ``task.fold`` (as :func:`autoplan.calibration.fit.cross_validate`
-    makes them, with the shipped fits' options), in the order of that fold's rows."""
-    train = [r for r, f in zip(task.rows, task.folds) if f != task.fold]
-    test = [r for r, f in zip(task.rows, task.folds) if f == task.fold]
+    """The held-out predictions of ``task.fold``'s predicted rows (as
+    :func:`autoplan.calibration.fit.cross_validate` makes them, with the shipped fits' options),
+    in the order of those rows."""
+    train = [r for r, t in zip(task.rows, training_fold_mask(task.folds, task.fold, TRAIN_ON)) if t]
+    test = [r for r, f, p in zip(task.rows, task.folds, task.predicted) if f == task.fold and p]
     eff, _ = fit_efficiency(train, row_context, task.params, task.seed, loss=task.loss, prior_rows=0.0)
     return predict_rows(test, row_context, eff)
 
@@ -219,7 +239,7 @@ def fingerprint(sources: Mapping[str, Source]) -> str:
     parts = {"rows": {n: sorted(r.row_id for r in s.rows if r.has_time or r.has_memory) for n, s in sources.items()},
              "profiles": {p.name: p.read_text() for p in sorted(profiles.glob("*.yaml"))},
              "plan": {f"{t}/{h}": list(v) for (t, h), v in sorted(FIT_PLAN.items())},
-             "settings": [QUANTILES, FOLDS, MAX_CV_ROWS, MIN_ROWS]}
+             "settings": [QUANTILES, FOLDS, TRAIN_ON, MAX_CV_ROWS, MIN_ROWS]}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -229,7 +249,7 @@ def bands_document(sources: Mapping[str, Source], seed: int = 0, jobs: int = 1) 
     cv_rows, heldout = heldout_ratios(rows, seed, jobs=jobs)
     groups = build_groups(rows, heldout, default_ratios(rows), cv_rows)
     return {"coverage": COVERAGE, "quantiles": [round(q, 4) for q in QUANTILES], "folds": FOLDS,
-            "max_cv_rows": MAX_CV_ROWS, "min_rows": MIN_ROWS, "seed": seed,
+            "train_on": TRAIN_ON, "max_cv_rows": MAX_CV_ROWS, "min_rows": MIN_ROWS, "seed": seed,
             "fingerprint": fingerprint(sources),
             "inputs": {name: sum(r.has_time or r.has_memory for r in s.rows) for name, s in sources.items()},
             "groups": groups}

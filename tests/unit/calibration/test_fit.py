@@ -8,7 +8,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autoplan.calibration.fit import CalibrationError, cross_validate, fit_efficiency, predict_rows, split_rows
+from autoplan.calibration.fit import (
+    CalibrationError,
+    cross_validate,
+    fit_efficiency,
+    fold_assignment,
+    predict_rows,
+    split_rows,
+    training_fold_mask,
+)
 from autoplan.calibration.rows import Row
 from autoplan.calibration.simplex import nelder_mead
 from autoplan.cost.context import CostContext
@@ -118,6 +126,17 @@ def test_cross_validation_predicts_every_row_held_out():
     assert sorted(np.bincount(cv.folds)) == [2, 2, 2, 2]
     assert np.all(np.isfinite(cv.predicted["tokens_per_s_per_gpu"]))
     assert cv.errors()["tokens_mape_pct"] < 1.0  # exact synthetic data: held-out error ~ 0
+
+
+def test_training_on_one_fold_fits_each_fold_on_the_fold_before_it():
+    folds = fold_assignment(30, 3, seed=2)
+    for fold in range(3):
+        train = training_fold_mask(folds, fold, "one")
+        assert np.array_equal(train, folds == (fold - 1) % 3)  # one fold, never the predicted one
+        assert train.sum() == 10
+        assert np.array_equal(training_fold_mask(folds, fold, "others"), folds != fold)
+    with pytest.raises(CalibrationError, match="train_on"):
+        training_fold_mask(folds, 0, "half")
 
 
 def test_split_is_seeded_and_per_source():

@@ -152,7 +152,7 @@ def test_cross_validated_ratios_are_the_same_in_worker_processes(sources):
     assert [r.row_id for r in one_rows] == [r.row_id for r in two_rows]
     assert np.all(np.isfinite(one["tokens_per_s"]))
     np.testing.assert_array_equal(one["tokens_per_s"], two["tokens_per_s"])
-    cv = cross_validate(rows, row_context, plan[pair], 3, band_fit.FOLDS,
+    cv = cross_validate(rows, row_context, plan[pair], 3, band_fit.FOLDS, train_on=band_fit.TRAIN_ON,
                         loss=FIT_LOSS.get(pair, "soft_l1"), prior_rows=0.0)
     measured = np.array([r.tokens_per_s_per_gpu for r in rows])
     np.testing.assert_allclose(one["tokens_per_s"], np.log(measured / cv.predicted["tokens_per_s_per_gpu"]),
