@@ -235,13 +235,29 @@ def load_torchtitan() -> Source:
 
 # --- Megatron on A100 80GB (Selene): SC'21 Table 1, Korthikanti 2022 Table 5 -------------------
 
+def megatron_2021_options(ddp_impl: str):
+    """The megatron profile's options as Megatron-LM ran in 2021-22 (SC'21, Korthikanti 2022).
+    ``--DDP-impl local`` (the default, and the only one allowed with pipeline parallelism or model
+    chunks) all-reduced the gradients after ``forward_backward_func`` returned, past the pipeline
+    flush: no overlap (``model_module.allreduce_gradients()`` in ``train_step``,
+    ``megatron/training.py`` at Megatron-LM 3d718bfc31, Aug 2021, and 55ba1f7b96, May 2022).
+    ``--DDP-impl torch`` (SC'21's pp-1 rows, ``examples/sc21/run_table_1.sh``) is PyTorch DDP,
+    whose bucket all-reduces overlap the last micro-batch's backward (the others run under
+    ``no_sync``). No distributed optimizer existed, so no parameter gather either way."""
+    if ddp_impl not in ("local", "torch"):
+        raise ValueError(f"--DDP-impl is 'local' or 'torch', got {ddp_impl!r}")
+    return replace(load_profile("megatron").options, overlap_grad_reduce=ddp_impl == "torch",
+                   overlap_param_gather=False)
+
+
 def load_sc21() -> Source:
     """SC'21 Table 1 (weak scaling, full recompute, interleaved 1F1B where the script used it;
     Megatron's non-fused softmax of the time: attention_kernel 'eager').
 
     tokens/s per GPU is derived: achieved TFLOP/s / (96·l·h²·(1 + s/6h + V/16lh)). fp16 runs as
     autoplan's 16-bit precision ('bf16'); no distributed optimizer (zero 0) and no sequence
-    parallelism existed then.
+    parallelism existed then; the gradient all-reduce overlapped the backward only under the
+    script's ``--DDP-impl torch`` (the pp-1 rows; ``megatron_2021_options``).
     """
     file = "megatron_sc21_table1_weak_scaling.csv"
     rows = []
@@ -259,7 +275,8 @@ def load_sc21() -> Source:
                         trainer="megatron", layout=layout,
                         tokens_per_s_per_gpu=tflops / sc21_flops_per_token(h, layers, vocab, seq),
                         cell=r["model"], derived="TFLOP/s / 96·l·h²·(1 + s/6h + V/16lh)",
-                        attention_kernel="eager"))
+                        attention_kernel="eager",
+                        profile_overrides=(("options", megatron_2021_options(r["ddp_impl_from_script"])),)))
     return Source("sc21", file, tuple(rows), notes="derived tokens/s from hardware TFLOP/s")
 
 
@@ -271,9 +288,12 @@ def load_korthikanti() -> Source:
     """Korthikanti et al. 2022 Table 5: selective recompute + SP rows and full-recompute rows
     (the paper's baseline: tensor parallelism without SP). tokens/s/GPU = gbs·seq/(time·gpus);
     configurations from Table 3 (530B at DP=8 keeps the per-replica batch: gbs = 8 x 280); the
-    runs predate fused attention in Megatron (Table 2's 5as² terms): attention_kernel 'eager'."""
+    runs predate fused attention in Megatron (Table 2's 5as² terms): attention_kernel 'eager';
+    the gradient all-reduce ran after the backward (``megatron_2021_options``: local DDP, the only
+    one Megatron allowed with pipeline parallelism; the 22B row runs without data parallelism)."""
     file = "korthikanti2022_table5_end_to_end.csv"
     configs = _korthikanti_configs()
+    options = megatron_2021_options("local")
     rows, excluded = [], []
     for i, r in enumerate(read_csv(file)):
         c = configs[r["model"]]
@@ -297,7 +317,8 @@ def load_korthikanti() -> Source:
                             model=model, hardware="a100-80gb", trainer="megatron",
                             layout={**base, "recompute": mode, "sp": sp},
                             tokens_per_s_per_gpu=gbs * seq / (seconds * gpus), cell=r["model"],
-                            derived="gbs·seq / (iteration time·gpus)", attention_kernel="eager"))
+                            derived="gbs·seq / (iteration time·gpus)", attention_kernel="eager",
+                            profile_overrides=(("options", options),)))
         if not found:
             excluded.append((f"korthikanti:{i + 2}", f"no iteration time ({r['note']})"))
     return Source("korthikanti", file, tuple(rows), tuple(excluded))

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from autoplan.cost.context import CostContext
 from autoplan.profiles.efficiency import PhysicalEfficiency
 from autoplan.profiles.trainer_options import TrainerOptions
@@ -44,3 +46,29 @@ def overlap_of(e: PhysicalEfficiency, o: TrainerOptions) -> Overlap:
                    grad_reduce=e.dp_overlap if o.overlap_grad_reduce else 0.0,
                    param_gather=e.dp_overlap if o.overlap_param_gather else 0.0,
                    ep=e.ep_overlap if o.moe_a2a_overlap else 0.0)
+
+
+def chunked_exposed_s(comm_s: np.ndarray, window_s: np.ndarray, chunks: np.ndarray, pp: np.ndarray,
+                      overlap: np.ndarray | float) -> np.ndarray:
+    """Seconds of a once-per-step data-parallel collective left exposed when the pipeline
+    launches it model chunk by model chunk.
+
+    ``window_s`` is the compute of one micro-batch on the whole stage that the collective hides
+    behind (the last backward for the gradient reduction, the first forward for the parameter
+    gather); the stage's parameters sit in ``chunks`` model chunks (vpp under the interleaved
+    schedule, else 1), each with 1/chunks of the traffic c and of the window w. Megatron's
+    interleaved schedule launches a chunk's gradient reduction once that chunk's last micro-batch
+    backward ends (``backward_step_helper_postprocess`` -> ``grad_sync_func[chunk]``), and gathers
+    chunk k + 1's parameters while chunk k runs its first forward (``param_sync_func``,
+    ``megatron/core/pipeline_parallel/schedules.py``, ``forward_backward_pipelining_with_interleaving``);
+    the chunks run their last backwards (first forwards) in groups of pp micro-batches, so
+    consecutive chunks finish pp·w apart. On one queue of collectives, the last chunk's share
+    hides only behind its own w and the rest behind the chunks still running:
+    exposed = max(0, max(c, comm − (chunks − 1)·pp·w) − w) (pp·w between chunks is a floor: the
+    cool-down's bubbles lengthen it). One chunk gives max(0, comm − window), the 1F1B figure.
+    ``overlap`` (the trainer's dp_overlap where it overlaps) scales the hidden part.
+    """
+    w = window_s / chunks
+    # hidden = comm − exposed, written so that one chunk gives min(comm, window) exactly
+    hidden = np.minimum(comm_s, w + np.minimum(comm_s - comm_s / chunks, (chunks - 1.0) * pp * w))
+    return comm_s - overlap * hidden

@@ -271,9 +271,12 @@ TIME_TERMS_DEFINED = [
           "src/nanotron/parallel/pipeline_parallel/p2p.py (P2P._send_meta, _recv_meta)",
           ("pp_overlap", "pp_blocking_metadata_messages", "BF16_BYTES", *LINKS)),
     _time("dp_exposed", "data-parallel gradient reduction and parameter gathers not hidden",
-          "R − dp_overlap·min(R, B/(1 + B)·t_mc + W) + Gth − dp_overlap·min(Gth, "
+          "R − dp_overlap·H(R, B/(1 + B)·t_mc + W) + Gth − dp_overlap·H(Gth, "
           "t_mc/(1 + B)) + F + T + grad_acc·max(0, Z3 − fsdp_overlap·t_mc) (the R overlap 0 when pp > 1 and not "
-          "pp_overlaps_grad_reduce); T = (tied embeddings, pp > 1) V·h/tp·grad_reduce_bytes/bw + 2·α, the tied "
+          "pp_overlaps_grad_reduce); H(S, X) = min(S, X/k + min(S − S/k, (k − 1)·pp·X/k)), the part of S hidden "
+          "when the stage's k model chunks (k = vpp under the interleaved schedule, else 1: H = min(S, X)) each "
+          "reduce after their last backward and gather before their first forward, pp chunk-passes apart "
+          "(cost.overlap.chunked_exposed_s); T = (tied embeddings, pp > 1) V·h/tp·grad_reduce_bytes/bw + 2·α, the tied "
           "embedding's gradient all-reduce between the first and last stage (bw, α of NVLink when the "
           "pipeline fits in the scale-up domain, else of the NIC); {dp_collectives}; P = the "
           "parameters per GPU of the heavier of the first and last stage, its non-expert part over dp·cp, its "
@@ -283,7 +286,8 @@ TIME_TERMS_DEFINED = [
           "(2 + recompute), where they run inside the scale-up domain while the data-parallel group spans "
           "domains (NVLink beside the NICs; else 0: time.backward_scale_up_comm_s)",
           f"PyTorch DDP gradient buckets; Megatron-Core distributed_data_parallel.py (register_grad_ready, "
-          f"start_grad_sync on its own stream); {ZERO}, Sec. 7 (2Ψ, 3Ψ per step); FSDP2 prefetch; NVIDIA/nccl "
+          f"start_grad_sync on its own stream), pipeline_parallel/schedules.py (grad_sync_func, param_sync_func "
+          f"per model chunk); {ZERO}, Sec. 7 (2Ψ, 3Ψ per step); FSDP2 prefetch; NVIDIA/nccl "
           "src/graph/tuning.cc (ring and tree latency); DeepSpeed partitioned_param_coordinator.py "
           "(stage3_max_reuse_distance); Megatron-LM finalize_model_grads.py _allreduce_word_embedding_grads, "
           "DeepSpeed pipe/schedule.py ReduceTiedGrads, nanotron tied_parameters.py sync_tied_weights_gradients",

@@ -29,7 +29,7 @@ from autoplan.cost.flops import (
 from autoplan.cost.memory import layer_activation_bytes
 from autoplan.cost.offload import param_fetch_s
 from autoplan.cost.optimizer_step import optimizer_step_s
-from autoplan.cost.overlap import overlap_fractions
+from autoplan.cost.overlap import chunked_exposed_s, overlap_fractions
 from autoplan.cost.recompute import (
     full_recompute_share,
     module_extra_passes,
@@ -40,6 +40,7 @@ from autoplan.cost.schedule import (
     bubble_micro_batches,
     chunks_per_rank,
     hides_pipeline_and_expert_comm,
+    is_schedule,
     resolved_schedule,
 )
 from autoplan.cost.stages import StageLayers, choose_stage, heaviest_stage
@@ -368,9 +369,11 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
                                                                lc["tp_inside_domain"], dp["inside_domain"])
     forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR)
     # A pipeline engine that reduces after its schedule (pp_overlaps_grad_reduce false) hides nothing.
+    # Under the interleaved schedule each model chunk reduces and gathers on its own (overlap.py).
     grad_overlap = np.where((b.pp > 1) & (not p.pp_overlaps_grad_reduce), 0.0, ov.grad_reduce)
-    dp_exposed = (dp["grads"] - grad_overlap * np.minimum(dp["grads"], backward_window)
-                  + dp["gathers"] - ov.param_gather * np.minimum(dp["gathers"], forward_first)
+    chunks = np.where(is_schedule(schedule, "interleaved") & (b.pp > 1), b.vpp, 1.0)
+    dp_exposed = (chunked_exposed_s(dp["grads"], backward_window, chunks, b.pp, grad_overlap)
+                  + chunked_exposed_s(dp["gathers"], forward_first, chunks, b.pp, ov.param_gather)
                   + dp["per_step_floor"] + tied_embedding_allreduce_s(ctx, b, st["pp"]))
     # The optimizer step (autoplan.cost.optimizer_step): on the GPU, or on the host under offload.
     opt = optimizer_step_s(ctx, b, st, stage_params, layers.most, backward_last)

@@ -115,7 +115,8 @@ class PhysicalEfficiency:
     dp_overlap: float = _physical(
         "Fraction of the data-parallel gradient reduction (parameter gather) hidden behind the "
         "backward of the last (forward of the first) micro-batch: its compute, and its TP "
-        "collectives where those run on NVLink while the reduction runs on the NICs.", _OVERLAP, _OVERLAP)
+        "collectives where those run on NVLink while the reduction runs on the NICs (under the "
+        "interleaved schedule, of each model chunk, behind the chunks still running).", _OVERLAP, _OVERLAP)
     fsdp_overlap: float = _physical(
         "Fraction of a micro-batch's compute behind which ZeRO-3/FSDP gathers and reductions hide.",
         _OVERLAP, _OVERLAP)
