@@ -28,7 +28,13 @@ table is silent:
   launcher_scripts/conf/training/{gpt3/20b, llama/llama2_70b, llama/llama3_70b, nemotron/
   nemotron_8b, nemotron/nemotron_22b}.yaml; the H100 FP8 examples, examples/training/*/h100/
   *_fp8*.sh, override only batch, parallel sizes and fp8); off where it says false (gpt3/175b,
-  nemotron/nemotron_340b) and for the NeMo 2 rows of 25.xx, whose recipes are not stored.
+  nemotron/nemotron_340b). The NeMo 2 rows of 25.02, 25.04 and 25.07 (NeMo 2.2, 2.3, 2.4) ran the
+  performance scripts (scripts/llm/performance/pretrain_<model>.py, later scripts/performance/),
+  which build ``pretrain_recipe(performance_mode=True)`` and assert its MegatronCommOverlapCallback
+  ("Required for performance"): ``pretrain_performance_optimizations`` in
+  nemo/collections/llm/recipes/{gpt3_175b, llama3_70b, llama31_405b, nemotron4_15b, nemotron4_340b,
+  nemotron3_8b, nemotron3_22b}.py sets ``tp_comm_overlap=True`` (NVIDIA/NeMo v2.2.0, v2.3.0, v2.4.0);
+  on for those models' rows with tp > 1 (the Mixtral and Llama 3 8B recipes do not set it).
 * The optimizer of the NeMo 24.07 rows: Apex DistributedFusedAdam (every pre-training config of
   the release sets ``optim.name: distributed_fused_adam``), which NeMo 1 gives fp32 state and,
   for bf16 weights, int16 remainders instead of a fp32 master copy (nemo/collections/nlp/models/
@@ -75,6 +81,10 @@ _ADDED_MODELS = {"GPT3-5B": "gpt3-5b", "GPT3-20B": "gpt3-20b", "LLAMA2-13B": "ll
 ADDED_SOURCE = "nemo_added"
 # Models whose NeMo 24.07 launcher config sets ub_tp_comm_overlap: true (module doc).
 _TP_COMM_OVERLAP_2407 = ("GPT3-20B", "LLAMA2-70B", "LLAMA3-70B", "Nemotron-8B", "Nemotron-22B")
+# Models whose NeMo 2 performance recipe sets tp_comm_overlap=True (module doc), for the 25.xx rows.
+_TP_COMM_OVERLAP_NEMO2 = ("GPT3-175B", "LLAMA3-70B", "LLAMA3-405B", "LLAMA3.1-405B", "Nemotron-15B",
+                          "Nemotron-340B", "Nemotron-8B", "Nemotron-22B")
+_NEMO2_CONTAINERS = ("NeMo 25.02", "NeMo 25.04", "NeMo 25.07")
 BF16_GRADIENTS = (("grad_bytes", 2.0), ("grad_reduce_bytes", 2.0))  # module doc: NeMo's FP8 recipes reduce in bf16
 # NeMo 1's Apex DistributedFusedAdam (module doc), as TrainingSpec settings: int16 master
 # remainders, or for a config that sets optim.dtype bf16 bf16 moments and no master copy.
@@ -160,7 +170,9 @@ def load_nemo_added() -> Source:
 
 def _options(r: dict[str, str]) -> tuple[tuple[str, Any], ...]:
     """The row's trainer options where its recipe departs from the profile's (module doc)."""
-    if r["container"] == "NeMo 24.07" and r["model"] in _TP_COMM_OVERLAP_2407 and _degree(r["tp"]) > 1:
+    overlap = ((r["container"] == "NeMo 24.07" and r["model"] in _TP_COMM_OVERLAP_2407)
+               or (r["container"] in _NEMO2_CONTAINERS and r["model"] in _TP_COMM_OVERLAP_NEMO2))
+    if overlap and _degree(r["tp"]) > 1:
         return (("options", replace(load_profile("megatron").options, tp_comm_overlap=True)),)
     return ()
 

@@ -46,9 +46,11 @@ def test_added_models_form_their_own_source_never_fitted_on():
     assert fitted and not any(i.startswith("nemo_added:") for i in fitted)
 
 
-def test_tp_comm_overlap_follows_the_2407_launcher_configs():
+def test_tp_comm_overlap_follows_the_launcher_configs_and_nemo2_recipes():
     """NeMo 24.07's launcher configs set ub_tp_comm_overlap for GPT-3 20B, Llama 2/3 70B and
-    Nemotron-3 8B/22B and not for GPT-3 175B or Nemotron-4 340B; tp-1 rows have no TP traffic."""
+    Nemotron-3 8B/22B and not for GPT-3 175B or Nemotron-4 340B; the NeMo 2 performance recipes
+    (25.02-25.07) set tp_comm_overlap for GPT-3 175B, Llama 3 70B/405B and Nemotron-3/4 but not
+    Mixtral or Llama 3 8B; tp-1 rows have no TP traffic."""
     from autoplan.calibration.nemo_source import load_nemo_added
 
     def overlap(row) -> bool:
@@ -56,10 +58,16 @@ def test_tp_comm_overlap_follows_the_2407_launcher_configs():
         return bool(options and options.tp_comm_overlap)
 
     rows = list(load_nemo().rows) + list(load_nemo_added().rows)
-    on = {r.model.name for r in rows if overlap(r)}
+    nemo1 = [r for r in rows if r.hardware == "h100-sxm" and r.row_id not in ("nemo:121",)]
+    on = {r.model.name for r in nemo1 if overlap(r)}
     assert on == {"gpt3-20b", "llama2-70b", "llama3-70b", "nemotron-3-8b", "nemotron-3-22b"}
-    assert not any(overlap(r) for r in rows if r.model.name in ("gpt3-175b", "nemotron-4-340b") or r.layout["tp"] == 1)
-    assert not any(overlap(r) for r in rows if r.hardware != "h100-sxm")
+    assert not any(overlap(r) for r in nemo1 if r.model.name in ("gpt3-175b", "nemotron-4-340b"))
+    assert not any(overlap(r) for r in rows if r.layout["tp"] == 1)
+    assert not any(overlap(r) for r in rows if r.model.name.startswith("mixtral"))
+    nemo2 = {r.row_id: overlap(r) for r in rows if r.hardware != "h100-sxm" or r.row_id == "nemo:121"}
+    assert nemo2["nemo:121"] and nemo2["nemo:113"] and nemo2["nemo_added:118"]  # GPT-3 175B 25.02, 340B B200
+    assert all(overlap(r) for r in rows if r.hardware == "gb200-nvl72" and r.layout["tp"] > 1
+               and not r.model.name.startswith("mixtral"))
 
 
 def test_a_blank_vp_takes_the_vp_a_later_page_states_for_the_same_run():
