@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoplan.calibration.accuracy import (
+    FIT_FRACTION,
     FIT_LOSS,
     FIT_PLAN,
     TIME_SOURCES,
@@ -346,7 +347,7 @@ REFIT_SECTIONS = ("memory-unit", "sweep-refit")
 
 
 def accuracy_report(sections: Sequence[str] = SECTIONS, *, seed: int = 0, split_seed: int = 0,
-                    fraction: float = 0.3, eff: Mapping[Pair, CalibratedParameters] | None = None,
+                    fraction: float = FIT_FRACTION, eff: Mapping[Pair, CalibratedParameters] | None = None,
                     progress: Progress | None = None) -> list[Figure]:
     """The figures of ``sections``: with the shipped profiles, or ``eff`` where given (e.g.
     profiles refitted by ``benchmarks/accuracy.py --fit``). ``split_seed`` and ``fraction`` give

@@ -28,6 +28,7 @@ from autoplan.cost.model_states import (
     zero3_gathered_bytes,
 )
 from autoplan.cost.recompute import (
+    NORMS_PER_LAYER,
     OFFLOAD_STAGING_LAYERS,
     full_recompute_share,
     module_dropped_bytes_per_token,
@@ -40,7 +41,6 @@ from autoplan.profiles import ActivationCoefficients
 from autoplan.recompute_modules import module_bit
 
 BF16_BYTES = 2.0
-NORMS_PER_LAYER = 2.0  # pre-attention and pre-MLP (Llama, GPT: pre-norm blocks)
 
 # GPT-style layers (GELU MLP, LayerNorm, dropout; Korthikanti et al. 2022 eq. 1: 34sbh + 5as²b)
 # under eager attention: attention 11sbh + 5as²b + LayerNorm input 2sbh; MLP 19sbh + LayerNorm

@@ -186,7 +186,7 @@ CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
                            "bytes of one gathered parameter (bf16 param_dtype)"),
     "ZERO3_GATHERS_PER_MICROBATCH": ("autoplan.cost.data_parallel", "ZERO3_GATHERS_PER_MICROBATCH", 2.0,
                                      "ZeRO-3 parameter gathers per layer and micro-batch: forward and backward"),
-    "NORMS_PER_LAYER": ("autoplan.cost.memory", "NORMS_PER_LAYER", 2.0,
+    "NORMS_PER_LAYER": ("autoplan.cost.recompute", "NORMS_PER_LAYER", 2.0,
                         "normalisations per transformer layer (pre-attention, pre-MLP)"),
     "OFFLOAD_STAGING_LAYERS": ("autoplan.cost.recompute", "OFFLOAD_STAGING_LAYERS", 1.0,
                                "layers of activations an offloading stage keeps in transfer (TE's double buffer)"),
