@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from autoplan.calibration.network import P5_EFA_SCALE_OUT_LATENCY_S
 from autoplan.calibration.rows import Row, Source
 from autoplan.paths import data_dir
 from autoplan.profiles import load_profile
@@ -132,6 +133,7 @@ _PLAYBOOK_MODELS = {"1B": "usp-1b", "8B": "usp-8b"}
 # runs bear it out: with one micro-batch (grad_accum 1) their memory is the first stage's (one
 # micro-batch in flight, no logits), far below the last stage's.
 PLAYBOOK_MEMORY_STAGE = "first"
+PLAYBOOK_SCALE_OUT_LATENCY_S = P5_EFA_SCALE_OUT_LATENCY_S  # the sweep's network (calibration.network)
 
 
 def _playbook_row(source: str, line: int, r: dict[str, str], memory_unit: float) -> Row:
@@ -145,7 +147,7 @@ def _playbook_row(source: str, line: int, r: dict[str, str], memory_unit: float)
                tokens_per_s_per_gpu=number_or_nan(r["tokens_per_sec_per_gpu"]),
                peak_memory_bytes=number_or_nan(r["gpu_memory_gb"]) * memory_unit, status=r["status"],
                mfu=number_or_nan(r["mfu_pct"]) / 100.0, cell=f"{r['model_label']}/{r['nodes']} nodes",
-               memory_stage=PLAYBOOK_MEMORY_STAGE)
+               memory_stage=PLAYBOOK_MEMORY_STAGE, scale_out_latency_s=PLAYBOOK_SCALE_OUT_LATENCY_S)
 
 
 def _playbook_inconsistency(r: dict[str, str]) -> str:

@@ -86,7 +86,12 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     count = np.where(b.zero >= 3, layers, buckets)
     latency = comm.dp_latency(ctx, link)  # (once for the group's several collectives)
     grads = comm.dp_reduce_scatter_s(ctx, link, grad_bytes, count, latency)
-    gathers = gathers_dense = comm.dp_all_gather_s(ctx, link, gather_bytes, count, latency)
+    # ZeRO-1/2's parameter gather: per gradient bucket, or in the profile's own gather buckets
+    # (param_gather_bucket_params; inf: nanotron's one coalesced all-gather of the stage).
+    gather_count = count
+    if p.param_gather_bucket_params > 0:
+        gather_count = np.where(b.zero >= 3, layers, np.maximum(1.0, np.ceil(stage_params / p.param_gather_bucket_params)))
+    gathers = gathers_dense = comm.dp_all_gather_s(ctx, link, gather_bytes, gather_count, latency)
     all_reduce = comm.dp_all_reduce_s(ctx, link, grad_bytes, buckets, latency)
     # The pipeline engine's full all-reduce of the (fp32) gradients under ZeRO <= 1 (module doc).
     pp_all_reduce = engine_all_reduces_grads(ctx, b)

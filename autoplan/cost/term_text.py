@@ -83,8 +83,12 @@ def _dp_collectives(ctx, lay) -> str:
         return f"R = AR(P·grad_reduce_bytes) {buckets}, Gth = 0, Z3 = 0, F = 0"
     per_step = lay.pp > 1 and ctx.profile.zero3_pp_unsharded_bytes > 0
     if lay.zero <= 2 or per_step:
-        return (f"R = RS(P·grad_reduce_bytes), Gth = AG(P·PARAM_GATHER_BYTES) "
-                f"{'per layer, once per step (pipeline keeps the stage unsharded)' if per_step else buckets}, "
+        if per_step:
+            return ("R = RS(P·grad_reduce_bytes), Gth = AG(P·PARAM_GATHER_BYTES) per layer, once per step "
+                    "(pipeline keeps the stage unsharded), Z3 = 0, F = 0")
+        gather = ("in ⌈P/param_gather_bucket_params⌉ collectives" if ctx.profile.param_gather_bucket_params > 0
+                  else buckets)
+        return (f"R = RS(P·grad_reduce_bytes) {buckets}, Gth = AG(P·PARAM_GATHER_BYTES) {gather}, "
                 "Z3 = 0, F = 0")
     return ("R = 0, Gth = 0, Z3 = g·AG(P·PARAM_GATHER_BYTES) + RS(P·grad_reduce_bytes), one collective per "
             "layer, g = ZERO3_GATHERS_PER_MICROBATCH (+ the recomputed forward's gather of layers over "
@@ -142,7 +146,9 @@ VARIANTS: dict[str, Variant] = {
     "dp_collectives": Variant("R = AR(P·grad_reduce_bytes) under zero 0, RS(P·grad_reduce_bytes) under zero 1–2 "
                               "(grad_reduce_bytes = 2 under grad_reduce_in_bf16), "
                               "in ⌈P/dp_bucket_params⌉ buckets (with pp > 1 and zero ≤ 1 AR(P·pp_grad_all_reduce_bytes) "
-                              "where the profile states it: DeepSpeed's bf16 pipeline engine); Gth = AG(P·PARAM_GATHER_BYTES) under zero 1–2; "
+                              "where the profile states it: DeepSpeed's bf16 pipeline engine); Gth = AG(P·PARAM_GATHER_BYTES) under zero 1–2 "
+                              "(in ⌈P/param_gather_bucket_params⌉ collectives where the profile states it: nanotron's one "
+                              "coalesced gather); "
                               "Z3 = g·AG(P·PARAM_GATHER_BYTES) + RS(P·grad_reduce_bytes) per micro-batch under "
                               "zero 3, one collective per layer, g = ZERO3_GATHERS_PER_MICROBATCH (+ the "
                               "recomputed forward's gather where a layer exceeds zero3_reuse_distance_params); "

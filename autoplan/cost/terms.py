@@ -292,7 +292,8 @@ TIME_TERMS_DEFINED = [
           "(stage3_max_reuse_distance); Megatron-LM finalize_model_grads.py _allreduce_word_embedding_grads, "
           "DeepSpeed pipe/schedule.py ReduceTiedGrads, nanotron tied_parameters.py sync_tied_weights_gradients",
           ("dp_overlap", "fsdp_overlap", "grad_reduce_bytes", "PARAM_GATHER_BYTES", "BACKWARD_MATMUL_FACTOR",
-           "ZERO3_GATHERS_PER_MICROBATCH", "dp_bucket_params", "zero3_reuse_distance_params",
+           "ZERO3_GATHERS_PER_MICROBATCH", "dp_bucket_params", "param_gather_bucket_params",
+           "zero3_reuse_distance_params",
            "zero3_pp_unsharded_bytes", "pp_overlaps_grad_reduce", "pp_grad_all_reduce_bytes", *LINKS)),
     _time("bubble", "pipeline fill and drain",
           "bubble(pp_schedule) × t_micro: 1f1b, afab (pp − 1); interleaved (pp − 1)/vpp; zb-h1 (pp − 1)(1 − 2w)/vpp; "

@@ -78,6 +78,11 @@ class TrainerProfile:
     # gradient elements per data-parallel reduction bucket (ZeRO 0-2): Megatron-Core's floor of
     # max(40M, 1M·dp) elements (megatron/core/distributed/distributed_data_parallel.py).
     dp_bucket_params: float = 4.0e7
+    # ZeRO-1/2: parameters per all-gather of the updated parameters after the optimizer step
+    # (inf: one coalesced collective for the whole stage, nanotron's ZeroDistributedOptimizer
+    # _all_gather_params); 0 = one per gradient bucket (dp_bucket_params: Megatron's distributed
+    # optimizer gathers bucket by bucket).
+    param_gather_bucket_params: float = 0.0
     # ZeRO-3: a parameter gathered for the recomputed forward is kept for the backward when at
     # most this many parameters are used in between (one layer's worth); FSDP recomputes inside
     # the backward's own unshard (inf); DeepSpeed stage3_max_reuse_distance.
@@ -153,7 +158,7 @@ class TrainerProfile:
 PP_SPLIT_RULES = ("layout", "compute_cost")
 _COEF_KEYS = [f.name for f in fields(ActivationCoefficients)]
 _PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
-_OPTIONAL_KEYS = ["dp_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
+_OPTIONAL_KEYS = ["dp_bucket_params", "param_gather_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
                   "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes", "ddp_bucket_grad_bytes",
                   "pp_split_rule", "pp_grad_all_reduce_bytes", "eager_attention_dropout_bytes",

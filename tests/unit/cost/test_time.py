@@ -443,3 +443,29 @@ def test_interleaved_chunks_reduce_their_gradients_as_each_finishes():
                   eff=PLAIN.with_values({"dp_overlap": 1.0, "scale_out_efficiency": 0.05}))
     one, two = (evaluate_one(ctx, tp=8, pp=4, vpp=v, dp=4, zero=0, ga=8) for v in (1, 2))
     assert 0.0 < two["time_dp_exposed_s"][0] < one["time_dp_exposed_s"][0]
+
+
+def test_a_coalesced_parameter_gather_pays_one_collective_latency():
+    """nanotron's ZeRO-1 gathers every updated shard in one all_gather_coalesced
+    (param_gather_bucket_params = inf): the gather's latency is one ring's, not one per gradient
+    bucket; its bandwidth term and the bucketed gradient reduction are unchanged."""
+    from autoplan.api import build_context
+    from autoplan.cost import comm
+    from autoplan.cost.data_parallel import dp_comm_s
+    from autoplan.layout import resolve_layout
+
+    training = build_training(512, 4096, 512)
+    out = {}
+    for gather_params in (0.0, float("inf")):
+        ctx = build_context("70b", training)
+        ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, param_gather_bucket_params=gather_params))
+        b = LayoutBatch.from_layouts([resolve_layout({"tp": 8, "pp": 1, "zero": 1, "mbs": 1}, training)])
+        st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
+        params = np.array([ctx.params.total / 8.0])
+        out[gather_params] = dp_comm_s(ctx, b, st, params, np.zeros(1), np.array([80.0]))
+    link = comm.group_link(ctx, b.dp, np.minimum(st["dp"], st["cp"]))
+    buckets = np.ceil(params[0] / ctx.profile.dp_bucket_params)
+    ring = comm.dp_latency(ctx, link).ring_round_s[0]
+    assert buckets > 1
+    assert out[0.0]["gathers"][0] - out[float("inf")]["gathers"][0] == pytest.approx((buckets - 1) * ring, rel=1e-9)
+    assert out[0.0]["grads"][0] == out[float("inf")]["grads"][0]
