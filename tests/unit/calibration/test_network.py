@@ -36,3 +36,12 @@ def test_the_fit_recovers_a_known_latency_from_the_model_s_own_times():
     assert fit.scale_out_latency_s == pytest.approx(200e-6, rel=0.01)
     assert fit.nic_efficiency == pytest.approx(0.8, abs=0.01)
     assert fit.median_abs_error < 1e-3
+
+
+def test_the_p5_preset_carries_the_fitted_latency_and_the_h100_s_other_figures():
+    p5, h100 = load_gpu("p5.48xlarge"), load_gpu("h100-sxm")
+    assert p5.name == "h100-sxm-efa"
+    assert p5.scale_out_latency_s == PLAYBOOK_SCALE_OUT_LATENCY_S
+    for field in ("peak_bf16_flops_per_s", "hbm_bytes_per_s", "scale_up_bytes_per_s", "nic_bytes_per_s",
+                  "usable_memory_bytes", "scale_up_latency_s"):
+        assert getattr(p5, field) == getattr(h100, field)
