@@ -34,9 +34,9 @@ from autoplan.paths import data_dir
 # SXM with 32 x 100 Gb/s EFA (400 Gb/s per GPU, the h100-sxm preset's NIC), not InfiniBand. NCCL
 # over EFA (libfabric through aws-ofi-nccl) pays far more per scale-out step than the preset's
 # nominal 10 us: scale_out_latency_fit on the nccl-tests file below gives 118.5 us (median error
-# 11%). The sweep's rows carry it (validation.PLAYBOOK_SCALE_OUT_LATENCY_S); it is not a fit to the
-# sweep.
-P5_EFA_SCALE_OUT_LATENCY_S = 118.5e-6
+# 11%), the scale_out_latency of the p5 preset (hardware_db/gpus/h100-sxm-efa.yaml). The sweep's
+# rows carry it (validation.PLAYBOOK_SCALE_OUT_LATENCY_S); it is not a fit to the sweep.
+P5_EFA_PRESET = "h100-sxm-efa"
 NCCL_ALL_REDUCE_FILE = "aws_p5_efa_nccl_all_reduce.csv"
 MB = 2.0 ** 20  # nccl-tests' size column counts MiB ("size(MB)" in the source's header)
 LATENCY_GRID_S = np.linspace(0.0, 500e-6, 1001)

@@ -25,10 +25,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from autoplan.calibration.network import P5_EFA_SCALE_OUT_LATENCY_S
+from autoplan.calibration.network import P5_EFA_PRESET
 from autoplan.calibration.rows import Row, Source
 from autoplan.paths import data_dir
 from autoplan.profiles import load_profile
+from autoplan.specs.hardware import load_gpu
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
 from autoplan.units import GB, GiB
@@ -133,7 +134,7 @@ _PLAYBOOK_MODELS = {"1B": "usp-1b", "8B": "usp-8b"}
 # runs bear it out: with one micro-batch (grad_accum 1) their memory is the first stage's (one
 # micro-batch in flight, no logits), far below the last stage's.
 PLAYBOOK_MEMORY_STAGE = "first"
-PLAYBOOK_SCALE_OUT_LATENCY_S = P5_EFA_SCALE_OUT_LATENCY_S  # the sweep's network (calibration.network)
+PLAYBOOK_SCALE_OUT_LATENCY_S = load_gpu(P5_EFA_PRESET).scale_out_latency_s  # the sweep's network (calibration.network)
 
 
 def _playbook_row(source: str, line: int, r: dict[str, str], memory_unit: float) -> Row:
