@@ -90,31 +90,28 @@ def load_nccl_all_reduce(path: Path | None = None) -> NcclRows:
 
 
 def all_reduce_parts(rows: NcclRows, gpu_name: str = "h100-sxm") -> _Parts:
-    """The cost model's all-reduce of each row, split into its transfer (NIC efficiency 1) and its
-    ring and tree latencies as a + b·α_out (``comm``, evaluated at two values of α_out)."""
+    """The cost model's all-reduce of every row at once (one group of all the row's GPUs, stride
+    1), split into its transfer (NIC efficiency 1) and its ring and tree latencies as a + b·α_out
+    (``comm``, evaluated at two values of α_out)."""
     from autoplan.api import build_context, build_training
 
+    gpus = int(rows.gpus.max())
+    ctx = build_context("llama3-8b", build_training(gpus, 4096, gpus, hardware=gpu_name))
+    ideal = replace(ctx.parameters, efficiency=replace(ctx.efficiency, scale_out_efficiency=1.0))
     alphas = (1e-6, 2e-6)  # latencies must be > 0 (GPUSpec); both are linear in α_out
-    transfer, ring, tree = [], [], []
-    for gpus, num_bytes in zip(rows.gpus, rows.num_bytes):
-        ctx = build_context("llama3-8b", build_training(int(gpus), 4096, int(gpus), hardware=gpu_name))
-        ideal = replace(ctx.parameters, efficiency=replace(ctx.efficiency, scale_out_efficiency=1.0))
-        at = []
-        for alpha in alphas:
-            gpu = replace(ctx.cluster.gpu, scale_out_latency_s=alpha)
-            c = replace(ctx, parameters=ideal, training=replace(ctx.training, cluster=replace(ctx.cluster, gpu=gpu)))
-            link = comm.group_link(c, np.array([gpus]), np.array([1.0]))
-            full = comm.dp_all_reduce_s(c, link, np.array([num_bytes]), np.array([1.0]))[0]
-            at.append((comm.ring_latency_s(c, link, 2.0)[0], comm.tree_latency_s(c, link)[0],
-                       full - comm.dp_latency(c, link).all_reduce_s[0]))
-        transfer.append(at[0][2])
-        ring.append(_line(alphas, at[0][0], at[1][0]))
-        tree.append(_line(alphas, at[0][1], at[1][1]))
-    return _Parts(np.array(transfer), tuple(np.array(v) for v in zip(*ring)), tuple(np.array(v) for v in zip(*tree)))
+    at = []
+    for alpha in alphas:
+        gpu = replace(ctx.cluster.gpu, scale_out_latency_s=alpha)
+        c = replace(ctx, parameters=ideal, training=replace(ctx.training, cluster=replace(ctx.cluster, gpu=gpu)))
+        link = comm.group_link(c, rows.gpus, np.ones_like(rows.gpus))
+        full = comm.dp_all_reduce_s(c, link, rows.num_bytes, np.ones_like(rows.gpus))
+        at.append((comm.ring_latency_s(c, link, 2.0), comm.tree_latency_s(c, link),
+                   full - comm.dp_latency(c, link).all_reduce_s))
+    return _Parts(at[0][2], _line(alphas, at[0][0], at[1][0]), _line(alphas, at[0][1], at[1][1]))
 
 
-def _line(x: tuple[float, float], y0: float, y1: float) -> tuple[float, float]:
-    """(a, b) of the line a + b·x through (x[0], y0) and (x[1], y1)."""
+def _line(x: tuple[float, float], y0: np.ndarray, y1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b) of the lines a + b·x through (x[0], y0) and (x[1], y1)."""
     slope = (y1 - y0) / (x[1] - x[0])
     return y0 - slope * x[0], slope
 

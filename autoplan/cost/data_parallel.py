@@ -68,6 +68,12 @@ def engine_all_reduces_grads(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     return (b.pp > 1) & (b.zero <= 1) & (ctx.profile.pp_grad_all_reduce_bytes > 0)
 
 
+def _collectives(params: np.ndarray, per_collective: float) -> np.ndarray:
+    """Collectives of at most ``per_collective`` parameters that move ``params``: at least one
+    (inf: one for everything)."""
+    return np.maximum(1.0, np.ceil(params / per_collective))
+
+
 def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarray,
               expert_params: np.ndarray, n_layers: np.ndarray) -> dict[str, np.ndarray]:
     """Seconds of data-parallel traffic: per step ``grads`` and ``gathers`` (ZeRO 0-2, and
@@ -79,7 +85,7 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     shard = hybrid_shard.shard_group(b.hsdp, group, p.name)
     link = comm.group_link(ctx, shard, stride)
     layers = np.maximum(n_layers, 1.0)
-    buckets = np.maximum(1.0, np.ceil(stage_params / p.dp_bucket_params))
+    buckets = _collectives(stage_params, p.dp_bucket_params)
     grad_bytes, gather_bytes = stage_params * ctx.grad_reduce_bytes, stage_params * PARAM_GATHER_BYTES
     per_step = (b.zero >= 3) & (b.pp > 1) & (p.zero3_pp_unsharded_bytes > 0)
     # ZeRO-3 over a pipeline gathers and reduces per layer, once per step.
@@ -88,9 +94,8 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     grads = comm.dp_reduce_scatter_s(ctx, link, grad_bytes, count, latency)
     # ZeRO-1/2's parameter gather: per gradient bucket, or in the profile's own gather buckets
     # (param_gather_bucket_params; inf: nanotron's one coalesced all-gather of the stage).
-    gather_count = count
-    if p.param_gather_bucket_params > 0:
-        gather_count = np.where(b.zero >= 3, layers, np.maximum(1.0, np.ceil(stage_params / p.param_gather_bucket_params)))
+    gather_count = (count if p.param_gather_bucket_params <= 0 else
+                    np.where(b.zero >= 3, layers, _collectives(stage_params, p.param_gather_bucket_params)))
     gathers = gathers_dense = comm.dp_all_gather_s(ctx, link, gather_bytes, gather_count, latency)
     all_reduce = comm.dp_all_reduce_s(ctx, link, grad_bytes, buckets, latency)
     # The pipeline engine's full all-reduce of the (fp32) gradients under ZeRO <= 1 (module doc).
@@ -101,7 +106,7 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
         edp = expert_group(b, shard)
         elink = comm.group_link(ctx, edp, b.ep * b.etp)
         has = expert_params > 0  # no latency for an empty collective
-        ebuckets = np.maximum(1.0, np.ceil(expert_params / p.dp_bucket_params))
+        ebuckets = _collectives(expert_params, p.dp_bucket_params)
         ecount = np.where(b.zero >= 3, layers, ebuckets)
         elat = comm.dp_latency(ctx, elink)
         grads = grads + np.where(has, comm.dp_reduce_scatter_s(ctx, elink, expert_params * ctx.grad_reduce_bytes,
