@@ -25,18 +25,13 @@ import numpy as np
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.data_parallel import zero3_gathers_per_microbatch
+from autoplan.cost.host_link import host_link_bytes_per_s
 from autoplan.cost.model_states import zero_shard_groups
 from autoplan.layout import OFFLOADS, LayoutBatch
 
 CODE = {name: float(i) for i, name in enumerate(OFFLOADS)}
 FP32_BYTES = 4.0
 BF16_BYTES = 2.0
-# PCIe moves at most ~80% of the raw rate as payload (128b/130b encoding, TLP/DLLP headers at a
-# 256-byte max payload); pinned cudaMemcpy measures ~25 GB/s of 32 on Gen4 x16 and ~50-55 GB/s
-# of 64 on Gen5 x16 (NVIDIA nvbandwidth / CUDA samples bandwidthTest figures). The same fraction
-# is assumed for NVLink-C2C (GH200/GB200: 450 GB/s per direction nominal); no measured C2C copy
-# rate is among the sources here.
-HOST_LINK_EFFICIENCY = 0.8
 # A streaming kernel reaches ~75% of a socket's theoretical DRAM bandwidth (STREAM triad on
 # 2-socket Xeon / EPYC servers, McCalpin's STREAM results).
 HOST_MEMORY_EFFICIENCY = 0.75
@@ -63,11 +58,6 @@ def move_to_host(ctx: CostContext, b: LayoutBatch, terms: dict[str, np.ndarray],
                         ("gradients", grads_go)):
         terms[name] = np.where(moved, 0.0, terms[name])
     return host
-
-
-def host_link_bytes_per_s(ctx: CostContext) -> float:
-    """Payload bandwidth of the GPU's host link, per direction."""
-    return ctx.cluster.gpu.host_bytes_per_s * HOST_LINK_EFFICIENCY
 
 
 def cpu_step_s(ctx: CostContext, owned_params: np.ndarray, step_bytes_per_param: np.ndarray) -> np.ndarray:

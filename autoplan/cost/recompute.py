@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost.context import CostContext
+from autoplan.cost.host_link import host_link_bytes_per_s
 from autoplan.cost.mlp_coefficients import mlp_coefficients
 from autoplan.layout import LayoutBatch
 from autoplan.recompute_modules import module_bit
@@ -169,6 +170,6 @@ def offload_exposed_s(ctx: CostContext, b: LayoutBatch, layer_bytes: np.ndarray,
     (host-to-device) behind the previous layer's backward; what takes longer than that layer's
     share of the stage's ``forward_s`` / ``backward_s`` is exposed."""
     n = np.maximum(layers, 1.0)
-    transfer = layer_bytes / ctx.cluster.gpu.host_bytes_per_s
+    transfer = layer_bytes / host_link_bytes_per_s(ctx)
     return np.minimum(b.offload_layers, n) * (np.maximum(transfer - forward_s / n, 0.0)
                                                + np.maximum(transfer - backward_s / n, 0.0))

@@ -200,8 +200,8 @@ CODE_CONSTANTS: dict[str, tuple[str, str | None, float, str]] = {
                            "elements per fp32 absmax of bitsandbytes' blockwise 8-bit states"),
     "NEWTON_SCHULZ_ITERATIONS": ("autoplan.cost.optimizer", "NEWTON_SCHULZ_ITERATIONS", 5.0,
                                  "Muon's Newton–Schulz steps per update (Jordan et al. 2024)"),
-    "HOST_LINK_EFFICIENCY": ("autoplan.cost.offload", "HOST_LINK_EFFICIENCY", 0.8,
-                             "payload share of the host link's raw rate (PCIe encoding and headers)"),
+    "HOST_LINK_EFFICIENCY": ("autoplan.cost.host_link", "HOST_LINK_EFFICIENCY", 0.865,
+                             "payload share of the host link's rate per direction (measured: pinned copies, H200)"),
     "HOST_MEMORY_EFFICIENCY": ("autoplan.cost.offload", "HOST_MEMORY_EFFICIENCY", 0.75,
                                "share of host DRAM bandwidth a streaming CPU kernel reaches (STREAM triad)"),
 }

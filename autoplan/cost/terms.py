@@ -233,12 +233,12 @@ TIME_TERMS_DEFINED = [
           ("selective_recompute_matmul_fraction", "selective_recomputes_attention", *GEMM)),
     _time("offload_exposed", "activation offload traffic over the host link not hidden by compute",
           "grad_acc × min(offload_layers, L_S) × (max(0, x − t_l/(1 + BACKWARD_MATMUL_FACTOR)) + max(0, x − "
-          "BACKWARD_MATMUL_FACTOR·t_l/(1 + BACKWARD_MATMUL_FACTOR))); x = A_none/host_bytes_per_s (one "
+          "BACKWARD_MATMUL_FACTOR·t_l/(1 + BACKWARD_MATMUL_FACTOR))); x = A_none/(host_bytes_per_s·HOST_LINK_EFFICIENCY) (one "
           "layer's activations each way), t_l = the stage's compute of one micro-batch / L_S: out behind "
           "the next layer's forward, back behind the previous layer's backward",
           "Megatron-Core cpu_offloading_num_layers; transformer_engine/pytorch/cpu_offload.py "
           "(AsyncDoubleBufferGroupOffloadHandler: one layer in transfer while the next computes)",
-          ("host_bytes_per_s", "BACKWARD_MATMUL_FACTOR")),
+          ("host_bytes_per_s", "HOST_LINK_EFFICIENCY", "BACKWARD_MATMUL_FACTOR")),
     _time("tp_exposed", "tensor-parallel communication not hidden by compute",
           "grad_acc × L_S × ({passes}·TP_COLLECTIVES_PER_PASS·RING(tokens·h·BF16_BYTES) over tp × (1 − tp_overlap "
           "if tp_comm_overlap else 1) + (tp > 1) {passes}·TP_COLLECTIVES_PER_PASS·collective_overhead_s {pp_factor}); "

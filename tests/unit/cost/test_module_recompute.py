@@ -33,3 +33,21 @@ def test_moe_recomputes_the_experts_activation_too():
     moe, moe_act, both = (_recompute_s(ctx, m) for m in ("moe", "moe_act", "moe,moe_act"))
     assert moe > moe_act > 0.0
     assert both == moe  # naming moe_act beside moe recomputes nothing more
+
+
+def test_activation_offload_moves_its_bytes_at_the_measured_payload_rate():
+    """Nothing to hide behind (no compute): each offloaded layer's bytes go out and come back at
+    host_bytes_per_s · HOST_LINK_EFFICIENCY, not at the datasheet rate."""
+    import numpy as np
+
+    from autoplan.cost.host_link import HOST_LINK_EFFICIENCY
+    from autoplan.cost.recompute import offload_exposed_s
+    from autoplan.layout import LayoutBatch
+
+    ctx = build_context("8b", build_training(8, 4096, 8))
+    batch = LayoutBatch.from_layouts([Layout(tp=1, pp=1, vpp=1, cp=1, ep=1, etp=1, dp=8, zero=1, mbs=1, grad_acc=1,
+                                             sp=False, offload_layers=2)])
+    layer_bytes = np.array([1e9])
+    got = offload_exposed_s(ctx, batch, layer_bytes, np.array([32.0]), np.zeros(1), np.zeros(1))
+    rate = ctx.cluster.gpu.host_bytes_per_s * HOST_LINK_EFFICIENCY
+    assert got[0] == 2 * 2 * 1e9 / rate  # 2 layers, out and back
