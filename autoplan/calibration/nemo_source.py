@@ -8,7 +8,17 @@ table is silent:
 * tokens/s per GPU is read as published (the refdata README: prefer it over their TFLOP/s).
 * Trainer: the megatron profile (NeMo runs Megatron-Core). ZeRO: ``fsdp = 1`` is Megatron-FSDP
   (zero 3), otherwise the distributed optimizer (zero 1), NeMo's default. SP with TP.
-* Recompute: none (ASSUMED: the tables do not state it; NeMo's recipes of those releases decide).
+* Recompute: none (ASSUMED: the tables do not state it; NeMo's recipes of those releases decide),
+  but for the NeMo 25.07 rows whose checkpointing column points to the recommended configs ("see
+  nemo2_recommended_configs.csv"): those take ``recompute_layers``, ``activation_offload_layers``
+  and ``recompute_modules`` from NeMo 2.4's own table of them (``validation/
+  nemo_v2.4.0_recommended_model_configs.csv``, a copy of NVIDIA/NeMo v2.4.0 scripts/performance/
+  recommended_model_configs/model_configs_{h100,b200,gb200}.csv, which the performance scripts
+  read as their defaults), matched on model, system, FP8, GPUs, sequence, tp, pp, cp, vp,
+  micro-batch and Megatron-FSDP (the global batch is left out of the match: the table's
+  Llama 3.1 405B GB200 line has 256 where the page has 64, which changes no per-GPU memory).
+  Llama 3.1 405B on 128 GB200 at tp 2 with Megatron-FSDP so offloads 95 of its 126 layers'
+  activations to the Grace CPU (Megatron-Core ``cpu_offloading_num_layers``).
 * FP8 recipe: ``tensorwise`` where the row says per-tensor current scaling, else ``delayed``
   (ASSUMED: Transformer Engine's delayed scaling is NeMo's default before 25.04).
 * vp / cp / ep empty mean 1, but for a vp left blank on a page without that column (the first
@@ -131,6 +141,42 @@ def _stated_vp() -> dict[tuple[str, ...], str]:
     return {_run_key(r): r["vp"].strip() for r in read_csv(NEMO_FILE) if (r["vp"] or "").strip()}
 
 
+RECIPES_FILE = "nemo_v2.4.0_recommended_model_configs.csv"
+_SEE_RECIPES = "see nemo2_recommended_configs.csv"
+_RECIPE_RELEASE = "NeMo 25.07"  # the container of NeMo 2.4, whose table RECIPES_FILE copies
+_RECIPE_MODELS = {"LLAMA3-8B": ("llama3", "8b"), "LLAMA3-70B": ("llama3", "70b"), "LLAMA3.1-405B": ("llama31", "405b"),
+                  "LLAMA3-405B": ("llama31", "405b"), "GPT3-175B": ("gpt3", "175b"),
+                  "Mixtral-8x7B": ("mixtral", "8x7b"), "Mixtral-8x22B": ("mixtral", "8x22b")}
+_RECIPE_SYSTEMS = {"H100-SXM5-80GB": "h100", "B200": "b200", "GB200 (NVL72)": "gb200"}
+_RECIPE_MATCH = (("num_gpus", "num_gpus"), ("seq_len", "seq_len"), ("tp_size", "tp"), ("pp_size", "pp"),
+                 ("cp_size", "cp"), ("vp_size", "vp"), ("mbs", "mbs"))
+
+
+@functools.cache
+def _recipes() -> tuple[dict[str, str], ...]:
+    return tuple(read_csv(RECIPES_FILE))
+
+
+def _recipe_knobs(r: dict[str, str]) -> dict[str, Any]:
+    """The recompute and offload knobs of a NeMo 25.07 row whose checkpointing column points to
+    NeMo's recommended configs (module doc); {} for any other row or where no config matches."""
+    if r["container"] != _RECIPE_RELEASE or r["activation_checkpointing"].strip() != _SEE_RECIPES:
+        return {}
+    name = _RECIPE_MODELS.get(r["model"])
+    fsdp = _degree(r["fsdp"]) if (r["fsdp"] or "").strip() else 0
+    for c in _recipes():
+        if ((c["model"], c["size"]) == name and c["system"] == _RECIPE_SYSTEMS.get(r["gpu_type"])
+                and c["dtype"] == "fp8" and _degree(c["use_mcore_fsdp"] or "0") == fsdp
+                and all(_degree(c[theirs]) == _degree(r[ours]) for theirs, ours in _RECIPE_MATCH)):
+            knobs: dict[str, Any] = {"offload_layers": _degree(c["activation_offload_layers"] or "0")}
+            if _degree(c["recompute_layers"] or "0") > 0:
+                knobs.update(recompute="full", recompute_layers=_degree(c["recompute_layers"]))
+            elif (c["recompute_modules"] or "").strip():
+                knobs.update(recompute="selective", recompute_modules=c["recompute_modules"].strip())
+            return knobs
+    return {}
+
+
 def _layout(r: dict[str, str]) -> dict[str, Any]:
     tp, pp, cp = _degree(r["tp"]), _degree(r["pp"]), _degree(r["cp"])
     fsdp = _degree(r["fsdp"]) if (r["fsdp"] or "").strip() else 0
@@ -138,7 +184,7 @@ def _layout(r: dict[str, str]) -> dict[str, Any]:
     return {"gpus": int(r["num_gpus"]), "tp": tp, "pp": pp, "cp": cp, "vpp": _degree(vp),
             "ep": _degree(r["ep"]), "zero": 3 if fsdp == 1 else 1, "mbs": int(float(r["mbs"])),
             "seq_len": int(r["seq_len"]), "gbs_seqs": int(float(r["gbs"])), "recompute": "none",
-            "precision": "fp8"}
+            "precision": "fp8", **_recipe_knobs(r)}
 
 
 def _row(line: int, r: dict[str, str]) -> Row:
@@ -149,7 +195,7 @@ def _row(line: int, r: dict[str, str]) -> Row:
     return Row(source=source, row_id=f"{source}:{line}", model=load_model({**_MODELS, **_ADDED_MODELS}[r["model"]]),
                hardware=hardware, trainer="megatron", layout=_layout(r),
                tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]), cell=cell,
-               allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS + _options(r),
+               allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS + _options(r) + _offload(r),
                settings=_optimizer_settings(r))
 
 
@@ -175,6 +221,12 @@ def _options(r: dict[str, str]) -> tuple[tuple[str, Any], ...]:
     if overlap and _degree(r["tp"]) > 1:
         return (("options", replace(load_profile("megatron").options, tp_comm_overlap=True)),)
     return ()
+
+
+def _offload(r: dict[str, str]) -> tuple[tuple[str, Any], ...]:
+    """NeMo 2 sets Megatron-Core's cpu_offloading_num_layers itself (module doc): the profile fact
+    that lets the row's activation offload through rules/recompute.py's trainer_offload."""
+    return (("activation_offload", True),) if _recipe_knobs(r).get("offload_layers", 0) > 0 else ()
 
 
 def _optimizer_settings(r: dict[str, str]) -> tuple[tuple[str, Any], ...]:

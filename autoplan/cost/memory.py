@@ -269,10 +269,12 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, stage: s
                         [np.maximum(mean_none - full_input, 0.0), mean_none - mean_sel], 0.0)
     # Offload (offload_layers): the offloaded layers' activations leave the GPU but for the one
     # layer in transfer (recompute.OFFLOAD_STAGING_LAYERS).
+    # The host holds what left (Megatron-Core cpu_offload.py: pinned CPU tensors per offloaded layer).
     kept = flying
     if b.offload_layers.any():  # (the same result without the arithmetic when nothing is offloaded)
         staging = np.where(b.offload_layers > 0, OFFLOAD_STAGING_LAYERS, 0.0)
         kept = flying * (1.0 - offloaded_share(b, n_layers)) + staging
+        host = host + per_layer * flying * offloaded_share(b, n_layers)
     terms["activations"] = per_layer * kept + working
 
     embedding_output = tokens * m.hidden_size * BF16_BYTES / h_div

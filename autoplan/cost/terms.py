@@ -160,10 +160,11 @@ MEMORY_TOTALS = [
          "(usable_memory_bytes − peak_memory_bytes) / 2^30", "hardware_db/gpus/*.yaml (usable_memory)",
          ("usable_memory_bytes",)),
     Term("host_memory_bytes", "host_memory", "memory", "bytes",
-         "model states offloaded to host memory per GPU (offload; 0 without)",
+         "model states and activations offloaded to host memory per GPU (offload, offload_layers; 0 without)",
          "master weights + optimizer states (+ weight shards under offload params) + 4 × owned parameters "
-         "(the fp32 gradient copy)", "Ren et al. 2021 ZeRO-Offload Fig. 2; DeepSpeed stage_1_and_2.py; "
-         "autoplan.cost.offload"),
+         "(the fp32 gradient copy) + the offloaded layers' share of the in-flight activations",
+         "Ren et al. 2021 ZeRO-Offload Fig. 2; DeepSpeed stage_1_and_2.py; autoplan.cost.offload; "
+         "Megatron-Core transformer_engine cpu_offload (activation offload)"),
     Term("host_memory_fits", "host_memory_fits", "flag", "bool", "offloaded bytes fit in host memory per GPU",
          "host_memory_bytes ≤ host_memory_bytes (of the GPU)", "hardware_db/gpus/*.yaml (host_memory)",
          ("host_memory_bytes",)),

@@ -136,6 +136,11 @@ class TrainerProfile:
     # (actmem README, Llama sdpa breakdown; the norm's output, saved by the next linear, is kept by both). Set per run (calibration rows), as trainers choose the kernel in their config;
     # applied without recompute (a selective policy that recomputes the norms saves none of them).
     norm_saving_bytes_per_h: float = 0.0
+    # Whether the trainer can offload the activations of N layers to the host (offload_layers).
+    # No exported trainer version can (autoplan/rules/recompute.py, trainer_offload); a measured
+    # run whose framework set Megatron-Core's TransformerConfig.cpu_offloading_num_layers itself
+    # (NeMo 2's performance recipes, calibration/nemo_source.py) sets it per row.
+    activation_offload: bool = False
     # The FP8 scaling recipes the trainer runs (specs.training.FP8_RECIPES; all by default): a
     # setup asking for another is refused (api.build_context), as is its export.
     fp8_recipes: tuple[str, ...] = FP8_RECIPES
@@ -162,7 +167,7 @@ _OPTIONAL_KEYS = ["dp_bucket_params", "param_gather_bucket_params", "zero3_reuse
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
                   "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes", "ddp_bucket_grad_bytes",
                   "pp_split_rule", "pp_grad_all_reduce_bytes", "eager_attention_dropout_bytes",
-                  "gpt_residual_dropout_mask_bytes", "norm_saving_bytes_per_h", "fp8_recipes"]
+                  "gpt_residual_dropout_mask_bytes", "norm_saving_bytes_per_h", "fp8_recipes", "activation_offload"]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:

@@ -12,6 +12,8 @@
   ``TransformerConfig.cpu_offloading_num_layers``, but ``pretrain_gpt.py`` at core_v0.15.3 has no
   flag for it (``--cpu-offloading-num-layers`` arrives in core_v0.16.0's arguments.py), and
   ``__post_init__`` allows it only with pp = 1, no recompute and fewer layers than the model's.
+  A measured run whose framework set ``cpu_offloading_num_layers`` itself carries the profile fact
+  ``activation_offload`` (``autoplan/profiles/profile.py``) and is not refused.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ RULES = [
          lambda c, x: f"offload_layers={x.offload_layers}, pp={x.pp}, recompute={x.recompute}, "
                       f"layers={c.model.num_layers}", CONFIG),
     Rule("trainer_offload", ALL, "the exported trainer version cannot offload activations (offload_layers)",
-         lambda c, b: b.offload_layers > 0,
+         lambda c, b: (b.offload_layers > 0) & (not c.profile.activation_offload),
          lambda c, x: f"offload_layers={x.offload_layers}, trainer {c.profile.name}"
                       + ("; pretrain_gpt.py at core_v0.15.3 has no --cpu-offloading-num-layers (core_v0.16.0 "
                          "adds it)" if c.profile.name == "megatron" else "; no activation offload option"),

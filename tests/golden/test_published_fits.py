@@ -95,12 +95,11 @@ def test_every_torchtitan_docs_row_that_ran_fits():
 
 
 # NeMo rows whose recipe setting the stored table leaves out, each with the reason (strict: the
-# test fails once such a row fits, so the entry must then go).
-NEMO_UNFIT = {
-    "nemo:134": "Llama 3.1 405B on 128 GB200 with Megatron-FSDP at tp 2, pp 1: the row's activation "
-                "checkpointing column says 'see nemo2_recommended_configs.csv', which is not stored; "
-                "without recompute 126 layers' activations do not fit",
-}
+# test fails once such a row fits, so the entry must then go): none. Llama 3.1 405B on 128 GB200
+# with Megatron-FSDP at tp 2, pp 1 (nemo:134, predicted 282.3 GiB without recompute or offload) fits since its
+# recipe's activation offload is read from NeMo 2.4's recommended configs (95 of 126 layers to the
+# Grace CPU, calibration/nemo_source.py): 124.8 GiB of the usable 185.0, 151.6 GiB on the host of its 223.5.
+NEMO_UNFIT: dict[str, str] = {}
 
 
 def test_every_nemo_row_fits_under_its_recipe():

@@ -79,3 +79,22 @@ def test_a_blank_vp_takes_the_vp_a_later_page_states_for_the_same_run():
     assert (vpp["nemo:11"], vpp["nemo:33"]) == (5, 5)  # Llama 3 70B
     assert (vpp["nemo_added:9"], vpp["nemo_added:31"]) == (12, 12)  # Nemotron-4 340B
     assert vpp["nemo:4"] == vpp["nemo_added:2"] == 1  # stated 1 later (Llama 2 7B, GPT-3 5B)
+
+
+def test_nemo_2_4_rows_take_recompute_and_offload_from_the_recommended_configs():
+    """Where a NeMo 25.07 row's checkpointing column points to NeMo's recommended configs, its
+    layout takes that table's knobs: Llama 3.1 405B on 128 GB200 with Megatron-FSDP offloads 95
+    layers' activations (NeMo v2.4.0 model_configs_gb200.csv), and only its profile may offload."""
+    from autoplan.calibration.nemo_source import load_nemo
+    from autoplan.calibration.validation import read_csv
+
+    rows = {row.row_id: row for row in load_nemo().rows}
+    row = rows["nemo:134"]
+    assert row.layout["offload_layers"] == 95 and row.layout["recompute"] == "none"
+    assert ("activation_offload", True) in row.profile_overrides
+    pointed = [i for i, r in enumerate(read_csv("nemo_megatron_bridge_perf.csv"), start=2)
+               if r["container"] == "NeMo 25.07" and r["activation_checkpointing"].startswith("see")]
+    assert 134 in pointed
+    others = [r for r in rows.values() if r.row_id != "nemo:134"]
+    assert all(r.layout.get("offload_layers", 0) == 0 and r.layout["recompute"] == "none" for r in others)
+    assert not any(("activation_offload", True) in r.profile_overrides for r in others)

@@ -51,3 +51,41 @@ def test_activation_offload_moves_its_bytes_at_the_measured_payload_rate():
     got = offload_exposed_s(ctx, batch, layer_bytes, np.array([32.0]), np.zeros(1), np.zeros(1))
     rate = ctx.cluster.gpu.host_bytes_per_s * HOST_LINK_EFFICIENCY
     assert got[0] == 2 * 2 * 1e9 / rate  # 2 layers, out and back
+
+
+def test_offloaded_activations_leave_the_gpu_for_host_memory_which_must_hold_them():
+    """offload_layers moves the layers' activations to the host: GPU memory falls, host memory
+    rises by at least as much less the staged layer, and a host too small for them does not fit."""
+    import dataclasses as dc
+
+    from autoplan.cost.evaluate import evaluate
+    from autoplan.layout import LayoutBatch
+
+    ctx = build_context("8b", build_training(8, 4096, 8))
+    ctx = dc.replace(ctx, profile=dc.replace(ctx.profile, activation_offload=True))
+    knobs = dict(tp=1, pp=1, vpp=1, cp=1, ep=1, etp=1, dp=8, zero=1, mbs=1, grad_acc=1, sp=False)
+    batch = LayoutBatch.from_layouts([Layout(**knobs, offload_layers=n) for n in (0, 8, 16)])
+    t = evaluate(ctx, batch)
+    gpu, host = t.columns["peak_memory_bytes"], t.columns["host_memory_bytes"]
+    assert host[0] == 0 and 0 < host[1] < host[2]
+    assert gpu[0] > gpu[1] > gpu[2]
+    assert (gpu[0] - gpu[2]) <= host[2] * 1.0001 + 1.0  # what left, less the layer in transfer
+    small = dc.replace(ctx, training=dc.replace(ctx.training, cluster=dc.replace(
+        ctx.training.cluster, gpu=dc.replace(ctx.cluster.gpu, host_memory_bytes=float(host[1])))))
+    fits = evaluate(small, batch).columns["host_memory_fits"]
+    assert list(fits) == [True, True, False]
+
+
+def test_only_a_profile_that_can_offload_activations_is_let_through():
+    import dataclasses as dc
+
+    from autoplan.layout import LayoutBatch
+    from autoplan.rules import legality_codes
+    from autoplan.rules.evaluate import REASON_CODES
+
+    ctx = build_context("8b", build_training(8, 4096, 8))
+    batch = LayoutBatch.from_layouts([Layout(tp=1, pp=1, vpp=1, cp=1, ep=1, etp=1, dp=8, zero=1, mbs=1,
+                                             grad_acc=1, sp=False, offload_layers=8)])
+    assert REASON_CODES[int(legality_codes(ctx, batch)[0])] == "trainer_offload"
+    able = dc.replace(ctx, profile=dc.replace(ctx.profile, activation_offload=True))
+    assert int(legality_codes(able, batch)[0]) == 0
