@@ -14,7 +14,9 @@
 * ``ranking``: Spearman, top-1 and best-of-top-3 regret within each (model, nodes) cell of the
   sweep on measured tokens/s, judged without the runs their ZeRO twin shows to be failed or
   straggling (:mod:`autoplan.calibration.zero_twins`), and printed with them too; the regret
-  again on the sweep's MFU column, which within a cell is not proportional to its tokens/s.
+  again on the sweep's MFU column, which within a cell is not proportional to its tokens/s; the
+  share of runs per node count that stalled at scale, found without the model
+  (:mod:`autoplan.calibration.scale_stalls`), and the figures without those runs (no target).
 * ``sweep-refit`` (fits): calibrate on a seeded 20% of the 8B sweep's ``ok`` runs as
   ``autoplan calibrate`` does (shrinkage, identifiability screen, and the guard of
   :mod:`autoplan.calibration.guard`) and compare held-out errors with the uncalibrated default
@@ -56,6 +58,7 @@ from autoplan.calibration.fit import (
 from autoplan.calibration.band_fit import COVERAGE
 from autoplan.calibration.guard import guarded_fit
 from autoplan.calibration.rows import Row, Source, row_context
+from autoplan.calibration.scale_stalls import REFERENCE_MAX_NODES, STALL_S, scale_stalls, stalled_share_by_nodes
 from autoplan.calibration.sources import load_sources
 from autoplan.calibration.uncertainty import error_band
 from autoplan.calibration.validation import load_playbook_sweep
@@ -251,7 +254,23 @@ def ranking_figures(sources: Mapping[str, Source],
     keep = measured >= pred / 3.0
     kept = cell_rankings([r for r, k in zip(rows, keep) if k], pred[keep])
     label = f", without the {int(np.sum(~keep))} runs measured at < 1/3 of the prediction"
-    return out + _ranking_summary(kept, label, int(keep.sum()), targets=False)
+    out += _ranking_summary(kept, label, int(keep.sum()), targets=False)
+    return out + _stall_figures(rows, pred, anomalous)
+
+
+def _stall_figures(rows: Sequence[Row], pred: np.ndarray, anomalous: np.ndarray) -> list[Figure]:
+    """Per node count, the share of judged runs that stalled at scale (model-free,
+    :mod:`autoplan.calibration.scale_stalls`); then the ranking without them and without the
+    ZeRO-twin anomalies (a sensitivity, no target)."""
+    stalled = scale_stalls(rows)
+    what = (f"runs > {STALL_S:g} s per micro-batch slower than the same per-GPU work on <= "
+            f"{REFERENCE_MAX_NODES} nodes (stalled; model-free)")
+    out = [Figure("ranking", what, f"{n} nodes", judged, share) for n, judged, share in stalled_share_by_nodes(rows, stalled)]
+    keep = ~(stalled | anomalous)
+    label = (f", without the {int(stalled.sum())} stalled runs and the {int(anomalous.sum())} ZeRO-twin "
+             f"anomalies ({int((~keep).sum())} in all)")
+    return out + _ranking_summary(cell_rankings([r for r, k in zip(rows, keep) if k], pred[keep]), label,
+                                  int(keep.sum()), targets=False)
 
 
 def sweep_refit_figures(seed: int = 0, shipped_fit_ids: set[str] | None = None) -> list[Figure]:
