@@ -27,6 +27,8 @@ import numpy as np
 
 from autoplan.calibration.fit import FitReport, fit_efficiency, predict_rows, split_rows
 from autoplan.calibration.rows import Row, Source, row_context
+from autoplan.calibration.scale_stalls import scale_stalls
+from autoplan.calibration.zero_twins import zero_twin_anomalies
 from autoplan.cost.context import CostContext
 from autoplan.profiles import (
     CalibratedParameters,
@@ -123,15 +125,34 @@ def fit_split(sources: Mapping[str, Source], fraction: float = FIT_FRACTION, see
 
 def calibrate_all(sources: Mapping[str, Source], fit_ids: set[str], seed: int = 0,
                   plan: Mapping[Pair, Sequence[str]] = FIT_PLAN) -> dict[Pair, tuple[CalibratedParameters, FitReport]]:
-    """Fit each (trainer, hardware) pair of ``plan`` on its rows in ``fit_ids``."""
+    """Fit each (trainer, hardware) pair of ``plan`` on its rows in ``fit_ids`` (the stragglers'
+    speeds left out: ``without_straggler_speeds``)."""
     out = {}
+    masked = straggler_ids([r for s in sources.values() for r in s.rows])
     for pair, params in plan.items():
-        rows = [r for name, s in sources.items() if name not in NOT_FITTED for r in s.rows
-                if r.row_id in fit_ids and (r.trainer, r.hardware) == pair]
+        rows = without_straggler_speeds([r for name, s in sources.items() if name not in NOT_FITTED for r in s.rows
+                                         if r.row_id in fit_ids and (r.trainer, r.hardware) == pair], masked)
         # prior_rows=0: the shipped profiles are fitted afresh, not shrunk toward their last fit
         out[pair] = fit_efficiency(rows, row_context, params, seed, loss=FIT_LOSS.get(pair, "soft_l1"),
                                    prior_rows=0.0)
     return out
+
+
+def straggler_ids(rows: Sequence[Row]) -> set[str]:
+    """The playbook sweep's runs among ``rows`` whose speed is left out of the fits (their memory
+    stays in): the slower ZeRO twin of a pair > 3x apart (``zero_twins``) and the runs stalled at
+    scale (``scale_stalls``), both found without the cost model. An efficiency fitted on them would
+    describe the stall, not the hardware: they held nanotron's pp_collective_overhead_factor at 9.9
+    (4.7 without them) and its fitted runs under the clean best runs on 64 nodes."""
+    sweep = [r for r in rows if r.source == "playbook_sweep" and r.status == "ok"]
+    flagged = scale_stalls(sweep) | zero_twin_anomalies(sweep)
+    return {r.row_id for r, f in zip(sweep, flagged) if f}
+
+
+def without_straggler_speeds(rows: Sequence[Row], ids: set[str] | None = None) -> list[Row]:
+    """``rows`` with the tokens/s of the ``straggler_ids`` set to NaN (memory kept): what a fit sees."""
+    ids = straggler_ids(rows) if ids is None else ids
+    return [replace(r, tokens_per_s_per_gpu=math.nan) if r.row_id in ids else r for r in rows]
 
 
 def context_factory(parameters: Mapping[Pair, CalibratedParameters] | None = None):

@@ -42,7 +42,15 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from autoplan.calibration.accuracy import FIT_FRACTION, FIT_LOSS, FIT_PLAN, NOT_FITTED, Pair
+from autoplan.calibration.accuracy import (
+    FIT_FRACTION,
+    FIT_LOSS,
+    FIT_PLAN,
+    NOT_FITTED,
+    Pair,
+    straggler_ids,
+    without_straggler_speeds,
+)
 from autoplan.calibration.fit import (
     PREDICTED,
     fit_efficiency,
@@ -98,6 +106,7 @@ def heldout_ratios(rows: Sequence[Row], seed: int = 0, plan: Mapping[Pair, Seque
     by_pair: dict[Pair, list[Row]] = {}
     for row in rows:
         by_pair.setdefault((row.trainer, row.hardware), []).append(row)
+    masked = straggler_ids(rows)  # the folds are fitted as the shipped fits are (accuracy.calibrate_all)
     chosen: dict[Pair, list[Row]] = {}
     tasks: list[_FoldTask] = []
     for pair, members in sorted(by_pair.items()):
@@ -110,7 +119,7 @@ def heldout_ratios(rows: Sequence[Row], seed: int = 0, plan: Mapping[Pair, Seque
             predicted[:] = False
             predicted[np.random.default_rng(seed).permutation(len(members))[:MAX_CV_ROWS]] = True
         chosen[pair] = [m for m, p in zip(members, predicted) if p]
-        tasks += [_FoldTask(pair, members, tuple(plan[pair]), FIT_LOSS.get(pair, "soft_l1"), seed, folds, fold,
+        tasks += [_FoldTask(pair, without_straggler_speeds(members, masked), tuple(plan[pair]), FIT_LOSS.get(pair, "soft_l1"), seed, folds, fold,
                             predicted) for fold in range(int(folds.max()) + 1)]
     if jobs > 1 and len(tasks) > 1:
         with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=_pool_context()) as pool:

@@ -18,7 +18,9 @@ provider backs off that peer with a wait that doubles from a random 40-120 µs u
 rdm/efa_rdm_ep_utils.c), and nanotron's pipeline sends block on each transfer's metadata before
 its data (src/nanotron/parallel/pipeline_parallel/p2p.py). A cost model of the layout cannot
 predict it; ``scale_stalls`` marks such runs so that the ranking figures can be read with and
-without them. No run is dropped from the data, the fits or the error bands.
+without them, and their speed is left out of the fits (``accuracy.straggler_ids``: an efficiency
+fitted on a stall describes the stall). No run is dropped from the data or from the held-out rows
+that the figures and the error bands are computed on.
 
 A run is marked where its seconds per micro-batch exceed the median of its family's runs on at
 most ``REFERENCE_MAX_NODES`` nodes by more than ``STALL_S`` (half the backoff cap: the gap

@@ -15,8 +15,9 @@ straggling job (a slow node, a congested link, a retried allocation).
 ``zero_twin_anomalies`` marks the slower twin of each such pair, with a threshold ``factor``
 (default ``TWIN_FACTOR`` = 3, well above the model's largest twin ratio). The ranking figures of
 ``benchmarks/accuracy.py`` are reported both with these runs and without them, with their count;
-no run is dropped from the data, the fits or the error bands. Runs without a twin cannot be
-checked this way, so the same kind of failure stays in the rest of the sweep unmarked.
+no run is dropped from the data or the error bands' held-out rows, and only their speed is left
+out of the fits (``accuracy.straggler_ids``). Runs without a twin cannot be checked this way, so
+the same kind of failure stays in the rest of the sweep unmarked.
 """
 
 from __future__ import annotations

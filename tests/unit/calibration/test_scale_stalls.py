@@ -64,3 +64,21 @@ def test_the_sweeps_stalls_sit_at_32_and_64_nodes():
     assert shares[64] > 75.0 and shares[32] > 25.0
     at_64 = np.array([r.num_gpus == 512 and r.layout["pp"] > 1 for r in rows])
     assert np.nanmedian(stall_excess_s(rows)[at_64]) > 1.0  # seconds per micro-batch
+
+
+def test_fits_see_the_stragglers_memory_but_not_their_speed():
+    """accuracy.calibrate_all and the error bands' folds fit on ``without_straggler_speeds``: the
+    sweep's stalled runs and slower ZeRO twins keep their memory, lose their tokens/s."""
+    from autoplan.calibration.accuracy import straggler_ids, without_straggler_speeds
+    from autoplan.calibration.zero_twins import zero_twin_anomalies
+
+    rows = [r for r in load_sources(["playbook_sweep"])["playbook_sweep"].rows if r.status == "ok"]
+    ids = straggler_ids(rows)
+    flagged = scale_stalls(rows) | zero_twin_anomalies(rows)
+    assert ids == {r.row_id for r, f in zip(rows, flagged) if f} and len(ids) > 50
+    seen = without_straggler_speeds(rows, ids)
+    for before, after in zip(rows, seen):
+        assert after.peak_memory_bytes == before.peak_memory_bytes or math.isnan(before.peak_memory_bytes)
+        assert math.isnan(after.tokens_per_s_per_gpu) == (before.row_id in ids)
+    other = [_row(0, 1, 0.2)]  # not a playbook_sweep row: never masked
+    assert straggler_ids(other) == set() and without_straggler_speeds(other)[0] is other[0]
