@@ -19,7 +19,7 @@ reports):
 
 autoplan/calibration/kernels.py reads the table (``host_link_figures``): the payload fraction of
 the datasheet link rate one direction reaches at large copies is the cost model's
-HOST_LINK_EFFICIENCY (autoplan/cost/offload.py).
+HOST_LINK_EFFICIENCY (autoplan/cost/host_link.py).
 
 Run: ``python benchmarks/gpu_host_link.py --out results/gpu_host_link.csv`` (under a minute).
 ``--quick`` runs a few sizes to check the script.

@@ -8,11 +8,11 @@ from it (:class:`HostLinkFigures`):
 
 * the payload share of the link's datasheet rate one direction reaches with large pinned copies
   (the median over copies of at least ``LARGE_COPY_BYTES``), which is ``HOST_LINK_EFFICIENCY`` in
-  ``autoplan/cost/offload.py`` (optimizer-state offload, activation offload);
+  ``autoplan/cost/host_link.py`` (optimizer-state offload, activation offload);
 * the same share per direction with both directions busy;
 * pageable copies' share (the driver stages them through its own pinned buffer);
 * how much slower a compute-bound GEMM runs while both directions copy (the copy engines' share of
-  the HBM and the memory system), which the cost model does not charge (see ``offload.py``).
+  the HBM and the memory system), which the cost model does not charge (see ``cost/host_link.py``).
 """
 
 from __future__ import annotations

@@ -6,17 +6,20 @@ one micro-batch does not. With at least ``MIN_GRAD_ACC`` micro-batches per step 
 collectives (the data-parallel reduction, the optimizer) are a small share of a micro-batch's time,
 so the seconds per micro-batch (step time / gradient accumulation, from the measured tokens/s
 alone) of one such family should hardly move with the node count. On up to 16 nodes it does not
-(median change 0.00-0.03 s). At 32 and 64 nodes about half and nine in ten of the pipeline runs
-(pp > 1) take 1.0-1.4 s longer per micro-batch, whatever the model (1B or 8B), tp, pp and
-micro-batch, while other runs of the same family and node count do not: a fixed stall per
-micro-batch, not a cost of the layout.
+(median change 0.00-0.03 s; 0-12.5% of the judged runs more than ``STALL_S`` slower). On 32 and 64
+nodes 38% and 89% of the judged runs are, most by 1.0-1.4 s per micro-batch (median +1.1-1.3 s
+for the 64-node pipeline runs), whatever the model (1B or 8B), tp, pp and micro-batch, while other
+runs of the same family and node count are not: a fixed stall per micro-batch, not a cost of the
+layout.
 
 Its cause is not established. It matches the EFA provider of libfabric, through which NCCL ran on
 the sweep's p5 nodes: when a receiver has no buffer posted for a packet (receiver not ready) the
 provider backs off that peer with a wait that doubles from a random 40-120 µs up to
-``rnr_backoff_wait_time_cap``, 1 s by default (ofiwg/libfabric prov/efa, efa_env.c and
-rdm/efa_rdm_ep_utils.c), and nanotron's pipeline sends block on each transfer's metadata before
-its data (src/nanotron/parallel/pipeline_parallel/p2p.py). A cost model of the layout cannot
+``rnr_backoff_wait_time_cap``, 1 s by default (ofiwg/libfabric prov/efa/src/efa_env.c:
+``FI_EFA_MAX_TIMEOUT``, "the maximum timeout (us) for backoff to a peer after a receiver not
+ready error", default 1000000; the doubling in the RDM endpoint's RNR handling), and nanotron's
+pipeline sends block on each transfer's metadata before its data
+(src/nanotron/parallel/pipeline_parallel/p2p.py). A cost model of the layout cannot
 predict it; ``scale_stalls`` marks such runs so that the ranking figures can be read with and
 without them, and their speed is left out of the fits (``accuracy.straggler_ids``: an efficiency
 fitted on a stall describes the stall). No run is dropped from the data or from the held-out rows
