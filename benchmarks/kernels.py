@@ -5,7 +5,8 @@
 Reads validation/h100_sxm_kernels.csv and validation/h100_sxm_llama_layer.csv (measured with
 benchmarks/gpu_kernels.py and benchmarks/gpu_layer.py; no GPU needed here) and
 validation/h200_moe_layer.csv (benchmarks/gpu_moe_layer.py), h200_kernels.csv and
-h200_fp8_recipes.csv (gpu_kernels.py and gpu_fp8_recipes.py on an H200), prints the kernel
+h200_fp8_recipes.csv (gpu_kernels.py and gpu_fp8_recipes.py on an H200) and h200_host_link.csv
+(gpu_host_link.py on an H200), prints the kernel
 figures (autoplan/calibration/kernels.py) and sets each shipped Hopper parameter beside the
 figure it stands for. A parameter fitted end to end on published runs includes what the kernels
 alone do not (other kernels, stalls, a power cap), so a GEMM or attention efficiency above its
@@ -33,6 +34,8 @@ from autoplan.calibration.kernels import (
     recipe_gain_shares,
     shipped_tables,
 )
+from autoplan.calibration.host_link import HOST_LINK_FILE, shipped_host_link_figures
+from autoplan.cost.host_link import HOST_LINK_EFFICIENCY
 from autoplan.paths import data_dir
 from autoplan.profiles import load_profile
 from autoplan.profiles.parameter_files import load_defaults
@@ -144,12 +147,22 @@ def print_moe_layer(k: KernelFigures) -> None:
           f"(moe_layer_fixed_s default {load_defaults().value('moe_layer_fixed_s') * 1e3:.2f} ms)")
 
 
+def print_host_link() -> None:
+    """The host link's copy rates (validation/h200_host_link.csv) beside HOST_LINK_EFFICIENCY."""
+    f = shipped_host_link_figures()
+    print(f"\nhost link ({HOST_LINK_FILE}), shares of the datasheet rate per direction:")
+    print(f"  pinned, one way {f.one_way:.3f} (HOST_LINK_EFFICIENCY {HOST_LINK_EFFICIENCY}); both ways at once "
+          f"{f.both_ways:.3f}; pageable in/out {f.pageable_h2d:.3f}/{f.pageable_d2h:.3f}")
+    print(f"  a bf16 GEMM beside copies both ways: {100 * f.gemm_slowdown:.1f}% slower (not costed)")
+
+
 def main() -> int:
     figures = kernel_figures()
     print_figures(figures)
     print_head_dims()
     print_transfer(figures)
     print_moe_layer(figures)
+    print_host_link()
     print_parameters(figures)
     return 0
 
