@@ -58,7 +58,7 @@ from autoplan.calibration.fit import (
 from autoplan.calibration.band_fit import COVERAGE
 from autoplan.calibration.guard import guarded_fit
 from autoplan.calibration.rows import Row, Source, row_context
-from autoplan.calibration.scale_stalls import REFERENCE_MAX_NODES, STALL_S, scale_stalls, stalled_share_by_nodes
+from autoplan.calibration import scale_stalls as stalls
 from autoplan.calibration.sources import load_sources
 from autoplan.calibration.uncertainty import error_band
 from autoplan.calibration.validation import load_playbook_sweep
@@ -259,13 +259,13 @@ def ranking_figures(sources: Mapping[str, Source],
 
 
 def _stall_figures(rows: Sequence[Row], pred: np.ndarray, anomalous: np.ndarray) -> list[Figure]:
-    """Per node count, the share of judged runs that stalled at scale (model-free,
-    :mod:`autoplan.calibration.scale_stalls`); then the ranking without them and without the
-    ZeRO-twin anomalies (a sensitivity, no target)."""
-    stalled = scale_stalls(rows)
-    what = (f"runs > {STALL_S:g} s per micro-batch slower than the same per-GPU work on <= "
-            f"{REFERENCE_MAX_NODES} nodes (stalled; model-free)")
-    out = [Figure("ranking", what, f"{n} nodes", judged, share) for n, judged, share in stalled_share_by_nodes(rows, stalled)]
+    """Per node count, the share of judged runs that stalled at scale (model-free, ``scale_stalls``);
+    then the ranking without them and the ZeRO-twin anomalies (a sensitivity, no target)."""
+    excess = stalls.stall_excess_s(rows)
+    stalled = stalls.scale_stalls(rows, excess=excess)
+    what = (f"runs > {stalls.STALL_S:g} s per micro-batch slower than the same per-GPU work on <= "
+            f"{stalls.REFERENCE_MAX_NODES} nodes (stalled; model-free)")
+    out = [Figure("ranking", what, f"{n} nodes", k, share) for n, k, share in stalls.stalled_share_by_nodes(rows, excess)]
     keep = ~(stalled | anomalous)
     label = (f", without the {int(stalled.sum())} stalled runs and the {int(anomalous.sum())} ZeRO-twin "
              f"anomalies ({int((~keep).sum())} in all)")

@@ -23,6 +23,7 @@ import numpy as np
 
 from autoplan.calibration.kernels import Table, read_table
 from autoplan.paths import data_dir
+from autoplan.specs.hardware import load_gpu
 
 HOST_LINK_FILE = "h200_host_link.csv"
 HOST_LINK_GPU = "h200"  # the hardware_db preset of the GPU the shipped table was measured on
@@ -68,7 +69,5 @@ def host_link_figures(table: Table, link_bytes_per_s: float) -> HostLinkFigures:
 
 def shipped_host_link_figures() -> HostLinkFigures:
     """The figures of the shipped table, against its GPU preset's ``host_link``."""
-    from autoplan.specs.hardware import load_gpu
-
     table = read_table(data_dir("validation") / HOST_LINK_FILE)
     return host_link_figures(table, load_gpu(HOST_LINK_GPU).host_bytes_per_s)

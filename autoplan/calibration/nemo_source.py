@@ -152,9 +152,20 @@ _RECIPE_MATCH = (("num_gpus", "num_gpus"), ("seq_len", "seq_len"), ("tp_size", "
                  ("cp_size", "cp"), ("vp_size", "vp"), ("mbs", "mbs"))
 
 
+def _recipe_key(model: tuple[str, str] | None, system: str | None, fsdp: int, degrees) -> tuple:
+    """What a NeMo line and a recommended config are matched on (module doc)."""
+    return (model, system, fsdp, *degrees)
+
+
 @functools.cache
-def _recipes() -> tuple[dict[str, str], ...]:
-    return tuple(read_csv(RECIPES_FILE))
+def _recipes() -> dict[tuple, dict[str, str]]:
+    """The recommended configs of FP8 pre-training, by ``_recipe_key`` (the first line of a key)."""
+    out: dict[tuple, dict[str, str]] = {}
+    for c in read_csv(RECIPES_FILE):
+        if c["dtype"] == "fp8":
+            out.setdefault(_recipe_key((c["model"], c["size"]), c["system"], _degree(c["use_mcore_fsdp"] or "0"),
+                                       (_degree(c[theirs]) for theirs, _ in _RECIPE_MATCH)), c)
+    return out
 
 
 def _recipe_knobs(r: dict[str, str]) -> dict[str, Any]:
@@ -162,19 +173,17 @@ def _recipe_knobs(r: dict[str, str]) -> dict[str, Any]:
     NeMo's recommended configs (module doc); {} for any other row or where no config matches."""
     if r["container"] != _RECIPE_RELEASE or r["activation_checkpointing"].strip() != _SEE_RECIPES:
         return {}
-    name = _RECIPE_MODELS.get(r["model"])
     fsdp = _degree(r["fsdp"]) if (r["fsdp"] or "").strip() else 0
-    for c in _recipes():
-        if ((c["model"], c["size"]) == name and c["system"] == _RECIPE_SYSTEMS.get(r["gpu_type"])
-                and c["dtype"] == "fp8" and _degree(c["use_mcore_fsdp"] or "0") == fsdp
-                and all(_degree(c[theirs]) == _degree(r[ours]) for theirs, ours in _RECIPE_MATCH)):
-            knobs: dict[str, Any] = {"offload_layers": _degree(c["activation_offload_layers"] or "0")}
-            if _degree(c["recompute_layers"] or "0") > 0:
-                knobs.update(recompute="full", recompute_layers=_degree(c["recompute_layers"]))
-            elif (c["recompute_modules"] or "").strip():
-                knobs.update(recompute="selective", recompute_modules=c["recompute_modules"].strip())
-            return knobs
-    return {}
+    c = _recipes().get(_recipe_key(_RECIPE_MODELS.get(r["model"]), _RECIPE_SYSTEMS.get(r["gpu_type"]), fsdp,
+                                   (_degree(r[ours]) for _, ours in _RECIPE_MATCH)))
+    if c is None:
+        return {}
+    knobs: dict[str, Any] = {"offload_layers": _degree(c["activation_offload_layers"] or "0")}
+    if _degree(c["recompute_layers"] or "0") > 0:
+        knobs.update(recompute="full", recompute_layers=_degree(c["recompute_layers"]))
+    elif (c["recompute_modules"] or "").strip():
+        knobs.update(recompute="selective", recompute_modules=c["recompute_modules"].strip())
+    return knobs
 
 
 def _layout(r: dict[str, str]) -> dict[str, Any]:
@@ -192,10 +201,11 @@ def _row(line: int, r: dict[str, str]) -> Row:
     hardware = _HARDWARE[r["gpu_type"]]
     cell = f"{r['model']}/{hardware}/{r['num_gpus']}gpus/seq{r['seq_len']}"
     source = _source_of(r)
+    layout = _layout(r)
     return Row(source=source, row_id=f"{source}:{line}", model=load_model({**_MODELS, **_ADDED_MODELS}[r["model"]]),
-               hardware=hardware, trainer="megatron", layout=_layout(r),
+               hardware=hardware, trainer="megatron", layout=layout,
                tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]), cell=cell,
-               allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS + _options(r) + _offload(r),
+               allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS + _options(r) + _offload(layout),
                settings=_optimizer_settings(r))
 
 
@@ -223,10 +233,10 @@ def _options(r: dict[str, str]) -> tuple[tuple[str, Any], ...]:
     return ()
 
 
-def _offload(r: dict[str, str]) -> tuple[tuple[str, Any], ...]:
+def _offload(layout: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """NeMo 2 sets Megatron-Core's cpu_offloading_num_layers itself (module doc): the profile fact
     that lets the row's activation offload through rules/recompute.py's trainer_offload."""
-    return (("activation_offload", True),) if _recipe_knobs(r).get("offload_layers", 0) > 0 else ()
+    return (("activation_offload", True),) if layout.get("offload_layers", 0) > 0 else ()
 
 
 def _optimizer_settings(r: dict[str, str]) -> tuple[tuple[str, Any], ...]:

@@ -38,11 +38,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from autoplan.calibration.rows import Row
+from autoplan.specs.hardware import load_gpu
 
 REFERENCE_MAX_NODES = 8
 MIN_GRAD_ACC = 4
 STALL_S = 0.5
-GPUS_PER_NODE = 8  # the sweep's p5.48xlarge nodes
+
+
+def nodes_of(row: Row) -> int:
+    """The run's node count: its GPUs over its GPU preset's GPUs per node."""
+    return row.num_gpus // load_gpu(row.hardware).gpus_per_node
 
 
 def family_key(row: Row) -> tuple:
@@ -67,26 +72,28 @@ def stall_excess_s(rows: Sequence[Row]) -> np.ndarray:
     per_mb = np.array([seconds_per_microbatch(r) if j else np.nan for r, j in zip(rows, judged)])
     reference: dict[tuple, list[float]] = {}
     for r, j, t in zip(rows, judged, per_mb):
-        if j and r.num_gpus <= REFERENCE_MAX_NODES * GPUS_PER_NODE:
+        if j and nodes_of(r) <= REFERENCE_MAX_NODES:
             reference.setdefault(family_key(r), []).append(t)
     medians = {k: float(np.median(v)) for k, v in reference.items()}
     return np.array([t - medians.get(family_key(r), np.nan) for r, t in zip(rows, per_mb)])
 
 
-def scale_stalls(rows: Sequence[Row], stall_s: float = STALL_S) -> np.ndarray:
+def scale_stalls(rows: Sequence[Row], stall_s: float = STALL_S, excess: np.ndarray | None = None) -> np.ndarray:
     """Per row: True where the run's seconds per micro-batch exceed its family's reference by more
-    than ``stall_s`` (``stall_excess_s``); False where not, or not judged."""
+    than ``stall_s`` (``stall_excess_s``, or ``excess`` where the caller has it); False where not,
+    or not judged."""
     if stall_s <= 0.0:
         raise ValueError(f"stall_s > 0 must hold, got stall_s={stall_s}")
-    excess = stall_excess_s(rows)
+    excess = stall_excess_s(rows) if excess is None else excess
     return np.where(np.isfinite(excess), excess > stall_s, False)
 
 
-def stalled_share_by_nodes(rows: Sequence[Row], stalled: np.ndarray | None = None) -> list[tuple[int, int, float]]:
-    """(nodes, judged runs, % of them stalled) per node count of ``rows`` (NaN where none is judged)."""
-    judged = np.isfinite(stall_excess_s(rows))
-    stalled = scale_stalls(rows) if stalled is None else stalled
-    nodes = np.array([r.num_gpus // GPUS_PER_NODE for r in rows])
+def stalled_share_by_nodes(rows: Sequence[Row], excess: np.ndarray | None = None) -> list[tuple[int, int, float]]:
+    """(nodes, judged runs, % of them stalled) per node count of ``rows`` (NaN where none is
+    judged); ``excess``: the rows' ``stall_excess_s`` where the caller has it."""
+    excess = stall_excess_s(rows) if excess is None else excess
+    judged, stalled = np.isfinite(excess), scale_stalls(rows, excess=excess)
+    nodes = np.array([nodes_of(r) for r in rows])
     return [(n, int(judged[nodes == n].sum()),
              100.0 * float(stalled[(nodes == n) & judged].mean()) if judged[nodes == n].any() else float("nan"))
             for n in sorted(set(nodes.tolist()))]

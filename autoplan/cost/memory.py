@@ -273,8 +273,9 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, stage: s
     kept = flying
     if b.offload_layers.any():  # (the same result without the arithmetic when nothing is offloaded)
         staging = np.where(b.offload_layers > 0, OFFLOAD_STAGING_LAYERS, 0.0)
-        kept = flying * (1.0 - offloaded_share(b, n_layers)) + staging
-        host = host + per_layer * flying * offloaded_share(b, n_layers)
+        share = offloaded_share(b, n_layers)
+        kept = flying * (1.0 - share) + staging
+        host = host + per_layer * flying * share
     terms["activations"] = per_layer * kept + working
 
     embedding_output = tokens * m.hidden_size * BF16_BYTES / h_div
