@@ -58,7 +58,7 @@ FIT_PLAN: dict[Pair, tuple[str, ...]] = {
     # block, validation/h100_sxm_kernels.csv), not fitted; the element-wise traffic, which nanotron's
     # partly fused layer sets between a compiled (42 B) and an eager (204 B) layer's, is.
     ("nanotron", "h100-sxm"): ("elementwise_bytes_per_token_hidden", "scale_out_efficiency",
-                               "collective_overhead_s", "pp_collective_overhead_factor",
+                               "collective_overhead_s", "pp_cross_tp_sync_s",
                                "pp_extra_layers_per_microbatch",
                                "memory_reserve_bytes", "allocator_overhead"),
     ("megatron", "a100-80gb"): ("gemm_efficiency_max", "unfused_attention_factor", "scale_out_efficiency"),
@@ -142,8 +142,9 @@ def straggler_ids(rows: Sequence[Row]) -> set[str]:
     """The playbook sweep's runs among ``rows`` whose speed is left out of the fits (their memory
     stays in): the slower ZeRO twin of a pair > 3x apart (``zero_twins``) and the runs stalled at
     scale (``scale_stalls``), both found without the cost model. An efficiency fitted on them would
-    describe the stall, not the hardware: they held nanotron's pp_collective_overhead_factor at 9.9
-    (4.7 without them) and its fitted runs under the clean best runs on 64 nodes."""
+    describe the stall, not the hardware: they held nanotron's pp_collective_overhead_factor (since
+    replaced by pp_cross_tp_sync_s) at 9.9 (4.7 without them) and its fitted runs under the clean
+    best runs on 64 nodes."""
     sweep = [r for r in rows if r.source == "playbook_sweep" and r.status == "ok"]
     flagged = scale_stalls(sweep) | zero_twin_anomalies(sweep)
     return {r.row_id for r, f in zip(sweep, flagged) if f}

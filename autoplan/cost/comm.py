@@ -193,3 +193,19 @@ def dp_all_reduce_s(ctx: CostContext, link: GroupLink, num_bytes: np.ndarray,
     latency = (dp_latency(ctx, link) if latency is None else latency).all_reduce_s
     transfer = 2.0 * (n - 1) / n * num_bytes / link.bus_bytes_per_s
     return np.where(n > 1, transfer + num_collectives * latency, 0.0)
+
+
+def pipeline_transfer_s(ctx: CostContext, stride: np.ndarray, size: np.ndarray,
+                        num_bytes: np.ndarray) -> np.ndarray:
+    """Exposed seconds of one pipeline send (activation forward or gradient back) of ``num_bytes``.
+
+    Asynchronous sends (Megatron's batched isend/irecv) hide ``pp_overlap`` of ``comm.p2p_s``.
+    A trainer whose sends block (``pp_blocking_metadata_messages`` k > 0: nanotron's ``P2P``,
+    src/nanotron/parallel/pipeline_parallel/p2p.py, sends each tensor's shape, stride and dtype
+    first in k = 2 blocking ``dist.send``/``dist.recv`` that the receiver reads back on the host,
+    one transfer at a time, ``state.py`` ``run_communication``) hides none of it and waits in
+    addition for its k metadata messages, one hop latency each: ``p2p_s + k·α``.
+    """
+    k = ctx.profile.pp_blocking_metadata_messages
+    exposed = 1.0 if k > 0 else 1.0 - ctx.efficiency.pp_overlap
+    return exposed * p2p_s(ctx, stride, size, num_bytes) + k * p2p_latency_s(ctx, stride, size)

@@ -242,13 +242,13 @@ TIME_TERMS_DEFINED = [
           ("host_bytes_per_s", "HOST_LINK_EFFICIENCY", "BACKWARD_MATMUL_FACTOR")),
     _time("tp_exposed", "tensor-parallel communication not hidden by compute",
           "grad_acc × L_S × ({passes}·TP_COLLECTIVES_PER_PASS·RING(tokens·h·BF16_BYTES) over tp × (1 − tp_overlap "
-          "if tp_comm_overlap else 1) + (tp > 1) {passes}·TP_COLLECTIVES_PER_PASS·collective_overhead_s {pp_factor}); "
+          "if tp_comm_overlap else 1) + (tp > 1) {passes}·TP_COLLECTIVES_PER_PASS·collective_overhead_s{pp_floor}); "
           "RING(S) = (tp − 1)/tp·S/busbw + (tp − 1)·α, busbw and α of the ring's slowest hop (NVLink inside the "
           "scale-up domain; k ranks per domain × NIC and the NIC's α once the rank order spreads the group "
           "over domains)",
           f"{KORTHIKANTI} Sec. 4.2.2 (sequence parallelism: 2 all-gathers + 2 reduce-scatters per layer "
           "and pass); Thakur et al. 2005 Sec. 4 (ring); autoplan/cost/tp_comm.py",
-          ("tp_overlap", "tp_comm_overlap", "collective_overhead_s", "pp_collective_overhead_factor", "BF16_BYTES", "TP_COLLECTIVES_PER_PASS", *LINKS)),
+          ("tp_overlap", "tp_comm_overlap", "collective_overhead_s", "pp_cross_tp_sync_s", "BF16_BYTES", "TP_COLLECTIVES_PER_PASS", *LINKS)),
     _time("cp_exposed", "context-parallel ring exchange not hidden by attention",
           "grad_acc × max(0, L_S·{cp_passes}·(cp − 1)·(2·tokens·kv_size/tp·BF16_BYTES/busbw + α) − cp_overlap·"
           "L_S·(t_att + t_att_bwd))",

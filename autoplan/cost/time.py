@@ -170,12 +170,13 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
     # rings over the links the rank order puts the TP group on (tp_comm).
     tp = passes * TP_COLLECTIVES_PER_PASS * tp_collective_s(tp_link, activation_bytes)
     # A fixed, never-hidden cost per TP collective (launch and synchronisation of the blocking
-    # collective; ``collective_overhead_s``), larger when the pipeline crosses nodes
-    # (``pp_collective_overhead_factor``: blocking cross-node pipeline transfers, see its doc).
+    # collective; ``collective_overhead_s``), and where the pipeline crosses nodes a floor on the
+    # layer's time of ``pp_cross_tp_sync_s`` per collective and TP rank (see its doc).
     c = ctx.corrections
     pp_crosses = (b.pp > 1) & (st["pp"] * b.pp > ctx.cluster.scale_up_domain_size)
-    overhead = np.where(b.tp > 1, passes * TP_COLLECTIVES_PER_PASS * c.collective_overhead_s
-                        * np.where(pp_crosses, c.pp_collective_overhead_factor, 1.0), 0.0)
+    collectives = np.where(b.tp > 1, passes * TP_COLLECTIVES_PER_PASS, 0.0)
+    overhead = collectives * c.collective_overhead_s
+    floor = np.where(pp_crosses, collectives * b.tp * c.pp_cross_tp_sync_s, 0.0)
     cp_link = comm.group_link(ctx, b.cp, st["cp"])
     kv_step_bytes = 2.0 * tokens * m.kv_size / b.tp * BF16_BYTES
     # Ring attention: cp-1 K/V exchanges forward, K/V and their gradients backward (2×).
@@ -187,7 +188,7 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
         h_div = np.where(b.sp > 0, b.tp, 1.0)
         ep_passes = 2.0 + full + np.where(b.recompute == 1, module_ep, 0.0)
         ep = ep_passes * moe_time.dispatch_combine_s(ctx, b, ep_link, tokens / h_div)
-    return {"tp": tp, "tp_fixed": overhead, "cp": cp, "ep": ep, "tp_passes": passes,
+    return {"tp": tp, "tp_fixed": overhead, "tp_floor": floor, "cp": cp, "ep": ep, "tp_passes": passes,
             "tp_inside_domain": tp_link.inside_domain}
 
 
@@ -237,22 +238,6 @@ def _layer_bytes(ctx: CostContext, b: LayoutBatch, n: np.ndarray, n_dense: np.nd
     dense, moe = layer_activation_bytes(ctx, b, "none")
     dense_share = n_dense / np.maximum(n, 1.0)
     return dense_share * dense + (1.0 - dense_share) * moe
-
-
-def pipeline_transfer_s(ctx: CostContext, stride: np.ndarray, size: np.ndarray,
-                        num_bytes: np.ndarray) -> np.ndarray:
-    """Exposed seconds of one pipeline send (activation forward or gradient back) of ``num_bytes``.
-
-    Asynchronous sends (Megatron's batched isend/irecv) hide ``pp_overlap`` of ``comm.p2p_s``.
-    A trainer whose sends block (``pp_blocking_metadata_messages`` k > 0: nanotron's ``P2P``,
-    src/nanotron/parallel/pipeline_parallel/p2p.py, sends each tensor's shape, stride and dtype
-    first in k = 2 blocking ``dist.send``/``dist.recv`` that the receiver reads back on the host,
-    one transfer at a time, ``state.py`` ``run_communication``) hides none of it and waits in
-    addition for its k metadata messages, one hop latency each: ``p2p_s + k·α``.
-    """
-    k = ctx.profile.pp_blocking_metadata_messages
-    exposed = 1.0 if k > 0 else 1.0 - ctx.efficiency.pp_overlap
-    return exposed * comm.p2p_s(ctx, stride, size, num_bytes) + k * comm.p2p_latency_s(ctx, stride, size)
 
 
 def grad_accumulation_s(ctx: CostContext, b: LayoutBatch, params_per_gpu: np.ndarray) -> np.ndarray:
@@ -336,7 +321,8 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
         tp = n * (lc["tp"] * (1.0 - ov.tp) + lc["tp_fixed"])
         cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
         ep = n_moe * lc["ep"] * (1.0 - ov.ep)
-        stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload)
+        stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload,
+                                tp_floor=n * lc["tp_floor"])
     # The slowest stage by work (compute + recompute) sets the pace; choosing by work keeps
     # compute + recompute monotone in the recompute mode.
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
@@ -351,7 +337,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     parts["ep"] = np.where(hidden, 0.0, parts["ep"])
     pp_bytes = tokens * m.hidden_size * BF16_BYTES / h_div
     pp_sends = 2.0 * chunks_per_rank(schedule, b.vpp)  # activation forward, its gradient back, per chunk
-    pp_send = np.where((b.pp > 1) & ~hidden, pp_sends * pipeline_transfer_s(ctx, st["pp"], b.pp, pp_bytes), 0.0)
+    pp_send = np.where((b.pp > 1) & ~hidden, pp_sends * comm.pipeline_transfer_s(ctx, st["pp"], b.pp, pp_bytes), 0.0)
     dp = dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"],
                    layers.most)
     parts["compute"] = parts["compute"] + grad_accumulation_s(ctx, b, stage_params["dense"] + stage_params["expert"])
@@ -359,6 +345,11 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     fetch = param_fetch_s(ctx, b, stage_params, layers.most)  # 0 without offload
     zero3_exposed = np.maximum(0.0, dp["per_micro"] + fetch - e.fsdp_overlap * micro_compute)
     t_micro = micro_compute + parts["tp"] + parts["cp"] + parts["ep"] + parts["offload"] + pp_send + zero3_exposed
+    # The cross-node pipeline's synchronisation floor (``pp_cross_tp_sync_s``): what the
+    # micro-batch's time falls short of it is spent waiting in the TP collectives.
+    sync_wait = np.maximum(0.0, parts.pop("tp_floor") - t_micro)
+    parts["tp"] = parts["tp"] + sync_wait
+    t_micro = t_micro + sync_wait
     m_count = b.grad_acc
     bubble = bubble_micro_batches(schedule, b.pp, b.vpp, 1.0 / (1.0 + BACKWARD_MATMUL_FACTOR)) * t_micro
     # Gradient reduction hides behind the last micro-batch's backward; the parameter all-gather

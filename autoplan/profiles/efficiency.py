@@ -140,17 +140,21 @@ class Corrections:
         "Fixed, never hidden time per tensor-parallel collective: the launch and synchronisation "
         "of a blocking collective (a few to tens of µs), which the bandwidth terms omit.",
         (0.0, 0.01), (0.0, 5e-5), neutral=0.0, unit="s")
-    pp_collective_overhead_factor: float = _correction(
-        "Multiplies collective_overhead_s for layouts whose pipeline crosses the scale-up domain "
-        "(pp > 1, pipeline neighbours on different nodes) and tp > 1. Stands in for the stalls of "
-        "blocking pipeline point-to-point transfers across nodes that hold every TP rank of a stage "
-        "(nanotron src/nanotron/parallel/pipeline_parallel/p2p.py, state.py: each send first exchanges "
-        "two metadata tensors with blocking dist.send/recv read back on the host, one transfer at a "
-        "time, activation sends deferred to the next receive). Their latency and exposed data time are "
-        "modelled (cost.time.pipeline_transfer_s: microseconds per send); what stays is a stall of "
-        "milliseconds per TP collective that no modelled mechanism gives. TP groups spread over nodes "
-        "are modelled (cost/tp_comm.py), not this.",
-        (1.0, 100.0), (1.0, 4.0), neutral=1.0, unit="ratio")
+    pp_cross_tp_sync_s: float = _correction(
+        "Floor on one micro-batch's time through a pipeline stage whose pipeline crosses the "
+        "scale-up domain (pp > 1, neighbours on different nodes) with tp > 1: the stage takes at "
+        "least layers × TP collectives × tp × this, however little work the micro-batch holds; "
+        "above the floor it adds nothing (the work runs under it). The shape is measured on the "
+        "Ultra-Scale Playbook sweep (nanotron, H100): per layer and micro-batch the clean runs take "
+        "~10, 16, 24, 52 and 130-180 ms at tp 2, 4, 8, 16 and 32 from micro-batch 1 to 8-16 alike, "
+        "against 4.5-8 ms at mbs 1 with the same tp and no pipeline across nodes. It stands in for "
+        "a synchronisation stall: every TP collective waits for the slowest of the stage's tp ranks, "
+        "each of which runs its own blocking cross-node pipeline transfers (nanotron "
+        "src/nanotron/parallel/pipeline_parallel/p2p.py: metadata read back on the host before the "
+        "data receive) and so its own host stalls; a stall any one rank suffers holds them all, so "
+        "the wait grows with tp. Which host event it is (proxy thread, network retry) is not "
+        "identified; a few tens of µs per collective would be a plain launch and sync.",
+        (0.0, 0.01), (0.0, 1e-4), neutral=0.0, unit="s")
     memory_pressure_threshold: float = _correction(
         "Fraction of usable memory above which the caching allocator frees and retries "
         "(cudaMalloc retries) and the step slows; see memory_pressure_slowdown.",

@@ -96,7 +96,7 @@ class TrainerProfile:
     # the last BackwardPass (deepspeed/runtime/pipe/schedule.py).
     pp_overlaps_grad_reduce: bool = True
     # Blocking metadata messages before each pipeline send (0: asynchronous sends, pp_overlap
-    # applies); nanotron 2 (autoplan.cost.time.pipeline_transfer_s).
+    # applies); nanotron 2 (autoplan.cost.comm.pipeline_transfer_s).
     pp_blocking_metadata_messages: float = 0.0
     # HBM bytes per parameter that accumulating one micro-batch's gradient moves outside the GEMMs
     # (autoplan.cost.time.grad_accumulation_s); 0 = accumulated by the weight-gradient GEMM.

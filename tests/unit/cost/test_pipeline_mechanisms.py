@@ -15,7 +15,8 @@ import pytest
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.tied_embedding import tied_embedding_allreduce_s
-from autoplan.cost.time import grad_accumulation_s, pipeline_transfer_s
+from autoplan.cost.comm import pipeline_transfer_s
+from autoplan.cost.time import grad_accumulation_s
 from autoplan.layout import CODE_FIELDS, INT_FIELDS, LayoutBatch
 from autoplan.profiles import load_profile
 from autoplan.profiles.parameter_files import load_defaults
