@@ -346,8 +346,13 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     zero3_exposed = np.maximum(0.0, dp["per_micro"] + fetch - e.fsdp_overlap * micro_compute)
     t_micro = micro_compute + parts["tp"] + parts["cp"] + parts["ep"] + parts["offload"] + pp_send + zero3_exposed
     # The cross-node pipeline's synchronisation floor (``pp_cross_tp_sync_s``): what the
-    # micro-batch's time falls short of it is spent waiting in the TP collectives.
-    sync_wait = np.maximum(0.0, parts.pop("tp_floor") - t_micro)
+    # micro-batch's time falls short of it is spent waiting in the TP collectives. Every stage
+    # has its own; the pipeline runs at the pace of the highest (the stage with the most layers,
+    # whichever stage the work picked).
+    parts.pop("tp_floor")
+    floor = np.maximum(np.maximum(stage_time["first"]["tp_floor"], stage_time["middle"]["tp_floor"]),
+                       stage_time["last"]["tp_floor"])
+    sync_wait = np.maximum(0.0, floor - t_micro)
     parts["tp"] = parts["tp"] + sync_wait
     t_micro = t_micro + sync_wait
     m_count = b.grad_acc
