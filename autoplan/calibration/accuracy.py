@@ -57,7 +57,7 @@ FIT_PLAN: dict[Pair, tuple[str, ...]] = {
     # Its GEMM curve and attention are the H100 kernels' measured figures (nanotron.yaml's h100-sxm
     # block, validation/h100_sxm_kernels.csv), not fitted; the element-wise traffic, which nanotron's
     # partly fused layer sets between a compiled (42 B) and an eager (204 B) layer's, is.
-    ("nanotron", "h100-sxm"): ("elementwise_bytes_per_token_hidden", "scale_out_efficiency",
+    ("nanotron", "h100-sxm-efa"): ("elementwise_bytes_per_token_hidden", "scale_out_efficiency",
                                "collective_overhead_s", "pp_cross_tp_sync_s",
                                "pp_extra_layers_per_microbatch",
                                "memory_reserve_bytes", "allocator_overhead"),
@@ -85,7 +85,7 @@ FIT_PLAN: dict[Pair, tuple[str, ...]] = {
 # The playbook sweep holds runs 3-100x slower than their neighbours (failed or straggling jobs,
 # e.g. 8B tp2 pp8 on 8 nodes: 1.3% MFU with ZeRO-0, 31.9% with ZeRO-1): the Cauchy loss bounds
 # their pull on the fit. The other sources are clean tables: soft-L1.
-FIT_LOSS: dict[Pair, str] = {("nanotron", "h100-sxm"): "cauchy"}
+FIT_LOSS: dict[Pair, str] = {("nanotron", "h100-sxm-efa"): "cauchy"}
 # Two MPT rows run ~25% slower than their neighbours at the same model and micro-batch (1B on 32
 # GPUs; 70B with micro-batch 2 on 64 40GB GPUs, near their memory): Cauchy bounds their pull.
 FIT_LOSS[("llmfoundry", "a100-40gb")] = "cauchy"

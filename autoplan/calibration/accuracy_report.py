@@ -61,7 +61,7 @@ from autoplan.calibration.rows import Row, Source, row_context
 from autoplan.calibration import scale_stalls as stalls
 from autoplan.calibration.sources import load_sources
 from autoplan.calibration.uncertainty import error_band
-from autoplan.calibration.validation import load_playbook_sweep
+from autoplan.calibration.validation import PLAYBOOK_HARDWARE, load_playbook_sweep
 from autoplan.calibration.zero_twins import TWIN_FACTOR, max_predicted_twin_ratio, twin_groups, zero_twin_anomalies
 from autoplan.errors import AutoplanError
 from autoplan.profiles import CalibratedParameters, load_profile
@@ -136,7 +136,7 @@ def memory_figures(sources: Mapping[str, Source], fit_ids: set[str],
                           "median", 5.0)
            + _split_figures("memory", "playbook sweep ok runs, p90 |error|", ok_rows, memory, measured, fit_ids,
                             "p90", 12.0))
-    capacity = load_gpu("h100-sxm").usable_memory_bytes
+    capacity = load_gpu(PLAYBOOK_HARDWARE).usable_memory_bytes
     agree = 100.0 * float(np.mean(pred["fits"] == ok))
     peak = pred["peak_memory_all_stages_bytes"]
     over = int(np.sum(ok & (peak > 1.03 * capacity)))
@@ -161,7 +161,7 @@ def memory_figures(sources: Mapping[str, Source], fit_ids: set[str],
 
 def unit_figures(fit_ids: set[str], eff: Mapping[Pair, CalibratedParameters] | None = None) -> list[Figure]:
     """Playbook "GB": refit the memory parameters with its memory read as GB and as GiB."""
-    pair = ("nanotron", "h100-sxm")
+    pair = ("nanotron", PLAYBOOK_HARDWARE)
     base = (eff or {}).get(pair)
     factory = context_factory({pair: base} if base else None)
     params = [p for p in FIT_PLAN[pair] if p in MEMORY_PARAMS]
@@ -280,7 +280,7 @@ def sweep_refit_figures(seed: int = 0, shipped_fit_ids: set[str] | None = None) 
     held-out rows it was not fitted on (``shipped_fit_ids``)."""
     rows = [r for r in load_playbook_sweep().rows if r.status == "ok" and r.model.name == "usp-8b"]
     fit, held = split_rows(rows, ISSUE8_FRACTION, seed)
-    pair = ("nanotron", "h100-sxm")
+    pair = ("nanotron", PLAYBOOK_HARDWARE)
     calibrated, _ = guarded_fit(fit, row_context, FIT_PLAN[pair], seed, loss=FIT_LOSS.get(pair, "soft_l1"))
     profiles = {"uncalibrated default": load_profile("nanotron").parameters["default"],
                 "shipped": row_context(rows[0]).parameters, f"calibrated on {len(fit)} runs": calibrated}

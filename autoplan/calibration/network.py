@@ -35,7 +35,7 @@ from autoplan.paths import data_dir
 # over EFA (libfabric through aws-ofi-nccl) pays far more per scale-out step than the preset's
 # nominal 10 us: scale_out_latency_fit on the nccl-tests file below gives 118.5 us (median error
 # 11%), the scale_out_latency of the p5 preset (hardware_db/gpus/h100-sxm-efa.yaml). The sweep's
-# rows carry it (validation.PLAYBOOK_SCALE_OUT_LATENCY_S); it is not a fit to the sweep.
+# rows are on that preset (validation.PLAYBOOK_HARDWARE); it is not a fit to the sweep.
 P5_EFA_PRESET = "h100-sxm-efa"
 NCCL_ALL_REDUCE_FILE = "aws_p5_efa_nccl_all_reduce.csv"
 MB = 2.0 ** 20  # nccl-tests' size column counts MiB ("size(MB)" in the source's header)

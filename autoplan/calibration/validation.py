@@ -29,7 +29,6 @@ from autoplan.calibration.network import P5_EFA_PRESET
 from autoplan.calibration.rows import Row, Source
 from autoplan.paths import data_dir
 from autoplan.profiles import load_profile
-from autoplan.specs.hardware import load_gpu
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
 from autoplan.units import GB, GiB
@@ -134,7 +133,8 @@ _PLAYBOOK_MODELS = {"1B": "usp-1b", "8B": "usp-8b"}
 # runs bear it out: with one micro-batch (grad_accum 1) their memory is the first stage's (one
 # micro-batch in flight, no logits), far below the last stage's.
 PLAYBOOK_MEMORY_STAGE = "first"
-PLAYBOOK_SCALE_OUT_LATENCY_S = load_gpu(P5_EFA_PRESET).scale_out_latency_s  # the sweep's network (calibration.network)
+# The sweep ran on AWS p5 nodes (calibration.network): its rows, and nanotron's calibration, are on that preset.
+PLAYBOOK_HARDWARE = P5_EFA_PRESET
 
 
 def _playbook_row(source: str, line: int, r: dict[str, str], memory_unit: float) -> Row:
@@ -144,11 +144,11 @@ def _playbook_row(source: str, line: int, r: dict[str, str], memory_unit: float)
               "gbs_seqs": int(r["global_batch_size_sequences"]), "recompute": "none"}
     # sp follows resolve_layout's default (on when tp > 1); nanotron's 1F1B is the profile's.
     return Row(source=source, row_id=f"{source}:{line}", model=load_model(_PLAYBOOK_MODELS[r["model_label"]]),
-               hardware="h100-sxm", trainer="nanotron", layout=layout,
+               hardware=PLAYBOOK_HARDWARE, trainer="nanotron", layout=layout,
                tokens_per_s_per_gpu=number_or_nan(r["tokens_per_sec_per_gpu"]),
                peak_memory_bytes=number_or_nan(r["gpu_memory_gb"]) * memory_unit, status=r["status"],
                mfu=number_or_nan(r["mfu_pct"]) / 100.0, cell=f"{r['model_label']}/{r['nodes']} nodes",
-               memory_stage=PLAYBOOK_MEMORY_STAGE, scale_out_latency_s=PLAYBOOK_SCALE_OUT_LATENCY_S)
+               memory_stage=PLAYBOOK_MEMORY_STAGE)
 
 
 def _playbook_inconsistency(r: dict[str, str]) -> str:
@@ -172,11 +172,11 @@ def _load_playbook(name: str, file: str, memory_unit: float, notes: str) -> Sour
 def load_playbook_sweep(memory_unit: float = PLAYBOOK_MEMORY_UNIT) -> Source:
     """Every run of the playbook's 1B/8B sweep, ``ok`` or ``crashed_or_oom`` (no figures).
 
-    nanotron on h100-sxm, 1F1B, sp when tp > 1, no recompute (nanotron's base config). Rows
+    nanotron on h100-sxm-efa (AWS p5), 1F1B, sp when tp > 1, no recompute (nanotron's base config). Rows
     whose degrees or batch do not multiply out are left out (their real batch is unknown).
     """
     return _load_playbook("playbook_sweep", "ultrascale_playbook_runs_1b_8b.csv", memory_unit,
-                          "nanotron, h100-sxm, 1F1B, sp when tp > 1, no recompute")
+                          "nanotron, h100-sxm-efa (AWS p5), 1F1B, sp when tp > 1, no recompute")
 
 
 def load_playbook_best(memory_unit: float = PLAYBOOK_MEMORY_UNIT) -> Source:

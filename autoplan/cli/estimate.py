@@ -57,6 +57,7 @@ def estimate_command(output_format, **kwargs) -> None:
     else:
         _print_estimate(ctx, batch, record)
         _print_band(band, record)
+        _print_transfer(ctx)
     if not record["fits"]:  # evaluated, does not fit: exit code 1 with the reason, as search
         raise NoFeasiblePlanError(f"the layout does not fit: {reason}")
 
@@ -105,6 +106,15 @@ def _print_band(band, record) -> None:
                f"{record['peak_memory_gib_low']:.1f}-{record['peak_memory_gib_high']:.1f} GiB "
                f"({band_text(band.memory_low_factor, band.memory_high_factor)}); "
                f"{band.group}, {source}")
+
+
+def _print_transfer(ctx) -> None:
+    """Where the trainer was never calibrated on this GPU: that its efficiencies came from another
+    (profiles/transfer.py) and its corrections are at their neutral defaults."""
+    from autoplan.profiles.transfer import transferred_note
+
+    if note := transferred_note(ctx.parameters):
+        click.echo(f"  params   {note}")
 
 
 @click.command("explain")

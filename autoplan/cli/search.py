@@ -172,6 +172,7 @@ def search_command(**kw) -> None:
     _uneven_note(result)
     _caps_note(result)
     _architecture_note(result)
+    _transfer_note(result)
     if result.num_ranked > MAX_CSV_ROWS:
         click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {result.num_ranked} ranked layouts", err=True)
 
@@ -203,6 +204,14 @@ def _architecture_note(result) -> None:
     if problem:
         click.echo(f"Note: {problem}. The plans are costed with these dtypes; --export {trainer} refuses them.",
                    err=True)
+
+
+def _transfer_note(result) -> None:
+    """One line when the trainer was never calibrated on this GPU (profiles/transfer.py)."""
+    from autoplan.profiles.transfer import transferred_note
+
+    if note := transferred_note(result.ctx.parameters):
+        click.echo(f"Note: parameters {note}", err=True)
 
 
 def _caps_note(result) -> None:

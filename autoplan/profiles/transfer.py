@@ -77,3 +77,9 @@ def transfer_parameters(calibrated: Mapping[str, CalibratedParameters], target_g
             f"there, gemm_half_flops × {scale:.3g} (compute-peak ratio), attention_efficiency × {attention:.3g} "
             f"(FlashAttention-2's fraction of peak by generation); corrections at the profile's defaults")
     return default.with_values(physical, fitted_on=note, fitted=False)
+
+
+def transferred_note(params: CalibratedParameters) -> str:
+    """What ``transfer_parameters`` did, for parameters carried from another GPU ('' for a
+    measured pair): the line a prediction prints so that it never passes for a measured one."""
+    return params.fitted_on if params.fitted_on.startswith(TRANSFERRED) else ""

@@ -279,3 +279,14 @@ def test_compare_accepts_gbs_tokens_like_the_other_commands(tmp_path):
     by_tokens = compare(tmp_path, "tp,gpus\n2,64\n", "--gbs-tokens", "4194304", "--seq-len", "8192")
     assert by_tokens[0]["tokens_per_s_per_gpu"] == by_seqs[0]["tokens_per_s_per_gpu"]
     assert by_tokens[0]["fits"] == "True"
+
+
+def test_estimate_says_when_the_trainer_was_calibrated_on_another_gpu():
+    """nanotron was measured on AWS p5 (h100-sxm-efa): there its fitted parameters apply, and on
+    the InfiniBand h100-sxm preset they are transferred, which the table says."""
+    args = ["estimate", "-m", "usp-8b", "-g", "32", "--seq-len", "4096", "--gbs-seqs", "256",
+            "--trainer", "nanotron", "--tp", "4", "--pp", "2"]
+    measured = run([*args, "--hardware", "p5"]).stdout
+    transferred = run([*args, "--hardware", "h100-sxm"]).stdout
+    assert "transferred" not in measured
+    assert "transferred from h100-sxm-efa (not measured on h100-sxm)" in transferred

@@ -252,3 +252,13 @@ def test_a_model_the_trainer_cannot_build_gets_a_note(tmp_path, model, trainer, 
     quiet = run(["search", "-m", "llama3-8b", "-g", "16", "--gbs-seqs", "64", "--trainer", trainer,
                  "--tp", "1,2", "--pp", "1"], tmp_path, out="llama")
     assert quiet.exit_code == 0 and "refuses them" not in quiet.stderr
+
+
+def test_search_notes_parameters_transferred_from_another_gpu(tmp_path):
+    """nanotron is calibrated on AWS p5 (h100-sxm-efa) only: on the h100-sxm preset its parameters
+    are transferred and the search says so; on p5 it does not."""
+    args = ["search", "-m", "usp-8b", "-g", "32", "--seq-len", "4096", "--gbs-seqs", "256", "--trainer", "nanotron"]
+    transferred = run([*args, "--hardware", "h100-sxm"], tmp_path, "ib")
+    measured = run([*args, "--hardware", "p5"], tmp_path, "p5")
+    assert "Note: parameters transferred from h100-sxm-efa (not measured on h100-sxm)" in transferred.stderr
+    assert "transferred" not in measured.stderr

@@ -138,7 +138,7 @@ def test_profiles_that_take_the_measured_kernels_hold_their_figures():
     from autoplan.profiles.parameter_files import load_defaults
 
     k = kernel_figures()
-    nanotron = load_profile("nanotron").parameters["h100-sxm"]
+    nanotron = load_profile("nanotron").parameters["h100-sxm-efa"]
     assert nanotron.value("gemm_efficiency_max") == pytest.approx(k.gemm_bf16.efficiency, rel=0.01)
     assert nanotron.value("gemm_half_flops") == pytest.approx(k.gemm_bf16.half_flops, rel=0.01)
     flash = k.attention["flash"]
@@ -184,7 +184,7 @@ def test_nanotron_states_the_flash_attention_head_dim_figure_measured():
 
     ratios = head_dim_ratios(read_table(data_dir("validation") / HEAD_DIM_FILE), PEAK)
     measured = half_head_dim(statistics.median(ratios["flash"].values()))
-    stated = load_profile("nanotron").parameters["h100-sxm"].value("attention_half_head_dim")
+    stated = load_profile("nanotron").parameters["h100-sxm-efa"].value("attention_half_head_dim")
     assert stated == pytest.approx(measured, rel=0.01)
 
 
