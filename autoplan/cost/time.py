@@ -305,7 +305,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
     lc = _per_layer_comm_s(ctx, b, st)
     out: dict[str, np.ndarray] = {}
-    stage_time = {}
+    stage_time, floors = {}, []
     for name, n, n_dense, extra in (("first", layers.first, layers.first_dense, 0.0),
                                     ("middle", layers.middle, layers.middle_dense, 0.0),
                                     ("last", layers.last, layers.last_dense, head)):
@@ -321,8 +321,8 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
         tp = n * (lc["tp"] * (1.0 - ov.tp) + lc["tp_fixed"])
         cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
         ep = n_moe * lc["ep"] * (1.0 - ov.ep)
-        stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload,
-                                tp_floor=n * lc["tp_floor"])
+        stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload)
+        floors.append(n * lc["tp_floor"])
     # The slowest stage by work (compute + recompute) sets the pace; choosing by work keeps
     # compute + recompute monotone in the recompute mode.
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
@@ -349,12 +349,10 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     # micro-batch's time falls short of it is spent waiting in the TP collectives. Every stage
     # has its own; the pipeline runs at the pace of the highest (the stage with the most layers,
     # whichever stage the work picked).
-    parts.pop("tp_floor")
-    floor = np.maximum(np.maximum(stage_time["first"]["tp_floor"], stage_time["middle"]["tp_floor"]),
-                       stage_time["last"]["tp_floor"])
-    sync_wait = np.maximum(0.0, floor - t_micro)
-    parts["tp"] = parts["tp"] + sync_wait
-    t_micro = t_micro + sync_wait
+    if ctx.corrections.pp_cross_tp_sync_s > 0.0:
+        sync_wait = np.maximum(0.0, np.maximum.reduce(floors) - t_micro)
+        parts["tp"] = parts["tp"] + sync_wait
+        t_micro = t_micro + sync_wait
     m_count = b.grad_acc
     bubble = bubble_micro_batches(schedule, b.pp, b.vpp, 1.0 / (1.0 + BACKWARD_MATMUL_FACTOR)) * t_micro
     # Gradient reduction hides behind the last micro-batch's backward; the parameter all-gather
