@@ -126,12 +126,12 @@ VARIANTS: dict[str, Variant] = {
                    "autoplan/cost/fp8.py)", _if(lambda lay: lay.precision == "fp8",
                                                 "× S_fp8 (fp8_gemm_speedup scaled by the GPU's FP8/BF16 peak ratio "
                                                 "and the recipe's RECIPE_GAIN_SHARE)")),
-    "pp_floor": Variant(" + the wait that lifts each micro-batch's stage time (every exposed term) to at least "
-                        "L_S·passes·TP_COLLECTIVES_PER_PASS·tp·pp_cross_tp_sync_s where tp > 1 and the pipeline "
-                        "crosses the scale-up domain",
-                        _if(lambda lay: lay.pp > 1 and lay.tp > 1,
-                            " + the wait up to L_S·passes·TP_COLLECTIVES_PER_PASS·tp·pp_cross_tp_sync_s per "
-                            "micro-batch if the pipeline crosses nodes")),
+    "pp_floor": Variant(" + grad_acc × the wait that lifts each micro-batch's stage time (every exposed term) to at "
+                        "least L_S·passes·TP_COLLECTIVES_PER_PASS·(collective_overhead_s + tp·pp_cross_tp_sync_s "
+                        "where the pipeline crosses the scale-up domain) when tp > 1",
+                        _if(lambda lay: lay.tp > 1,
+                            " + grad_acc × the wait up to L_S·passes·TP_COLLECTIVES_PER_PASS·(collective_overhead_s "
+                            "+ tp·pp_cross_tp_sync_s if the pipeline crosses nodes) per micro-batch")),
     "layer_bytes": Variant("a = A_none (no recompute), A_selective (selective: the profile's own set, or with "
                            "recompute_modules A_none less each named module's bytes, recompute.py), "
                            "s·tokens·full_recompute_input_bytes_per_h·h/h_div + (1 − s)·A_none (full; s = 1, "

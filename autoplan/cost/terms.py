@@ -242,7 +242,7 @@ TIME_TERMS_DEFINED = [
           ("host_bytes_per_s", "HOST_LINK_EFFICIENCY", "BACKWARD_MATMUL_FACTOR")),
     _time("tp_exposed", "tensor-parallel communication not hidden by compute",
           "grad_acc × L_S × ({passes}·TP_COLLECTIVES_PER_PASS·RING(tokens·h·BF16_BYTES) over tp × (1 − tp_overlap "
-          "if tp_comm_overlap else 1) + (tp > 1) {passes}·TP_COLLECTIVES_PER_PASS·collective_overhead_s{pp_floor}); "
+          "if tp_comm_overlap else 1)){pp_floor}; "
           "RING(S) = (tp − 1)/tp·S/busbw + (tp − 1)·α, busbw and α of the ring's slowest hop (NVLink inside the "
           "scale-up domain; k ranks per domain × NIC and the NIC's α once the rank order spreads the group "
           "over domains)",

@@ -169,14 +169,13 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
     # Sequence parallel: 2 all-gathers + 2 reduce-scatters per pass (= 2 all-reduces without SP),
     # rings over the links the rank order puts the TP group on (tp_comm).
     tp = passes * TP_COLLECTIVES_PER_PASS * tp_collective_s(tp_link, activation_bytes)
-    # A fixed, never-hidden cost per TP collective (launch and synchronisation of the blocking
-    # collective; ``collective_overhead_s``), and where the pipeline crosses nodes a floor on the
-    # layer's time of ``pp_cross_tp_sync_s`` per collective and TP rank (see its doc).
+    # A floor on the layer's time per TP collective: the host's launch and synchronisation of the
+    # blocking collectives (``collective_overhead_s``) and, where the pipeline crosses nodes,
+    # ``pp_cross_tp_sync_s`` per collective and TP rank (see their docs).
     c = ctx.corrections
     pp_crosses = (b.pp > 1) & (st["pp"] * b.pp > ctx.cluster.scale_up_domain_size)
     collectives = np.where(b.tp > 1, passes * TP_COLLECTIVES_PER_PASS, 0.0)
-    overhead = collectives * c.collective_overhead_s
-    floor = np.where(pp_crosses, collectives * b.tp * c.pp_cross_tp_sync_s, 0.0)
+    floor = collectives * (c.collective_overhead_s + np.where(pp_crosses, b.tp * c.pp_cross_tp_sync_s, 0.0))
     cp_link = comm.group_link(ctx, b.cp, st["cp"])
     kv_step_bytes = 2.0 * tokens * m.kv_size / b.tp * BF16_BYTES
     # Ring attention: cp-1 K/V exchanges forward, K/V and their gradients backward (2×).
@@ -188,7 +187,7 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
         h_div = np.where(b.sp > 0, b.tp, 1.0)
         ep_passes = 2.0 + full + np.where(b.recompute == 1, module_ep, 0.0)
         ep = ep_passes * moe_time.dispatch_combine_s(ctx, b, ep_link, tokens / h_div)
-    return {"tp": tp, "tp_fixed": overhead, "tp_floor": floor, "cp": cp, "ep": ep, "tp_passes": passes,
+    return {"tp": tp, "tp_floor": floor, "cp": cp, "ep": ep, "tp_passes": passes,
             "tp_inside_domain": tp_link.inside_domain}
 
 
@@ -318,7 +317,7 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
         offload = (offload_exposed_s(ctx, b, _layer_bytes(ctx, b, n, n_dense), n, forward, compute - forward)
                    if b.offload_layers.any() else np.zeros_like(compute))  # 0 without offload, faster
         attention_share = n * (fwd["attention"] + fwd["attention_backward"])
-        tp = n * (lc["tp"] * (1.0 - ov.tp) + lc["tp_fixed"])
+        tp = n * lc["tp"] * (1.0 - ov.tp)
         cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
         ep = n_moe * lc["ep"] * (1.0 - ov.ep)
         stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload)
@@ -345,11 +344,11 @@ def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
     fetch = param_fetch_s(ctx, b, stage_params, layers.most)  # 0 without offload
     zero3_exposed = np.maximum(0.0, dp["per_micro"] + fetch - e.fsdp_overlap * micro_compute)
     t_micro = micro_compute + parts["tp"] + parts["cp"] + parts["ep"] + parts["offload"] + pp_send + zero3_exposed
-    # The cross-node pipeline's synchronisation floor (``pp_cross_tp_sync_s``): what the
+    # The TP collectives' floor (``collective_overhead_s``, ``pp_cross_tp_sync_s``): what the
     # micro-batch's time falls short of it is spent waiting in the TP collectives. Every stage
     # has its own; the pipeline runs at the pace of the highest (the stage with the most layers,
-    # whichever stage the work picked).
-    if ctx.corrections.pp_cross_tp_sync_s > 0.0:
+    # whichever stage the work picked). Skipped where both are neutral (every profile but nanotron's).
+    if ctx.corrections.pp_cross_tp_sync_s > 0.0 or ctx.corrections.collective_overhead_s > 0.0:
         sync_wait = np.maximum(0.0, np.maximum.reduce(floors) - t_micro)
         parts["tp"] = parts["tp"] + sync_wait
         t_micro = t_micro + sync_wait

@@ -1,5 +1,6 @@
-"""The floor a pipeline across nodes puts under each micro-batch's stage time with tp > 1
-(``Corrections.pp_cross_tp_sync_s``, cost/time.py): L_S·passes·TP_COLLECTIVES_PER_PASS·tp·c.
+"""The floor tp > 1 puts under each micro-batch's stage time (cost/time.py):
+L_S·passes·TP_COLLECTIVES_PER_PASS·(collective_overhead_s + tp·pp_cross_tp_sync_s where the
+pipeline crosses nodes).
 
 nanotron on 32 H100s (4 nodes of 8), the Ultra-Scale Playbook's 8B model (32 layers), seq 4096,
 global batch 256: nanotron's rank order puts tp innermost and pp outermost, so every pipeline
@@ -21,13 +22,14 @@ from autoplan.layout import LayoutBatch, resolve_layout
 SYNC_S = 1e-3
 
 
-def ctx_with(sync_s: float):
-    ctx = build_context("usp-8b", build_training(32, 4096, 256), trainer="nanotron")
-    return dataclasses.replace(ctx, parameters=ctx.parameters.with_values({"pp_cross_tp_sync_s": sync_s}))
+def ctx_with(sync_s: float, host_s: float = 0.0):
+    ctx = build_context("usp-8b", build_training(32, 4096, 256, hardware="p5"), trainer="nanotron")
+    values = {"pp_cross_tp_sync_s": sync_s, "collective_overhead_s": host_s}
+    return dataclasses.replace(ctx, parameters=ctx.parameters.with_values(values))
 
 
-def tables(sync_s: float, layouts: list[dict]):
-    ctx = ctx_with(sync_s)
+def tables(sync_s: float, layouts: list[dict], host_s: float = 0.0):
+    ctx = ctx_with(sync_s, host_s)
     b = LayoutBatch.from_layouts([resolve_layout(v, ctx.training) for v in layouts])
     return evaluate(ctx, b).columns
 
@@ -90,3 +92,20 @@ def test_the_pipeline_runs_at_the_floor_of_its_stage_with_the_most_layers():
     per_micro = (t["time_compute_s"] + t["time_recompute_s"] + t["time_tp_exposed_s"] + t["time_cp_exposed_s"]
                  + t["time_ep_exposed_s"] + t["time_pp_exposed_s"] + t["time_offload_exposed_s"]) / 256
     assert per_micro[0] == pytest.approx(3 * 2 * TP_COLLECTIVES_PER_PASS * 4 * SYNC_S, rel=1e-9)
+
+
+def per_micro_batch_s(t, grad_acc) -> np.ndarray:
+    return (t["time_compute_s"] + t["time_recompute_s"] + t["time_tp_exposed_s"] + t["time_cp_exposed_s"]
+            + t["time_ep_exposed_s"] + t["time_pp_exposed_s"] + t["time_offload_exposed_s"]) / grad_acc
+
+
+def test_the_host_floor_binds_inside_a_node_and_adds_nothing_above_it():
+    """collective_overhead_s alone (no pipeline): tp 8, pp 1, 32 layers, 2 passes × 4 collectives
+    at 1 ms: 0.256 s per micro-batch at mbs 1, above its work; at mbs 64 the work (> 0.3 s) is
+    above it and the floor changes nothing."""
+    layouts = [{"tp": 8, "pp": 1, "mbs": mbs, "zero": 1} for mbs in (1, 64)]
+    base, floored = tables(0.0, layouts, host_s=0.0), tables(0.0, layouts, host_s=SYNC_S)
+    grad_acc = np.array([256 / 4, 256 / 4 / 64])  # dp 4
+    assert per_micro_batch_s(floored, grad_acc)[0] == pytest.approx(32 * 2 * TP_COLLECTIVES_PER_PASS * SYNC_S, rel=1e-9)
+    assert per_micro_batch_s(base, grad_acc)[1] > 32 * 2 * TP_COLLECTIVES_PER_PASS * SYNC_S
+    assert floored["step_time_s"][1] == pytest.approx(base["step_time_s"][1], rel=1e-12)
