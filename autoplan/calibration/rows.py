@@ -48,7 +48,6 @@ class Row:
     # Composer FSDP 'PURE' mixed precision reducing gradients in bf16: ("grad_reduce_bytes", 2).
     profile_overrides: tuple[tuple[str, Any], ...] = ()  # (field, value), e.g. ("options", TrainerOptions)
     nic_bytes_per_s: float = 0.0  # the cluster's NIC bandwidth per GPU; 0 = the GPU preset's
-    scale_out_latency_s: float = 0.0  # the cluster network's per-hop latency; 0 = the GPU preset's
     fp8_recipe: str = "tensorwise"  # the setup's FP8 recipe where the layout's precision is fp8
     # The run's other trainer settings (TrainingSpec fields, specs.training.SETTING_FIELDS) where
     # they depart from the defaults, e.g. (("master_weights", "remainders"),).
@@ -70,8 +69,7 @@ class Row:
     @property
     def context_key(self) -> tuple:
         return (self.model.name, self.hardware, self.trainer, *self.setup, self.attention_kernel,
-                self.profile_overrides, self.nic_bytes_per_s, self.fp8_recipe, self.settings,
-                self.scale_out_latency_s)
+                self.profile_overrides, self.nic_bytes_per_s, self.fp8_recipe, self.settings)
 
     @property
     def has_time(self) -> bool:
@@ -97,10 +95,8 @@ class Source:
 def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, int, int],
              attention_kernel: str = "flash", profile_overrides: tuple[tuple[str, Any], ...] = (),
              nic_bytes_per_s: float = 0.0, fp8_recipe: str = "tensorwise",
-             settings: tuple[tuple[str, Any], ...] = (), scale_out_latency_s: float = 0.0) -> CostContext:
+             settings: tuple[tuple[str, Any], ...] = ()) -> CostContext:
     gpu = load_gpu(hardware)
-    if scale_out_latency_s > 0:
-        gpu = replace(gpu, scale_out_latency_s=scale_out_latency_s)
     profile = replace(load_profile(trainer), **dict(profile_overrides))
     num_gpus, seq_len, gbs_seqs = setup
     nic = nic_bytes_per_s if nic_bytes_per_s > 0 else None
@@ -113,5 +109,4 @@ def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, in
 def row_context(row: Row) -> CostContext:
     """The cost context of a row (its setup) with the shipped profile's parameters for its GPU."""
     return _context(row.model, row.hardware, row.trainer, row.setup, row.attention_kernel,
-                    row.profile_overrides, row.nic_bytes_per_s, row.fp8_recipe, row.settings,
-                    row.scale_out_latency_s)
+                    row.profile_overrides, row.nic_bytes_per_s, row.fp8_recipe, row.settings)
