@@ -77,7 +77,11 @@ def _print_estimate(ctx, batch, record) -> None:
                    f"{ctx.cluster.gpu.host_memory_bytes / 2**30:.1f} GiB host memory per GPU "
                    f"({'fits' if record['host_memory_fits'] else 'DOES NOT FIT'})")
     click.echo(f"  time     step {record['step_time_s']:.3f} s, {record['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, "
-               f"MFU {record['mfu']:.1%}, HFU {record['hfu']:.1%}, bubble {record['bubble_fraction']:.1%}")
+               f"MFU {record['mfu']:.1%} ({ctx.training.flops_convention} count), HFU {record['hfu']:.1%}, "
+               f"bubble {record['bubble_fraction']:.1%}")
+    if record["hfu"] < record["mfu"]:  # the convention counts FLOPs the kernels do not run
+        click.echo("           (HFU counts the FLOPs the kernels run: causal attention halved; MFU follows "
+                   "--flops-convention, docs/conventions.md)")
     if record["infeasible_reason"]:
         click.echo(f"  why not  {record['infeasible_reason']}")
 

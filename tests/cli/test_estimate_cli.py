@@ -90,6 +90,21 @@ def test_estimate_table():
     assert "why not" not in out
 
 
+def test_estimate_table_names_the_mfu_convention():
+    """The MFU line names its FLOP count (--flops-convention) and explains an HFU below it (the
+    counts do not halve causal attention); with full recompute HFU is above MFU: no note."""
+    note = "HFU counts the FLOPs the kernels run"
+    for convention in ("playbook", "causal", "megatron"):
+        args = [*BASE, "--flops-convention", convention]
+        rec = json.loads(run(["estimate", *args, "--format", "json"]).stdout)[0]
+        out = run(["estimate", *args]).stdout
+        assert f"({convention} count)" in out
+        assert (note in out) == (rec["hfu"] < rec["mfu"]) and rec["hfu"] < rec["mfu"]
+    full = [*BASE, "--recompute", "full"]
+    rec = json.loads(run(["estimate", *full, "--format", "json"]).stdout)[0]
+    assert rec["hfu"] > rec["mfu"] and note not in run(["estimate", *full]).stdout
+
+
 def test_estimate_csv_is_one_row_with_the_json_keys():
     rows = list(csv.DictReader(io.StringIO(run(["estimate", *BASE, "--format", "csv"]).stdout)))
     assert len(rows) == 1
