@@ -39,14 +39,18 @@ the GPU nanotron's benchmark CSV measured):
    ``garbage_collection_threshold``), so cached-but-free memory cannot by itself cause an OOM;
    only what is allocated, and the unused part of split segments still in use, can. The rule
    "fits iff (prediction without the proportional overhead) <= capacity" brings the sweep's
-   three ok runs predicted over capacity (tp 1, pp 2-8, ZeRO-1, 8B) under it, but lowers the
-   fit/OOM agreement from 90.4% to 88.6% (31 more OOM runs predicted to fit), and the premise
-   does not hold for this data: the sweep's figure is nanotron's "Mem Alloc (GB)",
-   ``torch.cuda.max_memory_allocated()`` (src/nanotron/helpers.py, ``create_table_log``;
-   calibration/validation.py PLAYBOOK_MEMORY_UNIT), which counts no cached block, so the
-   overhead fitted to it is allocated memory the tracked terms miss, not cache. The fit test
-   already compares predicted allocated bytes with the card, the allocator's most lenient
-   reading; those three runs are over-predicted in allocated bytes (point 5), not by the cache.
+   two ok runs predicted over capacity (tp 1, pp 4 and 8, ZeRO-1, 8B) under it, but lowers the
+   fit/OOM agreement from 90.3% to 88.5% (32 more OOM runs predicted to fit). The sweep's figure
+   is the reserved peak, cache included (calibration/validation.py, PLAYBOOK_MEMORY_UNIT: the
+   allocated peak nanotron also logs is reset after the forward and backward), so the premise
+   holds; the data still side with the stricter rule: of those 32 crashed runs (predicted at
+   0.94-1.0 of the card without the overhead), 28 have no ok run of
+   their model, tp, pp, micro-batch and ZeRO stage at as much predicted memory, so nothing shows
+   them to be crashes other than OOM, while the two ok runs it would rescue each have two such
+   crashed family members at more data parallelism and less memory (8B tp 1 pp 4 mbs 2: ok at dp 8,
+   crashed at 16 and 32; pp 8: ok at dp 4, crashed at 8 and 16), crashes that memory does not
+   explain. Some of the split segments' free space is not released (the second clause above); how
+   much is not measured, so the fit test keeps the overhead.
 
 No column of the published sweep tells the two groups apart, so the cost model cannot assign a
 run to either; this script only measures them. Run from the repository root:
@@ -156,25 +160,55 @@ def print_steady_state(rows, measured: np.ndarray, pred: dict[str, np.ndarray]) 
                 print(f"  {name:8} {label:15} {part.sum():4d} runs  {np.median(excess[part]):+.2f}")
 
 
+def heaviest_without_overhead(rows) -> np.ndarray:
+    """Per row, the heaviest stage's predicted bytes less its ``allocator_overhead`` share
+    (``mem_<stage>_reserve_bytes`` less ``memory_reserve_bytes``: the fragmentation part)."""
+    prepared = prepare(rows, row_context)
+    out = np.zeros(len(rows))
+    for ctx, batch, index, uneven in prepared.groups:
+        table = evaluate(ctx, batch, allow_uneven=uneven)
+        stages = []
+        for stage in ("first", "middle", "last"):
+            total = table[f"mem_{stage}_total_bytes"]
+            overhead = np.where(total > 0, table[f"mem_{stage}_reserve_bytes"] - ctx.corrections.memory_reserve_bytes, 0.0)
+            stages.append(total - overhead)
+        out[index] = np.maximum.reduce(stages)
+    return out
+
+
+def family_key(row) -> tuple:
+    """Runs that differ only in dp (and so grad_acc)."""
+    lay = row.layout
+    return (row.model.name, lay["tp"], lay["pp"], lay["mbs"], lay["zero"], lay["recompute"])
+
+
 def print_elastic_fit_test() -> None:
     """Point 7: agreement of ``fits`` with ok / crashed_or_oom, ok runs over capacity by > 3% and
     ok runs predicted not to fit, with the shipped test and with the elastic-cache reading (the
-    heaviest stage's prediction less its ``allocator_overhead`` share; other refusals as shipped)."""
+    heaviest stage's prediction less its ``allocator_overhead`` share; other refusals as shipped);
+    and, of the crashed runs the elastic reading calls fitting, how many an ok run of their family
+    (``family_key``) at as much predicted memory shows not to be OOM."""
     sweep = load_sources()["playbook_sweep"].rows
     pred = predictions(sweep)
-    corrections = row_context(sweep[0]).corrections
     capacity = load_gpu("h100-sxm").usable_memory_bytes
     ok = np.array([r.status == "ok" for r in sweep])
     peak = pred["peak_memory_all_stages_bytes"]
-    reserve = corrections.memory_reserve_bytes
-    non_elastic = (peak - reserve) / (1.0 + corrections.allocator_overhead) + reserve
+    non_elastic = heaviest_without_overhead(sweep)
+    elastic_fits = pred["fits"] | ((peak > capacity) & (non_elastic <= capacity))
     rules = {"shipped (all predicted bytes)": (pred["fits"], peak),
-             "elastic overhead (ruled out)": (pred["fits"] | ((peak > capacity) & (non_elastic <= capacity)),
-                                              non_elastic)}
+             "elastic overhead (ruled out)": (elastic_fits, non_elastic)}
     print("\nfit test: agreement with ok/crashed_or_oom, ok runs > 3% over capacity, ok runs not fitting")
     for label, (fits, tested) in rules.items():
         print(f"  {label:30} {100 * np.mean(fits == ok):5.1f}%  {int(np.sum(ok & (tested > 1.03 * capacity))):3d}"
               f"  {100 * np.mean(~fits[ok]):4.2f}%  (OOM runs predicted to fit: {int(np.sum(~ok & fits))})")
+    most: dict[tuple, float] = {}
+    for r, o, p in zip(sweep, ok, peak):
+        if o:
+            most[family_key(r)] = max(most.get(family_key(r), 0.0), p)
+    rescued = np.flatnonzero(elastic_fits & ~pred["fits"] & ~ok)
+    shown = sum(most.get(family_key(sweep[i]), 0.0) >= peak[i] for i in rescued)
+    print(f"  crashed runs the elastic reading calls fitting: {len(rescued)}, of which {shown} have an ok run of "
+          "their model, tp, pp, mbs and ZeRO stage at as much predicted memory (not OOM)")
 
 
 if __name__ == "__main__":

@@ -33,11 +33,13 @@ from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
 from autoplan.units import GB, GiB
 
-# The playbook labels its memory "GB"; the figure is nanotron's benchmark CSV column "Mem Alloc
-# (GB)" = torch.cuda.max_memory_allocated() / 1024**3, written by world rank 0 only
-# (src/nanotron/helpers.py, create_table_log and log_throughput -> write_to_csv; the playbook's
-# scripts/scaling_benchmarks.py sets general.benchmark_csv_path): GiB under a GB label. (Before the
-# source was read, the data alone could not tell: benchmarks/accuracy.py still prints the fit of both.)
+# The playbook's memory ("GB") is world rank 0's "Mem Res (GB)" at iteration 3 of nanotron's
+# benchmark CSV, max_memory_reserved() / 1024**3: GiB (src/nanotron/helpers.py create_table_log;
+# scripts/scaling_benchmarks.py at e24d2483). Its "Mem Alloc (GB)" cannot be it: training_step's
+# log_memory resets the peaks after train_batch_iter in the first five iterations, leaving the
+# allocated peak with no activation, the reserved one with the forward and backward's cached
+# blocks, and the sweep's figures grow with the micro-batch at pp 1 (1B tp 1 dp 16: 24.0 GiB at
+# mbs 1, 35.0 at mbs 2). (benchmarks/accuracy.py still prints the fit of both units.)
 PLAYBOOK_MEMORY_UNIT = GiB
 NAN = float("nan")
 
@@ -128,10 +130,8 @@ def sc21_flops_per_token(hidden: int, layers: int, vocab: int, seq_len: int) -> 
 # --- Ultra-Scale Playbook (nanotron, 8xH100 80GB nodes, seq 4096, 256 sequences) -----------
 
 _PLAYBOOK_MODELS = {"1B": "usp-1b", "8B": "usp-8b"}
-# nanotron writes its benchmark CSV from world rank 0 only, a GPU of the first pipeline stage
-# (src/nanotron/helpers.py, log_throughput: write_to_csv when the world rank is 0). The sweep's PP
-# runs bear it out: with one micro-batch (grad_accum 1) their memory is the first stage's (one
-# micro-batch in flight, no logits), far below the last stage's.
+# World rank 0 writes the CSV (log_throughput): a GPU of the first pipeline stage. The sweep's PP runs
+# bear it out: at grad_accum 1 their memory is the first stage's, far below the last stage's.
 PLAYBOOK_MEMORY_STAGE = "first"
 # The sweep ran on AWS p5 nodes (calibration.network): its rows, and nanotron's calibration, are on that preset.
 PLAYBOOK_HARDWARE = P5_EFA_PRESET

@@ -29,7 +29,7 @@ def test_first_stage_rows_take_the_first_stage_and_fits_keeps_the_peak():
 
 
 def test_playbook_rows_are_read_as_nanotron_wrote_them():
-    """nanotron's benchmark CSV: rank 0's max_memory_allocated / 1024**3 (GiB under a GB label).
+    """nanotron's benchmark CSV: rank 0's reserved peak / 1024**3 (GiB under a GB label).
     The sweep's first record (validation/ultrascale_playbook_runs_1b_8b.csv line 2) says 41.8."""
     row = next(r for r in load_source("playbook_sweep").rows if r.row_id == "playbook_sweep:2")
     assert row.memory_stage == PLAYBOOK_MEMORY_STAGE == "first"

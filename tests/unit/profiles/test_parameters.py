@@ -195,12 +195,14 @@ def test_flags_on_a_bound_and_outside_the_plausible_range():
 
 
 def test_the_shipped_fits_that_stand_in_for_missing_mechanisms_are_flagged():
-    # The fitted values that stand in for missing mechanisms: nanotron's 149 B of element-wise
-    # traffic, its 0.57 ms floor per TP collective and 0.27 ms per collective and rank on
-    # cross-node pipelines; torchtitan's 1.4 ms
+    # The fitted values that stand in for missing mechanisms: nanotron's 0.57 ms floor per TP
+    # collective and 0.27 ms per collective and rank on cross-node pipelines; torchtitan's 1.4 ms
     # fixed time per GEMM (8.7e11 FLOP against the 5.4e9 measured on an H100's kernels).
+    # nanotron's 149 B of element-wise traffic is not among them: it lies between a compiled
+    # layer's (37-42 B) and an eager one's (180-204 B), both measured.
     nanotron = {f.name for f in flag_fitted(load_profile("nanotron").parameters["h100-sxm-efa"])}
-    assert {"elementwise_bytes_per_token_hidden", "collective_overhead_s", "pp_cross_tp_sync_s"} <= nanotron
+    assert {"collective_overhead_s", "pp_cross_tp_sync_s"} <= nanotron
+    assert "elementwise_bytes_per_token_hidden" not in nanotron
     torchtitan = {f.name for f in flag_fitted(load_profile("torchtitan").parameters["h100-96gb-500w"])}
     assert "gemm_half_flops" in torchtitan
 
