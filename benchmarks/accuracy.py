@@ -184,7 +184,8 @@ def main(argv=None) -> int:
     parser.add_argument("--write-bands", action="store_true",
                         help="regenerate the error bands (autoplan/calibration/error_bands.yaml) and stop")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                        help="worker processes for --write-bands (default: every core; same file as 1)")
+                        help="worker processes for --write-bands and the calibrate check's folds "
+                             "(default: every core; the same figures as 1)")
     args = parser.parse_args(argv)
     if args.write_bands:
         return write_error_bands(args.seed, max(1, args.jobs))
@@ -203,7 +204,7 @@ def main(argv=None) -> int:
         flags = {pair: report.flags for pair, (_, report) in fits.items()}
     print_flags(flags)
     print_figures(accuracy_report(SECTIONS, seed=args.seed, split_seed=args.seed, fraction=args.fraction,
-                                  eff=eff))
+                                  eff=eff, jobs=args.jobs))
     signed_errors(sources, eff, fit_ids)
     if args.cv:
         cv_report(sources, fit_ids, args.seed)

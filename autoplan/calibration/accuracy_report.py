@@ -17,10 +17,9 @@
   again on the sweep's MFU column, which within a cell is not proportional to its tokens/s; the
   share of runs per node count that stalled at scale, found without the model
   (:mod:`autoplan.calibration.scale_stalls`), and the figures without those runs (no target).
-* ``sweep-refit`` (fits): calibrate on a seeded 20% of the 8B sweep's ``ok`` runs as
-  ``autoplan calibrate`` does (shrinkage, identifiability screen, and the guard of
-  :mod:`autoplan.calibration.guard`) and compare held-out errors with the uncalibrated default
-  and the shipped profile: calibration must not make them worse (issue 14).
+* ``sweep-refit`` (fits): calibrate on a seeded 20% of the 8B sweep's ``ok`` runs as ``autoplan
+  calibrate`` does (:func:`autoplan.calibration.guard.cross_validated_fit`); the held-out errors
+  must not be worse than the uncalibrated default's and the shipped profile's (issue 14).
 * ``golden``: ZeRO paper Fig. 1 model-state GB per GPU.
 
 Every "fit" / "held-out" subset refers to the shipped profiles' split; targets are judged on
@@ -56,7 +55,7 @@ from autoplan.calibration.fit import (
     split_rows,
 )
 from autoplan.calibration.band_fit import COVERAGE
-from autoplan.calibration.guard import guarded_fit
+from autoplan.calibration.guard import cross_validated_fit
 from autoplan.calibration.rows import Row, Source, row_context
 from autoplan.calibration import scale_stalls as stalls
 from autoplan.calibration.sources import load_sources
@@ -273,17 +272,18 @@ def _stall_figures(rows: Sequence[Row], pred: np.ndarray, anomalous: np.ndarray)
                                   int(keep.sum()), targets=False)
 
 
-def sweep_refit_figures(seed: int = 0, shipped_fit_ids: set[str] | None = None) -> list[Figure]:
-    """Calibrate nanotron/h100-sxm on a seeded 20% of the 8B sweep's ``ok`` runs; held-out
-    errors of the uncalibrated default, the shipped and the calibrated profile. The shipped
-    profile was fitted on a split of this same sweep, so its figures are also given on the
-    held-out rows it was not fitted on (``shipped_fit_ids``)."""
+def sweep_refit_figures(seed: int = 0, shipped_fit_ids: set[str] | None = None, jobs: int = 1) -> list[Figure]:
+    """Calibrate nanotron on a seeded 20% of the 8B sweep's ``ok`` runs as ``autoplan calibrate``
+    does (guard.cross_validated_fit: 5-fold, folds fitted in ``jobs`` processes); held-out errors of
+    the uncalibrated default, the shipped and the calibrated profile, also on the held-out rows
+    the shipped profile (fitted on a split of this sweep) was not fitted on (``shipped_fit_ids``)."""
     rows = [r for r in load_playbook_sweep().rows if r.status == "ok" and r.model.name == "usp-8b"]
     fit, held = split_rows(rows, ISSUE8_FRACTION, seed)
-    pair = ("nanotron", PLAYBOOK_HARDWARE)
-    calibrated, _ = guarded_fit(fit, row_context, FIT_PLAN[pair], seed, loss=FIT_LOSS.get(pair, "soft_l1"))
+    pair, shipped = ("nanotron", PLAYBOOK_HARDWARE), row_context(rows[0]).parameters
+    calibrated, *_ = cross_validated_fit(fit, row_context, FIT_PLAN[pair], shipped, seed, jobs=jobs,
+                                         loss=FIT_LOSS.get(pair, "soft_l1"))
     profiles = {"uncalibrated default": load_profile("nanotron").parameters["default"],
-                "shipped": row_context(rows[0]).parameters, f"calibrated on {len(fit)} runs": calibrated}
+                "shipped": shipped, f"calibrated on {len(fit)} runs": calibrated}
     subsets = {"held-out 80%": held}
     if shipped_fit_ids is not None:
         subsets["held-out 80%, not in the shipped fit"] = [r for r in held if r.row_id not in shipped_fit_ids]
@@ -367,7 +367,7 @@ REFIT_SECTIONS = ("memory-unit", "sweep-refit")
 
 def accuracy_report(sections: Sequence[str] = SECTIONS, *, seed: int = 0, split_seed: int = 0,
                     fraction: float = FIT_FRACTION, eff: Mapping[Pair, CalibratedParameters] | None = None,
-                    progress: Progress | None = None) -> list[Figure]:
+                    progress: Progress | None = None, jobs: int = 1) -> list[Figure]:
     """The figures of ``sections``: with the shipped profiles, or ``eff`` where given (e.g.
     profiles refitted by ``benchmarks/accuracy.py --fit``). ``split_seed`` and ``fraction`` give
     the fit / held-out split (the shipped profiles were fitted on seed 0, 30%); ``seed`` is the
@@ -387,7 +387,7 @@ def accuracy_report(sections: Sequence[str] = SECTIONS, *, seed: int = 0, split_
         "time": ("predicting tokens/s", lambda: time_figures(sources, fit_ids, eff)),
         "intervals": ("checking the error bands on held-out rows", lambda: interval_figures(sources, fit_ids, eff)),
         "ranking": ("ranking the playbook sweep", lambda: ranking_figures(sources, eff)),
-        "sweep-refit": ("refit on 20% of the 8B sweep's ok runs, judged on the other 80%", lambda: sweep_refit_figures(seed, fit_ids)),
+        "sweep-refit": ("refit on 20% of the 8B sweep's ok runs, judged on the other 80%", lambda: sweep_refit_figures(seed, fit_ids, jobs)),
         "golden": ("", golden_figures),
     }
     figures = []

@@ -36,7 +36,9 @@ from autoplan.layout import LayoutBatch
 from autoplan.layout_records import layout_from_record
 from autoplan.profiles import PARAMETERS, CalibratedParameters, Flag, flag_values
 
-MEMORY_PARAMS = ("memory_reserve_bytes", "allocator_overhead")
+# The parameters that move predicted memory, judged by the memory rows (fit prior, screen, guard);
+# the others act on time alone (tests/unit/calibration/test_fit.py checks it on the cost model).
+MEMORY_PARAMS = ("memory_reserve_bytes", "allocator_overhead", "pp_extra_layers_per_microbatch")
 DEFAULT_PARAMS = ("gemm_efficiency_max", "gemm_half_flops", "scale_out_efficiency", "dp_overlap",
                   "memory_reserve_bytes", "allocator_overhead")
 LOSS_SCALE = 0.1
@@ -362,24 +364,37 @@ def training_fold_mask(folds: np.ndarray, fold: int, train_on: str) -> np.ndarra
 
 def cross_validate(rows: Sequence[Row], base_ctx_factory: ContextFactory = row_context,
                    params: Sequence[str] = DEFAULT_PARAMS, seed: int = 0, k: int = 5,
-                   train_on: str = "others", **fit_options) -> CrossValidation:
+                   train_on: str = "others", jobs: int = 1, **fit_options) -> CrossValidation:
     """k-fold cross-validation: fit on k-1 folds (``train_on="others"``) or on the one fold
     before (``"one"``, :func:`training_fold_mask`), predict the held-out fold, for every fold.
 
     Folds are a seeded permutation of the rows (k is capped at the number of rows: k = n is
-    leave-one-out). Raises ``CalibrationError`` when a training fold has too few rows.
+    leave-one-out). ``jobs`` > 1 fits the folds in that many processes (the same numbers; the
+    context factory must pickle). Raises ``CalibrationError`` when a training fold has too few rows.
     """
     rows = list(rows)
     folds = fold_assignment(len(rows), k, seed)
-    k = int(folds.max()) + 1
+    tasks = [([r for r, t in zip(rows, training_fold_mask(folds, fold, train_on)) if t],
+              [rows[i] for i in np.flatnonzero(folds == fold)], base_ctx_factory, tuple(params), seed, fit_options)
+             for fold in range(int(folds.max()) + 1)]
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_all_start_methods, get_context
+
+        method = "fork" if "fork" in get_all_start_methods() else "spawn"
+        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=get_context(method)) as pool:
+            done = list(pool.map(_fit_and_predict, tasks))
+    else:
+        done = [_fit_and_predict(task) for task in tasks]
     predicted = {name: np.full(len(rows), np.nan) for name in PREDICTED}
-    fitted = []
-    for fold in range(k):
-        train = [r for r, t in zip(rows, training_fold_mask(folds, fold, train_on)) if t]
-        test_index = np.flatnonzero(folds == fold)
-        eff, _ = fit_efficiency(train, base_ctx_factory, params, seed, **fit_options)
-        fitted.append(eff)
-        pred = predict_rows([rows[i] for i in test_index], base_ctx_factory, eff)
+    for fold, (_, pred) in enumerate(done):
         for name in PREDICTED:
-            predicted[name][test_index] = pred[name]
-    return CrossValidation(rows=rows, folds=folds, predicted=predicted, fitted=fitted)
+            predicted[name][folds == fold] = pred[name]
+    return CrossValidation(rows=rows, folds=folds, predicted=predicted, fitted=[eff for eff, _ in done])
+
+
+def _fit_and_predict(task: tuple) -> tuple[CalibratedParameters, dict[str, np.ndarray]]:
+    """One fold of :func:`cross_validate`: fit on its training rows, predict its test rows."""
+    train, test, ctx_factory, params, seed, fit_options = task
+    eff, _ = fit_efficiency(train, ctx_factory, params, seed, **fit_options)
+    return eff, predict_rows(test, ctx_factory, eff)

@@ -6,9 +6,9 @@ values of that kind's parameters are kept only if, on rows the fit did not see, 
 absolute error is below that of the starting values on the same rows *and* they are closer to
 the measurement on significantly more rows than not (one-sided sign test at ``SIGNIFICANCE``,
 ties dropped; Dixon & Mood 1946, "The statistical sign test", JASA 41): a small median gain
-on a few rows is noise. Otherwise the starting values stay, with a warning. The unseen rows are the k-fold cross-validation's in
-``autoplan calibrate`` (:func:`autoplan.calibration.measured.calibrate_measured`), or a seeded
-``VALIDATION_FRACTION`` of the rows in :func:`guarded_fit`. This is model selection by
+on a few rows is noise. Otherwise the starting values stay, with a warning. The unseen rows are the k-fold
+cross-validation's (:func:`cross_validated_fit`, what ``autoplan calibrate`` and the accuracy
+benchmark's calibrate check run). This is model selection by
 validation error (Hastie, Tibshirani & Friedman, *The Elements of Statistical Learning*, 2nd
 ed., Sec. 7.10): the starting profile is the simpler model, kept unless the data show better.
 """
@@ -23,18 +23,19 @@ import numpy as np
 
 from autoplan.calibration.fit import (
     MEMORY_PARAMS,
+    CalibrationError,
     ContextFactory,
+    CrossValidation,
     FitReport,
     Prepared,
+    cross_validate,
     fit_efficiency,
     predict,
     prepare,
-    split_rows,
 )
-from autoplan.calibration.rows import Row, row_context
+from autoplan.calibration.rows import Row
 from autoplan.profiles import CalibratedParameters, flag_values
 
-VALIDATION_FRACTION = 0.3
 SIGNIFICANCE = 0.05
 KINDS = {"tokens/s": "tokens_per_s_per_gpu", "memory": "peak_memory_bytes"}
 
@@ -95,14 +96,19 @@ def guard(fitted: CalibratedParameters, report: FitReport, base: CalibratedParam
     return kept, replace(report, params=values, flags=flag_values(values), warnings=warnings)
 
 
-def guarded_fit(rows: Sequence[Row], ctx_factory: ContextFactory = row_context, params: Sequence[str] = (),
-                seed: int = 0, **fit_options) -> tuple[CalibratedParameters, FitReport]:
-    """:func:`fit_efficiency` on all ``rows``, guarded (see the module docstring) by a fit on
-    a seeded ``1 − VALIDATION_FRACTION`` of them judged on the rest."""
+def cross_validated_fit(rows: Sequence[Row], ctx_factory: ContextFactory, params: Sequence[str],
+                        base: CalibratedParameters, seed: int = 0, folds: int = 5, jobs: int = 1,
+                        **fit_options) -> tuple[CalibratedParameters, FitReport, CrossValidation | None, str]:
+    """What ``autoplan calibrate`` does (:func:`autoplan.calibration.measured.calibrate_measured`):
+    :func:`fit_efficiency` on every row, the same fit ``folds``-fold cross-validated, and each
+    kind's fitted values kept only where the held-out predictions beat ``base`` (:func:`guard`).
+    Returns the parameters, the report, the cross-validation (None where a training fold has too
+    few rows: then the fit stands unguarded) and a note saying so."""
     rows = list(rows)
-    train, valid = split_rows(rows, 1.0 - VALIDATION_FRACTION, seed)
-    trial, _ = fit_efficiency(train, ctx_factory, params, seed, **fit_options)
-    prepared = prepare(valid, ctx_factory)
     fitted, report = fit_efficiency(rows, ctx_factory, params, seed, **fit_options)
-    base = prepared.groups[0][0].parameters
-    return guard(fitted, report, base, predict(prepared, trial), prepared)
+    try:
+        cv = cross_validate(rows, ctx_factory, params, seed, folds, jobs=jobs, **fit_options)
+    except CalibrationError as exc:
+        return fitted, report, None, f"cross-validation skipped: a training fold has too few rows ({exc})"
+    fitted, report = guard(fitted, report, base, cv.predicted, prepare(rows, ctx_factory))
+    return fitted, report, cv, ""

@@ -29,11 +29,8 @@ from autoplan.calibration.fit import (
     DEFAULT_PARAMS,
     MEMORY_PARAMS,
     CalibrationError,
-    CrossValidation,
     FitReport,
-    cross_validate,
     error_summary,
-    fit_efficiency,
     predict,
     prepare,
 )
@@ -238,18 +235,13 @@ def calibrate_measured(rows: list[Row], context: MeasuredContext, params: tuple[
                        folds: int = 5, **fit_options) -> Calibration:
     """Fit ``params`` on all ``rows``; cross-validate the same fit over ``folds`` folds and keep
     each kind's fitted values only if they beat the starting ones on the held-out folds
-    (:func:`autoplan.calibration.guard.guard`)."""
-    from autoplan.calibration.guard import guard
+    (:func:`autoplan.calibration.guard.cross_validated_fit`)."""
+    from autoplan.calibration.guard import cross_validated_fit
 
-    fitted, report = fit_efficiency(rows, context, params, seed, **fit_options)
+    fitted, report, cv, note = cross_validated_fit(rows, context, params, context.parameters, seed, folds,
+                                                   **fit_options)
     prepared = prepare(rows, context)
-    held, note = {k: math.nan for k in report.errors_after}, ""
-    try:
-        cv: CrossValidation = cross_validate(rows, context, params, seed, folds, **fit_options)
-        held = cv.errors()
-        fitted, report = guard(fitted, report, context.parameters, cv.predicted, prepared)
-    except CalibrationError as exc:
-        note = f"cross-validation skipped: a training fold has too few rows ({exc})"
+    held = cv.errors() if cv is not None else {k: math.nan for k in report.errors_after}
     return Calibration(parameters=fitted, base=context.parameters, report=report,
                        errors_base=error_summary(predict(prepared), prepared),
                        errors_fit_rows=error_summary(predict(prepared, fitted), prepared), errors_held_out=held,
