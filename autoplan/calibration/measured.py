@@ -34,6 +34,7 @@ from autoplan.calibration.fit import (
     predict,
     prepare,
 )
+from autoplan.calibration.guard import cross_validated_fit
 from autoplan.calibration.rows import Row
 from autoplan.cost.context import CostContext
 from autoplan.errors import AutoplanError, LayoutError, SpecError
@@ -236,8 +237,6 @@ def calibrate_measured(rows: list[Row], context: MeasuredContext, params: tuple[
     """Fit ``params`` on all ``rows``; cross-validate the same fit over ``folds`` folds and keep
     each kind's fitted values only if they beat the starting ones on the held-out folds
     (:func:`autoplan.calibration.guard.cross_validated_fit`)."""
-    from autoplan.calibration.guard import cross_validated_fit
-
     fitted, report, cv, note = cross_validated_fit(rows, context, params, context.parameters, seed, folds,
                                                    **fit_options)
     prepared = prepare(rows, context)
