@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 
 import click
@@ -279,7 +280,10 @@ def calibrate_command(ctx: click.Context, **kw) -> None:
               help="Only these sections (repeatable), e.g. --section sweep-refit.")
 @click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seed of the sweep refit check (its 20% split and random starts).")
-def validate_command(output_format, quick, sections, seed) -> None:
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Processes for the sweep refit check's cross-validation folds (default: every core; "
+                   "the same figures as 1).")
+def validate_command(output_format, quick, sections, seed, jobs) -> None:
     """Accuracy of the shipped profiles against the published measurements in validation/.
 
     The figures of benchmarks/accuracy.py: memory and tokens/s errors on the rows the shipped
@@ -292,7 +296,8 @@ def validate_command(output_format, quick, sections, seed) -> None:
     chosen = [s for s in (sections or SECTIONS) if not (quick and s in REFIT_SECTIONS)]
     if not chosen:
         raise click.UsageError(f"--quick leaves no section of {', '.join(sections)} to run")
-    figures = accuracy_report(chosen, seed=seed, progress=lambda m: click.echo(f"[validate] {m} ...", err=True))
+    figures = accuracy_report(chosen, seed=seed, jobs=jobs or os.cpu_count() or 1,
+                              progress=lambda m: click.echo(f"[validate] {m} ...", err=True))
     records = [f.record() for f in figures]
     click.echo(f"[validate] done in {time.time() - start:.0f} s", err=True)
     if output_format != "table":

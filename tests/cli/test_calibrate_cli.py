@@ -328,3 +328,12 @@ def test_validate_full_includes_the_refits_and_the_sweep_refit_check():
     assert {f["subset"] for f in refit} == {"held-out 80%", "held-out 80%, not in the shipped fit"}
     assert len(verdicts) == 12  # 3 metrics x 2 references x 2 subsets
     assert any("memory read as GiB" in f["figure"] for f in figures if f["section"] == "memory-unit")
+
+
+def test_validate_jobs_takes_a_process_count():
+    """--jobs sets the sweep refit check's fold processes (the same figures for any count); a count
+    below 1 is refused with the option's range, no traceback."""
+    figures = json.loads(run(["validate", "--section", "golden", "--jobs", "1", "--format", "json"]).stdout)["figures"]
+    assert figures and all(f["section"] == "golden" and f["met"] for f in figures)
+    result = run(["validate", "--section", "golden", "--jobs", "0"], code=2)
+    assert "'--jobs'" in result.output and "x>=1" in result.output
