@@ -23,14 +23,18 @@ the GPU nanotron's benchmark CSV measured):
    pp 2 and 0.80-0.85x at pp 4: about 10 of the 11 layers and 5 of the 6 that nanotron's
    compute-cost split puts on rank 0 there; both are the cases where a threshold
    total·(rank + 1)/pp falls exactly on a layer boundary (the 1B's LM head costs exactly 4
-   layers), so that comparison is the first thing to check. On the 8B at tp 1, pp 2, ZeRO-1,
-   mbs 1 the steady-state excess is one number across dp: measured - predicted is -10.8 to
+   layers), so that comparison was the first thing to check: the split holds, since at tp 2 and 4
+   the same pp's memory per micro-batch fits the 6 layers nanotron's source puts on rank 0 at pp 4
+   (1B: 5.16 GiB per micro-batch measured against 5.42 predicted, overhead included, at tp 2, 2.76
+   against 2.72 at tp 4; 5 layers would give 4.5 and 2.27), and what is over-predicted is tp 1's
+   activations. On the 8B at tp 1, pp 2, ZeRO-1, mbs 1 the steady-state excess is one number
+   across dp: measured - predicted is -10.8 to
    -11.4 GiB at dp 4-64 (grad_acc 64-4; about 0.8 of a micro-batch's activations with the
    overhead), against -2.9 GiB at grad_acc 2 and -1.6 GiB at grad_acc 1, although nanotron's
    1F1B engine (parallel/pipeline_parallel/engine.py, ``OneForwardOneBackwardPipelineEngine``:
    pp - rank - 1 warm-up forwards, then one forward before each backward) holds pp
-   micro-batches on rank 0 in both cases; the first of the sweep's three ok runs predicted over
-   capacity (dp 4, grad_acc 64) is one of these;
+   micro-batches on rank 0 in both cases; an ok run predicted 1.1% over capacity (dp 4, grad_acc
+   64) is one of these;
 6. the median and p90 |error| with and without the group of point 1;
 7. the fit test if the fitted ``allocator_overhead`` were elastic cache: PyTorch's caching
    allocator, when cudaMalloc fails, frees its cached unused blocks and retries before raising
