@@ -78,6 +78,8 @@ class MeasuredContext:
     def __init__(self, gpu: GPUSpec, profile: TrainerProfile, *, gpus_per_node: int | None = None,
                  nic_bytes_per_s: float | None = None, flops_convention: str = "playbook"):
         self.gpu, self.profile = gpu, profile
+        self._options = {"gpus_per_node": gpus_per_node, "nic_bytes_per_s": nic_bytes_per_s,
+                         "flops_convention": flops_convention}
         self.parameters = profile.parameters_for(gpu.name)
 
         @lru_cache(maxsize=None)
@@ -94,11 +96,19 @@ class MeasuredContext:
     def __call__(self, row: Row) -> CostContext:
         return self._build(row.model, row.setup)
 
+    def __reduce__(self):
+        """Pickled as its arguments, its caches rebuilt (the worker processes of ``--jobs``)."""
+        return (_measured_context, (self.gpu, self.profile, self._options))
+
     def record_layout(self, values: dict[str, Any]) -> dict[str, Any]:
         """The resolved record (layout and setup) of a row's values; LayoutError if it breaks one."""
         setup = record_setup(values, required=SETUP_FIELDS)
         training = self.training((setup["gpus"], setup["seq_len"], setup["gbs_seqs"]))
         return layout_from_record(values, training).to_record(training)
+
+
+def _measured_context(gpu: GPUSpec, profile: TrainerProfile, options: dict[str, Any]) -> MeasuredContext:
+    return MeasuredContext(gpu, profile, **options)
 
 
 def check_columns(columns: list[str], where: str) -> None:
@@ -233,11 +243,11 @@ class Calibration:
 
 
 def calibrate_measured(rows: list[Row], context: MeasuredContext, params: tuple[str, ...], *, seed: int = 0,
-                       folds: int = 5, **fit_options) -> Calibration:
-    """Fit ``params`` on all ``rows``; cross-validate the same fit over ``folds`` folds and keep
-    each kind's fitted values only if they beat the starting ones on the held-out folds
-    (:func:`autoplan.calibration.guard.cross_validated_fit`)."""
-    fitted, report, cv, note = cross_validated_fit(rows, context, params, context.parameters, seed, folds,
+                       folds: int = 5, jobs: int = 1, **fit_options) -> Calibration:
+    """Fit ``params`` on all ``rows``; cross-validate the same fit over ``folds`` folds (fitted in
+    ``jobs`` processes) and keep each kind's fitted values only if they beat the starting ones on
+    the held-out folds (:func:`autoplan.calibration.guard.cross_validated_fit`)."""
+    fitted, report, cv, note = cross_validated_fit(rows, context, params, context.parameters, seed, folds, jobs,
                                                    **fit_options)
     prepared = prepare(rows, context)
     held = cv.errors() if cv is not None else {k: math.nan for k in report.errors_after}

@@ -157,7 +157,7 @@ def _calibrate_csv(ctx: click.Context, kw: dict) -> None:
     click.echo(f"[calibrate] fitting {len(params)} parameter(s) on {len(measured.rows)} rows, then "
                f"{min(kw['folds'], len(measured.rows))}-fold cross-validation ...", err=True)
     try:
-        cal = calibrate_measured(measured.rows, context, params, seed=kw["seed"], folds=kw["folds"],
+        cal = calibrate_measured(measured.rows, context, params, seed=kw["seed"], folds=kw["folds"], jobs=kw["jobs"],
                                  loss=kw["loss"], starts=kw["starts"], max_evals=kw["max_evals"],
                                  prior_rows=kw["prior_rows"])
     except CalibrationError as exc:
@@ -223,6 +223,8 @@ def _import_log(ctx: click.Context, kw: dict) -> None:
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random starts and the folds.")
 @click.option("--folds", type=click.IntRange(2, 100), default=5, show_default=True,
               help="Cross-validation folds (held-out error).")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes that fit the cross-validation folds (the same result for any count).")
 @click.option("--loss", type=click.Choice(LOSSES), default="soft_l1", show_default=True,
               help="Robust loss on log error; cauchy for data with gross outliers; trimmed fits the "
                    "best-explained half of the rows (least trimmed squares).")

@@ -123,6 +123,15 @@ def test_held_out_error_drops_below_the_shipped_profile(calibrated):
     assert profile["fit"]["folds"] == 3 and profile["fit"]["rows"] == 10
 
 
+@pytest.mark.slow  # ~30 s
+def test_calibrate_jobs_fits_the_folds_in_processes_to_the_same_profile(workdir, measured_csv, calibrated):
+    out = workdir / "calibrated_jobs.yaml"
+    run(["calibrate", str(measured_csv), *CONTEXT, "--params", PARAMS, *FAST, "-o", str(out), "--jobs", "2"])
+    _, profile, _ = calibrated
+    again = yaml.safe_load(out.read_text())
+    assert flat(again) == flat(profile) and again["fit"]["errors_pct"] == profile["fit"]["errors_pct"]
+
+
 @pytest.mark.slow  # ~30 s together; tests/unit/calibration/test_fit.py covers recovery in the default run
 def test_written_profile_stays_inside_the_physical_bounds(calibrated):
     _, profile, _ = calibrated

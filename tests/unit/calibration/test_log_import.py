@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import math
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -178,8 +179,18 @@ def test_cli_appends_rows_that_calibrate_reads(log, tmp_path):
     from autoplan.profiles import load_profile
     from autoplan.specs.hardware import load_gpu
 
-    got = read_measured(measured, MeasuredContext(load_gpu("h100-sxm"), load_profile("megatron")))
+    context = MeasuredContext(load_gpu("h100-sxm"), load_profile("megatron"), gpus_per_node=4)
+    got = read_measured(measured, context)
     assert len(got.rows) == 2 and got.rows[0].layout["pp"] == 2
+    # Pickled as its arguments (calibrate --jobs): the copy builds the same contexts, its own caches.
+    import pickle
+
+    from autoplan.calibration.fit import predict_rows
+
+    copy = pickle.loads(pickle.dumps(context))
+    assert copy(got.rows[0]).cluster.gpus_per_node == 4 and copy.parameters == context.parameters
+    mine, theirs = predict_rows(got.rows, copy), predict_rows(got.rows, context)
+    assert all(np.array_equal(mine[k], theirs[k]) for k in theirs)
 
 
 def test_cli_options_override_the_layout_string_and_print_csv(log):
