@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.calibration.accuracy import predictions
 from autoplan.calibration.fit import prepare
 from autoplan.calibration.rows import row_context
 from autoplan.calibration.sources import load_sources
@@ -164,11 +163,12 @@ def print_steady_state(rows, measured: np.ndarray, pred: dict[str, np.ndarray]) 
                 print(f"  {name:8} {label:15} {part.sum():4d} runs  {np.median(excess[part]):+.2f}")
 
 
-def heaviest_without_overhead(rows) -> np.ndarray:
-    """Per row, the heaviest stage's predicted bytes less its ``allocator_overhead`` share
+def heaviest_stage_memory(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, in one evaluation: the heaviest stage's predicted bytes, whether the run is
+    predicted to fit, and the heaviest stage's bytes less its ``allocator_overhead`` share
     (``mem_<stage>_reserve_bytes`` less ``memory_reserve_bytes``: the fragmentation part)."""
     prepared = prepare(rows, row_context)
-    out = np.zeros(len(rows))
+    peak, fits, firm = np.zeros(len(rows)), np.zeros(len(rows), dtype=bool), np.zeros(len(rows))
     for ctx, batch, index, uneven in prepared.groups:
         table = evaluate(ctx, batch, allow_uneven=uneven)
         stages = []
@@ -176,8 +176,8 @@ def heaviest_without_overhead(rows) -> np.ndarray:
             total = table[f"mem_{stage}_total_bytes"]
             overhead = np.where(total > 0, table[f"mem_{stage}_reserve_bytes"] - ctx.corrections.memory_reserve_bytes, 0.0)
             stages.append(total - overhead)
-        out[index] = np.maximum.reduce(stages)
-    return out
+        peak[index], fits[index], firm[index] = table["peak_memory_bytes"], table["fits"], np.maximum.reduce(stages)
+    return peak, fits, firm
 
 
 def family_key(row) -> tuple:
@@ -193,23 +193,21 @@ def print_elastic_fit_test() -> None:
     and, of the crashed runs the elastic reading calls fitting, how many an ok run of their family
     (``family_key``) at as much predicted memory shows not to be OOM."""
     sweep = load_sources()["playbook_sweep"].rows
-    pred = predictions(sweep)
     capacity = load_gpu("h100-sxm").usable_memory_bytes
     ok = np.array([r.status == "ok" for r in sweep])
-    peak = pred["peak_memory_all_stages_bytes"]
-    non_elastic = heaviest_without_overhead(sweep)
-    elastic_fits = pred["fits"] | ((peak > capacity) & (non_elastic <= capacity))
-    rules = {"shipped (all predicted bytes)": (pred["fits"], peak),
+    peak, fits, non_elastic = heaviest_stage_memory(sweep)
+    elastic_fits = fits | ((peak > capacity) & (non_elastic <= capacity))
+    rules = {"shipped (all predicted bytes)": (fits, peak),
              "elastic overhead (ruled out)": (elastic_fits, non_elastic)}
     print("\nfit test: agreement with ok/crashed_or_oom, ok runs > 3% over capacity, ok runs not fitting")
-    for label, (fits, tested) in rules.items():
-        print(f"  {label:30} {100 * np.mean(fits == ok):5.1f}%  {int(np.sum(ok & (tested > 1.03 * capacity))):3d}"
-              f"  {100 * np.mean(~fits[ok]):4.2f}%  (OOM runs predicted to fit: {int(np.sum(~ok & fits))})")
+    for label, (rule, tested) in rules.items():
+        print(f"  {label:30} {100 * np.mean(rule == ok):5.1f}%  {int(np.sum(ok & (tested > 1.03 * capacity))):3d}"
+              f"  {100 * np.mean(~rule[ok]):4.2f}%  (OOM runs predicted to fit: {int(np.sum(~ok & rule))})")
     most: dict[tuple, float] = {}
     for r, o, p in zip(sweep, ok, peak):
         if o:
             most[family_key(r)] = max(most.get(family_key(r), 0.0), p)
-    rescued = np.flatnonzero(elastic_fits & ~pred["fits"] & ~ok)
+    rescued = np.flatnonzero(elastic_fits & ~fits & ~ok)
     shown = sum(most.get(family_key(sweep[i]), 0.0) >= peak[i] for i in rescued)
     print(f"  crashed runs the elastic reading calls fitting: {len(rescued)}, of which {shown} have an ok run of "
           "their model, tp, pp, mbs and ZeRO stage at as much predicted memory (not OOM)")
