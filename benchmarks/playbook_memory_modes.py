@@ -56,6 +56,11 @@ the GPU nanotron's benchmark CSV measured):
    explain. Some of the split segments' free space is not released (the second clause above); how
    much is not measured, so the fit test keeps the overhead.
 
+8. the allocator's retry regime (cost.evaluate.memory_pressure_s) on the measured reserved peaks:
+   tokens/s measured / predicted without it, by rank 0's share of the card (0.97 below 0.85 of it,
+   0.18 at 0.93-0.97), and the slow-down at or above the profile's threshold (4.49): the two
+   figures nanotron.yaml takes as measured.
+
 No column of the published sweep tells the two groups apart, so the cost model cannot assign a
 run to either; this script only measures them. Run from the repository root:
 ``python benchmarks/playbook_memory_modes.py`` (about a second).
@@ -65,6 +70,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.calibration.accuracy import straggler_ids
 from autoplan.calibration.fit import prepare
 from autoplan.calibration.rows import row_context
 from autoplan.calibration.sources import load_sources
@@ -81,7 +87,7 @@ def first_stage_table(rows) -> dict[str, np.ndarray]:
     n = len(rows)
     out: dict[str, np.ndarray] = {}
     names = ("mem_first_total_bytes", "mem_first_reserve_bytes", "mem_first_activations_bytes",
-             "tokens_per_s_per_gpu")
+             "tokens_per_s_per_gpu", "step_time_s", "time_memory_pressure_s")
     for ctx, batch, index, uneven in prepared.groups:
         table = evaluate(ctx, batch, allow_uneven=uneven)
         for name in names:
@@ -122,6 +128,7 @@ def main() -> None:
     print_family_spread(rows, measured, pred["mem_first_total_bytes"])
     print_steady_state(rows, measured, pred)
     print_elastic_fit_test()
+    print_retry_regime(rows, measured, pred)
     err = np.abs(1.0 / ratio - 1.0) * 100.0
     print(f"\nall ok runs: {len(rows)}, median |error| {np.median(err):.1f}%, p90 {np.percentile(err, 90):.1f}%")
     print(f"without the high group ({high.sum()} runs, {100 * high.mean():.1f}%): median "
@@ -211,6 +218,35 @@ def print_elastic_fit_test() -> None:
     shown = sum(most.get(family_key(sweep[i]), 0.0) >= peak[i] for i in rescued)
     print(f"  crashed runs the elastic reading calls fitting: {len(rescued)}, of which {shown} have an ok run of "
           "their model, tp, pp, mbs and ZeRO stage at as much predicted memory (not OOM)")
+
+
+REGIME_BINS = (0.0, 0.85, 0.90, 0.93, 1.0)
+
+
+def print_retry_regime(rows, measured: np.ndarray, pred: dict[str, np.ndarray]) -> None:
+    """Point 8: the caching allocator's retry regime (cost.evaluate.memory_pressure_s) read off the
+    measured reserved peaks: measured / predicted tokens/s, the prediction without the regime's
+    slow-down, by the share of the card rank 0 measured (stragglers' speeds left out:
+    accuracy.straggler_ids); and the slow-down of the runs at or above the profile's threshold,
+    median(predicted / measured - 1): the two figures nanotron.yaml takes as measured."""
+    ctx = row_context(rows[0])
+    threshold = ctx.corrections.memory_pressure_threshold
+    share = measured / load_gpu(rows[0].hardware).usable_memory_bytes
+    step = pred["step_time_s"]
+    without = pred["tokens_per_s_per_gpu"] * step / (step - pred["time_memory_pressure_s"])
+    speed = np.array([r.tokens_per_s_per_gpu for r in rows]) / without
+    clean = ~np.isin([r.row_id for r in rows], sorted(straggler_ids(rows))) & np.isfinite(speed)
+    print("\nallocator retry regime: rank 0's measured reserved peak / usable memory -> tokens/s measured / "
+          "predicted without the regime")
+    for low, high in zip(REGIME_BINS[:-1], REGIME_BINS[1:]):
+        sel = clean & (share >= low) & (share < high)
+        if sel.any():
+            print(f"  [{low:.2f}, {high:.2f}): {sel.sum():4d} runs, median {np.median(speed[sel]):.2f}, "
+                  f"range {speed[sel].min():.2f}-{speed[sel].max():.2f}")
+    regime = clean & (share >= threshold)
+    print(f"  slow-down at >= {threshold:.2f} of the card ({regime.sum()} runs): median "
+          f"{np.median(1.0 / speed[regime] - 1.0):.2f} (the step {np.median(1.0 / speed[regime]):.1f}x as long); "
+          f"highest ok peak {share.max():.3f}")
 
 
 if __name__ == "__main__":

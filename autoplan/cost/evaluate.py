@@ -78,6 +78,34 @@ class CostTable:
         return pd.DataFrame(data)
 
 
+# Width, as a share of usable memory, over which the allocator's retry regime sets in
+# (memory_pressure_s): the regime is a step where the reserved peak meets the device's
+# ceiling, smoothed over about the memory model's own error near capacity (the sweep's median
+# |error| is 7%), so that a prediction a few percent off is not all or nothing.
+MEMORY_PRESSURE_RAMP = 0.05
+
+
+def memory_pressure_s(ctx: CostContext, step_s: np.ndarray, peak_share: np.ndarray) -> np.ndarray:
+    """Seconds the caching allocator's free-and-retry cycles add to a step whose heaviest
+    stage's predicted peak is ``peak_share`` of usable memory: step × memory_pressure_slowdown
+    × clip((peak_share − memory_pressure_threshold) / MEMORY_PRESSURE_RAMP, 0, 1).
+
+    When cudaMalloc fails, PyTorch's caching allocator frees every cached unsplit block and
+    retries (c10/cuda/CUDACachingAllocator.cpp, ``alloc_block`` / ``release_cached_blocks``;
+    ``torch.cuda.memory_stats()['num_alloc_retries']``). A step whose reserved peak meets the
+    ceiling does that every micro-batch: its large allocations miss the emptied cache and go to
+    cudaMalloc and cudaFree, which synchronise the device, so the host no longer runs ahead of
+    the GPU. PyTorch's maintainers call each cycle "a costly perf event" (pytorch/pytorch#193391),
+    and composer raises gradient accumulation when it sees retries for the throughput lost
+    (mosaicml/composer#1632). The cost is a regime, not a gradual slope: on the Ultra-Scale
+    Playbook sweep every run whose rank-0 reserved peak reached 0.93 of the card ran at 0.13-0.34
+    of its predicted speed, while runs a few GiB lower ran at it (a named correction:
+    Corrections.memory_pressure_threshold and memory_pressure_slowdown)."""
+    c = ctx.corrections
+    regime = np.clip((peak_share - c.memory_pressure_threshold) / MEMORY_PRESSURE_RAMP, 0.0, 1.0)
+    return step_s * c.memory_pressure_slowdown * regime
+
+
 def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True,
              codes: np.ndarray | None = None) -> CostTable:
     """Legality, memory, time, FLOPs and utilisation of every layout in ``batch``.
@@ -98,12 +126,7 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True,
         cols.update(memory_table(ctx, b, layers, params))
         cols.update(time_table(ctx, b, heaviest, layers))
         capacity = ctx.cluster.gpu.usable_memory_bytes
-        # Near capacity the caching allocator frees and retries (cudaMalloc retries), which
-        # slows the step: a named correction (Corrections.memory_pressure_*).
-        c = ctx.corrections
-        excess = np.maximum(0.0, cols["peak_memory_bytes"] / capacity - c.memory_pressure_threshold)
-        pressure = cols["step_time_s"] * c.memory_pressure_slowdown * excess / max(
-            1.0 - c.memory_pressure_threshold, 1e-9)
+        pressure = memory_pressure_s(ctx, cols["step_time_s"], cols["peak_memory_bytes"] / capacity)
         cols["time_memory_pressure_s"] = pressure
         cols["step_time_s"] = cols["step_time_s"] + pressure
         cols["bubble_fraction"] = cols["time_bubble_s"] / cols["step_time_s"]

@@ -332,9 +332,10 @@ TIME_TERMS_DEFINED = [
     _time("overhead", "fixed per-step time (data loading, logging, launches)", "step_overhead_s",
           "calibrated per trainer and GPU (profiles/*.yaml)", ("step_overhead_s",)),
     _time("memory_pressure", "allocator frees and retries near the memory limit",
-          "t × memory_pressure_slowdown × max(0, peak_memory_bytes/usable_memory_bytes − "
-          "memory_pressure_threshold) / max(1 − memory_pressure_threshold, 1e-9); t = the sum of the other "
-          "time terms", "calibrated (PyTorch caching allocator cudaMalloc retries)",
+          "t × memory_pressure_slowdown × clip((peak_memory_bytes/usable_memory_bytes − "
+          "memory_pressure_threshold) / MEMORY_PRESSURE_RAMP (0.05), 0, 1); t = the sum of the other "
+          "time terms", "c10/cuda/CUDACachingAllocator.cpp (release_cached_blocks and retry, num_alloc_retries); "
+          "pytorch/pytorch#193391; autoplan.cost.evaluate.memory_pressure_s (calibrated)",
           ("memory_pressure_slowdown", "memory_pressure_threshold", "usable_memory_bytes")),
 ]
 

@@ -165,12 +165,19 @@ class Corrections:
         "identified; a few tens of µs per collective would be a plain launch and sync.",
         (0.0, 0.01), (0.0, 1e-4), neutral=0.0, unit="s")
     memory_pressure_threshold: float = _correction(
-        "Fraction of usable memory above which the caching allocator frees and retries "
-        "(cudaMalloc retries) and the step slows; see memory_pressure_slowdown.",
+        "Share of usable memory (the heaviest stage's predicted peak) from which the caching "
+        "allocator's free-and-retry regime sets in (cudaMalloc fails, the cache is flushed and "
+        "the allocation retried, every micro-batch); the regime ramps in over "
+        "cost.evaluate.MEMORY_PRESSURE_RAMP above it. Physically where the reserved peak meets the "
+        "card's ceiling less the CUDA context and NCCL buffers; below 1 by as much as the memory "
+        "model under-predicts near capacity.",
         (0.5, 1.0), (0.75, 1.0), neutral=1.0)
     memory_pressure_slowdown: float = _correction(
-        "Step slow-down at full memory from allocator frees and retries: the step grows by "
-        "slowdown × (peak/usable − threshold)/(1 − threshold).", (0.0, 10.0), (0.0, 1.0), neutral=0.0)
+        "Step slow-down in the allocator's retry regime (cost.evaluate.memory_pressure_s): the step "
+        "grows by slowdown × its time once the peak is MEMORY_PRESSURE_RAMP above the threshold. "
+        "Each retry frees the cache and each later allocation goes to cudaMalloc/cudaFree, which "
+        "synchronise the device; runs in that regime have been seen at 0.13-0.34 of their speed "
+        "(slow-down 2-7) on the Ultra-Scale Playbook sweep.", (0.0, 20.0), (0.0, 8.0), neutral=0.0)
     pp_extra_layers_per_microbatch: float = _correction(
         "Layer activations a pipeline stage holds per in-flight micro-batch beyond its own layers: "
         "send and receive buffers, a fraction of a layer. The 1.3 layers once fitted on nanotron "
