@@ -82,6 +82,12 @@ def _print_estimate(ctx, batch, record) -> None:
     if record["hfu"] < record["mfu"]:  # the convention counts FLOPs the kernels do not run
         click.echo("           (HFU counts the FLOPs the kernels run: causal attention halved; MFU follows "
                    "--flops-convention, docs/conventions.md)")
+    if record["time_memory_pressure_s"] > 0.0:
+        share = record["time_memory_pressure_s"] / record["step_time_s"]
+        click.echo(f"  pressure the peak is {record['peak_memory_bytes'] / ctx.cluster.gpu.usable_memory_bytes:.0%} "
+                   f"of the card: PyTorch's allocator flushes its cache and retries every micro-batch, "
+                   f"{share:.0%} of the step (cost.evaluate.memory_pressure_s); a smaller micro-batch or more "
+                   "sharding leaves headroom")
     if record["infeasible_reason"]:
         click.echo(f"  why not  {record['infeasible_reason']}")
 

@@ -105,6 +105,21 @@ def test_estimate_table_names_the_mfu_convention():
     assert rec["hfu"] > rec["mfu"] and note not in run(["estimate", *full]).stdout
 
 
+def test_estimate_says_when_the_allocator_retry_regime_costs_time():
+    """nanotron on AWS p5 (its measured regime, nanotron.yaml): the 8B at tp 2, pp 8, mbs 4 peaks
+    at 98% of the card and the line gives the regime's share of the step; at mbs 1 no line."""
+    base = ["--model", "usp-8b", "--gpus", "32", "--hardware", "p5", "--trainer", "nanotron", "--tp", "2",
+            "--pp", "8", "--zero", "1", "--gbs-seqs", "256", "--seq-len", "4096"]
+    rec = json.loads(run(["estimate", *base, "--mbs", "4", "--format", "json"]).stdout)[0]
+    out = run(["estimate", *base, "--mbs", "4"]).stdout
+    assert rec["time_memory_pressure_s"] > 0.5 * rec["step_time_s"]
+    share = rec["time_memory_pressure_s"] / rec["step_time_s"]
+    assert f"flushes its cache and retries every micro-batch, {share:.0%} of the step" in out
+    small = ["estimate", *base, "--mbs", "1"]
+    assert json.loads(run([*small, "--format", "json"]).stdout)[0]["time_memory_pressure_s"] == 0.0
+    assert "pressure" not in run(small).stdout
+
+
 def test_estimate_csv_is_one_row_with_the_json_keys():
     rows = list(csv.DictReader(io.StringIO(run(["estimate", *BASE, "--format", "csv"]).stdout)))
     assert len(rows) == 1
