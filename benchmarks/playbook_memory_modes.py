@@ -57,9 +57,9 @@ the GPU nanotron's benchmark CSV measured):
    much is not measured, so the fit test keeps the overhead.
 
 8. the allocator's retry regime (cost.evaluate.memory_pressure_s) on the measured reserved peaks:
-   tokens/s measured / predicted without it, by rank 0's share of the card (0.97 below 0.85 of it,
-   0.18 at 0.93-0.97), and the slow-down at or above the profile's threshold (4.49): the two
-   figures nanotron.yaml takes as measured.
+   tokens/s measured / predicted without it, by rank 0's share of the card (a median 0.97 below 0.85
+   of it, 0.13-0.30 at 0.945-0.97, the runs between one by one), and the slow-down at or above the
+   profile's threshold (4.49): the two figures nanotron.yaml takes as measured.
 
 No column of the published sweep tells the two groups apart, so the cost model cannot assign a
 run to either; this script only measures them. Run from the repository root:
@@ -220,29 +220,32 @@ def print_elastic_fit_test() -> None:
           "their model, tp, pp, mbs and ZeRO stage at as much predicted memory (not OOM)")
 
 
-REGIME_BINS = (0.0, 0.85, 0.90, 0.93, 1.0)
+REGIME_EDGES = (0.85, 0.95)  # runs between are listed one by one
 
 
 def print_retry_regime(rows, measured: np.ndarray, pred: dict[str, np.ndarray]) -> None:
     """Point 8: the caching allocator's retry regime (cost.evaluate.memory_pressure_s) read off the
     measured reserved peaks: measured / predicted tokens/s, the prediction without the regime's
     slow-down, by the share of the card rank 0 measured (stragglers' speeds left out:
-    accuracy.straggler_ids); and the slow-down of the runs at or above the profile's threshold,
-    median(predicted / measured - 1): the two figures nanotron.yaml takes as measured."""
-    ctx = row_context(rows[0])
-    threshold = ctx.corrections.memory_pressure_threshold
+    accuracy.straggler_ids), the runs near the edge one by one; and the slow-down of the runs at or
+    above the profile's threshold, median(predicted / measured - 1): the two figures nanotron.yaml
+    takes as measured."""
+    threshold = row_context(rows[0]).corrections.memory_pressure_threshold
     share = measured / load_gpu(rows[0].hardware).usable_memory_bytes
     step = pred["step_time_s"]
     without = pred["tokens_per_s_per_gpu"] * step / (step - pred["time_memory_pressure_s"])
     speed = np.array([r.tokens_per_s_per_gpu for r in rows]) / without
     clean = ~np.isin([r.row_id for r in rows], sorted(straggler_ids(rows))) & np.isfinite(speed)
+    low, high = REGIME_EDGES
     print("\nallocator retry regime: rank 0's measured reserved peak / usable memory -> tokens/s measured / "
           "predicted without the regime")
-    for low, high in zip(REGIME_BINS[:-1], REGIME_BINS[1:]):
-        sel = clean & (share >= low) & (share < high)
-        if sel.any():
-            print(f"  [{low:.2f}, {high:.2f}): {sel.sum():4d} runs, median {np.median(speed[sel]):.2f}, "
-                  f"range {speed[sel].min():.2f}-{speed[sel].max():.2f}")
+    for label, sel in ((f"< {low:.2f}", clean & (share < low)), (f">= {high:.2f}", clean & (share >= high))):
+        print(f"  {label}: {sel.sum():4d} runs, median {np.median(speed[sel]):.2f}, "
+              f"range {speed[sel].min():.2f}-{speed[sel].max():.2f}")
+    for i in np.flatnonzero(clean & (share >= low) & (share < high))[np.argsort(share[clean & (share >= low) & (share < high)])]:
+        lay = rows[i].layout
+        print(f"    {share[i]:.3f}: {speed[i]:.2f}  {rows[i].cell}, tp {lay['tp']} pp {lay['pp']} dp {lay['dp']} "
+              f"mbs {lay['mbs']} zero {lay['zero']}")
     regime = clean & (share >= threshold)
     print(f"  slow-down at >= {threshold:.2f} of the card ({regime.sum()} runs): median "
           f"{np.median(1.0 / speed[regime] - 1.0):.2f} (the step {np.median(1.0 / speed[regime]):.1f}x as long); "

@@ -98,8 +98,9 @@ def memory_pressure_s(ctx: CostContext, step_s: np.ndarray, peak_share: np.ndarr
     the GPU. PyTorch's maintainers call each cycle "a costly perf event" (pytorch/pytorch#193391),
     and composer raises gradient accumulation when it sees retries for the throughput lost
     (mosaicml/composer#1632). The cost is a regime, not a gradual slope: on the Ultra-Scale
-    Playbook sweep every run whose rank-0 reserved peak reached 0.93 of the card ran at 0.13-0.34
-    of its predicted speed, while runs a few GiB lower ran at it (a named correction:
+    Playbook sweep every run whose rank-0 reserved peak reached 0.945 of the card ran at 0.13-0.30
+    of its predicted speed, runs below 0.85 of it at a median 0.97, and half of those between
+    were slow (benchmarks/playbook_memory_modes.py, point 8; a named correction:
     Corrections.memory_pressure_threshold and memory_pressure_slowdown)."""
     c = ctx.corrections
     regime = np.clip((peak_share - c.memory_pressure_threshold) / MEMORY_PRESSURE_RAMP, 0.0, 1.0)

@@ -176,8 +176,8 @@ class Corrections:
         "Step slow-down in the allocator's retry regime (cost.evaluate.memory_pressure_s): the step "
         "grows by slowdown × its time once the peak is MEMORY_PRESSURE_RAMP above the threshold. "
         "Each retry frees the cache and each later allocation goes to cudaMalloc/cudaFree, which "
-        "synchronise the device; runs in that regime have been seen at 0.13-0.34 of their speed "
-        "(slow-down 2-7) on the Ultra-Scale Playbook sweep.", (0.0, 20.0), (0.0, 8.0), neutral=0.0)
+        "synchronise the device; runs in that regime have been seen at 0.13-0.30 of their speed "
+        "(slow-down 2.3-6.7) on the Ultra-Scale Playbook sweep.", (0.0, 20.0), (0.0, 8.0), neutral=0.0)
     pp_extra_layers_per_microbatch: float = _correction(
         "Layer activations a pipeline stage holds per in-flight micro-batch beyond its own layers: "
         "send and receive buffers, a fraction of a layer. The 1.3 layers once fitted on nanotron "
