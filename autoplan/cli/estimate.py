@@ -82,14 +82,35 @@ def _print_estimate(ctx, batch, record) -> None:
     if record["hfu"] < record["mfu"]:  # the convention counts FLOPs the kernels do not run
         click.echo("           (HFU counts the FLOPs the kernels run: causal attention halved; MFU follows "
                    "--flops-convention, docs/conventions.md)")
-    if record["time_memory_pressure_s"] > 0.0:
-        share = record["time_memory_pressure_s"] / record["step_time_s"]
-        click.echo(f"  pressure the peak is {record['peak_memory_bytes'] / ctx.cluster.gpu.usable_memory_bytes:.0%} "
-                   f"of the card: PyTorch's allocator flushes its cache and retries every micro-batch, "
-                   f"{share:.0%} of the step (cost.evaluate.memory_pressure_s); a smaller micro-batch or more "
-                   "sharding leaves headroom")
+    _print_pressure(ctx, record)
     if record["infeasible_reason"]:
         click.echo(f"  why not  {record['infeasible_reason']}")
+
+
+# The one measurement of the allocator's retry regime: nanotron on AWS p5 (profiles/nanotron.yaml).
+MEASURED_REGIME = ("nanotron", "h100-sxm-efa")
+
+
+def _print_pressure(ctx, record) -> None:
+    """A line when the peak is near the card: the retry regime's cost where the profile measures it
+    (cost.evaluate.memory_pressure_s), else the measured regime as a risk the figures leave out."""
+    peak_share = record["peak_memory_bytes"] / ctx.cluster.gpu.usable_memory_bytes
+    if record["time_memory_pressure_s"] > 0.0:
+        share = record["time_memory_pressure_s"] / record["step_time_s"]
+        click.echo(f"  pressure the peak is {peak_share:.0%} of the card: PyTorch's allocator flushes its cache and "
+                   f"retries every micro-batch, {share:.0%} of the step (cost.evaluate.memory_pressure_s); a smaller "
+                   "micro-batch or more sharding leaves headroom")
+        return
+    from autoplan.profiles import load_profile
+
+    trainer, gpu = MEASURED_REGIME
+    measured = load_profile(trainer).parameters[gpu].corrections
+    if record["fits"] and ctx.corrections.memory_pressure_slowdown == 0.0 \
+            and peak_share >= measured.memory_pressure_threshold:
+        click.echo(f"  pressure the peak is {peak_share:.0%} of the card: near the ceiling PyTorch's allocator can "
+                   f"flush and retry every micro-batch (measured for {trainer} on {gpu}: a step "
+                   f"{1 + measured.memory_pressure_slowdown:.1f}x as long from {measured.memory_pressure_threshold:.0%} of "
+                   f"the card on); not costed for {ctx.profile.name} on {ctx.cluster.gpu.name} (not measured)")
 
 
 def _band_figures(band, record) -> dict:

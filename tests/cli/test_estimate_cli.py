@@ -120,6 +120,18 @@ def test_estimate_says_when_the_allocator_retry_regime_costs_time():
     assert "pressure" not in run(small).stdout
 
 
+def test_estimate_warns_of_the_uncosted_retry_regime_near_the_card():
+    """megatron has no measured regime (neutral): at 92% of the card (70B, 64 H100s, tp 4 pp 8) the
+    line names the one measurement and says the figures leave it out; at 77% (tp 8 pp 2) no line."""
+    base = ["--model", "70b", "--gpus", "64", "--gbs-seqs", "128", "--mbs", "1"]
+    near = run(["estimate", *base, "--tp", "4", "--pp", "8"]).stdout
+    rec = json.loads(run(["estimate", *base, "--tp", "4", "--pp", "8", "--format", "json"]).stdout)[0]
+    assert rec["fits"] and rec["time_memory_pressure_s"] == 0.0
+    assert "measured for nanotron on h100-sxm-efa: a step 5.5x as long from 90% of the card on" in near
+    assert "not costed for megatron on h100-sxm (not measured)" in near
+    assert "pressure" not in run(["estimate", *base, "--tp", "8", "--pp", "2"]).stdout
+
+
 def test_estimate_csv_is_one_row_with_the_json_keys():
     rows = list(csv.DictReader(io.StringIO(run(["estimate", *BASE, "--format", "csv"]).stdout)))
     assert len(rows) == 1
