@@ -81,13 +81,16 @@ from autoplan.specs.hardware import load_gpu
 HIGH_RATIO = 1.25  # measured / predicted above this: the second group
 
 
-def first_stage_table(rows) -> dict[str, np.ndarray]:
-    """Predicted first-stage memory terms and tokens/s of every row (row order)."""
+def sweep_table(rows) -> dict[str, np.ndarray]:
+    """One evaluation of every row (row order): the first stage's memory terms, tokens/s and the
+    step's terms, and, over stages, the heaviest stage's bytes (``peak_memory_bytes``), whether
+    the run is predicted to fit, and the heaviest stage's bytes less its ``allocator_overhead``
+    share (``firm_peak_bytes``: ``mem_<stage>_reserve_bytes`` less ``memory_reserve_bytes``)."""
     prepared = prepare(rows, row_context)
     n = len(rows)
     out: dict[str, np.ndarray] = {}
     names = ("mem_first_total_bytes", "mem_first_reserve_bytes", "mem_first_activations_bytes",
-             "tokens_per_s_per_gpu", "step_time_s", "time_memory_pressure_s")
+             "tokens_per_s_per_gpu", "step_time_s", "time_memory_pressure_s", "peak_memory_bytes", "fits")
     for ctx, batch, index, uneven in prepared.groups:
         table = evaluate(ctx, batch, allow_uneven=uneven)
         for name in names:
@@ -95,12 +98,22 @@ def first_stage_table(rows) -> dict[str, np.ndarray]:
         dense_layer_bytes, _ = layer_activation_bytes(ctx, batch, "none")
         tokens = batch.mbs * ctx.training.seq_len / batch.cp
         out.setdefault("layer_bytes_per_token", np.full(n, np.nan))[index] = dense_layer_bytes / tokens
+        stages = []
+        for stage in ("first", "middle", "last"):
+            total = table[f"mem_{stage}_total_bytes"]
+            overhead = np.where(total > 0, table[f"mem_{stage}_reserve_bytes"] - ctx.corrections.memory_reserve_bytes, 0.0)
+            stages.append(total - overhead)
+        out.setdefault("firm_peak_bytes", np.full(n, np.nan))[index] = np.maximum.reduce(stages)
+    out["fits"] = out["fits"] > 0
     return out
 
 
 def main() -> None:
-    rows = [r for r in load_sources()["playbook_sweep"].rows if r.status == "ok"]
-    pred = first_stage_table(rows)
+    sweep = load_sources()["playbook_sweep"].rows
+    table = sweep_table(sweep)
+    ok = np.array([r.status == "ok" for r in sweep])
+    rows = [r for r, o in zip(sweep, ok) if o]
+    pred = {name: values[ok] for name, values in table.items()}
     measured = np.array([r.peak_memory_bytes for r in rows])
     ratio = measured / pred["mem_first_total_bytes"]
     tp = np.array([r.layout["tp"] for r in rows])
@@ -127,7 +140,7 @@ def main() -> None:
                   f"{excess_h:27.1f}")
     print_family_spread(rows, measured, pred["mem_first_total_bytes"])
     print_steady_state(rows, measured, pred)
-    print_elastic_fit_test()
+    print_elastic_fit_test(sweep, table)
     print_retry_regime(rows, measured, pred)
     err = np.abs(1.0 / ratio - 1.0) * 100.0
     print(f"\nall ok runs: {len(rows)}, median |error| {np.median(err):.1f}%, p90 {np.percentile(err, 90):.1f}%")
@@ -170,39 +183,21 @@ def print_steady_state(rows, measured: np.ndarray, pred: dict[str, np.ndarray]) 
                 print(f"  {name:8} {label:15} {part.sum():4d} runs  {np.median(excess[part]):+.2f}")
 
 
-def heaviest_stage_memory(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row, in one evaluation: the heaviest stage's predicted bytes, whether the run is
-    predicted to fit, and the heaviest stage's bytes less its ``allocator_overhead`` share
-    (``mem_<stage>_reserve_bytes`` less ``memory_reserve_bytes``: the fragmentation part)."""
-    prepared = prepare(rows, row_context)
-    peak, fits, firm = np.zeros(len(rows)), np.zeros(len(rows), dtype=bool), np.zeros(len(rows))
-    for ctx, batch, index, uneven in prepared.groups:
-        table = evaluate(ctx, batch, allow_uneven=uneven)
-        stages = []
-        for stage in ("first", "middle", "last"):
-            total = table[f"mem_{stage}_total_bytes"]
-            overhead = np.where(total > 0, table[f"mem_{stage}_reserve_bytes"] - ctx.corrections.memory_reserve_bytes, 0.0)
-            stages.append(total - overhead)
-        peak[index], fits[index], firm[index] = table["peak_memory_bytes"], table["fits"], np.maximum.reduce(stages)
-    return peak, fits, firm
-
-
 def family_key(row) -> tuple:
     """Runs that differ only in dp (and so grad_acc)."""
     lay = row.layout
     return (row.model.name, lay["tp"], lay["pp"], lay["mbs"], lay["zero"], lay["recompute"])
 
 
-def print_elastic_fit_test() -> None:
+def print_elastic_fit_test(sweep, table: dict[str, np.ndarray]) -> None:
     """Point 7: agreement of ``fits`` with ok / crashed_or_oom, ok runs over capacity by > 3% and
     ok runs predicted not to fit, with the shipped test and with the elastic-cache reading (the
     heaviest stage's prediction less its ``allocator_overhead`` share; other refusals as shipped);
     and, of the crashed runs the elastic reading calls fitting, how many an ok run of their family
     (``family_key``) at as much predicted memory shows not to be OOM."""
-    sweep = load_sources()["playbook_sweep"].rows
     capacity = load_gpu("h100-sxm").usable_memory_bytes
     ok = np.array([r.status == "ok" for r in sweep])
-    peak, fits, non_elastic = heaviest_stage_memory(sweep)
+    peak, fits, non_elastic = table["peak_memory_bytes"], table["fits"], table["firm_peak_bytes"]
     elastic_fits = fits | ((peak > capacity) & (non_elastic <= capacity))
     rules = {"shipped (all predicted bytes)": (fits, peak),
              "elastic overhead (ruled out)": (elastic_fits, non_elastic)}

@@ -33,9 +33,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import multiprocessing
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,12 +51,13 @@ from autoplan.calibration.accuracy import (
 )
 from autoplan.calibration.fit import (
     PREDICTED,
-    fit_efficiency,
+    fit_and_predict,
     fold_assignment,
     log_errors,
     predict_rows,
     training_fold_mask,
 )
+from autoplan.calibration.processes import map_in_processes
 from autoplan.calibration.rows import Row, Source, row_context
 from autoplan.calibration.uncertainty import (
     BANDS_FILE,
@@ -121,11 +120,7 @@ def heldout_ratios(rows: Sequence[Row], seed: int = 0, plan: Mapping[Pair, Seque
         chosen[pair] = [m for m, p in zip(members, predicted) if p]
         tasks += [_FoldTask(pair, without_straggler_speeds(members, masked), tuple(plan[pair]), FIT_LOSS.get(pair, "soft_l1"), seed, folds, fold,
                             predicted) for fold in range(int(folds.max()) + 1)]
-    if jobs > 1 and len(tasks) > 1:
-        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=_pool_context()) as pool:
-            done = list(pool.map(_run_fold, tasks))
-    else:
-        done = [_run_fold(task) for task in tasks]
+    done = map_in_processes(_run_fold, tasks, jobs)
     kept: list[Row] = []
     parts: list[dict[str, np.ndarray]] = []
     for pair, members in chosen.items():
@@ -164,14 +159,8 @@ def _run_fold(task: _FoldTask) -> dict[str, np.ndarray]:
     in the order of those rows."""
     train = [r for r, t in zip(task.rows, training_fold_mask(task.folds, task.fold, TRAIN_ON)) if t]
     test = [r for r, f, p in zip(task.rows, task.folds, task.predicted) if f == task.fold and p]
-    eff, _ = fit_efficiency(train, row_context, task.params, task.seed, loss=task.loss, prior_rows=0.0)
-    return predict_rows(test, row_context, eff)
-
-
-def _pool_context():
-    """fork where the platform has it (workers inherit the loaded sources), else spawn."""
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    options = {"loss": task.loss, "prior_rows": 0.0}
+    return fit_and_predict((train, test, row_context, task.params, task.seed, options))[1]
 
 
 def default_ratios(rows: Sequence[Row]) -> dict[str, np.ndarray]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from autoplan.calibration.identifiability import STEP, screen
+from autoplan.calibration.processes import map_in_processes
 from autoplan.calibration.rows import Row, row_context
 from autoplan.calibration.simplex import Space, multistart
 from autoplan.cost.context import CostContext
@@ -377,15 +378,7 @@ def cross_validate(rows: Sequence[Row], base_ctx_factory: ContextFactory = row_c
     tasks = [([r for r, t in zip(rows, training_fold_mask(folds, fold, train_on)) if t],
               [rows[i] for i in np.flatnonzero(folds == fold)], base_ctx_factory, tuple(params), seed, fit_options)
              for fold in range(int(folds.max()) + 1)]
-    if jobs > 1:
-        from concurrent.futures import ProcessPoolExecutor
-        from multiprocessing import get_all_start_methods, get_context
-
-        method = "fork" if "fork" in get_all_start_methods() else "spawn"
-        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=get_context(method)) as pool:
-            done = list(pool.map(_fit_and_predict, tasks))
-    else:
-        done = [_fit_and_predict(task) for task in tasks]
+    done = map_in_processes(fit_and_predict, tasks, jobs)
     predicted = {name: np.full(len(rows), np.nan) for name in PREDICTED}
     for fold, (_, pred) in enumerate(done):
         for name in PREDICTED:
@@ -393,8 +386,9 @@ def cross_validate(rows: Sequence[Row], base_ctx_factory: ContextFactory = row_c
     return CrossValidation(rows=rows, folds=folds, predicted=predicted, fitted=[eff for eff, _ in done])
 
 
-def _fit_and_predict(task: tuple) -> tuple[CalibratedParameters, dict[str, np.ndarray]]:
-    """One fold of :func:`cross_validate`: fit on its training rows, predict its test rows."""
+def fit_and_predict(task: tuple) -> tuple[CalibratedParameters, dict[str, np.ndarray]]:
+    """One fold: fit on its training rows, predict its test rows; ``task`` is (train, test,
+    context factory, params, seed, fit options)."""
     train, test, ctx_factory, params, seed, fit_options = task
     eff, _ = fit_efficiency(train, ctx_factory, params, seed, **fit_options)
     return eff, predict_rows(test, ctx_factory, eff)

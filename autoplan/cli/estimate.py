@@ -105,8 +105,8 @@ def _print_pressure(ctx, record) -> None:
 
     trainer, gpu = MEASURED_REGIME
     measured = load_profile(trainer).parameters[gpu].corrections
-    if record["fits"] and ctx.corrections.memory_pressure_slowdown == 0.0 \
-            and peak_share >= measured.memory_pressure_threshold:
+    uncosted = ctx.corrections.memory_pressure_slowdown == 0.0
+    if record["fits"] and uncosted and peak_share >= measured.memory_pressure_threshold:
         click.echo(f"  pressure the peak is {peak_share:.0%} of the card: near the ceiling PyTorch's allocator can "
                    f"flush and retry every micro-batch (measured for {trainer} on {gpu}: a step "
                    f"{1 + measured.memory_pressure_slowdown:.1f}x as long from {measured.memory_pressure_threshold:.0%} of "
