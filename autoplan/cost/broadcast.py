@@ -31,7 +31,7 @@ from autoplan.layout import FIELDS, LayoutBatch
 # Batches smaller than this, or groupings with more than this share of distinct rows, are
 # evaluated directly: grouping them costs more than it saves.
 MIN_ROWS = 256
-MAX_GROUP_SHARE = 0.25
+MAX_GROUP_SHARE = 0.5
 # The largest mixed-radix key range turned into groups with a lookup table (no sort).
 MAX_TABLE_KEYS = 1 << 22
 # Attributes of a LayoutBatch computed from fields: what reading them means.
@@ -218,24 +218,62 @@ def _hashable(options: tuple) -> bool:
 def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a formula ``fn(ctx, batch, *options)`` whose result over layouts depends only on
     the knobs it reads from ``batch`` (element-wise; ``options`` are not arrays over layouts):
-    it then runs once per distinct combination of those knobs (see the module docstring)."""
+    it then runs once per distinct combination of those knobs (see the module docstring).
+    Called from inside another grouped formula (on its probe), it runs once per batch inside
+    ``shared_groupings`` and the probe takes its rows of the result (``_nested``)."""
     reads: dict[tuple, tuple[str, ...]] = {}
+
+    def grouped(ctx: Any, batch: LayoutBatch, options: tuple) -> tuple[Grouping, Any] | None:
+        """(grouping, result per group) where the known reads group the batch small enough."""
+        known = reads.get(options)
+        if known is None:
+            return None
+        group = group_rows(batch, known)
+        if len(group.first) > MAX_GROUP_SHARE * len(batch):
+            return None
+        probe = _Recorder(_RowsOf(batch, group.first))
+        result = fn(ctx, probe, *options)
+        return (group, result) if probe.read <= set(known) else None
+
+    def record(ctx: Any, batch: Any, options: tuple) -> Any:
+        """``fn`` on every row of ``batch``, learning the knobs it reads."""
+        probe = _Recorder(batch)
+        result = fn(ctx, probe, *options)
+        reads[options] = tuple(sorted(probe.read | set(reads.get(options, ()))))
+        return result
+
+    def nested(ctx: Any, probe: _Recorder, options: tuple) -> Any:
+        """``fn`` on the rows of another grouped formula's probe: its grouped result on the
+        probe's source batch (once per batch inside ``shared_groupings``), those rows taken; the
+        knobs ``fn`` reads are read through the probe, so the caller's grouping includes them."""
+        source, rows = _probed(probe)
+        known = reads.get(options)
+        if rows is None or known is None or len(source) < MIN_ROWS:
+            return record(ctx, probe, options)
+        cache = _cache(source)
+        key = (nested, id(ctx), options)
+        if key not in cache:
+            cache[key] = grouped(ctx, source, options)
+        entry = cache[key]
+        if entry is None:  # not groupable: on the probe's rows
+            return record(ctx, probe, options)
+        for name in known:
+            getattr(probe, name)
+        group, result = entry
+        return group.spread(result, group.inverse[rows])
 
     @functools.wraps(fn)
     def wrapper(ctx: Any, batch: Any, *options: Any) -> Any:
-        if not isinstance(batch, LayoutBatch) or len(batch) < MIN_ROWS or not _hashable(options):
+        if not _hashable(options):
             return fn(ctx, batch, *options)
-        known = reads.get(options)
-        if known is not None:
-            group = group_rows(batch, known)
-            if len(group.first) <= MAX_GROUP_SHARE * len(batch):
-                probe = _Recorder(_RowsOf(batch, group.first))
-                result = fn(ctx, probe, *options)
-                if probe.read <= set(known):
-                    return group.spread(result)
-        probe = _Recorder(batch)
-        result = fn(ctx, probe, *options)
-        reads[options] = tuple(sorted(probe.read | set(known or ())))
-        return result
+        if isinstance(batch, _Recorder):
+            return nested(ctx, batch, options)
+        if not isinstance(batch, LayoutBatch) or len(batch) < MIN_ROWS:
+            return fn(ctx, batch, *options)
+        entry = grouped(ctx, batch, options)
+        if entry is not None:
+            group, result = entry
+            return group.spread(result)
+        return record(ctx, batch, options)
 
     return wrapper

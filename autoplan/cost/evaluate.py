@@ -11,9 +11,8 @@ from autoplan.cost.allocator import keep_temporaries_on_heap
 from autoplan.cost.broadcast import shared_groupings
 from autoplan.cost.context import CostContext
 from autoplan.cost.flops import hardware_flops_per_token, model_flops_per_token
-from autoplan.cost.memory import memory_table
-from autoplan.cost.shared_terms import layout_stage_layers, layout_stage_params
-from autoplan.cost.time import time_table
+from autoplan.cost.stage_memory import memory_table
+from autoplan.cost.step_time import time_table
 from autoplan.layout import CODE_FIELDS, RECORD_FIELDS, LayoutBatch
 from autoplan.recompute_modules import modules_texts
 from autoplan.rules import REASON_CODES, legality_codes
@@ -122,10 +121,8 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True,
     with np.errstate(divide="ignore", invalid="ignore"), shared_groupings():
         if codes is None:
             codes = legality_codes(ctx, b, allow_uneven=allow_uneven)
-        layers = layout_stage_layers(ctx, b)
-        params, heaviest = layout_stage_params(ctx, b)
-        cols.update(memory_table(ctx, b, layers, params))
-        cols.update(time_table(ctx, b, heaviest, layers))
+        cols.update(memory_table(ctx, b))
+        cols.update(time_table(ctx, b))
         capacity = ctx.cluster.gpu.usable_memory_bytes
         pressure = memory_pressure_s(ctx, cols["step_time_s"], cols["peak_memory_bytes"] / capacity)
         cols["time_memory_pressure_s"] = pressure

@@ -23,19 +23,10 @@ import numpy as np
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.mlp_coefficients import mlp_coefficients, without_dropout_mask
-from autoplan.cost.model_states import (
-    sharded_gradient_transient_bytes,
-    zero3_gathered_bytes,
-)
 from autoplan.cost.recompute import (
     NORMS_PER_LAYER,
-    OFFLOAD_STAGING_LAYERS,
-    full_recompute_share,
     module_dropped_bytes_per_token,
-    offloaded_share,
 )
-from autoplan.cost.shared_terms import layout_stage_layers, stage_in_flight, stage_model_states_on_gpu, stage_param_counts
-from autoplan.cost.stages import StageLayers, choose_stage, heaviest_stage
 from autoplan.layout import LayoutBatch
 from autoplan.profiles import ActivationCoefficients
 from autoplan.recompute_modules import module_bit
@@ -235,66 +226,6 @@ def selective_module_bytes(ctx: CostContext, b: LayoutBatch,
     return out[0], out[1]
 
 
-def stage_memory(ctx: CostContext, b: LayoutBatch, layers: StageLayers, stage: str,
-                 acts: dict[str, tuple[np.ndarray, np.ndarray]],
-                 params: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every memory term (bytes per GPU) of the ``stage`` 'first' (rank 0), 'middle' (``middle_rank``)
-    or 'last' (rank pp − 1) of ``StageLayers``.
-
-    ``acts`` maps 'none'/'selective' to ``layer_activation_bytes``; ``params`` is the stage's
-    (non-expert, expert) parameters per GPU.
-    """
-    p, c, m = ctx.profile, ctx.corrections, ctx.model
-    first = stage == "first"
-    n_layers, n_dense = getattr(layers, stage), getattr(layers, f"{stage}_dense")
-    dense_params, expert_params = params
-    # Offload (Layout.offload) moves model states to the host: never more GPU bytes.
-    terms, host = stage_model_states_on_gpu(ctx, b, stage)  # of stage_param_counts (shared_terms)
-    act_none, act_sel = acts["none"], acts["selective"]
-    moe_share = np.where(n_layers > 0, (n_layers - n_dense) / np.maximum(n_layers, 1.0), 0.0)
-    mean_none = act_none[0] * (1 - moe_share) + act_none[1] * moe_share
-    mean_sel = act_sel[0] * (1 - moe_share) + act_sel[1] * moe_share
-    h_div = np.where(b.sp > 0, b.tp, 1.0)
-    tokens = b.mbs * ctx.training.seq_len / b.cp
-    full_input = tokens * p.full_recompute_input_bytes_per_h * m.hidden_size / h_div
-    # Full recompute keeps only the input of its share of the stage's layers (recompute_layers).
-    full_share = full_recompute_share(b, n_layers)
-    mean_full = full_share * full_input + (1.0 - full_share) * mean_none
-    per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)
-    # In flight under the schedule, with Corrections.pp_extra_layers_per_microbatch (in_flight.py).
-    flying = stage_in_flight(ctx, b, stage)
-    # Recompute re-materialises one layer's dropped activations at a time during backward:
-    # full keeps the layer input and rebuilds the rest; selective rebuilds what it dropped.
-    working = np.select([(b.recompute == 2) & (full_share > 0), b.recompute == 1],
-                        [np.maximum(mean_none - full_input, 0.0), mean_none - mean_sel], 0.0)
-    # Offload (offload_layers): the offloaded layers' activations leave the GPU but for the one
-    # layer in transfer (recompute.OFFLOAD_STAGING_LAYERS).
-    # The host holds what left (Megatron-Core cpu_offload.py: pinned CPU tensors per offloaded layer).
-    kept = flying
-    if b.offload_layers.any():  # (the same result without the arithmetic when nothing is offloaded)
-        staging = np.where(b.offload_layers > 0, OFFLOAD_STAGING_LAYERS, 0.0)
-        share = offloaded_share(b, n_layers)
-        kept = flying * (1.0 - share) + staging
-        host = host + per_layer * flying * share
-    terms["activations"] = per_layer * kept + working
-
-    embedding_output = tokens * m.hidden_size * BF16_BYTES / h_div
-    terms["embedding_output"] = embedding_output if first else np.zeros_like(embedding_output)
-    logits = tokens * m.vocab_size / b.tp * p.logits_bytes_per_vocab
-    # Each MTP depth computes its own vocab-sized logits and loss on the last stage (DeepSeek-V3 Sec. 2.2).
-    mtp_logits = logits * (1.0 + m.num_mtp_layers) if m.num_mtp_layers else logits
-    terms["logits_and_loss"] = {"first": np.where(b.pp == 1, logits, 0.0), "middle": np.zeros_like(logits),
-                                "last": mtp_logits}[stage]
-    one_layer_params = (dense_params + expert_params) / np.maximum(n_layers, 1.0)
-    zero3 = np.where(b.zero >= 3, zero3_gathered_bytes(p, one_layer_params), 0.0)
-    tp_buffer = np.where(b.tp > 1, tokens * m.hidden_size * BF16_BYTES, 0.0)
-    zero3 = zero3 + sharded_gradient_transient_bytes(ctx, b, one_layer_params)
-    terms["communication_buffers"] = zero3 + tp_buffer + moe_dispatch_bytes(ctx, b, tokens, n_layers - n_dense)
-    terms["reserve"] = c.allocator_overhead * transient_bytes(terms) + c.memory_reserve_bytes
-    terms["host"] = host
-    return terms
-
-
 # The terms allocated and freed within every step (the caching allocator's churn). The model
 # states are allocated once, at start-up or at the first optimizer step, in a few large
 # exact-size blocks (Megatron-Core's contiguous param and grad buffers, _ParamAndGradBuffer;
@@ -314,32 +245,3 @@ def transient_bytes(terms: dict[str, np.ndarray]) -> np.ndarray:
 
 MEMORY_TERMS = ("weights", "gradients", "master_weights", "optimizer_states", "activations",
                 "embedding_output", "logits_and_loss", "communication_buffers", "reserve")
-
-
-def memory_table(ctx: CostContext, b: LayoutBatch, layers: StageLayers | None = None,
-                 params: dict[str, tuple] | None = None) -> dict[str, np.ndarray]:
-    """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
-    stage's terms are 0 where pp < 3 (there is no interior rank)."""
-    layers = layers if layers is not None else layout_stage_layers(ctx, b)
-    params = params if params is not None else stage_param_counts(ctx, b, layers)
-    acts = {mode: layer_activation_bytes(ctx, b, mode) for mode in ("none", "selective")}
-    acts["selective"] = selective_module_bytes(ctx, b, acts)
-    out: dict[str, np.ndarray] = {}
-    totals, host = {}, {}
-    interior = b.pp >= 3
-    for stage_name in ("first", "middle", "last"):
-        terms = stage_memory(ctx, b, layers, stage_name, acts, params[stage_name])
-        if stage_name == "middle":
-            terms = {name: np.where(interior, value, 0.0) for name, value in terms.items()}
-        for name in MEMORY_TERMS:
-            out[f"mem_{stage_name}_{name}_bytes"] = terms[name]
-        totals[stage_name] = sum(terms[name] for name in MEMORY_TERMS)
-        out[f"mem_{stage_name}_total_bytes"] = totals[stage_name]
-        host[stage_name] = terms["host"]
-    out["peak_memory_bytes"] = np.maximum(np.maximum(totals["first"], totals["middle"]), totals["last"])
-    out["host_memory_bytes"] = np.maximum(np.maximum(host["first"], host["middle"]), host["last"])
-    out["peak_stage"] = choose_stage(heaviest_stage(totals["first"], totals["middle"], totals["last"]),
-                                      0.0, layers.middle_rank, b.pp - 1.0)
-    out["layers_first_stage"] = layers.first
-    out["layers_last_stage"] = layers.last
-    return out

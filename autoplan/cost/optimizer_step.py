@@ -15,7 +15,6 @@ from autoplan.cost import comm
 from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import expert_group, owned_split, weighted
 from autoplan.cost.offload import CODE as OFFLOAD
-from autoplan.cost.offload import offload_step_s
 from autoplan.cost.optimizer import muon_gather_bytes, muon_work, state_bytes_per_param, step_bytes_per_param
 from autoplan.layout import LayoutBatch
 
@@ -42,9 +41,10 @@ def muon_time_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: dict[s
 
 
 def optimizer_step_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: dict[str, np.ndarray],
-                     n_layers: np.ndarray, backward_last_s: np.ndarray) -> dict[str, np.ndarray]:
+                     n_layers: np.ndarray) -> dict[str, np.ndarray]:
     """{'optimizer': the update on the GPU (0 when offloaded), 'muon': Newton–Schulz and its
-    gather, 'offload': the host step with its transfers} in seconds per step."""
+    gather} in seconds per step, and what the host step of optimizer offload
+    (``offload.offload_step_s``) needs: 'owned' parameters and 'host_bytes_per_param'."""
     owned = owned_split(ctx, b, stage_params["dense"], stage_params["expert"])
     dense_state, expert_state = state_bytes_per_param(ctx, b)
     on_host = b.offload >= OFFLOAD["optimizer"]
@@ -53,6 +53,5 @@ def optimizer_step_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: d
     step_bytes = weighted(owned[0], owned[1], per_dense, per_expert)
     gpu = step_bytes / ctx.effective_hbm_bytes_per_s
     host_bytes_per_param = step_bytes / np.maximum(owned[0] + owned[1], 1.0)
-    offload = offload_step_s(ctx, b, owned[0] + owned[1], host_bytes_per_param, backward_last_s)
     return {"optimizer": np.where(on_host, 0.0, gpu), "muon": muon_time_s(ctx, b, st, stage_params, owned, n_layers),
-            "offload": offload}
+            "owned": owned[0] + owned[1], "host_bytes_per_param": host_bytes_per_param}

@@ -21,6 +21,8 @@ normalised output (2h), the MLP's fc1 output and SwiGLU output (4f + 2f).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from autoplan.cost.context import CostContext
@@ -38,17 +40,18 @@ SWIGLU_HBM_BYTES_PER_ELEMENT = 6.0
 OFFLOAD_STAGING_LAYERS = 1.0  # TE's double buffer: the layer in transfer stays on the GPU
 
 
-def full_recompute_share(b: LayoutBatch, layers: np.ndarray) -> np.ndarray:
+def full_recompute_share(b: LayoutBatch, layers: np.ndarray | Callable[[], np.ndarray]) -> np.ndarray:
     """Share of a stage's ``layers`` under full recompute (0 unless recompute = full).
 
     recompute_layers = 0: every layer (``--recompute-method uniform --recompute-num-layers 1``);
     N > 0: the first N of each of the vpp model chunks, min(N·vpp, L_stage)/L_stage
-    (``--recompute-method block``).
+    (``--recompute-method block``). ``layers`` may be a function that gives them, called only
+    where some layout sets recompute_layers (a grouped formula then reads no stage knob).
     """
     full = (b.recompute == 2).astype(np.float64)
     if not b.recompute_layers.any():  # every full recompute covers every layer: the same result, faster
         return full
-    n = np.maximum(layers, 1.0)
+    n = np.maximum(layers() if callable(layers) else layers, 1.0)
     block = np.minimum(b.recompute_layers * b.vpp, n) / n
     return full * np.where(b.recompute_layers > 0, block, 1.0)
 

@@ -20,32 +20,17 @@ import numpy as np
 from autoplan.cost import comm, fp8, moe_time
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
-from autoplan.cost.data_parallel import dp_comm_s
 from autoplan.cost.flops import (
     attention_score_flops_per_token,
     layer_matmul_flops_per_token,
     routed_matmul_flops_per_token,
 )
 from autoplan.cost.memory import layer_activation_bytes
-from autoplan.cost.offload import param_fetch_s
-from autoplan.cost.optimizer_step import optimizer_step_s
-from autoplan.cost.overlap import chunked_exposed_s, overlap_fractions
 from autoplan.cost.recompute import (
     full_recompute_share,
     module_extra_passes,
     module_recompute_s,
-    offload_exposed_s,
 )
-from autoplan.cost.schedule import (
-    bubble_micro_batches,
-    chunks_per_rank,
-    hides_pipeline_and_expert_comm,
-    is_schedule,
-    resolved_schedule,
-)
-from autoplan.cost.stages import StageLayers, choose_stage, heaviest_stage
-from autoplan.cost.shared_terms import layout_stage_layers
-from autoplan.cost.tied_embedding import tied_embedding_allreduce_s
 from autoplan.cost.tp_comm import tp_collective_s
 from autoplan.layout import LayoutBatch
 from autoplan.specs.model import ModelSpec
@@ -291,103 +276,3 @@ def _micro_batch_compute_s(ctx: CostContext, b: LayoutBatch) -> tuple[dict, np.n
     if m.num_mtp_layers:  # each MTP depth: its own LM head and loss, and its 2h -> h projection
         head = head * (1.0 + m.num_mtp_layers) + m.num_mtp_layers * mtp_projection_s(ctx, b, tokens)
     return fwd, dense_c, moe_c, recompute_s, head
-
-
-def time_table(ctx: CostContext, b: LayoutBatch, stage_params: dict,
-               layers: StageLayers | None = None) -> dict[str, np.ndarray]:
-    """Every time term (seconds per step) and the step time."""
-    e, p, m = ctx.efficiency, ctx.profile, ctx.model
-    layers = layers if layers is not None else layout_stage_layers(ctx, b)
-    fwd, dense_c, moe_c, recompute_s, head = _micro_batch_compute_s(ctx, b)
-    tokens = b.mbs * ctx.training.seq_len / b.cp
-    ov = overlap_fractions(ctx)
-    st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
-    lc = _per_layer_comm_s(ctx, b, st)
-    out: dict[str, np.ndarray] = {}
-    stage_time, floors = {}, []
-    for name, n, n_dense, extra in (("first", layers.first, layers.first_dense, 0.0),
-                                    ("middle", layers.middle, layers.middle_dense, 0.0),
-                                    ("last", layers.last, layers.last_dense, head)):
-        n_moe = n - n_dense
-        compute = n_dense * dense_c + n_moe * moe_c + extra
-        full = full_recompute_share(b, n)
-        recompute = (n_dense * (full * recompute_s["dense_full"] + recompute_s["dense_selective"])
-                     + n_moe * (full * recompute_s["moe_full"] + recompute_s["moe_selective"]))
-        forward = compute / (1.0 + BACKWARD_MATMUL_FACTOR)
-        offload = (offload_exposed_s(ctx, b, _layer_bytes(ctx, b, n, n_dense), n, forward, compute - forward)
-                   if b.offload_layers.any() else np.zeros_like(compute))  # 0 without offload, faster
-        attention_share = n * (fwd["attention"] + fwd["attention_backward"])
-        tp = n * lc["tp"] * (1.0 - ov.tp)
-        cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
-        ep = n_moe * lc["ep"] * (1.0 - ov.ep)
-        stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload)
-        floors.append(n * lc["tp_floor"])
-    # The slowest stage by work (compute + recompute) sets the pace; choosing by work keeps
-    # compute + recompute monotone in the recompute mode.
-    # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
-    # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
-    work = {k: stage_time[k]["compute"] + stage_time[k]["recompute"] for k in stage_time}
-    pick = heaviest_stage(work["first"], work["middle"], work["last"])
-    parts = {k: choose_stage(pick, stage_time["first"][k], stage_time["middle"][k], stage_time["last"][k])
-             for k in stage_time["first"]}
-    h_div = np.where(b.sp > 0, b.tp, 1.0)
-    schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pp_schedule)
-    hidden = hides_pipeline_and_expert_comm(schedule)
-    parts["ep"] = np.where(hidden, 0.0, parts["ep"])
-    pp_bytes = tokens * m.hidden_size * BF16_BYTES / h_div
-    pp_sends = 2.0 * chunks_per_rank(schedule, b.vpp)  # activation forward, its gradient back, per chunk
-    pp_send = np.where((b.pp > 1) & ~hidden, pp_sends * comm.pipeline_transfer_s(ctx, st["pp"], b.pp, pp_bytes), 0.0)
-    dp = dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"],
-                   layers.most)
-    parts["compute"] = parts["compute"] + grad_accumulation_s(ctx, b, stage_params["dense"] + stage_params["expert"])
-    micro_compute = parts["compute"] + parts["recompute"]
-    fetch = param_fetch_s(ctx, b, stage_params, layers.most)  # 0 without offload
-    zero3_exposed = np.maximum(0.0, dp["per_micro"] + fetch - e.fsdp_overlap * micro_compute)
-    t_micro = micro_compute + parts["tp"] + parts["cp"] + parts["ep"] + parts["offload"] + pp_send + zero3_exposed
-    # The TP collectives' floor (``collective_overhead_s``, ``pp_cross_tp_sync_s``): what the
-    # micro-batch's time falls short of it is spent waiting in the TP collectives. Every stage
-    # has its own; the pipeline runs at the pace of the highest (the stage with the most layers,
-    # whichever stage the work picked). Skipped where both are neutral (every profile but nanotron's).
-    if ctx.corrections.pp_cross_tp_sync_s > 0.0 or ctx.corrections.collective_overhead_s > 0.0:
-        sync_wait = np.maximum(0.0, np.maximum.reduce(floors) - t_micro)
-        parts["tp"] = parts["tp"] + sync_wait
-        t_micro = t_micro + sync_wait
-    m_count = b.grad_acc
-    bubble = bubble_micro_batches(schedule, b.pp, b.vpp, 1.0 / (1.0 + BACKWARD_MATMUL_FACTOR)) * t_micro
-    # Gradient reduction hides behind the last micro-batch's backward; the parameter all-gather
-    # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step; the
-    # tied embedding's gradient all-reduce (cost.tied_embedding) runs after both, exposed.
-    backward_last = micro_compute * (BACKWARD_MATMUL_FACTOR / (1.0 + BACKWARD_MATMUL_FACTOR))
-    backward_window = backward_last + backward_scale_up_comm_s(b, parts["tp"], lc["tp_passes"],
-                                                               lc["tp_inside_domain"], dp["inside_domain"])
-    forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR)
-    # A pipeline engine that reduces after its schedule (pp_overlaps_grad_reduce false) hides nothing.
-    # Under the interleaved schedule each model chunk reduces and gathers on its own (overlap.py).
-    grad_overlap = np.where((b.pp > 1) & (not p.pp_overlaps_grad_reduce), 0.0, ov.grad_reduce)
-    chunks = np.where(is_schedule(schedule, "interleaved") & (b.pp > 1), b.vpp, 1.0)
-    dp_exposed = (chunked_exposed_s(dp["grads"], backward_window, chunks, b.pp, grad_overlap)
-                  + chunked_exposed_s(dp["gathers"], forward_first, chunks, b.pp, ov.param_gather)
-                  + dp["per_step_floor"] + tied_embedding_allreduce_s(ctx, b, st["pp"]))
-    # The optimizer step (autoplan.cost.optimizer_step): on the GPU, or on the host under offload.
-    opt = optimizer_step_s(ctx, b, st, stage_params, layers.most, backward_last)
-    optimizer = opt["optimizer"]
-    step = (m_count * t_micro + bubble + dp_exposed + optimizer + opt["muon"] + opt["offload"]
-            + ctx.corrections.step_overhead_s)
-    out.update({
-        "time_compute_s": m_count * parts["compute"],
-        "time_recompute_s": m_count * parts["recompute"],
-        "time_tp_exposed_s": m_count * parts["tp"],
-        "time_cp_exposed_s": m_count * parts["cp"],
-        "time_ep_exposed_s": m_count * parts["ep"],
-        "time_pp_exposed_s": m_count * pp_send,
-        "time_offload_exposed_s": m_count * parts["offload"],
-        "time_dp_exposed_s": dp_exposed + m_count * zero3_exposed,
-        "time_bubble_s": bubble,
-        "time_optimizer_s": optimizer,
-        "time_muon_s": opt["muon"],
-        "time_optimizer_offload_s": opt["offload"],
-        "time_overhead_s": np.full_like(b.tp, ctx.corrections.step_overhead_s),
-        "step_time_s": step,
-        "bubble_fraction": bubble / step,
-    })
-    return out

@@ -5,7 +5,7 @@ memory, illegal), and two stages are known cheaply:
 
 * a layout that breaks a rule is ILLEGAL (:func:`autoplan.rules.legality_codes`, no cost terms);
 * a legal layout whose model states alone exceed the usable memory is OUT_OF_MEMORY: the peak of
-  a GPU is the largest stage total (:func:`autoplan.cost.memory.memory_table`), each total adds
+  a GPU is the largest stage total (:func:`autoplan.cost.stage_memory.memory_table`), each total adds
   non-negative terms (activations, buffers, the allocator's reserve) to the stage's model states
   (ZeRO paper, Fig. 1: weights, gradients, master weights, optimizer states), so the model
   states of the first and the last stage are lower bounds of the peak. The sum is taken in the

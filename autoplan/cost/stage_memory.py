@@ -1,0 +1,181 @@
+"""Per-GPU memory of the first, a middle (interior) and the last pipeline stage, each term
+evaluated once per distinct combination of the knobs it reads, then added per layout.
+
+The terms are ``cost.memory``'s (per layer and micro-batch), ``cost.model_states``' and
+``cost.schedule``'s (what is in flight). The product that sets the activations, bytes per layer
+(the micro-batch's knobs: tp, sp, cp, mbs, recompute, precision) × layer-activations in flight
+(the pipeline's: pp, vpp, grad_acc, schedule), is formed per layout from its two factors, each
+computed by ``broadcast.per_group`` on its own few distinct values:
+
+* ``stage_state_terms``: the model states on the GPU (weights, gradients, master weights,
+  optimizer states), what offload keeps on the host, and the buffers that scale with one layer's
+  parameters (ZeRO-3's gathered layer, the sharded gradients' transient);
+* ``stage_layer_bytes``: one layer's activation bytes under the layout's recompute, and the
+  working bytes recompute re-materialises in backward;
+* ``shared_terms.stage_in_flight``: the layer-activations in flight;
+* ``stage_buffer_bytes``: the embedding output, logits and loss, the TP all-gather and MoE
+  dispatch buffers;
+* ``memory_table``: per layout, the activations, the communication buffers, the allocator's
+  reserve (which scales with every transient term), each stage's total, the peak and its stage.
+
+Each total is summed in ``MEMORY_TERMS`` order, the model states first, so that it is never below
+their sum (``search.prune`` relies on it to the last bit).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.cost.broadcast import per_group
+from autoplan.cost.context import CostContext
+from autoplan.cost.memory import (
+    BF16_BYTES,
+    MEMORY_TERMS,
+    TRANSIENT_TERMS,
+    layer_activation_bytes,
+    moe_dispatch_bytes,
+    selective_module_bytes,
+)
+from autoplan.cost.model_states import sharded_gradient_transient_bytes, zero3_gathered_bytes
+from autoplan.cost.recompute import OFFLOAD_STAGING_LAYERS, full_recompute_share, offloaded_share
+from autoplan.cost.shared_terms import layout_stage_layers, stage_in_flight, stage_model_states_on_gpu, stage_params
+from autoplan.cost.stages import choose_stage, heaviest_stage
+from autoplan.layout import LayoutBatch
+
+STATE_TERMS = ("weights", "gradients", "master_weights", "optimizer_states")
+
+
+def _on_rank(b: LayoutBatch, stage: str, terms: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``terms`` as they are on the stage's rank: the middle stage's are 0 where pp < 3 (there
+    is no interior rank)."""
+    if stage != "middle":
+        return terms
+    interior = b.pp >= 3
+    return {name: np.where(interior, value, 0.0) for name, value in terms.items()}
+
+
+@per_group  # once per distinct (tp, pp, dp, zero, optimizer, offload, ...): cost.broadcast
+def stage_state_terms(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.ndarray]:
+    """Bytes per GPU of ``stage`` ('first', 'middle' or 'last' of ``StageLayers``): the model
+    states on the GPU (STATE_TERMS; offload, ``Layout.offload``, moves some to the host: never
+    more GPU bytes) and ``states`` their sum; ``host``: what offload keeps on the host; ``zero3``:
+    ZeRO-3's gathered layer and the sharded gradients' transient, of one layer's parameters."""
+    n_layers = getattr(layout_stage_layers(ctx, b), stage)
+    dense_params, expert_params = stage_params(ctx, b, stage)
+    terms, host = stage_model_states_on_gpu(ctx, b, stage)  # of stage_param_counts (shared_terms)
+    out = {name: terms[name] for name in STATE_TERMS}
+    out["states"] = sum(out[name] for name in STATE_TERMS)
+    out["host"] = host
+    one_layer_params = (dense_params + expert_params) / np.maximum(n_layers, 1.0)
+    zero3 = np.where(b.zero >= 3, zero3_gathered_bytes(ctx.profile, one_layer_params), 0.0)
+    out["zero3"] = zero3 + sharded_gradient_transient_bytes(ctx, b, one_layer_params)
+    return _on_rank(b, stage, out)
+
+
+@per_group  # once per distinct (tp, sp, cp, mbs, recompute, precision, ...): cost.broadcast
+def stage_layer_bytes(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.ndarray]:
+    """One layer's activation bytes on ``stage`` for one micro-batch under the layout's recompute
+    (``per_layer``: ``memory.layer_activation_bytes`` of its dense and MoE layers, weighted by
+    their shares of the stage; full recompute keeps only the input of its share of the layers,
+    recompute_layers), and ``working``: what recompute re-materialises one layer at a time in
+    backward (full keeps the layer input and rebuilds the rest; selective rebuilds what it
+    dropped). The stage's layers are read only where they matter (MoE layers, recompute_layers)."""
+    p, m = ctx.profile, ctx.model
+    layers = lambda: layout_stage_layers(ctx, b)  # noqa: E731 (read only where needed)
+    acts = {mode: layer_activation_bytes(ctx, b, mode) for mode in ("none", "selective")}
+    acts["selective"] = selective_module_bytes(ctx, b, acts)
+    act_none, act_sel = acts["none"], acts["selective"]
+    moe_share = 0.0
+    if m.moe is not None:
+        n_layers, n_dense = getattr(layers(), stage), getattr(layers(), f"{stage}_dense")
+        moe_share = np.where(n_layers > 0, (n_layers - n_dense) / np.maximum(n_layers, 1.0), 0.0)
+    mean_none = act_none[0] * (1 - moe_share) + act_none[1] * moe_share
+    mean_sel = act_sel[0] * (1 - moe_share) + act_sel[1] * moe_share
+    h_div = np.where(b.sp > 0, b.tp, 1.0)
+    tokens = b.mbs * ctx.training.seq_len / b.cp
+    full_input = tokens * p.full_recompute_input_bytes_per_h * m.hidden_size / h_div
+    full_share = full_recompute_share(b, lambda: getattr(layers(), stage))
+    mean_full = full_share * full_input + (1.0 - full_share) * mean_none
+    per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)
+    working = np.select([(b.recompute == 2) & (full_share > 0), b.recompute == 1],
+                        [np.maximum(mean_none - full_input, 0.0), mean_none - mean_sel], 0.0)
+    return {"per_layer": per_layer, "working": working}
+
+
+@per_group  # once per distinct (tp, sp, cp, mbs, pp, ...): cost.broadcast
+def stage_buffer_bytes(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.ndarray]:
+    """Bytes per GPU of ``stage`` for one micro-batch besides the layers' activations:
+    ``embedding_output`` (first stage), ``logits_and_loss`` (last stage, and the first where
+    pp = 1), ``tp_buffer`` (the TP all-gather's full-sequence buffer) and ``moe_dispatch``
+    (``memory.moe_dispatch_bytes``, MoE models only)."""
+    p, m = ctx.profile, ctx.model
+    tokens = b.mbs * ctx.training.seq_len / b.cp
+    h_div = np.where(b.sp > 0, b.tp, 1.0)
+    embedding_output = tokens * m.hidden_size * BF16_BYTES / h_div
+    logits = tokens * m.vocab_size / b.tp * p.logits_bytes_per_vocab
+    # Each MTP depth computes its own vocab-sized logits and loss on the last stage (DeepSeek-V3 Sec. 2.2).
+    mtp_logits = logits * (1.0 + m.num_mtp_layers) if m.num_mtp_layers else logits
+    out = {"embedding_output": embedding_output if stage == "first" else np.zeros_like(embedding_output),
+           "logits_and_loss": {"first": np.where(b.pp == 1, logits, 0.0), "middle": np.zeros_like(logits),
+                               "last": mtp_logits}[stage],
+           "tp_buffer": np.where(b.tp > 1, tokens * m.hidden_size * BF16_BYTES, 0.0)}
+    if m.moe is not None:
+        layers = layout_stage_layers(ctx, b)
+        moe_layers = getattr(layers, stage) - getattr(layers, f"{stage}_dense")
+        out["moe_dispatch"] = moe_dispatch_bytes(ctx, b, tokens, moe_layers)
+    return _on_rank(b, stage, out)
+
+
+def stage_memory(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.ndarray]:
+    """Every memory term (bytes per GPU, MEMORY_TERMS) of ``stage``, its ``total`` and ``host``."""
+    c = ctx.corrections
+    states = stage_state_terms(ctx, b, stage)
+    layer, buffers = stage_layer_bytes(ctx, b, stage), stage_buffer_bytes(ctx, b, stage)
+    terms = {name: states[name] for name in STATE_TERMS}
+    # In flight under the schedule, with Corrections.pp_extra_layers_per_microbatch (in_flight.py).
+    flying = kept = stage_in_flight(ctx, b, stage)
+    host = states["host"]
+    # Offload (offload_layers): the offloaded layers' activations leave the GPU but for the one
+    # layer in transfer (recompute.OFFLOAD_STAGING_LAYERS).
+    # The host holds what left (Megatron-Core cpu_offload.py: pinned CPU tensors per offloaded layer).
+    if b.offload_layers.any():  # (the same result without the arithmetic when nothing is offloaded)
+        staging = np.where(b.offload_layers > 0, OFFLOAD_STAGING_LAYERS, 0.0)
+        share = offloaded_share(b, getattr(layout_stage_layers(ctx, b), stage))
+        kept = flying * (1.0 - share) + staging
+        offloaded = layer["per_layer"] * flying * share
+        host = host + (np.where(b.pp >= 3, offloaded, 0.0) if stage == "middle" else offloaded)
+    activations = layer["per_layer"] * kept + layer["working"]
+    terms["activations"] = np.where(b.pp >= 3, activations, 0.0) if stage == "middle" else activations
+    terms["embedding_output"], terms["logits_and_loss"] = buffers["embedding_output"], buffers["logits_and_loss"]
+    comm = states["zero3"] + buffers["tp_buffer"]
+    terms["communication_buffers"] = comm + buffers["moe_dispatch"] if "moe_dispatch" in buffers else comm
+    # The allocator's fragmentation scales with what is allocated and freed every step
+    # (memory.transient_bytes); the reserve adds the context and library workspaces.
+    reserve = c.allocator_overhead * sum(terms[name] for name in TRANSIENT_TERMS) + c.memory_reserve_bytes
+    terms["reserve"] = np.where(b.pp >= 3, reserve, 0.0) if stage == "middle" else reserve
+    total = states["states"]
+    for name in MEMORY_TERMS[len(STATE_TERMS):]:
+        total = total + terms[name]
+    terms["total"], terms["host"] = total, host
+    return terms
+
+
+def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+    """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
+    stage's terms are 0 where pp < 3 (there is no interior rank)."""
+    layers = layout_stage_layers(ctx, b)
+    out: dict[str, np.ndarray] = {}
+    totals, host = {}, {}
+    for stage_name in ("first", "middle", "last"):
+        terms = stage_memory(ctx, b, stage_name)
+        for name in MEMORY_TERMS:
+            out[f"mem_{stage_name}_{name}_bytes"] = terms[name]
+        totals[stage_name] = out[f"mem_{stage_name}_total_bytes"] = terms["total"]
+        host[stage_name] = terms["host"]
+    out["peak_memory_bytes"] = np.maximum(np.maximum(totals["first"], totals["middle"]), totals["last"])
+    out["host_memory_bytes"] = np.maximum(np.maximum(host["first"], host["middle"]), host["last"])
+    out["peak_stage"] = choose_stage(heaviest_stage(totals["first"], totals["middle"], totals["last"]),
+                                      0.0, layers.middle_rank, b.pp - 1.0)
+    out["layers_first_stage"] = layers.first
+    out["layers_last_stage"] = layers.last
+    return out

@@ -1,0 +1,185 @@
+"""Step time of a batch of layouts, assembled from two parts that each read few knobs.
+
+The formulas are ``cost.time``'s (per layer and micro-batch), ``cost.data_parallel``'s and
+``cost.optimizer_step``'s; this module only groups them so that each runs once per distinct
+combination of the knobs it reads (``broadcast.per_group``), and combines the two parts per layout:
+
+* ``micro_batch_parts_s``: one micro-batch on the stage that sets the pace (compute, recompute,
+  exposed TP/CP/EP, offload, pipeline sends, the TP floor) and what the schedule makes of it; it
+  reads the degrees, the micro-batch, recompute and the schedule, not ZeRO nor the optimizer;
+* ``data_parallel_parts_s``: the data-parallel traffic, gradient accumulation, parameter fetch,
+  the tied embedding's all-reduce and the optimizer step; it reads the degrees, ZeRO, the
+  optimizer and offload, not the micro-batch nor recompute;
+* ``time_table``: per layout, what couples them (ZeRO-3's gathers hidden behind the micro-batch's
+  compute, the DP collectives behind the last backward and the first forward, the step).
+
+Pipeline (Narayanan et al. SC'21, Sec. 2.2): step = m · t_micro + bubble + exposed DP traffic +
+optimizer step; the bubble per schedule in ``cost.schedule``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.cost import comm
+from autoplan.cost.broadcast import per_group
+from autoplan.cost.context import CostContext
+from autoplan.cost.data_parallel import dp_comm_s
+from autoplan.cost.offload import offload_step_s, param_fetch_s
+from autoplan.cost.optimizer_step import optimizer_step_s
+from autoplan.cost.overlap import chunked_exposed_s, overlap_fractions
+from autoplan.cost.recompute import full_recompute_share, offload_exposed_s
+from autoplan.cost.schedule import (
+    bubble_micro_batches,
+    chunks_per_rank,
+    hides_pipeline_and_expert_comm,
+    is_schedule,
+    resolved_schedule,
+)
+from autoplan.cost.shared_terms import layout_stage_layers, layout_stage_params
+from autoplan.cost.stages import choose_stage, heaviest_stage
+from autoplan.cost.tied_embedding import tied_embedding_allreduce_s
+from autoplan.cost.time import (
+    BACKWARD_MATMUL_FACTOR,
+    BF16_BYTES,
+    _layer_bytes,
+    _micro_batch_compute_s,
+    _per_layer_comm_s,
+    backward_scale_up_comm_s,
+    grad_accumulation_s,
+)
+from autoplan.layout import LayoutBatch
+
+STAGE_PARTS = ("compute", "recompute", "tp", "cp", "ep", "offload")
+
+
+@per_group  # once per distinct (tp, cp, mbs, recompute, pp, vpp, ...): not ZeRO (cost.broadcast)
+def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+    """Seconds of one micro-batch on the stage with the most work (compute + recompute; choosing
+    by work keeps compute + recompute monotone in the recompute mode), by part (STAGE_PARTS),
+    before gradient accumulation; ``pp``: its pipeline sends; ``tp_floor``: the highest stage's
+    floor on its TP collectives (``collective_overhead_s``, ``pp_cross_tp_sync_s``); what the
+    schedule makes of it (``bubble_per_micro``, ``chunks``, ``grad_overlap``) and the TP
+    collectives' passes and links (``tp_passes``, ``tp_inside_domain``)."""
+    e, p, m = ctx.efficiency, ctx.profile, ctx.model
+    layers = layout_stage_layers(ctx, b)
+    fwd, dense_c, moe_c, recompute_s, head = _micro_batch_compute_s(ctx, b)
+    tokens = b.mbs * ctx.training.seq_len / b.cp
+    ov = overlap_fractions(ctx)
+    st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
+    lc = _per_layer_comm_s(ctx, b, st)
+    stage_time, floors = {}, []
+    for name, n, n_dense, extra in (("first", layers.first, layers.first_dense, 0.0),
+                                    ("middle", layers.middle, layers.middle_dense, 0.0),
+                                    ("last", layers.last, layers.last_dense, head)):
+        n_moe = n - n_dense
+        compute = n_dense * dense_c + n_moe * moe_c + extra
+        full = full_recompute_share(b, n)
+        recompute = (n_dense * (full * recompute_s["dense_full"] + recompute_s["dense_selective"])
+                     + n_moe * (full * recompute_s["moe_full"] + recompute_s["moe_selective"]))
+        forward = compute / (1.0 + BACKWARD_MATMUL_FACTOR)
+        offload = (offload_exposed_s(ctx, b, _layer_bytes(ctx, b, n, n_dense), n, forward, compute - forward)
+                   if b.offload_layers.any() else np.zeros_like(compute))  # 0 without offload, faster
+        attention_share = n * (fwd["attention"] + fwd["attention_backward"])
+        tp = n * lc["tp"] * (1.0 - ov.tp)
+        cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
+        ep = n_moe * lc["ep"] * (1.0 - ov.ep)
+        stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload)
+        floors.append(n * lc["tp_floor"])
+    # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
+    # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
+    work = {k: stage_time[k]["compute"] + stage_time[k]["recompute"] for k in stage_time}
+    pick = heaviest_stage(work["first"], work["middle"], work["last"])
+    parts = {k: choose_stage(pick, stage_time["first"][k], stage_time["middle"][k], stage_time["last"][k])
+             for k in STAGE_PARTS}
+    h_div = np.where(b.sp > 0, b.tp, 1.0)
+    schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pp_schedule)
+    hidden = hides_pipeline_and_expert_comm(schedule)
+    parts["ep"] = np.where(hidden, 0.0, parts["ep"])
+    pp_bytes = tokens * m.hidden_size * BF16_BYTES / h_div
+    pp_sends = 2.0 * chunks_per_rank(schedule, b.vpp)  # activation forward, its gradient back, per chunk
+    parts["pp"] = np.where((b.pp > 1) & ~hidden,
+                           pp_sends * comm.pipeline_transfer_s(ctx, st["pp"], b.pp, pp_bytes), 0.0)
+    # The pipeline runs at the pace of the highest floor (the stage with the most layers,
+    # whichever stage the work picked).
+    parts["tp_floor"] = np.maximum.reduce(floors)
+    parts["bubble_per_micro"] = bubble_micro_batches(schedule, b.pp, b.vpp, 1.0 / (1.0 + BACKWARD_MATMUL_FACTOR))
+    # A pipeline engine that reduces after its schedule (pp_overlaps_grad_reduce false) hides nothing.
+    # Under the interleaved schedule each model chunk reduces and gathers on its own (overlap.py).
+    parts["grad_overlap"] = np.where((b.pp > 1) & (not p.pp_overlaps_grad_reduce), 0.0, ov.grad_reduce)
+    parts["chunks"] = np.where(is_schedule(schedule, "interleaved") & (b.pp > 1), b.vpp, 1.0)
+    parts["tp_passes"], parts["tp_inside_domain"] = lc["tp_passes"], lc["tp_inside_domain"]
+    return parts
+
+
+@per_group  # once per distinct (tp, pp, dp, zero, optimizer, offload, ...): not mbs nor recompute
+def data_parallel_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+    """The heaviest stage's data-parallel traffic (``data_parallel.dp_comm_s``: per step
+    ``grads``, ``gathers``, ``per_step_floor``; per micro-batch ``per_micro``), its gradient
+    accumulation per micro-batch (``time.grad_accumulation_s``), offload's parameter fetch per
+    micro-batch (``offload.param_fetch_s``), the tied embedding's all-reduce per step, and the
+    optimizer step on the GPU and Muon's (``optimizer_step.optimizer_step_s``; the host step of
+    optimizer offload, which hides behind the last backward, is ``time_table``'s)."""
+    layers = layout_stage_layers(ctx, b)
+    _, stage_params = layout_stage_params(ctx, b)
+    st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
+    parts = dict(dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"], layers.most))
+    parts["grad_accumulation"] = grad_accumulation_s(ctx, b, stage_params["dense"] + stage_params["expert"])
+    parts["fetch"] = param_fetch_s(ctx, b, stage_params, layers.most)  # 0 without offload
+    parts["tied_embedding"] = tied_embedding_allreduce_s(ctx, b, st["pp"])
+    step = optimizer_step_s(ctx, b, st, stage_params, layers.most)
+    parts.update(optimizer=step["optimizer"], muon=step["muon"], owned=step["owned"],
+                 host_bytes_per_param=step["host_bytes_per_param"])
+    return parts
+
+
+def time_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+    """Every time term (seconds per step) and the step time."""
+    e, c = ctx.efficiency, ctx.corrections
+    ov = overlap_fractions(ctx)
+    mb = micro_batch_parts_s(ctx, b)
+    dp = data_parallel_parts_s(ctx, b)
+    compute = mb["compute"] + dp["grad_accumulation"]
+    micro_compute = compute + mb["recompute"]
+    zero3_exposed = np.maximum(0.0, dp["per_micro"] + dp["fetch"] - e.fsdp_overlap * micro_compute)
+    t_micro = micro_compute + mb["tp"] + mb["cp"] + mb["ep"] + mb["offload"] + mb["pp"] + zero3_exposed
+    tp = mb["tp"]
+    # The TP collectives' floor: what the micro-batch's time falls short of it is spent waiting
+    # in the TP collectives. Skipped where both are neutral (every profile but nanotron's).
+    if c.pp_cross_tp_sync_s > 0.0 or c.collective_overhead_s > 0.0:
+        sync_wait = np.maximum(0.0, mb["tp_floor"] - t_micro)
+        tp = tp + sync_wait
+        t_micro = t_micro + sync_wait
+    m_count = b.grad_acc
+    bubble = mb["bubble_per_micro"] * t_micro
+    # Gradient reduction hides behind the last micro-batch's backward; the parameter all-gather
+    # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step; the
+    # tied embedding's gradient all-reduce (cost.tied_embedding) runs after both, exposed.
+    backward_last = micro_compute * (BACKWARD_MATMUL_FACTOR / (1.0 + BACKWARD_MATMUL_FACTOR))
+    backward_window = backward_last + backward_scale_up_comm_s(b, tp, mb["tp_passes"],
+                                                               mb["tp_inside_domain"], dp["inside_domain"])
+    forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR)
+    chunks = mb["chunks"]
+    dp_exposed = (chunked_exposed_s(dp["grads"], backward_window, chunks, b.pp, mb["grad_overlap"])
+                  + chunked_exposed_s(dp["gathers"], forward_first, chunks, b.pp, ov.param_gather)
+                  + dp["per_step_floor"] + dp["tied_embedding"])
+    # The optimizer step (autoplan.cost.optimizer_step): on the GPU, or on the host under offload.
+    offload = offload_step_s(ctx, b, dp["owned"], dp["host_bytes_per_param"], backward_last)
+    step = m_count * t_micro + bubble + dp_exposed + dp["optimizer"] + dp["muon"] + offload + c.step_overhead_s
+    return {
+        "time_compute_s": m_count * compute,
+        "time_recompute_s": m_count * mb["recompute"],
+        "time_tp_exposed_s": m_count * tp,
+        "time_cp_exposed_s": m_count * mb["cp"],
+        "time_ep_exposed_s": m_count * mb["ep"],
+        "time_pp_exposed_s": m_count * mb["pp"],
+        "time_offload_exposed_s": m_count * mb["offload"],
+        "time_dp_exposed_s": dp_exposed + m_count * zero3_exposed,
+        "time_bubble_s": bubble,
+        "time_optimizer_s": dp["optimizer"],
+        "time_muon_s": dp["muon"],
+        "time_optimizer_offload_s": offload,
+        "time_overhead_s": np.full_like(b.tp, c.step_overhead_s),
+        "step_time_s": step,
+        "bubble_fraction": bubble / step,
+    }
