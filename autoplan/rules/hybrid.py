@@ -40,9 +40,17 @@ def _supported_text(ctx: RuleContext) -> str:
     return f"zero {', '.join(map(str, stages))}" if stages else "none"
 
 
+def _hsdp_indivisible(ctx: RuleContext, b) -> np.ndarray:
+    """True where hsdp is set and does not divide the ZeRO group."""
+    hybrid = b.hsdp > 0
+    if not hybrid.any():  # (no layout shards hybrid: the same result, faster)
+        return hybrid
+    return hybrid & (np.mod(zero_group(ctx, b), np.maximum(b.hsdp, 1.0)) != 0)
+
+
 RULES = [
     Rule("hsdp_divides", ALL, "hsdp must divide the ZeRO group (dp·cp where the trainer shards over cp, else dp)",
-         lambda c, b: (b.hsdp > 0) & (np.mod(zero_group(c, b), np.maximum(b.hsdp, 1.0)) != 0),
+         lambda c, b: _hsdp_indivisible(c, b),
          lambda c, x: f"hsdp={x.hsdp}, ZeRO group {zero_group(c, x)}", SOURCES,
          fix=lambda c, x: "try --hsdp 0"),
     Rule("trainer_hsdp", ALL, "the trainer must shard hybrid at this ZeRO stage",

@@ -37,9 +37,11 @@ def _stage_layers(ctx: RuleContext, x) -> object:
     return np.ceil(ctx.model.num_layers / (x.pp * x.vpp))
 
 
-def _fp8_delayed(ctx: RuleContext, b) -> np.ndarray:
+def _fp8_delayed(ctx: RuleContext, b) -> np.ndarray | bool:
+    if ctx.training.fp8_recipe != "delayed":
+        return False
     hit = sum(module_bit(b.recompute_modules, name) for name in FP8_DELAYED_MODULES)
-    return (b.precision == 1) & (b.recompute == 1) & (hit > 0) & (ctx.training.fp8_recipe == "delayed")
+    return (b.precision == 1) & (b.recompute == 1) & (hit > 0)
 
 
 RULES = [

@@ -59,8 +59,11 @@ def _dualpipe_broken(b) -> np.ndarray:
     """DualPipe: an even pp and at least 2·pp micro-batches (deepseek-ai/DualPipe dualpipe.py,
     ``step``: 'num_chunks >= num_ranks * 2' and an even number of ranks); DualPipeV at least
     2·pp micro-batches (dualpipev.py)."""
+    either = is_schedule(b.pp_schedule, "dualpipe", "dualpipev")
+    if not either.any():  # (no layout runs either: the same result, faster)
+        return either
     dual = is_schedule(b.pp_schedule, "dualpipe")
-    return (dual & (b.pp % 2 != 0)) | (is_schedule(b.pp_schedule, "dualpipe", "dualpipev") & (b.grad_acc < 2 * b.pp))
+    return (dual & (b.pp % 2 != 0)) | (either & (b.grad_acc < 2 * b.pp))
 
 
 RULES = [

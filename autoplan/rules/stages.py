@@ -72,6 +72,14 @@ def trainer_splits_unevenly(ctx: RuleContext, b):
     return name in UNEVEN_SUPPORT
 
 
+def _uneven_unsupported(ctx: RuleContext, b) -> np.ndarray | bool:
+    """True where the stages are uneven and the trainer cannot run that split."""
+    splits = trainer_splits_unevenly(ctx, b)
+    if splits is True:  # (every layout: no need to look at the stages)
+        return False
+    return uneven(ctx, b) & ~np.asarray(splits, dtype=bool)
+
+
 def fix_pp(ctx: RuleContext, x) -> str:
     """'try --pp N': the nearest pp that divides the layers into pp·vpp stages and the GPUs."""
     pp = nearest(x.pp, lambda p: ctx.model.num_layers % (p * x.vpp) == 0
@@ -92,11 +100,11 @@ def _values(ctx: RuleContext, x) -> str:
 RULES = [
     Rule("pp_uneven", tuple(UNEVEN_SUPPORT),
          "layers must be divisible by pp·vpp under --even-stages-only",
-         lambda c, b: uneven(c, b) & (not c.allow_uneven_pp) & trainer_splits_unevenly(c, b),
+         lambda c, b: False if c.allow_uneven_pp else uneven(c, b) & trainer_splits_unevenly(c, b),
          _values, "; ".join(UNEVEN_SUPPORT.values()), fix=_fix_uneven),
     Rule("trainer_uneven_pp", ALL,
          "layers must be divisible by pp·vpp: the trainer cannot run unequal stages here",
-         lambda c, b: uneven(c, b) & ~np.asarray(trainer_splits_unevenly(c, b), dtype=bool),
+         lambda c, b: _uneven_unsupported(c, b),
          lambda c, x: f"{_values(c, x)}; {c.profile.name}"
                       + (f" splits unequal layers only with vpp <= {TORCHTITAN_MAX_UNEVEN_VPP}"
                          if c.profile.name == "torchtitan" else " has no unequal stages"),
