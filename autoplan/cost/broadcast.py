@@ -103,11 +103,11 @@ def _column_codes(batch: LayoutBatch, name: str) -> tuple[np.ndarray | None, int
         elif ints is not None and (ints == values).all():
             present = np.zeros(int(high) + 1, dtype=bool)
             present[ints] = True
-            lookup = np.cumsum(present) - 1
+            lookup = (np.cumsum(present) - 1).astype(np.int32)
             cache[name] = (lookup[ints], int(lookup[-1]) + 1)
         else:  # not small non-negative integers: sort them
             distinct, inverse = np.unique(values, return_inverse=True)
-            cache[name] = (inverse.reshape(-1), len(distinct))
+            cache[name] = (inverse.reshape(-1).astype(np.int32), len(distinct))
     return cache[name]
 
 
@@ -117,11 +117,29 @@ def group_rows(batch: LayoutBatch, names: tuple[str, ...]) -> Grouping:
     cache = _cache(batch)
     if names in cache:
         return cache[names]
-    key, size = None, 1
+    # Knobs with one value in the batch are no part of the key: groupings that differ only in
+    # them (or in order) are one grouping.
+    varying = tuple(sorted(name for name in names if _column_codes(batch, name)[0] is not None))
+    if ("varying", varying) in cache:
+        cache[names] = cache[("varying", varying)]
+        return cache[names]
+    cache[names] = cache[("varying", varying)] = _grouping(batch, varying)
+    return cache[names]
+
+
+def _grouping(batch: LayoutBatch, names: tuple[str, ...]) -> Grouping:
+    """``group_rows`` of knobs that each take several values in ``batch``: the mixed-radix key
+    starts from the groups of the largest subset of them grouped already (int32 keys: the key
+    range stays below MAX_TABLE_KEYS · the largest knob's count)."""
+    cache, key, size = _cache(batch), None, 1
+    subsets = [k[1] for k in cache if isinstance(k, tuple) and k[:1] == ("varying",) and set(k[1]) < set(names)]
+    if subsets:
+        done = max(subsets, key=len)
+        group = cache[("varying", done)]
+        key, size = group.inverse.astype(np.int32), len(group.first)
+        names = tuple(name for name in names if name not in done)
     for name in names:
         codes, count = _column_codes(batch, name)
-        if codes is None:  # one value: no part of the key
-            continue
         if key is None:
             key, size = codes, count
             continue
@@ -131,9 +149,7 @@ def group_rows(batch: LayoutBatch, names: tuple[str, ...]) -> Grouping:
         key = key * count + codes
         size *= count
     if key is None:  # every row alike
-        cache[names] = Grouping(first=np.zeros(min(len(batch), 1), dtype=np.intp),
-                                inverse=np.zeros(len(batch), dtype=np.intp))
-        return cache[names]
+        return Grouping(first=np.zeros(min(len(batch), 1), dtype=np.intp), inverse=np.zeros(len(batch), dtype=np.intp))
     present = np.zeros(size, dtype=bool)
     present[key] = True
     distinct = np.flatnonzero(present)
@@ -142,8 +158,7 @@ def group_rows(batch: LayoutBatch, names: tuple[str, ...]) -> Grouping:
     inverse = lookup[key]
     first = np.empty(len(distinct), dtype=np.intp)
     first[inverse] = np.arange(len(batch))
-    cache[names] = Grouping(first=first, inverse=inverse)
-    return cache[names]
+    return Grouping(first=first, inverse=inverse)
 
 
 def on_distinct(batch: Any, names: tuple[str, ...], fn: Callable[..., Any], key: Any = None) -> Any:

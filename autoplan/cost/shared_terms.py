@@ -87,6 +87,7 @@ def layout_stage_params(ctx: CostContext, b: LayoutBatch) -> tuple[dict[str, tup
     return params, heavier_stage_params(params)
 
 
+@per_group
 def stage_params(ctx: CostContext, b: LayoutBatch, stage: str) -> tuple[np.ndarray, np.ndarray]:
     """``stage_param_counts`` of one stage (only that stage computed)."""
     return _one_stage_params(ctx, b, _trainer_layers(ctx, b), stage, _copies(ctx, b))

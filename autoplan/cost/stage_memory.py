@@ -160,10 +160,17 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.n
     return terms
 
 
+@per_group
+def _stage_ranks(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+    """Layers on the first and the last stage, and the rank of the middle one (``StageLayers``)."""
+    layers = layout_stage_layers(ctx, b)
+    return {"first": layers.first, "last": layers.last, "middle_rank": layers.middle_rank}
+
+
 def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
     stage's terms are 0 where pp < 3 (there is no interior rank)."""
-    layers = layout_stage_layers(ctx, b)
+    layers = _stage_ranks(ctx, b)
     out: dict[str, np.ndarray] = {}
     totals, host = {}, {}
     for stage_name in ("first", "middle", "last"):
@@ -175,7 +182,7 @@ def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     out["peak_memory_bytes"] = np.maximum(np.maximum(totals["first"], totals["middle"]), totals["last"])
     out["host_memory_bytes"] = np.maximum(np.maximum(host["first"], host["middle"]), host["last"])
     out["peak_stage"] = choose_stage(heaviest_stage(totals["first"], totals["middle"], totals["last"]),
-                                      0.0, layers.middle_rank, b.pp - 1.0)
-    out["layers_first_stage"] = layers.first
-    out["layers_last_stage"] = layers.last
+                                      0.0, layers["middle_rank"], b.pp - 1.0)
+    out["layers_first_stage"] = layers["first"]
+    out["layers_last_stage"] = layers["last"]
     return out
