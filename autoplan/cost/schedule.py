@@ -40,8 +40,11 @@ def resolved_schedule(codes: np.ndarray, vpp: np.ndarray, trainer_default: str) 
 
 
 def is_schedule(codes: np.ndarray, *names: str) -> np.ndarray:
-    """True where the (resolved) schedule is one of ``names``."""
-    return np.isin(codes, [CODE[n] for n in names])
+    """True where the (resolved) schedule is one of ``names`` (comparisons: np.isin sorts)."""
+    out = codes == CODE[names[0]]
+    for name in names[1:]:
+        out |= codes == CODE[name]
+    return out
 
 
 def interleaved_in_flight(chunks: np.ndarray, pp: np.ndarray, vpp: np.ndarray, num_micro: np.ndarray,
