@@ -35,6 +35,17 @@ def layout_stage_layers(ctx: CostContext, b: LayoutBatch) -> StageLayers:
     return _trainer_layers(ctx, b)
 
 
+STAGE_COUNTS = ("first", "middle", "last", "first_dense", "middle_dense", "last_dense", "most", "middle_rank")
+
+
+@per_group
+def stage_layer_counts(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+    """``layout_stage_layers``' layer counts (STAGE_COUNTS) without its per-chunk arrays: what
+    most formulas read of the split, and a fraction of its size to copy to every layout."""
+    layers = _trainer_layers(ctx, b)
+    return {name: getattr(layers, name) for name in STAGE_COUNTS}
+
+
 @per_group
 def stage_in_flight(ctx: CostContext, b: LayoutBatch, stage: str) -> np.ndarray:
     """Layer-activations (layers × micro-batches) the ``stage`` ('first', 'middle' or 'last' of

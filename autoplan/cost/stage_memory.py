@@ -38,7 +38,7 @@ from autoplan.cost.memory import (
 )
 from autoplan.cost.model_states import sharded_gradient_transient_bytes, zero3_gathered_bytes
 from autoplan.cost.recompute import OFFLOAD_STAGING_LAYERS, full_recompute_share, offloaded_share
-from autoplan.cost.shared_terms import layout_stage_layers, stage_in_flight, stage_model_states_on_gpu, stage_params
+from autoplan.cost.shared_terms import stage_in_flight, stage_layer_counts, stage_model_states_on_gpu, stage_params
 from autoplan.cost.stages import choose_stage, heaviest_stage
 from autoplan.layout import LayoutBatch
 
@@ -60,7 +60,7 @@ def stage_state_terms(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str,
     states on the GPU (STATE_TERMS; offload, ``Layout.offload``, moves some to the host: never
     more GPU bytes) and ``states`` their sum; ``host``: what offload keeps on the host; ``zero3``:
     ZeRO-3's gathered layer and the sharded gradients' transient, of one layer's parameters."""
-    n_layers = getattr(layout_stage_layers(ctx, b), stage)
+    n_layers = stage_layer_counts(ctx, b)[stage]
     dense_params, expert_params = stage_params(ctx, b, stage)
     terms, host = stage_model_states_on_gpu(ctx, b, stage)  # of stage_param_counts (shared_terms)
     out = {name: terms[name] for name in STATE_TERMS}
@@ -81,20 +81,20 @@ def stage_layer_bytes(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str,
     backward (full keeps the layer input and rebuilds the rest; selective rebuilds what it
     dropped). The stage's layers are read only where they matter (MoE layers, recompute_layers)."""
     p, m = ctx.profile, ctx.model
-    layers = lambda: layout_stage_layers(ctx, b)  # noqa: E731 (read only where needed)
+    layers = lambda: stage_layer_counts(ctx, b)  # noqa: E731 (read only where needed)
     acts = {mode: layer_activation_bytes(ctx, b, mode) for mode in ("none", "selective")}
     acts["selective"] = selective_module_bytes(ctx, b, acts)
     act_none, act_sel = acts["none"], acts["selective"]
     moe_share = 0.0
     if m.moe is not None:
-        n_layers, n_dense = getattr(layers(), stage), getattr(layers(), f"{stage}_dense")
+        n_layers, n_dense = layers()[stage], layers()[f"{stage}_dense"]
         moe_share = np.where(n_layers > 0, (n_layers - n_dense) / np.maximum(n_layers, 1.0), 0.0)
     mean_none = act_none[0] * (1 - moe_share) + act_none[1] * moe_share
     mean_sel = act_sel[0] * (1 - moe_share) + act_sel[1] * moe_share
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     tokens = b.mbs * ctx.training.seq_len / b.cp
     full_input = tokens * p.full_recompute_input_bytes_per_h * m.hidden_size / h_div
-    full_share = full_recompute_share(b, lambda: getattr(layers(), stage))
+    full_share = full_recompute_share(b, lambda: layers()[stage])
     mean_full = full_share * full_input + (1.0 - full_share) * mean_none
     per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)
     working = np.select([(b.recompute == 2) & (full_share > 0), b.recompute == 1],
@@ -120,8 +120,8 @@ def stage_buffer_bytes(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str
                                "last": mtp_logits}[stage],
            "tp_buffer": np.where(b.tp > 1, tokens * m.hidden_size * BF16_BYTES, 0.0)}
     if m.moe is not None:
-        layers = layout_stage_layers(ctx, b)
-        moe_layers = getattr(layers, stage) - getattr(layers, f"{stage}_dense")
+        layers = stage_layer_counts(ctx, b)
+        moe_layers = layers[stage] - layers[f"{stage}_dense"]
         out["moe_dispatch"] = moe_dispatch_bytes(ctx, b, tokens, moe_layers)
     return _on_rank(b, stage, out)
 
@@ -140,7 +140,7 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.n
     # The host holds what left (Megatron-Core cpu_offload.py: pinned CPU tensors per offloaded layer).
     if b.offload_layers.any():  # (the same result without the arithmetic when nothing is offloaded)
         staging = np.where(b.offload_layers > 0, OFFLOAD_STAGING_LAYERS, 0.0)
-        share = offloaded_share(b, getattr(layout_stage_layers(ctx, b), stage))
+        share = offloaded_share(b, stage_layer_counts(ctx, b)[stage])
         kept = flying * (1.0 - share) + staging
         offloaded = layer["per_layer"] * flying * share
         host = host + (np.where(b.pp >= 3, offloaded, 0.0) if stage == "middle" else offloaded)
@@ -160,17 +160,10 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.n
     return terms
 
 
-@per_group
-def _stage_ranks(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
-    """Layers on the first and the last stage, and the rank of the middle one (``StageLayers``)."""
-    layers = layout_stage_layers(ctx, b)
-    return {"first": layers.first, "last": layers.last, "middle_rank": layers.middle_rank}
-
-
 def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
     stage's terms are 0 where pp < 3 (there is no interior rank)."""
-    layers = _stage_ranks(ctx, b)
+    layers = stage_layer_counts(ctx, b)
     out: dict[str, np.ndarray] = {}
     totals, host = {}, {}
     for stage_name in ("first", "middle", "last"):

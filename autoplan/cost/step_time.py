@@ -36,7 +36,7 @@ from autoplan.cost.schedule import (
     is_schedule,
     resolved_schedule,
 )
-from autoplan.cost.shared_terms import layout_stage_layers, layout_stage_params
+from autoplan.cost.shared_terms import layout_stage_params, stage_layer_counts
 from autoplan.cost.stages import choose_stage, heaviest_stage
 from autoplan.cost.tied_embedding import tied_embedding_allreduce_s
 from autoplan.cost.time import (
@@ -62,16 +62,15 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     schedule makes of it (``bubble_per_micro``, ``chunks``, ``grad_overlap``) and the TP
     collectives' passes and links (``tp_passes``, ``tp_inside_domain``)."""
     e, p, m = ctx.efficiency, ctx.profile, ctx.model
-    layers = layout_stage_layers(ctx, b)
+    layers = stage_layer_counts(ctx, b)
     fwd, dense_c, moe_c, recompute_s, head = _micro_batch_compute_s(ctx, b)
     tokens = b.mbs * ctx.training.seq_len / b.cp
     ov = overlap_fractions(ctx)
     st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
     lc = _per_layer_comm_s(ctx, b, st)
     stage_time, floors = {}, []
-    for name, n, n_dense, extra in (("first", layers.first, layers.first_dense, 0.0),
-                                    ("middle", layers.middle, layers.middle_dense, 0.0),
-                                    ("last", layers.last, layers.last_dense, head)):
+    for name, extra in (("first", 0.0), ("middle", 0.0), ("last", head)):
+        n, n_dense = layers[name], layers[f"{name}_dense"]
         n_moe = n - n_dense
         compute = n_dense * dense_c + n_moe * moe_c + extra
         full = full_recompute_share(b, n)
@@ -120,14 +119,14 @@ def data_parallel_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndar
     micro-batch (``offload.param_fetch_s``), the tied embedding's all-reduce per step, and the
     optimizer step on the GPU and Muon's (``optimizer_step.optimizer_step_s``; the host step of
     optimizer offload, which hides behind the last backward, is ``time_table``'s)."""
-    layers = layout_stage_layers(ctx, b)
+    most = stage_layer_counts(ctx, b)["most"]
     _, stage_params = layout_stage_params(ctx, b)
     st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
-    parts = dict(dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"], layers.most))
+    parts = dict(dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"], most))
     parts["grad_accumulation"] = grad_accumulation_s(ctx, b, stage_params["dense"] + stage_params["expert"])
-    parts["fetch"] = param_fetch_s(ctx, b, stage_params, layers.most)  # 0 without offload
+    parts["fetch"] = param_fetch_s(ctx, b, stage_params, most)  # 0 without offload
     parts["tied_embedding"] = tied_embedding_allreduce_s(ctx, b, st["pp"])
-    step = optimizer_step_s(ctx, b, st, stage_params, layers.most)
+    step = optimizer_step_s(ctx, b, st, stage_params, most)
     parts.update(optimizer=step["optimizer"], muon=step["muon"], owned=step["owned"],
                  host_bytes_per_param=step["host_bytes_per_param"])
     return parts
