@@ -150,6 +150,7 @@ def _grouping(batch: LayoutBatch, names: tuple[str, ...]) -> Grouping:
         size *= count
     if key is None:  # every row alike
         return Grouping(first=np.zeros(min(len(batch), 1), dtype=np.intp), inverse=np.zeros(len(batch), dtype=np.intp))
+    key = key.astype(np.intp)  # (numpy indexes with intp: an int32 index is converted on every use)
     present = np.zeros(size, dtype=bool)
     present[key] = True
     distinct = np.flatnonzero(present)
@@ -194,7 +195,8 @@ def _probed(batch: Any) -> tuple[LayoutBatch, np.ndarray | None]:
 
 class _RowsOf(LayoutBatch):
     """``batch.take(index)`` that takes each knob column only when a formula first reads it
-    (a grouped formula reads a few of the batch's columns)."""
+    (a grouped formula reads a few of the batch's columns). Inside ``shared_groupings`` the
+    columns taken are shared by every probe of the same rows (a grouping's ``first``)."""
 
     def __init__(self, batch: LayoutBatch, index: np.ndarray):  # (no LayoutBatch.__init__: nothing taken yet)
         self._source, self._index = batch, index
@@ -202,7 +204,12 @@ class _RowsOf(LayoutBatch):
     def __getattr__(self, name: str) -> Any:  # called only for a column not taken yet
         if name not in FIELDS:
             raise AttributeError(name)
-        value = getattr(self._source, name)[self._index]
+        taken = _cache(self._source).setdefault(("rows", id(self._index)), (self._index, {}))
+        if taken[0] is not self._index:  # (another index array with a recycled id: not shared)
+            taken = (self._index, {})
+        value = taken[1].get(name)
+        if value is None:
+            value = taken[1][name] = getattr(self._source, name)[self._index]
         setattr(self, name, value)
         return value
 
