@@ -1,4 +1,6 @@
-"""Step time of a batch of layouts: compute, exposed communication, pipeline bubble, optimizer.
+"""Time of one layer and one micro-batch for a batch of layouts: compute, recompute, TP/CP/EP
+communication; ``cost.step_time`` assembles the step from them (pipeline bubble, DP traffic,
+optimizer).
 
 Per micro-batch on a stage (one GPU): matmul time = FLOPs / (peak · η(F)), with the GEMM
 efficiency curve η(F) = η_max · F / (F + F_half) of the per-GPU GEMM size F (small TP shards run

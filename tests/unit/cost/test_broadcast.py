@@ -116,3 +116,42 @@ def test_on_distinct_evaluates_once_per_batch_and_gives_each_probe_its_rows():
                                       batch.pp * 100.0 + batch.vpp)
     distinct = len({(p, v) for p, v in zip(batch.pp, batch.vpp)})
     assert calls == [distinct]  # fn ran once, on one row per distinct (pp, vpp)
+
+
+def test_a_grouped_formula_inside_another_runs_once_per_batch_and_widens_the_outer_grouping():
+    _, batch = wide_batch("llama3-8b", 64, "default", "megatron")
+    inner_rows = []
+
+    @broadcast.per_group
+    def inner(ctx, b):
+        inner_rows.append(len(b))
+        return b.pp * 10.0 + b.vpp
+
+    @broadcast.per_group
+    def outer(ctx, b):  # reads mbs itself, pp and vpp through inner
+        return inner(ctx, b) + b.mbs
+
+    expected = batch.pp * 10.0 + batch.vpp + batch.mbs
+    with broadcast.shared_groupings():
+        inner(None, batch)  # both learn what they read, on every layout
+        outer(None, batch)
+    inner_rows.clear()
+    with broadcast.shared_groupings():
+        np.testing.assert_array_equal(outer(None, batch), expected)
+        np.testing.assert_array_equal(outer(None, batch), expected)  # (inner's groups cached for the batch)
+    distinct = len({(p, v) for p, v in zip(batch.pp, batch.vpp)})
+    assert inner_rows == [distinct]  # inner ran once per batch, on its own groups, not the outer's rows
+
+
+def test_groupings_that_differ_in_one_valued_knobs_or_order_are_one():
+    _, batch = wide_batch("llama3-8b", 64, "default", "megatron")
+    one_valued = next(name for name in FIELDS if len(np.unique(getattr(batch, name))) == 1)
+    with broadcast.shared_groupings():
+        small = broadcast.group_rows(batch, ("pp", "vpp"))
+        assert broadcast.group_rows(batch, ("vpp", one_valued, "pp")) is small
+        wide = broadcast.group_rows(batch, ("mbs", "pp", "zero", "vpp"))  # built from (pp, vpp)'s groups
+    keys = [tuple(getattr(batch, n)[i] for n in ("mbs", "pp", "zero", "vpp")) for i in range(len(batch))]
+    assert len(wide.first) == len(set(keys))
+    for name in ("mbs", "pp", "zero", "vpp"):  # each row has its group representative's values
+        values = getattr(batch, name)
+        np.testing.assert_array_equal(values[wide.first][wide.inverse], values)
