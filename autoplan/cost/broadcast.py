@@ -242,7 +242,7 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
     the knobs it reads from ``batch`` (element-wise; ``options`` are not arrays over layouts):
     it then runs once per distinct combination of those knobs (see the module docstring).
     Called from inside another grouped formula (on its probe), it runs once per batch inside
-    ``shared_groupings`` and the probe takes its rows of the result (``_nested``)."""
+    ``shared_groupings`` and the probe takes its rows of the result (``nested``)."""
     reads: dict[tuple, tuple[str, ...]] = {}
 
     def grouped(ctx: Any, batch: LayoutBatch, options: tuple) -> tuple[Grouping, Any] | None:
@@ -273,10 +273,10 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
         if rows is None or known is None or len(source) < MIN_ROWS:
             return record(ctx, probe, options)
         cache = _cache(source)
-        key = (nested, id(ctx), options)
+        key = (nested, id(ctx), options)  # (the entry keeps ctx: its id is not reused in the scope)
         if key not in cache:
-            cache[key] = grouped(ctx, source, options)
-        entry = cache[key]
+            cache[key] = (ctx, grouped(ctx, source, options))
+        entry = cache[key][1]
         if entry is None:  # not groupable: on the probe's rows
             return record(ctx, probe, options)
         for name in known:

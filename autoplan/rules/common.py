@@ -38,12 +38,12 @@ def _fix_cp_seq(ctx, x) -> str:
     return f"try --seq-len {(seq_len_of(ctx, x) // (2 * x.cp) + 1) * 2 * x.cp} or a smaller --cp"
 
 
-def _ep_grid_broken(b) -> np.ndarray | bool:
+def _ep_grid_broken(b) -> np.ndarray:
     """True where ep·etp does not divide dp·cp·tp."""
-    grid = b.ep * b.etp
-    if (grid == 1.0).all():  # (a dense layout's grid divides everything: the same result, faster)
-        return False
-    return indivisible(b.dp * b.cp * b.tp, grid)
+    grid, group = b.ep * b.etp, b.dp * b.cp * b.tp
+    if (grid == 1.0).all():  # (every grid 1: indivisible(group, 1) without the division and product)
+        return np.floor(group) != group
+    return indivisible(group, grid)
 
 
 RULES = [

@@ -38,6 +38,8 @@ def _stage_layers(ctx: RuleContext, x) -> object:
 
 
 def _fp8_delayed(ctx: RuleContext, b) -> np.ndarray | bool:
+    """True where an fp8 layout recomputes a module that delayed scaling cannot (False for any
+    other recipe, without looking at the layouts)."""
     if ctx.training.fp8_recipe != "delayed":
         return False
     hit = sum(module_bit(b.recompute_modules, name) for name in FP8_DELAYED_MODULES)
