@@ -4,11 +4,12 @@ The recipe ranks by stage first (:mod:`autoplan.search.recipe`: feasible, batch 
 memory, illegal), and two stages are known cheaply:
 
 * a layout that breaks a rule is ILLEGAL (:func:`autoplan.rules.legality_codes`, no cost terms);
-* a legal layout whose model states alone exceed the usable memory is OUT_OF_MEMORY: the peak of
-  a GPU is the largest stage total (:func:`autoplan.cost.stage_memory.memory_table`), each total adds
-  non-negative terms (activations, buffers, the allocator's reserve) to the stage's model states
-  (ZeRO paper, Fig. 1: weights, gradients, master weights, optimizer states), so the model
-  states of the first and the last stage are lower bounds of the peak. The sum is taken in the
+* a legal layout whose model states on the GPU alone exceed the usable memory is OUT_OF_MEMORY:
+  the peak of a GPU is the largest stage total (:func:`autoplan.cost.stage_memory.memory_table`),
+  each total adds non-negative terms (activations, buffers, the allocator's reserve) to the stage's
+  model states on the GPU (ZeRO paper, Fig. 1: weights, gradients, master weights, optimizer
+  states; what offload leaves on the GPU, ``offload.move_to_host``), so those of each stage are
+  lower bounds of the peak. The sum is taken in the
   order ``memory_table`` takes it, and floating-point addition of a non-negative term never
   lowers a sum, so the bound holds to the last bit.
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.broadcast import shared_groupings
-from autoplan.cost.shared_terms import stage_model_states
+from autoplan.cost.shared_terms import stage_model_states_on_gpu
 from autoplan.layout import LayoutBatch
 
 
@@ -34,12 +35,13 @@ def bound_is_exact(ctx: CostContext) -> bool:
 
 
 def model_states_exceed_memory(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
-    """Per layout: True when the model states of its first or last stage alone exceed the GPU's
-    usable memory (so its peak does too: the layout is out of memory, whatever else it holds)."""
+    """Per layout: True when the model states one of its stages keeps on the GPU alone exceed the
+    GPU's usable memory (so its peak does too: the layout is out of memory, whatever else it
+    holds). Offloaded states do not count: they are on the host."""
     capacity = ctx.cluster.gpu.usable_memory_bytes
     with np.errstate(divide="ignore", invalid="ignore"), shared_groupings():
         over = np.zeros(len(b), dtype=bool)
         for stage in ("first", "middle", "last"):  # once per distinct degrees, ZeRO, optimizer, ...
-            states = sum(stage_model_states(ctx, b, stage).values())
+            states = sum(stage_model_states_on_gpu(ctx, b, stage)[0].values())
             over |= states > capacity
     return over
