@@ -105,13 +105,6 @@ def stage_params(ctx: CostContext, b: LayoutBatch, stage: str) -> tuple[np.ndarr
 
 
 @per_group
-def stage_model_states(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.ndarray]:
-    """``model_states.model_state_bytes`` of ``stage``'s parameters (``stage_params``), before
-    offload moves any of them to the host."""
-    return model_state_bytes(ctx, b, *stage_params(ctx, b, stage))
-
-
-@per_group
 def stage_model_states_on_gpu(ctx: CostContext, b: LayoutBatch, stage: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The GPU's model-state terms of ``stage`` after ``offload.move_to_host``, and the host bytes."""
     params = stage_params(ctx, b, stage)
