@@ -332,7 +332,7 @@ def interval_figures(sources: Mapping[str, Source], fit_ids: set[str],
         if not rows:
             continue
         pred = predictions(rows, eff)
-        bands = [error_band(r.trainer, r.hardware, r.model.is_moe) for r in rows]
+        bands = [error_band(r.trainer, r.hardware, r.model.is_moe, gpus=r.layout["gpus"]) for r in rows]
         for figure, column, low, high in (
                 ("tokens/s", "tokens_per_s_per_gpu", "tokens_low_factor", "tokens_high_factor"),
                 ("peak memory", "peak_memory_bytes", "memory_low_factor", "memory_high_factor")):

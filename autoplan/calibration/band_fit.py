@@ -21,6 +21,10 @@ held-out log ratios ``r = log(measured / predicted)``: the ``QUANTILES`` of r, c
   equally, so the 1,000-run sweep does not stand for every trainer), widened on each side
   by the spread across measured groups: half the range of the groups' median default-parameter
   log ratio (how much the bias moves from one generation or trainer to the next).
+* **By scale** (``tokens_per_s_by_scale``): a measured group's tokens/s band is also built per
+  ``SCALE_CLASSES`` class of GPU counts that holds at least ``SCALE_MIN_ROWS`` of the group's
+  held-out rows; a prediction for that many GPUs reads it. The playbook sweep's held-out errors
+  widen with scale (stragglers and stalled runs across nodes), which one band per group hid.
 
 The ``fingerprint`` in the file hashes its inputs (the measured row ids per source, the trainer
 profiles' YAML, ``FIT_PLAN``, the settings here); a test compares it with the checkout, so new
@@ -61,9 +65,11 @@ from autoplan.calibration.processes import map_in_processes
 from autoplan.calibration.rows import Row, Source, row_context
 from autoplan.calibration.uncertainty import (
     BANDS_FILE,
+    SCALE_CLASSES,
     UNKNOWN_GENERATION,
     generation_of,
     group_name,
+    scale_class,
 )
 from autoplan.profiles import list_trainers, load_profile
 from autoplan.specs.hardware import list_gpus
@@ -73,8 +79,9 @@ QUANTILES = ((1 - COVERAGE) / 2, (1 + COVERAGE) / 2)
 # Each fold is predicted by a fit on one other fold: 1/FOLDS of the rows, the shipped share.
 FOLDS = round(1 / FIT_FRACTION)
 TRAIN_ON = "one"
-MAX_CV_ROWS = 300
+MAX_CV_ROWS = 2000
 MIN_ROWS = 5
+SCALE_MIN_ROWS = 20  # held-out rows of a scale class for a band of its own
 FIGURES = ("tokens_per_s", "peak_memory")
 COMMAND = "python benchmarks/accuracy.py --write-bands"
 
@@ -205,6 +212,7 @@ def build_groups(rows: Sequence[Row], heldout: Mapping[str, np.ndarray], default
     """Every (trainer, generation, dense/MoE) group's entry of the bands file."""
     generations = sorted({generation_of(g) for g in list_gpus()} | {UNKNOWN_GENERATION})
     cv_groups = np.array([row_group(r) for r in cv_rows])
+    cv_classes = np.array([scale_class(r.layout["gpus"]) for r in cv_rows])
     all_groups = np.array([row_group(r) for r in rows])
     trainers = np.array([r.trainer for r in rows])
     counts = {f: {g: int(np.sum((cv_groups == g) & np.isfinite(heldout[f]))) for g in set(cv_groups)}
@@ -223,11 +231,25 @@ def build_groups(rows: Sequence[Row], heldout: Mapping[str, np.ndarray], default
                     entry[flag], entry[count] = n >= MIN_ROWS, n
                     if n >= MIN_ROWS:
                         entry[f] = quantile_band(heldout[f][cv_groups == name])
+                        if f == "tokens_per_s":
+                            by_scale = scale_bands(heldout[f], cv_groups == name, cv_classes)
+                            entry.update({"tokens_per_s_by_scale": by_scale} if by_scale else {})
                         continue
                     own = (trainers == trainer) & np.isfinite(default[f])
                     pool = own if own.sum() >= MIN_ROWS else np.isfinite(default[f])
                     entry[f] = quantile_band(default[f][pool], spread[f], group_weights(all_groups[pool]))
                 out[name] = entry
+    return out
+
+
+def scale_bands(r: np.ndarray, in_group: np.ndarray, classes: np.ndarray) -> dict[str, dict]:
+    """The group's (``in_group``) tokens/s band per scale class with at least SCALE_MIN_ROWS
+    finite held-out log ratios ``r`` ({label: {num_heldout_rows, tokens_per_s}})."""
+    out = {}
+    for _, label in SCALE_CLASSES:
+        rows = in_group & (classes == label) & np.isfinite(r)
+        if rows.sum() >= SCALE_MIN_ROWS:
+            out[label] = {"num_heldout_rows": int(rows.sum()), "tokens_per_s": quantile_band(r[rows])}
     return out
 
 
@@ -237,7 +259,8 @@ def fingerprint(sources: Mapping[str, Source]) -> str:
     parts = {"rows": {n: sorted(r.row_id for r in s.rows if r.has_time or r.has_memory) for n, s in sources.items()},
              "profiles": {p.name: p.read_text() for p in sorted(profiles.glob("*.yaml"))},
              "plan": {f"{t}/{h}": list(v) for (t, h), v in sorted(FIT_PLAN.items())},
-             "settings": [QUANTILES, FOLDS, TRAIN_ON, MAX_CV_ROWS, MIN_ROWS]}
+             "settings": [QUANTILES, FOLDS, TRAIN_ON, MAX_CV_ROWS, MIN_ROWS, SCALE_MIN_ROWS,
+                          [[str(bound), label] for bound, label in SCALE_CLASSES]]}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -247,7 +270,9 @@ def bands_document(sources: Mapping[str, Source], seed: int = 0, jobs: int = 1) 
     cv_rows, heldout = heldout_ratios(rows, seed, jobs=jobs)
     groups = build_groups(rows, heldout, default_ratios(rows), cv_rows)
     return {"coverage": COVERAGE, "quantiles": [round(q, 4) for q in QUANTILES], "folds": FOLDS,
-            "train_on": TRAIN_ON, "max_cv_rows": MAX_CV_ROWS, "min_rows": MIN_ROWS, "seed": seed,
+            "train_on": TRAIN_ON, "max_cv_rows": MAX_CV_ROWS, "min_rows": MIN_ROWS,
+            "scale_min_rows": SCALE_MIN_ROWS, "scale_classes": {label: str(bound) for bound, label in SCALE_CLASSES},
+            "seed": seed,
             "fingerprint": fingerprint(sources),
             "inputs": {name: sum(r.has_time or r.has_memory for r in s.rows) for name, s in sources.items()},
             "groups": groups}

@@ -10,12 +10,18 @@ a stated widening rule for the groups never measured, ``measured: false``).
 
 Step time is tokens per step / (tokens/s), so its band is the tokens/s band inverted:
 ``step_low = point / tokens_high`` and ``step_high = point / tokens_low``.
+
+A group's tokens/s band may be split by scale (``SCALE_CLASSES``, GPU counts): where a class of
+the group has enough held-out rows of its own the file holds its band under
+``tokens_per_s_by_scale``, and a prediction for that many GPUs reads it (``error_band(...,
+gpus=N)``); the other classes read the group's band.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -28,6 +34,9 @@ from autoplan.specs.hardware import GPUSpec
 from autoplan.specs.yaml_io import parse_mapping
 
 BANDS_FILE = Path(__file__).resolve().parent / "error_bands.yaml"
+# Scale classes of the tokens/s bands: (largest GPU count, label). One node of 8, a few nodes
+# inside one rail-optimised network block, more.
+SCALE_CLASSES = ((8, "1-8"), (128, "9-128"), (math.inf, "129+"))
 
 
 class BandsError(AutoplanError):
@@ -73,6 +82,11 @@ def group_name(trainer: str, generation: str, moe: bool) -> str:
     return f"{trainer}/{generation}/{'moe' if moe else 'dense'}"
 
 
+def scale_class(gpus: float) -> str:
+    """The label of the ``SCALE_CLASSES`` entry ``gpus`` GPUs fall in."""
+    return next(label for bound, label in SCALE_CLASSES if gpus <= bound)
+
+
 def band_from_mapping(group: str, data: Mapping[str, Any]) -> ErrorBand:
     """An ``ErrorBand`` from one ``groups:`` entry of the bands file."""
     try:
@@ -88,21 +102,49 @@ def band_from_mapping(group: str, data: Mapping[str, Any]) -> ErrorBand:
         raise BandsError(f"{BANDS_FILE.name}: group '{group}' is malformed ({exc!r})") from exc
 
 
+def scale_bands_from_mapping(band: ErrorBand, data: Mapping[str, Any]) -> dict[str, ErrorBand]:
+    """The group ``band`` split by scale: ``{class label: band}`` from its entry's
+    ``tokens_per_s_by_scale`` (tokens/s factors and rows of the class; memory as the group's)."""
+    out = {}
+    for label, entry in (data.get("tokens_per_s_by_scale") or {}).items():
+        try:
+            out[str(label)] = replace(band, group=f"{band.group} at {label} GPUs", measured=True,
+                                      num_heldout_rows=int(entry["num_heldout_rows"]),
+                                      tokens_low_factor=float(entry["tokens_per_s"][0]),
+                                      tokens_high_factor=float(entry["tokens_per_s"][1]))
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
+            raise BandsError(f"{BANDS_FILE.name}: group '{band.group}' scale '{label}' is malformed ({exc!r})") from exc
+    return out
+
+
 @lru_cache(maxsize=4)
-def load_bands(path: Path = BANDS_FILE) -> dict[str, ErrorBand]:
-    """Every group of the bands file, by group name."""
+def _load(path: Path) -> tuple[dict[str, ErrorBand], dict[str, dict[str, ErrorBand]]]:
     if not path.is_file():
         raise BandsError(f"error-band file {path} is missing; regenerate it with "
                          "`python benchmarks/accuracy.py --write-bands`")
     data = parse_mapping(path.read_text(), path.name)  # libyaml's parser where PyYAML has it
     if not isinstance(data, dict) or not isinstance(data.get("groups"), dict):
         raise BandsError(f"{path.name}: expected a mapping with a 'groups:' mapping")
-    return {name: band_from_mapping(name, entry) for name, entry in data["groups"].items()}
+    bands = {name: band_from_mapping(name, entry) for name, entry in data["groups"].items()}
+    scales = {name: scale_bands_from_mapping(bands[name], entry) for name, entry in data["groups"].items()}
+    return bands, {name: split for name, split in scales.items() if split}
 
 
-def error_band(trainer: str, hardware: GPUSpec | str, moe: bool) -> ErrorBand:
+def load_bands(path: Path = BANDS_FILE) -> dict[str, ErrorBand]:
+    """Every group of the bands file, by group name."""
+    return _load(path)[0]
+
+
+def load_scale_bands(path: Path = BANDS_FILE) -> dict[str, dict[str, ErrorBand]]:
+    """The groups split by scale: ``{group: {class label: band}}``."""
+    return _load(path)[1]
+
+
+def error_band(trainer: str, hardware: GPUSpec | str, moe: bool, gpus: float | None = None) -> ErrorBand:
     """The error band of predictions for ``trainer`` on ``hardware`` (the ``GPUSpec`` of
-    ``TrainingSpec.cluster.gpu``, or a preset name), dense or MoE.
+    ``TrainingSpec.cluster.gpu``, or a preset name), dense or MoE, on ``gpus`` GPUs: the band of
+    the group's scale class where the file splits the group by scale and has that class, else
+    the group's.
 
     A trainer the file does not know (a user's own profile name) gets the widest unmeasured
     band of the GPU's generation group across trainers.
@@ -113,7 +155,8 @@ def error_band(trainer: str, hardware: GPUSpec | str, moe: bool) -> ErrorBand:
         generation = UNKNOWN_GENERATION
     name = group_name(trainer.lower(), generation, moe)
     if name in bands:
-        return bands[name]
+        split = load_scale_bands().get(name, {}) if gpus is not None else {}
+        return split.get(scale_class(gpus), bands[name]) if split else bands[name]
     kind = "moe" if moe else "dense"
     others = [b for n, b in bands.items() if n.endswith(f"/{generation}/{kind}")]
     if not others:

@@ -1,5 +1,6 @@
 """How far a point's days and cost may be off: the cost model's held-out error band of its
-(trainer, GPU generation, dense/MoE) group (:func:`autoplan.calibration.uncertainty.error_band`).
+(trainer, GPU generation, dense/MoE) group at its GPU count
+(:func:`autoplan.calibration.uncertainty.error_band`).
 
 Days and GPU-hours are tokens / (tokens/s), so their interval is the tokens/s band inverted:
 ``days_low = days / tokens_high_factor`` and ``days_high = days / tokens_low_factor``; cost
@@ -27,18 +28,18 @@ def interval(values, band: ErrorBand) -> tuple[np.ndarray, np.ndarray]:
 
 def add_ranges(points: pd.DataFrame, trainer: str, gpus: Mapping[str, GPUSpec], moe: bool) -> tuple[pd.DataFrame, str]:
     """(``points`` with band_group, days_low/days_high, gpu_hours_low/gpu_hours_high and
-    cost_low_usd/cost_high_usd from each GPU type's error band, a note). The bands come from a
-    generated file (``python benchmarks/accuracy.py --write-bands``): without it the points come
-    back unchanged and the note says why."""
+    cost_low_usd/cost_high_usd from the error band of each point's GPU type and count, a note).
+    The bands come from a generated file (``python benchmarks/accuracy.py --write-bands``):
+    without it the points come back unchanged and the note says why."""
     out = points.copy()
     try:
-        bands = {name: error_band(trainer, gpu, moe) for name, gpu in gpus.items()}
+        bands = [error_band(trainer, gpus[name], moe, gpus=float(count))
+                 for name, count in zip(out["hardware"], out["gpus"])]
     except BandsError as exc:
         return out, f"no days/cost ranges: {exc}"
-    low_factor = out["hardware"].map({n: 1 / b.tokens_high_factor for n, b in bands.items()}).astype(float)
-    high_factor = out["hardware"].map({n: 1 / b.tokens_low_factor for n, b in bands.items()}).astype(float)
-    out["band_group"] = out["hardware"].map({n: b.group + ("" if b.measured else " (unmeasured)")
-                                             for n, b in bands.items()})
+    low_factor = pd.Series([1 / b.tokens_high_factor for b in bands], index=out.index, dtype=float)
+    high_factor = pd.Series([1 / b.tokens_low_factor for b in bands], index=out.index, dtype=float)
+    out["band_group"] = [b.group + ("" if b.measured else " (unmeasured)") for b in bands]
     for column, low, high in (("train_days", "days_low", "days_high"), ("gpu_hours", "gpu_hours_low", "gpu_hours_high"),
                               ("cost_usd", "cost_low_usd", "cost_high_usd")):
         out[low], out[high] = out[column] * low_factor, out[column] * high_factor

@@ -83,23 +83,38 @@ def compare_layouts(frame, model: str, *, trainer: str = "megatron", profile_pat
         ctx = build_context(spec, trainings[key], trainer=trainer, profile_path=profile_path)
         _fill_predictions(out, names, ctx, [i for i, _ in rows], [layout for _, layout in rows], allow_uneven)
     out[names["fits"]] = out[names["fits"]].astype(bool)
-    return _add_band(out, names, trainer, hardware, spec.is_moe)
+    gpus = np.full(len(frame), np.nan)  # each row's GPU count (NaN: the row has no setup)
+    for key, rows in groups.items():
+        gpus[[i for i, _ in rows]] = trainings[key].gpus
+    return _add_band(out, names, trainer, hardware, spec.is_moe, gpus)
 
 
-def _add_band(out, names: dict[str, str], trainer: str, hardware: str, moe: bool):
-    """The error band's low/high columns after the predictions, the band's group and whether it
-    was measured; ``out.attrs['tokens_band']`` keeps the tokens/s factors for the table view."""
+def _add_band(out, names: dict[str, str], trainer: str, hardware: str, moe: bool, gpus: np.ndarray):
+    """The error band's low/high columns after the predictions, each row's band group (its scale
+    class's where the group is split by scale, ``uncertainty.error_band``) and whether it was
+    measured; where every row has one band, ``out.attrs['tokens_band']`` keeps its tokens/s
+    factors for the table view."""
     from autoplan.calibration.uncertainty import error_band, intervals
     from autoplan.specs.hardware import load_gpu
 
-    band = error_band(trainer, load_gpu(hardware), moe)
+    gpu = load_gpu(hardware)
+    bands = [error_band(trainer, gpu, moe, gpus=None if np.isnan(n) else n) for n in gpus]
+    groups = {}
+    for i, band in enumerate(bands):
+        groups.setdefault(band, []).append(i)
     figures = {c: out[names[c]].to_numpy(dtype=float) for c in BAND_FIGURES}
-    for column, values in intervals(band, figures).items():
-        figure, side = column.rsplit("_", 1)
-        out[f"{names[figure]}_{side}"] = values
-    out["error_band"] = band.group
-    out["error_band_measured"] = band.measured
-    out.attrs["tokens_band"] = (band.tokens_low_factor, band.tokens_high_factor)
+    columns = {column: f"{names[column.rsplit('_', 1)[0]]}_{column.rsplit('_', 1)[1]}"
+               for column in intervals(error_band(trainer, gpu, moe), {c: v[:0] for c, v in figures.items()})}
+    for target in columns.values():
+        out[target] = np.nan
+    for band, rows in groups.items():
+        for column, values in intervals(band, {c: v[rows] for c, v in figures.items()}).items():
+            out.loc[out.index[rows], columns[column]] = values
+    out["error_band"] = [band.group for band in bands]
+    out["error_band_measured"] = [band.measured for band in bands]
+    if len(groups) == 1:
+        band = bands[0]
+        out.attrs["tokens_band"] = (band.tokens_low_factor, band.tokens_high_factor)
     return out
 
 

@@ -67,8 +67,9 @@ def result_band(result) -> ErrorBand:
 
 
 def context_band(ctx) -> ErrorBand:
-    """The error band of predictions in ``ctx`` (a ``CostContext``: its trainer, GPU and model kind)."""
-    return error_band(ctx.profile.name, ctx.cluster.gpu, ctx.model.is_moe)
+    """The error band of predictions in ``ctx`` (a ``CostContext``: its trainer, GPU, model kind
+    and GPU count)."""
+    return error_band(ctx.profile.name, ctx.cluster.gpu, ctx.model.is_moe, gpus=ctx.training.gpus)
 
 
 def near_tied_count(tokens_per_s: np.ndarray, band: ErrorBand) -> int:

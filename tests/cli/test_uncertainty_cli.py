@@ -33,12 +33,13 @@ def check_sides(record, prefix=""):
 
 @pytest.fixture(scope="module")
 def band():
-    return error_band("megatron", load_gpu("h100-sxm"), moe=False)
+    return error_band("megatron", load_gpu("h100-sxm"), moe=False, gpus=64)
 
 
 def test_search_json_carries_the_band_and_the_near_ties(tmp_path, band):
     doc = json.loads(invoke([*SEARCH, "--format", "json", "--out", str(tmp_path / "o")]).stdout)
-    assert doc["error_band"]["group"] == band.group == "megatron/hopper/dense"
+    assert doc["error_band"]["group"] == band.group
+    assert band.group.split(" at ")[0] == "megatron/hopper/dense"
     assert doc["error_band"]["tokens_per_s"] == [band.tokens_low_factor, band.tokens_high_factor]
     assert doc["near_ties"]["num_plans"] >= 1
     for plan in doc["plans"]:
@@ -94,3 +95,17 @@ def test_compare_adds_band_columns(tmp_path, band):
         assert row["error_band"] == band.group
     table = invoke(["compare", str(layouts), "-m", "8b", "-g", "64", "--gbs-seqs", "512", "--format", "table"]).stdout
     assert band_text(band.tokens_low_factor, band.tokens_high_factor) in table
+
+
+def test_the_band_follows_the_gpu_count_where_its_group_is_split_by_scale():
+    """nanotron on Hopper: the playbook sweep's held-out errors at one node are a fraction of those
+    across 32-64 nodes, and estimate says which band it used."""
+    args = ["estimate", "-m", "8b", "--trainer", "nanotron", "--hardware", "h100-sxm", "--tp", "2",
+            "--gbs-seqs", "512", "--format", "json"]
+    one_node = json.loads(invoke([*args, "-g", "8"]).stdout)[0]
+    many = json.loads(invoke([*args, "-g", "512"]).stdout)[0]
+    assert one_node["error_band"] == "nanotron/hopper/dense at 1-8 GPUs"
+    assert many["error_band"] == "nanotron/hopper/dense at 129+ GPUs"
+    width = {name: r["tokens_per_s_per_gpu_high"] / r["tokens_per_s_per_gpu_low"] for name, r in
+             (("one", one_node), ("many", many))}
+    assert width["one"] < width["many"]

@@ -26,6 +26,8 @@ from autoplan.calibration.uncertainty import (
     generation_of,
     intervals,
     load_bands,
+    load_scale_bands,
+    scale_class,
 )
 from autoplan.profiles import list_trainers
 from autoplan.specs.hardware import list_gpus, load_gpu
@@ -97,6 +99,34 @@ def test_unknown_gpu_and_trainer_fall_back():
     assert band == widest
 
 
+def test_scale_classes_cover_every_gpu_count():
+    assert [scale_class(n) for n in (1, 8, 9, 128, 129, 100_000)] == ["1-8", "1-8", "9-128", "9-128", "129+", "129+"]
+
+
+def test_scale_bands_are_measured_classes_of_measured_groups(document):
+    """A group is split by scale only where a class has its own SCALE_MIN_ROWS held-out rows,
+    and a lookup at that many GPUs reads the class's band (memory stays the group's)."""
+    split = load_scale_bands()
+    assert split, "the sweep's nanotron/hopper rows span every class: " + REGENERATE
+    for name, classes in split.items():
+        group = load_bands()[name]
+        assert group.measured
+        trainer, generation, kind = name.split("/")
+        for label, band in classes.items():
+            entry = document["groups"][name]["tokens_per_s_by_scale"][label]
+            assert band.num_heldout_rows == entry["num_heldout_rows"] >= band_fit.SCALE_MIN_ROWS
+            assert 0 < band.tokens_low_factor <= 1 <= band.tokens_high_factor
+            gpus = {"1-8": 8, "9-128": 64, "129+": 512}[label]
+            hardware = next(g for g in list_gpus() if generation_of(g) == generation)
+            assert error_band(trainer, hardware, kind == "moe", gpus=gpus) == band
+            assert (band.memory_low_factor, band.memory_high_factor) == (group.memory_low_factor,
+                                                                         group.memory_high_factor)
+        for label in {"1-8", "9-128", "129+"} - set(classes):  # a class without its rows: the group's
+            gpus = {"1-8": 8, "9-128": 64, "129+": 512}[label]
+            assert error_band(trainer, next(g for g in list_gpus() if generation_of(g) == generation),
+                              kind == "moe", gpus=gpus) == group
+
+
 def test_every_gpu_preset_has_a_generation():
     assert all(generation_of(g) != UNKNOWN_GENERATION for g in list_gpus())
 
@@ -127,6 +157,20 @@ def test_step_time_band_is_the_tokens_band_inverted():
 def test_band_text():
     assert band_text(0.91, 1.09) == "±9%"
     assert band_text(0.88, 1.07) == "-12/+7%"
+
+
+def test_scale_bands_split_only_classes_with_enough_rows():
+    rng = np.random.default_rng(0)
+    n = band_fit.SCALE_MIN_ROWS
+    classes = np.array(["1-8"] * n + ["9-128"] * (n - 1) + ["129+"] * 3 * n)
+    r = np.concatenate([rng.normal(0, 0.05, n), rng.normal(0, 0.05, n - 1), rng.normal(-1.0, 1.0, 3 * n)])
+    in_group = np.ones(len(r), dtype=bool)
+    in_group[-n:] = False  # the last n rows are another group's
+    out = band_fit.scale_bands(r, in_group, classes)
+    assert set(out) == {"1-8", "129+"}  # 9-128 has one row too few
+    assert out["1-8"]["num_heldout_rows"] == n and out["129+"]["num_heldout_rows"] == 2 * n
+    assert out["1-8"]["tokens_per_s"] == band_fit.quantile_band(r[:n])
+    assert out["129+"]["tokens_per_s"][0] < out["1-8"]["tokens_per_s"][0]  # the wider errors' class
 
 
 def test_quantile_band_clips_to_contain_one():

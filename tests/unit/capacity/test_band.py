@@ -24,8 +24,9 @@ def test_interval_inverts_the_tokens_band():
 
 
 def test_add_ranges_per_gpu_type(monkeypatch):
-    monkeypatch.setattr(band_module, "error_band", lambda trainer, gpu, moe: BAND)
-    points = pd.DataFrame({"hardware": ["h100-sxm"], "train_days": [100.0], "gpu_hours": [1e6], "cost_usd": [2e6]})
+    monkeypatch.setattr(band_module, "error_band", lambda trainer, gpu, moe, gpus=None: BAND)
+    points = pd.DataFrame({"hardware": ["h100-sxm"], "gpus": [1024], "train_days": [100.0], "gpu_hours": [1e6],
+                           "cost_usd": [2e6]})
     out, note = add_ranges(points, "megatron", {"h100-sxm": load_gpu("h100-sxm")}, moe=False)
     assert note == ""
     row = out.iloc[0]
@@ -35,11 +36,24 @@ def test_add_ranges_per_gpu_type(monkeypatch):
     assert row["band_group"] == "megatron/hopper/dense"
 
 
+def test_each_point_takes_the_band_of_its_gpu_count(monkeypatch):
+    wide = ErrorBand(group="megatron/hopper/dense at 129+ GPUs", measured=True, num_heldout_rows=30,
+                     tokens_low_factor=0.5, tokens_high_factor=2.0, memory_low_factor=0.9, memory_high_factor=1.1)
+    monkeypatch.setattr(band_module, "error_band", lambda trainer, gpu, moe, gpus=None: wide if gpus > 128 else BAND)
+    points = pd.DataFrame({"hardware": ["h100-sxm", "h100-sxm"], "gpus": [64, 1024], "train_days": [100.0, 100.0],
+                           "gpu_hours": [1.0, 1.0], "cost_usd": [1.0, 1.0]})
+    out, _ = add_ranges(points, "megatron", {"h100-sxm": load_gpu("h100-sxm")}, moe=False)
+    assert list(out["band_group"]) == [BAND.group, wide.group]
+    assert list(out["days_low"]) == pytest.approx([80.0, 50.0])
+    assert list(out["days_high"]) == pytest.approx([125.0, 200.0])
+
+
 def test_without_the_bands_file_the_points_are_unchanged_and_a_note_says_why(monkeypatch):
-    def missing(*_):
+    def missing(*_, **__):
         raise BandsError("error-band file is missing")
 
     monkeypatch.setattr(band_module, "error_band", missing)
-    points = pd.DataFrame({"hardware": ["b200"], "train_days": [1.0], "gpu_hours": [1.0], "cost_usd": [1.0]})
+    points = pd.DataFrame({"hardware": ["b200"], "gpus": [72], "train_days": [1.0], "gpu_hours": [1.0],
+                           "cost_usd": [1.0]})
     out, note = add_ranges(points, "megatron", {"b200": load_gpu("b200")}, moe=False)
     assert out.equals(points) and "missing" in note
