@@ -266,6 +266,7 @@ def _print_table(result, top_k: int) -> None:
     console.print(table)
     if has_band:
         console.print("Days and cost ranges: the cost model's held-out tokens/s error band of each GPU type "
-                      "(trainer/generation/dense|moe): " + "; ".join(
-                          f"{name} {group}" for name, group in
-                          points.drop_duplicates("hardware").set_index("hardware")["band_group"].items()))
+                      "and scale (trainer/generation/dense|moe, at its GPU count where the group is split "
+                      "by scale): " + "; ".join(
+                          f"{name} {', '.join(dict.fromkeys(groups))}" for name, groups in
+                          points.groupby("hardware", sort=False)["band_group"]))
