@@ -204,12 +204,11 @@ class _RowsOf(LayoutBatch):
     def __getattr__(self, name: str) -> Any:  # called only for a column not taken yet
         if name not in FIELDS:
             raise AttributeError(name)
-        taken = _cache(self._source).setdefault(("rows", id(self._index)), (self._index, {}))
-        if taken[0] is not self._index:  # (another index array with a recycled id: not shared)
-            taken = (self._index, {})
-        value = taken[1].get(name)
+        # (the entry keeps the index array alive, so its id names it for the scope)
+        taken = _cache(self._source).setdefault(("rows", id(self._index)), (self._index, {}))[1]
+        value = taken.get(name)
         if value is None:
-            value = taken[1][name] = getattr(self._source, name)[self._index]
+            value = taken[name] = getattr(self._source, name)[self._index]
         setattr(self, name, value)
         return value
 

@@ -92,10 +92,9 @@ def heavier_stage_params(params: dict[str, tuple]) -> dict[str, np.ndarray]:
 
 
 @per_group
-def layout_stage_params(ctx: CostContext, b: LayoutBatch) -> tuple[dict[str, tuple], dict[str, np.ndarray]]:
-    """``stage_param_counts`` and ``heavier_stage_params`` of the batch."""
-    params = stage_param_counts(ctx, b, _trainer_layers(ctx, b))
-    return params, heavier_stage_params(params)
+def layout_stage_params(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+    """``heavier_stage_params`` of the batch's ``stage_param_counts``."""
+    return heavier_stage_params(stage_param_counts(ctx, b, _trainer_layers(ctx, b)))
 
 
 @per_group

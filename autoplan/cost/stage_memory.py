@@ -87,7 +87,8 @@ def stage_layer_bytes(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str,
     act_none, act_sel = acts["none"], acts["selective"]
     moe_share = 0.0
     if m.moe is not None:
-        n_layers, n_dense = layers()[stage], layers()[f"{stage}_dense"]
+        counts = layers()
+        n_layers, n_dense = counts[stage], counts[f"{stage}_dense"]
         moe_share = np.where(n_layers > 0, (n_layers - n_dense) / np.maximum(n_layers, 1.0), 0.0)
     mean_none = act_none[0] * (1 - moe_share) + act_none[1] * moe_share
     mean_sel = act_sel[0] * (1 - moe_share) + act_sel[1] * moe_share

@@ -120,7 +120,7 @@ def data_parallel_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndar
     optimizer step on the GPU and Muon's (``optimizer_step.optimizer_step_s``; the host step of
     optimizer offload, which hides behind the last backward, is ``time_table``'s)."""
     most = stage_layer_counts(ctx, b)["most"]
-    _, stage_params = layout_stage_params(ctx, b)
+    stage_params = layout_stage_params(ctx, b)
     st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
     parts = dict(dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"], most))
     parts["grad_accumulation"] = grad_accumulation_s(ctx, b, stage_params["dense"] + stage_params["expert"])

@@ -103,10 +103,11 @@ def _add_band(out, names: dict[str, str], trainer: str, hardware: str, moe: bool
     for i, band in enumerate(bands):
         groups.setdefault(band, []).append(i)
     figures = {c: out[names[c]].to_numpy(dtype=float) for c in BAND_FIGURES}
-    columns = {column: f"{names[column.rsplit('_', 1)[0]]}_{column.rsplit('_', 1)[1]}"
-               for column in intervals(error_band(trainer, gpu, moe), {c: v[:0] for c, v in figures.items()})}
-    for target in columns.values():
-        out[target] = np.nan
+    columns = {}  # interval column -> output column (figure renamed as its prediction), in intervals' order
+    for column in intervals(bands[0] if bands else error_band(trainer, gpu, moe), figures):
+        figure, side = column.rsplit("_", 1)
+        columns[column] = f"{names[figure]}_{side}"
+        out[columns[column]] = np.nan
     for band, rows in groups.items():
         for column, values in intervals(band, {c: v[rows] for c, v in figures.items()}).items():
             out.loc[out.index[rows], columns[column]] = values

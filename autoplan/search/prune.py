@@ -9,9 +9,9 @@ memory, illegal), and two stages are known cheaply:
   each total adds non-negative terms (activations, buffers, the allocator's reserve) to the stage's
   model states on the GPU (ZeRO paper, Fig. 1: weights, gradients, master weights, optimizer
   states; what offload leaves on the GPU, ``offload.move_to_host``), so those of each stage are
-  lower bounds of the peak. The sum is taken in the
-  order ``memory_table`` takes it, and floating-point addition of a non-negative term never
-  lowers a sum, so the bound holds to the last bit.
+  lower bounds of the peak. The bound is the total's own first partial sum
+  (``stage_memory.stage_state_terms``' ``states``), and floating-point addition of a non-negative
+  term never lowers a sum, so it holds to the last bit.
 
 A streamed search (:mod:`autoplan.search.exhaustive`) counts such layouts by stage without costing
 them, and costs them afterwards only when the best rows kept are too few to rank them out.
@@ -23,7 +23,7 @@ import numpy as np
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.broadcast import shared_groupings
-from autoplan.cost.shared_terms import stage_model_states_on_gpu
+from autoplan.cost.stage_memory import stage_state_terms
 from autoplan.layout import LayoutBatch
 
 
@@ -42,6 +42,5 @@ def model_states_exceed_memory(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"), shared_groupings():
         over = np.zeros(len(b), dtype=bool)
         for stage in ("first", "middle", "last"):  # once per distinct degrees, ZeRO, optimizer, ...
-            states = sum(stage_model_states_on_gpu(ctx, b, stage)[0].values())
-            over |= states > capacity
+            over |= stage_state_terms(ctx, b, stage)["states"] > capacity  # (the total's first partial sum)
     return over
