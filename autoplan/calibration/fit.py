@@ -96,11 +96,13 @@ def predict(prepared: Prepared, parameters: CalibratedParameters | None = None) 
 
     ``peak_memory_bytes`` is the memory of the GPU the row measured (``Row.memory_stage``: the
     heaviest stage, or the first stage's); ``peak_memory_all_stages_bytes`` the heaviest stage's,
-    which ``fits`` compares with the GPU. ``parameters`` replace each context's own (the shipped
-    profile's) when given.
+    which ``fits`` compares with the GPU; ``firm_peak_memory_bytes`` and ``fits_with_retries``
+    the same without the allocator's cache (cost.stage_memory.memory_table). ``parameters``
+    replace each context's own (the shipped profile's) when given.
     """
     n = len(prepared.rows)
-    out = {name: np.full(n, np.nan) for name in (*PREDICTED, "peak_memory_all_stages_bytes")}
+    over_stages = ("peak_memory_all_stages_bytes", "firm_peak_memory_bytes", "fits_with_retries")
+    out = {name: np.full(n, np.nan) for name in (*PREDICTED, *over_stages)}
     for ctx, batch, index, uneven in prepared.groups:
         if parameters is not None:
             ctx = replace(ctx, parameters=parameters)
@@ -108,9 +110,12 @@ def predict(prepared: Prepared, parameters: CalibratedParameters | None = None) 
         for name in PREDICTED:
             out[name][index] = table[name]
         out["peak_memory_all_stages_bytes"][index] = table["peak_memory_bytes"]
+        out["firm_peak_memory_bytes"][index] = table["firm_peak_memory_bytes"]
+        out["fits_with_retries"][index] = table["fits_with_retries"]
         first = np.array([prepared.rows[i].memory_stage == "first" for i in index])
         out["peak_memory_bytes"][index] = np.where(first, table["mem_first_total_bytes"], table["peak_memory_bytes"])
     out["fits"] = out["fits"] > 0.5
+    out["fits_with_retries"] = out["fits_with_retries"] > 0.5
     return out
 
 

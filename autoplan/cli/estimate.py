@@ -69,7 +69,8 @@ def _print_estimate(ctx, batch, record) -> None:
     # Only the host's share failing (offload): the GPU line still says the GPU's peak fits.
     gpu_fits = record["fits"] or (not record["host_memory_fits"]
                                   and record["peak_memory_bytes"] <= ctx.cluster.gpu.usable_memory_bytes)
-    status = "fits" if gpu_fits else "DOES NOT FIT"
+    status = ("fits" if gpu_fits else "DOES NOT FIT; may run in the allocator's retry regime, see why not"
+              if record["fits_with_retries"] else "DOES NOT FIT")
     click.echo(f"  memory   peak {record['peak_memory_gib']:.1f} GiB of "
                f"{ctx.cluster.gpu.usable_memory_bytes / 2**30:.1f} GiB usable ({status})")
     if lay.offload != "none":

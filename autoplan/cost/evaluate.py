@@ -145,5 +145,7 @@ def evaluate(ctx: CostContext, batch: LayoutBatch, *, allow_uneven: bool = True,
         # Offloaded model states must fit in the host memory of the GPU's share of its node.
         cols["host_memory_fits"] = cols["host_memory_bytes"] <= ctx.cluster.gpu.host_memory_bytes
         cols["fits"] = (codes == 0) & (cols["peak_memory_bytes"] <= capacity) & cols["host_memory_fits"]
+        # Beyond the card only by the allocator's cache: may run in its free-and-retry regime.
+        cols["fits_with_retries"] = (codes == 0) & (cols["firm_peak_memory_bytes"] <= capacity) & cols["host_memory_fits"]
     cols["reason_code"] = codes.astype(np.float64)
     return CostTable(batch=b, columns=cols, training=ctx.training)

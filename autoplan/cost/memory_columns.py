@@ -99,6 +99,12 @@ MEMORY_TOTALS = [
     Term("peak_memory_bytes", "peak_memory", "memory", "bytes", "peak memory per GPU over the pipeline stages",
          "max(mem_first_total_bytes, mem_middle_total_bytes, mem_last_total_bytes)", "autoplan/cost/stages.py (the "
          "peak is on the first, an interior or the last stage)"),
+    Term("firm_peak_memory_bytes", "firm_peak_memory", "memory", "bytes",
+         "peak memory per GPU less the allocator's cache: the least a run needs (a lower bound)",
+         "max over stages of (mem_<stage>_total_bytes − allocator_overhead × the stage's transient bytes)",
+         "PyTorch c10/cuda/CUDACachingAllocator.cpp (DeviceCachingAllocator::malloc frees cached blocks "
+         "and retries before raising OOM; only segments with no live block are freed)",
+         ("allocator_overhead",)),
     Term("peak_memory_gib", "peak_memory", "memory", "GiB", "peak memory per GPU in GiB",
          "peak_memory_bytes / 2^30", "units.GiB"),
     Term("memory_headroom_gib", "memory_headroom", "memory", "GiB", "usable memory left at the peak",

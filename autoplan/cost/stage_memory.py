@@ -16,7 +16,8 @@ computed by ``broadcast.per_group`` on its own few distinct values:
 * ``stage_buffer_bytes``: the embedding output, logits and loss, the TP all-gather and MoE
   dispatch buffers;
 * ``memory_table``: per layout, the activations, the communication buffers, the allocator's
-  reserve (which scales with every transient term), each stage's total, the peak and its stage.
+  reserve (which scales with every transient term), each stage's total, the peak and its stage,
+  and the firm peak (the peak less what the allocator can give back when memory runs out).
 
 Each total is summed in ``MEMORY_TERMS`` order, the model states first, so that it is never below
 their sum (``search.prune`` relies on it to the last bit).
@@ -128,7 +129,8 @@ def stage_buffer_bytes(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str
 
 
 def stage_memory(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.ndarray]:
-    """Every memory term (bytes per GPU, MEMORY_TERMS) of ``stage``, its ``total`` and ``host``."""
+    """Every memory term (bytes per GPU, MEMORY_TERMS) of ``stage``, its ``total``, ``host`` and
+    ``firm`` (the total less the allocator's cache, ``memory_table``)."""
     c = ctx.corrections
     states = stage_state_terms(ctx, b, stage)
     layer, buffers = stage_layer_bytes(ctx, b, stage), stage_buffer_bytes(ctx, b, stage)
@@ -152,28 +154,40 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.n
     terms["communication_buffers"] = comm + buffers["moe_dispatch"] if "moe_dispatch" in buffers else comm
     # The allocator's fragmentation scales with what is allocated and freed every step
     # (memory.transient_bytes); the reserve adds the context and library workspaces.
-    reserve = c.allocator_overhead * sum(terms[name] for name in TRANSIENT_TERMS) + c.memory_reserve_bytes
+    cache = c.allocator_overhead * sum(terms[name] for name in TRANSIENT_TERMS)
+    reserve = cache + c.memory_reserve_bytes
     terms["reserve"] = np.where(b.pp >= 3, reserve, 0.0) if stage == "middle" else reserve
     total = states["states"]
     for name in MEMORY_TERMS[len(STATE_TERMS):]:
         total = total + terms[name]
     terms["total"], terms["host"] = total, host
+    terms["firm"] = total - (np.where(b.pp >= 3, cache, 0.0) if stage == "middle" else cache)
     return terms
 
 
 def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
-    stage's terms are 0 where pp < 3 (there is no interior rank)."""
+    stage's terms are 0 where pp < 3 (there is no interior rank).
+
+    ``firm_peak_memory_bytes``: the heaviest stage's total less its cached share
+    (``allocator_overhead`` × the transient bytes), the least the run needs. When cudaMalloc
+    fails, PyTorch's caching allocator frees cached blocks and retries before it raises out of
+    memory (c10/cuda/CUDACachingAllocator.cpp, ``DeviceCachingAllocator::malloc``:
+    ``release_available_cached_blocks``, then ``release_cached_blocks``), so a reserved peak above
+    the card is not yet an OOM; only segments with no live block go back, so the firm peak is a
+    lower bound: between it and the reserved peak a run may go on in the allocator's
+    free-and-retry regime (slow: ``evaluate.memory_pressure_s``) or fail."""
     layers = stage_layer_counts(ctx, b)
     out: dict[str, np.ndarray] = {}
-    totals, host = {}, {}
+    totals, host, firm = {}, {}, {}
     for stage_name in ("first", "middle", "last"):
         terms = stage_memory(ctx, b, stage_name)
         for name in MEMORY_TERMS:
             out[f"mem_{stage_name}_{name}_bytes"] = terms[name]
         totals[stage_name] = out[f"mem_{stage_name}_total_bytes"] = terms["total"]
-        host[stage_name] = terms["host"]
+        host[stage_name], firm[stage_name] = terms["host"], terms["firm"]
     out["peak_memory_bytes"] = np.maximum(np.maximum(totals["first"], totals["middle"]), totals["last"])
+    out["firm_peak_memory_bytes"] = np.maximum(np.maximum(firm["first"], firm["middle"]), firm["last"])
     out["host_memory_bytes"] = np.maximum(np.maximum(host["first"], host["middle"]), host["last"])
     out["peak_stage"] = choose_stage(heaviest_stage(totals["first"], totals["middle"], totals["last"]),
                                       0.0, layers["middle_rank"], b.pp - 1.0)

@@ -222,6 +222,12 @@ TOTALS_AND_RATES = [
          "reason_code = 0 and peak_memory_bytes ≤ usable_memory_bytes and host_memory_fits",
          "autoplan/rules/ (the rule table)",
          ("usable_memory_bytes",)),
+    Term("fits_with_retries", "fits_with_retries", "flag", "bool",
+         "the layout is legal and fits at least in the allocator's free-and-retry regime: it fits, or "
+         "only its cache is beyond the card (may run, slowly, or fail)",
+         "reason_code = 0 and firm_peak_memory_bytes ≤ usable_memory_bytes and host_memory_fits",
+         "autoplan/cost/stage_memory.py (memory_table); autoplan/cost/evaluate.py (memory_pressure_s)",
+         ("usable_memory_bytes",)),
     Term("reason_code", "reason_code", "code", "code", "the first broken rule (0 when legal)",
          "index into rules.REASON_CODES", "autoplan/rules/evaluate.py"),
 ]

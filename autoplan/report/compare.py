@@ -18,7 +18,8 @@ from autoplan.layout import (
 from autoplan.layout_records import layout_from_record, record_setup
 from autoplan.specs.training import TrainingSpec
 
-OUTPUT_COLUMNS = ("fits", "infeasible_reason", "peak_memory_bytes", "peak_memory_gib", "peak_stage",
+OUTPUT_COLUMNS = ("fits", "fits_with_retries", "infeasible_reason", "peak_memory_bytes", "peak_memory_gib",
+                  "peak_stage",
                   "step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
                   "hardware_tflops_per_gpu", "hfu", "bubble_fraction", "time_compute_s",
                   "time_recompute_s", "time_tp_exposed_s", "time_cp_exposed_s", "time_ep_exposed_s",
@@ -77,12 +78,13 @@ def compare_layouts(frame, model: str, *, trainer: str = "megatron", profile_pat
     names = {c: (f"predicted_{c}" if c in frame.columns else c) for c in OUTPUT_COLUMNS}
     for column in OUTPUT_COLUMNS:
         out[names[column]] = np.nan
-    out[names["fits"]] = False
+    out[names["fits"]] = out[names["fits_with_retries"]] = False
     out[names["infeasible_reason"]] = reasons
     for key, rows in groups.items():
         ctx = build_context(spec, trainings[key], trainer=trainer, profile_path=profile_path)
         _fill_predictions(out, names, ctx, [i for i, _ in rows], [layout for _, layout in rows], allow_uneven)
-    out[names["fits"]] = out[names["fits"]].astype(bool)
+    for flag in ("fits", "fits_with_retries"):
+        out[names[flag]] = out[names[flag]].astype(bool)
     gpus = np.full(len(frame), np.nan)  # each row's GPU count (NaN: the row has no setup)
     for key, rows in groups.items():
         gpus[[i for i, _ in rows]] = trainings[key].gpus

@@ -42,7 +42,26 @@ def why_not(ctx: CostContext, batch: LayoutBatch, table: CostTable, i: int = 0, 
     return (f"out of memory: peak {table['peak_memory_gib'][i]:.1f} GiB on the {stage} stage is "
             f"{over:.1f} GiB over the usable {ctx.cluster.gpu.usable_memory_bytes / GiB:.1f} GiB; "
             f"largest term: {biggest} ({table[f'mem_{stage}_{biggest}_bytes'][i] / GiB:.1f} GiB)"
+            + (f"; {retry_regime_text(table, i)}" if table["fits_with_retries"][i] else "")
             + (f"; {fix}" if fix else ""))
+
+
+# What the one measurement of the retry regime showed (benchmarks/playbook_memory_modes.py, point 7:
+# nanotron on H100, the Ultra-Scale Playbook sweep): the runs whose reserved peak was predicted
+# beyond the card and whose firm peak was not, and how fast the ok ones ran.
+RETRY_REGIME_MEASURED = "of 35 such runs of nanotron on H100, 3 ran, at 0.12-0.38 of their speed at micro-batch 1"
+
+
+def retry_regime_text(table: CostTable, i: int) -> str:
+    """What a layout whose reserved peak is beyond the card but whose firm peak is not
+    (``fits_with_retries``) may do: run in the caching allocator's free-and-retry regime, which
+    gives back its cached blocks before it raises out of memory
+    (cost.stage_memory.memory_table), several times slower, or fail."""
+    cache = table["peak_memory_bytes"][i] - table["firm_peak_memory_bytes"][i]
+    return (f"of that, {cache / GiB:.1f} GiB is the allocator's cache, which PyTorch frees and retries "
+            f"before it raises out of memory: at {table['firm_peak_memory_bytes'][i] / GiB:.1f} GiB without "
+            "it the layout may run in the free-and-retry regime, several times slower, or fail "
+            f"({RETRY_REGIME_MEASURED})")
 
 
 def _neighbours(ctx: CostContext, lay: Layout) -> list[tuple[str, Layout]]:

@@ -10,6 +10,7 @@ import csv
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -156,3 +157,22 @@ def test_every_mpt_row_fits_and_the_tightest_are_near_the_card():
     share = [peak / load_gpu(row.hardware).usable_memory_bytes
              for row, peak in zip(rows, predicted["peak_memory_all_stages_bytes"])]
     assert max(share) > 0.9, max(share)  # 0.980: the tightest hand-set micro-batch
+
+
+def test_no_ok_playbook_sweep_run_is_predicted_beyond_the_allocators_retry_regime():
+    """The Ultra-Scale Playbook sweep's ok runs ran (issue 13's targets): none is predicted over
+    the card by more than 3% of it even with the caching allocator's retries (the firm peak,
+    cost.stage_memory.memory_table), and at most 3% not to fit with them. The ok runs whose
+    reserved peak is predicted over the card fit only in the retry regime, as their speed shows
+    (benchmarks/playbook_memory_modes.py, point 7)."""
+    from autoplan.calibration.fit import predict_rows
+    from autoplan.calibration.sources import load_source
+    from autoplan.specs.hardware import load_gpu
+
+    rows = [r for r in load_source("playbook_sweep").rows if r.status == "ok"]
+    predicted = predict_rows(rows)
+    capacity = load_gpu("h100-sxm").usable_memory_bytes
+    over = [f"{r.row_id}: {firm / 2**30:.1f} GiB" for r, firm in zip(rows, predicted["firm_peak_memory_bytes"])
+            if firm > 1.03 * capacity]
+    assert len(rows) > 1000 and not over, over
+    assert np.mean(~predicted["fits_with_retries"]) <= 0.03

@@ -3,7 +3,7 @@
 from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
 from autoplan.layout import LayoutBatch, resolve_layout
-from autoplan.report.whynot import nearest_fitting_change, why_not
+from autoplan.report.whynot import RETRY_REGIME_MEASURED, nearest_fitting_change, why_not
 
 
 def test_suggested_change_fits_and_is_a_single_knob():
@@ -47,3 +47,44 @@ def test_why_not_out_of_memory_gives_the_excess_the_largest_term_and_the_nearest
 
 def test_why_not_is_empty_for_a_layout_that_runs_and_fits():
     assert _why_not("8b", 64, 256, tp=2, zero=1, recompute="selective") == ""
+
+
+def _sweep_retry_regime():
+    """The Ultra-Scale Playbook sweep's runs that fit only in the allocator's retry regime, and
+    each ok one's tokens/s over the fastest ok run of its model, tp, pp, ZeRO stage and recompute
+    at micro-batch 1."""
+    from autoplan.calibration.fit import predict_rows
+    from autoplan.calibration.sources import load_source
+
+    rows = list(load_source("playbook_sweep").rows)
+    pred = predict_rows(rows)
+    band = [r for r, f, w in zip(rows, pred["fits"], pred["fits_with_retries"]) if w and not f]
+
+    def family(r):
+        return (r.model.name, *(r.layout[k] for k in ("tp", "pp", "zero", "recompute")))
+
+    fastest: dict[tuple, float] = {}
+    for r in rows:
+        if r.status == "ok" and r.layout["mbs"] == 1:
+            fastest[family(r)] = max(fastest.get(family(r), 0.0), r.tokens_per_s_per_gpu)
+    speeds = [r.tokens_per_s_per_gpu / fastest[family(r)] for r in band if r.status == "ok"]
+    return band, speeds
+
+
+def test_the_retry_regime_note_states_what_the_sweep_measured():
+    """RETRY_REGIME_MEASURED is the sweep's figure under the shipped profile (it must move with it)."""
+    band, speeds = _sweep_retry_regime()
+    assert f"of {len(band)} such runs" in RETRY_REGIME_MEASURED
+    assert f"{len(speeds)} ran, at {min(speeds):.2f}-{max(speeds):.2f} of their speed" in RETRY_REGIME_MEASURED
+
+
+def test_a_layout_beyond_the_card_only_by_the_cache_may_run_with_retries():
+    """The sweep's ok run at tp 1, pp 4, micro-batch 2 (8B, 32 H100s, ZeRO-1): its reserved peak
+    is predicted over the card, its firm peak under it, and why-not says it may run."""
+    ctx = build_context("usp-8b", build_training(32, 4096, 256, hardware="p5"), trainer="nanotron")
+    batch = LayoutBatch.from_layouts([resolve_layout({"tp": 1, "pp": 4, "mbs": 2, "zero": 1}, ctx.training)])
+    table = evaluate(ctx, batch)
+    assert not table["fits"][0] and table["fits_with_retries"][0]
+    text = why_not(ctx, batch, table)
+    assert text.startswith("out of memory") and "may run in the free-and-retry regime" in text
+    assert RETRY_REGIME_MEASURED in text
