@@ -5,10 +5,12 @@
 
 * ``rows``: rows per source, fitted on / held out / left out (the seeded split of the shipped
   profiles, :func:`autoplan.calibration.accuracy.fit_split`).
-* ``memory``: median and p90 absolute % error of peak memory over the playbook sweep's ``ok``
-  runs, ``fits`` agreement with ok / crashed_or_oom, ``ok`` runs predicted > 3% over capacity and not to fit,
-  torchtitan's median error.
-* ``memory-unit`` (fits): the playbook's "GB" read as GB and as GiB, memory parameters refitted.
+* ``memory`` (:mod:`autoplan.calibration.memory_report`): median and p90 absolute % error of peak
+  memory over the playbook sweep's ``ok`` runs, ``fits`` agreement with ok / crashed_or_oom, ``ok``
+  runs predicted > 3% over capacity and not to fit even with the allocator's retries, the runs
+  that fit only with them, torchtitan's median error.
+* ``memory-unit`` (fits, ``memory_report``): the playbook's "GB" read as GB and as GiB, memory
+  parameters refitted.
 * ``time``: tokens/s MAPE per source and overall (the six sources with a MAPE target).
 * ``intervals``: per source, the share of held-out rows inside their error band (70-95%).
 * ``ranking``: Spearman, top-1 and best-of-top-3 regret within each (model, nodes) cell of the
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,19 +44,18 @@ from autoplan.calibration.accuracy import (
     Pair,
     abs_pct_errors,
     cell_rankings,
-    context_factory,
     fit_split,
     predictions,
     zero_figure1_gb,
 )
 from autoplan.calibration.fit import (
-    MEMORY_PARAMS,
-    fit_efficiency,
     predict_rows,
     split_rows,
 )
 from autoplan.calibration.band_fit import COVERAGE
 from autoplan.calibration.guard import cross_validated_fit
+from autoplan.calibration.memory_report import memory_figures, unit_figures
+from autoplan.calibration.report_figures import Figure, split_figures, statistic
 from autoplan.calibration.rows import Row, Source, row_context
 from autoplan.calibration import scale_stalls as stalls
 from autoplan.calibration.sources import load_sources
@@ -64,52 +64,9 @@ from autoplan.calibration.validation import PLAYBOOK_HARDWARE, load_playbook_swe
 from autoplan.calibration.zero_twins import TWIN_FACTOR, max_predicted_twin_ratio, twin_groups, zero_twin_anomalies
 from autoplan.errors import AutoplanError
 from autoplan.profiles import CalibratedParameters, load_profile
-from autoplan.specs.hardware import load_gpu
-from autoplan.units import GB, GiB
 
-SUBSETS = ("fit", "held-out", "all")
 ISSUE8_FRACTION = 0.2
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One reported number: ``value`` over ``n`` rows of ``subset``, and its target if any."""
-
-    section: str
-    figure: str
-    subset: str
-    n: int
-    value: float
-    unit: str = "%"
-    target: str = ""
-    met: bool | None = None
-
-    def record(self) -> dict:
-        return {"section": self.section, "figure": self.figure, "subset": self.subset, "n": self.n,
-                "value": self.value, "unit": self.unit, "target": self.target, "met": self.met}
-
-
-def _stat(errors: np.ndarray, kind: str) -> float:
-    if not len(errors):
-        return math.nan
-    return {"median": float(np.median(errors)), "p90": float(np.percentile(errors, 90)),
-            "mean": float(np.mean(errors))}[kind]
-
-
-def _split_figures(section: str, figure: str, rows: Sequence[Row], predicted: np.ndarray, measured: np.ndarray,
-                   fit_ids: set[str], kind: str, limit: float | None) -> list[Figure]:
-    """``kind`` (median, p90, mean) of |error| % on the fit, held-out and all rows; the target
-    ``<= limit`` is judged on the held-out rows."""
-    fitted = np.array([r.row_id in fit_ids for r in rows], dtype=bool)
-    out = []
-    for subset, mask in zip(SUBSETS, (fitted, ~fitted, np.ones_like(fitted))):
-        e = abs_pct_errors(predicted[mask], measured[mask])
-        value = _stat(e, kind)
-        judged = limit is not None and subset == "held-out"
-        out.append(Figure(section, figure, subset, len(e), value, target=f"<= {limit:g}" if judged else "",
-                          met=bool(value <= limit) if judged else None))
-    return out
 
 
 def rows_figures(sources: Mapping[str, Source], fit_ids: set[str]) -> list[Figure]:
@@ -123,63 +80,6 @@ def rows_figures(sources: Mapping[str, Source], fit_ids: set[str]) -> list[Figur
     return out
 
 
-def memory_figures(sources: Mapping[str, Source], fit_ids: set[str],
-                   eff: Mapping[Pair, CalibratedParameters] | None = None) -> list[Figure]:
-    sweep = list(sources["playbook_sweep"].rows)
-    ok = np.array([r.status == "ok" for r in sweep])
-    pred = predictions(sweep, eff)
-    ok_rows = [r for r, o in zip(sweep, ok) if o]
-    measured = np.array([r.peak_memory_bytes for r in ok_rows])
-    memory = pred["peak_memory_bytes"][ok]
-    out = (_split_figures("memory", "playbook sweep ok runs, median |error|", ok_rows, memory, measured, fit_ids,
-                          "median", 5.0)
-           + _split_figures("memory", "playbook sweep ok runs, p90 |error|", ok_rows, memory, measured, fit_ids,
-                            "p90", 12.0))
-    capacity = load_gpu(PLAYBOOK_HARDWARE).usable_memory_bytes
-    agree = 100.0 * float(np.mean(pred["fits"] == ok))
-    peak = pred["peak_memory_all_stages_bytes"]
-    over = int(np.sum(ok & (peak > 1.03 * capacity)))
-    misfit = 100.0 * float(np.mean(~pred["fits"][ok]))
-    out.append(Figure("memory", "fits agrees with ok / crashed_or_oom", "all", len(sweep), agree,
-                      target=">= 90", met=agree >= 90.0))
-    # Issue 13's targets: no ok run predicted over capacity by more than 3% of it, and at most 3%
-    # of the ok runs predicted not to fit at all.
-    out.append(Figure("memory", "ok runs predicted > 3% over capacity", "all", int(ok.sum()), float(over),
-                      unit="runs", target="0", met=over == 0))
-    out.append(Figure("memory", "ok runs predicted not to fit", "all", int(ok.sum()), misfit,
-                      target="<= 3", met=misfit <= 3.0))
-    low = int(np.sum(~ok & (peak < 0.5 * capacity)))
-    out.append(Figure("memory", "crashed_or_oom runs predicted below half of capacity (likely not OOM; "
-                      f"caps the agreement at {100.0 * (1 - low / len(sweep)):.1f}%)", "all", int((~ok).sum()),
-                      float(low), unit="runs"))
-    tt = [r for r in sources["torchtitan"].rows if r.has_memory]
-    out += _split_figures("memory", "torchtitan median |error|", tt, predictions(tt, eff)["peak_memory_bytes"],
-                          np.array([r.peak_memory_bytes for r in tt]), fit_ids, "median", 6.0)  # issue 13
-    return out
-
-
-def unit_figures(fit_ids: set[str], eff: Mapping[Pair, CalibratedParameters] | None = None) -> list[Figure]:
-    """Playbook "GB": refit the memory parameters with its memory read as GB and as GiB."""
-    pair = ("nanotron", PLAYBOOK_HARDWARE)
-    base = (eff or {}).get(pair)
-    factory = context_factory({pair: base} if base else None)
-    params = [p for p in FIT_PLAN[pair] if p in MEMORY_PARAMS]
-    out = []
-    for unit_name, unit in (("GB", GB), ("GiB", GiB)):
-        ok = [r for r in load_playbook_sweep(unit).rows if r.status == "ok"]
-        fitted, _ = fit_efficiency([r for r in ok if r.row_id in fit_ids], factory, params, 0,
-                                   loss=FIT_LOSS.get(pair, "soft_l1"))
-        held = [r for r in ok if r.row_id not in fit_ids]
-        e = abs_pct_errors(predict_rows(held, factory, fitted)["peak_memory_bytes"],
-                           np.array([r.peak_memory_bytes for r in held]))
-        label = (f"playbook memory read as {unit_name} (refitted reserve "
-                 f"{fitted.corrections.memory_reserve_bytes / GiB:.2f} GiB, fragmentation "
-                 f"{fitted.corrections.allocator_overhead:.3f})")
-        out += [Figure("memory-unit", f"{label}, median |error|", "held-out", len(e), _stat(e, "median")),
-                Figure("memory-unit", f"{label}, p90 |error|", "held-out", len(e), _stat(e, "p90"))]
-    return out
-
-
 def time_figures(sources: Mapping[str, Source], fit_ids: set[str],
                  eff: Mapping[Pair, CalibratedParameters] | None = None) -> list[Figure]:
     out, held_all, fit_all = [], [], []
@@ -188,14 +88,14 @@ def time_figures(sources: Mapping[str, Source], fit_ids: set[str],
         pred = predictions(rows, eff)["tokens_per_s_per_gpu"]
         measured = np.array([r.tokens_per_s_per_gpu for r in rows])
         targeted = name in TIME_SOURCES
-        out += _split_figures("time", f"{name} tokens/s MAPE" + ("" if targeted else " (ranked, no MAPE target)"),
+        out += split_figures("time", f"{name} tokens/s MAPE" + ("" if targeted else " (ranked, no MAPE target)"),
                               rows, pred, measured, fit_ids, "mean", 10.0 if targeted else None)
         if targeted:
             fitted = np.array([r.row_id in fit_ids for r in rows], dtype=bool)
             held_all += list(abs_pct_errors(pred[~fitted], measured[~fitted]))
             fit_all += list(abs_pct_errors(pred[fitted], measured[fitted]))
-    overall = _stat(np.array(held_all), "mean")
-    out.append(Figure("time", f"overall ({len(TIME_SOURCES)} sources) tokens/s MAPE", "fit", len(fit_all), _stat(np.array(fit_all), "mean")))
+    overall = statistic(np.array(held_all), "mean")
+    out.append(Figure("time", f"overall ({len(TIME_SOURCES)} sources) tokens/s MAPE", "fit", len(fit_all), statistic(np.array(fit_all), "mean")))
     out.append(Figure("time", f"overall ({len(TIME_SOURCES)} sources) tokens/s MAPE", "held-out", len(held_all), overall,
                       target="<= 7", met=overall <= 7.0))
     return out
@@ -296,8 +196,8 @@ def sweep_refit_figures(seed: int = 0, shipped_fit_ids: set[str] | None = None, 
             pred = predict_rows(members, row_context, eff)
             et = abs_pct_errors(pred["tokens_per_s_per_gpu"], tokens)
             em = abs_pct_errors(pred["peak_memory_bytes"], memory)
-            for metric, value in (("tokens/s MAPE", _stat(et, "mean")), ("tokens/s median |error|", _stat(et, "median")),
-                                  ("memory median |error|", _stat(em, "median"))):
+            for metric, value in (("tokens/s MAPE", statistic(et, "mean")), ("tokens/s median |error|", statistic(et, "median")),
+                                  ("memory median |error|", statistic(em, "median"))):
                 values[label, metric] = value
                 out.append(Figure("sweep-refit", f"{metric}: {label}", subset, len(members), value))
         cal = list(profiles)[-1]
