@@ -225,8 +225,11 @@ def _closest_miss(ctx: CostContext, table: CostTable, space_values: dict) -> str
         hints += [f"--zero {z}" for z in (3,)
                   if z not in space_values["zero"] and z in ctx.profile.allowed_zero]
         hints.append("more GPUs or a GPU with more memory")
+        retries = (f" (without the allocator's cache {table['firm_peak_memory_bytes'][i] / GiB:.1f} GiB: it may "
+                   "run in the free-and-retry regime, several times slower, or fail)"
+                   if table["fits_with_retries"][i] else "")
         return (f"smallest peak {table['peak_memory_gib'][i]:.1f} GiB > {capacity_gib:.1f} GiB at "
-                f"{table.batch.layout(i).describe()}: try {_either(hints)}")
+                f"{table.batch.layout(i).describe()}{retries}: try {_either(hints)}")
     i = int(np.argmax(stage == ILLEGAL))
     return f"e.g. {explain_reason(ctx, table.batch, i, int(table['reason_code'][i]))}"
 

@@ -129,3 +129,15 @@ def test_nothing_fits_explains_why(sampler):
     assert "out_of_memory" in message and "smallest peak" in message and "GiB >" in message
     assert "\n" not in message
     assert info.value.exit_code == 1
+
+
+def test_a_closest_miss_beyond_the_card_only_by_the_cache_says_it_may_run_with_retries():
+    """The Ultra-Scale Playbook sweep's ok run at tp 1, pp 4, micro-batch 2 (8B, 32 H100s): nothing
+    else in the space, its reserved peak over the card, its firm peak under it."""
+    ctx = build_context("usp-8b", build_training(32, 4096, 256, hardware="p5"), trainer="nanotron")
+    space = load_space("default").with_overrides(tp=(1,), pp=(4,), vpp=(1,), cp=(1,), mbs=(2,), zero=(1,),
+                                                 recompute=("none",))
+    result = search(ctx, space)
+    with pytest.raises(NoFeasiblePlanError) as info:
+        result.check_feasible()
+    assert "without the allocator's cache" in str(info.value) and "may run in the free-and-retry regime" in str(info.value)
