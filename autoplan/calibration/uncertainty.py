@@ -164,9 +164,13 @@ def error_band(trainer: str, hardware: GPUSpec | str, moe: bool, gpus: float | N
     return max(others, key=lambda b: b.tokens_high_factor / b.tokens_low_factor)
 
 
+# The predicted figures an error band covers (``intervals``).
+BAND_FIGURES = ("tokens_per_s_per_gpu", "step_time_s", "peak_memory_bytes", "peak_memory_gib")
+
+
 def intervals(band: ErrorBand, figures: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """``{column_low, column_high}`` for each of tokens_per_s_per_gpu, peak_memory_bytes,
-    peak_memory_gib and step_time_s present in ``figures`` (arrays of point predictions)."""
+    """``{column_low, column_high}`` for each of BAND_FIGURES present in ``figures`` (arrays of
+    point predictions), in the order tokens/s, peak memory (bytes, GiB), step time."""
     memory = (band.memory_low_factor, band.memory_high_factor)
     factors = {"tokens_per_s_per_gpu": (band.tokens_low_factor, band.tokens_high_factor),
                "peak_memory_bytes": memory, "peak_memory_gib": memory,

@@ -116,10 +116,9 @@ def _print_pressure(ctx, record) -> None:
 
 def _band_figures(band, record) -> dict:
     """The record's figures' low/high ends of the error band (plain floats)."""
-    from autoplan.calibration.uncertainty import intervals
+    from autoplan.calibration.uncertainty import BAND_FIGURES, intervals
 
-    figures = {k: record[k] for k in ("tokens_per_s_per_gpu", "step_time_s", "peak_memory_bytes",
-                                       "peak_memory_gib") if isinstance(record.get(k), float)}
+    figures = {k: record[k] for k in BAND_FIGURES if isinstance(record.get(k), float)}
     return {k: float(v) for k, v in intervals(band, figures).items()}
 
 

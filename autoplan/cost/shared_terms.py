@@ -29,18 +29,12 @@ def _trainer_layers(ctx: CostContext, b: LayoutBatch) -> StageLayers:
                        key=("trainer_stage_layers", id(model), rule))
 
 
-@per_group
-def layout_stage_layers(ctx: CostContext, b: LayoutBatch) -> StageLayers:
-    """``stages.trainer_stage_layers`` of the batch's pp, vpp and pp_split."""
-    return _trainer_layers(ctx, b)
-
-
 STAGE_COUNTS = ("first", "middle", "last", "first_dense", "middle_dense", "last_dense", "most", "middle_rank")
 
 
 @per_group
 def stage_layer_counts(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
-    """``layout_stage_layers``' layer counts (STAGE_COUNTS) without its per-chunk arrays: what
+    """``stages.trainer_stage_layers``' layer counts (STAGE_COUNTS) without its per-chunk arrays: what
     most formulas read of the split, and a fraction of its size to copy to every layout."""
     layers = _trainer_layers(ctx, b)
     return {name: getattr(layers, name) for name in STAGE_COUNTS}

@@ -26,8 +26,6 @@ OUTPUT_COLUMNS = ("fits", "fits_with_retries", "infeasible_reason", "peak_memory
                   "time_pp_exposed_s", "time_offload_exposed_s", "time_dp_exposed_s", "time_bubble_s",
                   "time_optimizer_s", "time_muon_s", "time_optimizer_offload_s", "host_memory_bytes")
 
-BAND_FIGURES = ("tokens_per_s_per_gpu", "step_time_s", "peak_memory_bytes", "peak_memory_gib")
-
 
 def read_layouts_csv(path: str):
     """The CSV's rows as a frame of text cells, so the input columns come back exactly as given
@@ -96,7 +94,7 @@ def _add_band(out, names: dict[str, str], trainer: str, hardware: str, moe: bool
     class's where the group is split by scale, ``uncertainty.error_band``) and whether it was
     measured; where every row has one band, ``out.attrs['tokens_band']`` keeps its tokens/s
     factors for the table view."""
-    from autoplan.calibration.uncertainty import error_band, intervals
+    from autoplan.calibration.uncertainty import BAND_FIGURES, error_band, intervals
     from autoplan.specs.hardware import load_gpu
 
     gpu = load_gpu(hardware)

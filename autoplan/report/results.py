@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from autoplan.calibration.uncertainty import band_record, intervals
+from autoplan.calibration.uncertainty import BAND_FIGURES, band_record, intervals
 from autoplan.cost.evaluate import evaluate
 from autoplan.report.columns import columns_markdown, plain_dictionary
 from autoplan.report.csv_text import csv_text
@@ -63,9 +63,6 @@ def summary(result: SearchResult, top: int) -> dict[str, Any]:
             "recipe": result.counts.to_dict(), "knob_caps": cap_notes(result), **uncertainty_summary(result),
             "best_per_choice": per_choice_summary(result), "plans": plans,
             "columns": plain_dictionary(plans[0] if plans else [])}
-
-
-BAND_FIGURES = ("tokens_per_s_per_gpu", "step_time_s", "peak_memory_bytes", "peak_memory_gib")
 
 
 def band_columns(result: SearchResult, figures: dict[str, Any]) -> dict[str, Any]:

@@ -82,12 +82,12 @@ def test_the_pipeline_runs_at_the_floor_of_its_stage_with_the_most_layers():
     """The 1B model (vocabulary 131072 on h 2048) on tp 4, pp 8: nanotron's split leaves the last
     stage only the LM head (its cost V·h counts as four layers), which with its loss is the
     heaviest stage by work; the floor is still that of a stage with the most layers (3)."""
-    from autoplan.cost.shared_terms import layout_stage_layers
+    from autoplan.cost.shared_terms import stage_layer_counts
 
     ctx = dataclasses.replace(ctx_with(SYNC_S), model=build_context("usp-1b", ctx_with(0.0).training).model)
     b = LayoutBatch.from_layouts([resolve_layout({"tp": 4, "pp": 8, "mbs": 1, "zero": 1}, ctx.training)])
-    layers = layout_stage_layers(ctx, b)
-    assert layers.last[0] == 0 and layers.first[0] == 3
+    layers = stage_layer_counts(ctx, b)
+    assert layers["last"][0] == 0 and layers["first"][0] == 3
     t = evaluate(ctx, b).columns
     per_micro = (t["time_compute_s"] + t["time_recompute_s"] + t["time_tp_exposed_s"] + t["time_cp_exposed_s"]
                  + t["time_ep_exposed_s"] + t["time_pp_exposed_s"] + t["time_offload_exposed_s"]) / 256
