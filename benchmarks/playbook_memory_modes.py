@@ -50,8 +50,8 @@ the GPU nanotron's benchmark CSV measured):
    tokens/s against the fastest run of their dp family (``family_key``) at micro-batch 1: the
    three ok runs there (8B, tp 1, ZeRO-1: pp 2 at micro-batch 1 and dp 4; pp 4 and 8 at
    micro-batch 2) ran at 0.38, 0.20 and 0.12 of that speed, the regime's slow-down (point 8;
-   each is also among the ok runs the reserved reading calls not fitting), while 32 crashed runs share the band,
-   28 of them with no ok run of their family at as much predicted memory: the band is "may run,
+   they are the ok runs the reserved reading calls not fitting), while 32 crashed runs share
+   the band, 28 of them with no ok run of their family at as much predicted memory: the band is "may run,
    slowly", which is what ``estimate`` and ``compare`` say of such a layout; ``search`` ranks only
    layouts that fit outright.
 
@@ -83,7 +83,7 @@ HIGH_RATIO = 1.25  # measured / predicted above this: the second group
 def sweep_table(rows) -> dict[str, np.ndarray]:
     """One evaluation of every row (row order): the first stage's memory terms, tokens/s and the
     step's terms, and, over stages, the heaviest stage's bytes (``peak_memory_bytes``), whether
-    the run is predicted to fit, and the heaviest stage's bytes less its ``allocator_overhead``
+    the run is predicted to fit, and the largest stage bytes less their ``allocator_overhead``
     share (``firm_peak_memory_bytes``, and ``fits_with_retries``)."""
     prepared = prepare(rows, row_context)
     n = len(rows)

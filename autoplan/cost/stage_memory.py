@@ -169,8 +169,8 @@ def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
     stage's terms are 0 where pp < 3 (there is no interior rank).
 
-    ``firm_peak_memory_bytes``: the heaviest stage's total less its cached share
-    (``allocator_overhead`` × the transient bytes), the least the run needs. When cudaMalloc
+    ``firm_peak_memory_bytes``: the largest over the stages of a stage's total less its cached
+    share (``allocator_overhead`` × its transient bytes), the least the run needs. When cudaMalloc
     fails, PyTorch's caching allocator frees cached blocks and retries before it raises out of
     memory (c10/cuda/CUDACachingAllocator.cpp, ``DeviceCachingAllocator::malloc``:
     ``release_available_cached_blocks``, then ``release_cached_blocks``), so a reserved peak above

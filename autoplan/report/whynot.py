@@ -58,7 +58,7 @@ def retry_regime_text(table: CostTable, i: int) -> str:
     gives back its cached blocks before it raises out of memory
     (cost.stage_memory.memory_table), several times slower, or fail."""
     cache = table["peak_memory_bytes"][i] - table["firm_peak_memory_bytes"][i]
-    return (f"of that, {cache / GiB:.1f} GiB is the allocator's cache, which PyTorch frees and retries "
+    return (f"the peak counts {cache / GiB:.1f} GiB of the allocator's cache, which PyTorch frees and retries "
             f"before it raises out of memory: at {table['firm_peak_memory_bytes'][i] / GiB:.1f} GiB without "
             "it the layout may run in the free-and-retry regime, several times slower, or fail "
             f"({RETRY_REGIME_MEASURED})")
