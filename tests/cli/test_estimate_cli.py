@@ -332,3 +332,20 @@ def test_estimate_says_when_the_trainer_was_calibrated_on_another_gpu():
     transferred = run([*args, "--hardware", "h100-sxm"]).stdout
     assert "transferred" not in measured
     assert "transferred from h100-sxm-efa (not measured on h100-sxm)" in transferred
+
+
+def test_compare_and_estimate_say_when_a_layout_is_beyond_the_card_only_by_the_allocators_cache(tmp_path, monkeypatch):
+    """The Ultra-Scale Playbook sweep's ok run at tp 1, pp 4, micro-batch 2 (8B, 32 H100s, ZeRO-1):
+    its reserved peak is predicted over the card, its firm peak under it (cost.stage_memory)."""
+    import autoplan.cli.estimate as estimate_cli
+
+    monkeypatch.setattr(estimate_cli, "_stdout_is_terminal", lambda: True)
+    path = tmp_path / "layouts.csv"
+    path.write_text("tp,pp,mbs,zero\n1,4,2,1\n1,4,1,1\n", encoding="utf-8")
+    setup = ["--model", "usp-8b", "--trainer", "nanotron", "--hardware", "h100-sxm-efa", "--gpus", "32",
+             "--seq-len", "4096", "--gbs-seqs", "256"]
+    rows = list(csv.DictReader(io.StringIO(run(["compare", str(path), *setup, "--format", "csv"]).stdout)))
+    assert [(r["fits"], r["fits_with_retries"]) for r in rows] == [("False", "True"), ("True", "True")]
+    assert "with retries" in run(["compare", str(path), *setup]).stdout
+    out = run(["estimate", *setup, "--tp", "1", "--pp", "4", "--mbs", "2", "--zero", "1"], code=1).stdout
+    assert "DOES NOT FIT; may run in the allocator's retry regime" in out and "free-and-retry regime" in out
