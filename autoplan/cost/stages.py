@@ -92,10 +92,13 @@ def rank_chunk_layers(num_layers: int, pp: np.ndarray, vpp: np.ndarray, embed_lo
     units = num_layers + 2.0 * ends
     base = np.floor(units / stages)
     extra = units - base * stages
+    # The loss is the last unit: on the last virtual stage, or with fewer units than virtual
+    # stages (base 0; an illegal layout, rules.stages pp_layers) on the last one that has a unit.
+    loss_stage = np.where(base > 0, stages - 1, extra - 1)
     out = []
     for k in range(int(np.max(vpp, initial=1.0))):
         stage = k * pp + rank
-        layers = base + (stage < extra) - ends * ((stage == 0) + (stage == stages - 1))
+        layers = base + (stage < extra) - ends * ((stage == 0) + (stage == loss_stage))
         out.append(np.where(k < vpp, np.maximum(layers, 0.0), 0.0))
     return np.array(out).reshape(len(out), *np.shape(pp))
 

@@ -114,3 +114,28 @@ def test_dense_layers_per_rank_follow_the_model_order_split(preset, pp, vpp, emb
         assert got[0] == _dense_by_brute_force(model.num_layers, dense, pp, vpp, embed_loss, rank), rank
     if model.num_moe_layers == 0:
         assert layers.middle_dense[0] == layers.middle[0]
+
+
+@pytest.mark.parametrize("num_layers", [16, 32, 61])
+def test_every_layer_is_on_exactly_one_virtual_stage(num_layers):
+    """The chunks of all ranks hold the L layers once each, for every pp, vpp and split, also with
+    more virtual stages than layer units (an illegal layout, costed for orientation): the loss
+    unit then sits on the last virtual stage that has a unit, not on an empty one."""
+    from autoplan.cost.stages import rank_chunk_layers
+
+    for pp in (2, 4, 8, 16, 32):
+        for vpp in (1, 2, 4, 8):
+            for embed_loss in (False, True):
+                args = (np.array([float(pp)]), np.array([float(vpp)]), np.array([embed_loss]))
+                total = sum(rank_chunk_layers(num_layers, *args, np.array([float(rank)])).sum() for rank in range(pp))
+                assert total == num_layers, (pp, vpp, embed_loss, total)
+
+
+def test_a_dense_models_stages_hold_only_dense_layers():
+    model = load_model("llama3-8b")
+    pp = np.array([2.0, 4.0, 8.0, 16.0, 32.0] * 4)
+    vpp = np.repeat([1.0, 2.0, 4.0, 8.0], 5)
+    for split in (0.0, 1.0):
+        layers = stage_layers(model, pp, vpp, np.full_like(pp, split))
+        for stage in ("first", "middle", "last"):
+            np.testing.assert_array_equal(getattr(layers, f"{stage}_dense"), getattr(layers, stage))
