@@ -279,12 +279,13 @@ def _print_compare_table(out) -> None:
     """The input columns as one ``layout`` cell and the main predictions, one row per layout."""
     import pandas as pd
 
-    inputs = list(out.columns[:list(out.columns).index("fits")])
+    names = out.attrs["predictions"]  # a prediction named like an input column is predicted_<name>
+    inputs = list(out.columns[:list(out.columns).index(names["fits"])])
     records = []
     for row in out.to_dict(orient="records"):
         cells = [f"{k}={row[k]}" for k in inputs if not pd.isna(row[k]) and str(row[k]) != ""]
-        record = {"layout": ",".join(cells), **{k: row[k] for k in COMPARE_TABLE_COLUMNS}}
-        if not row["fits"] and row.get("fits_with_retries"):  # beyond the card only by the allocator's cache
+        record = {"layout": ",".join(cells), **{k: row[names[k]] for k in COMPARE_TABLE_COLUMNS}}
+        if not row[names["fits"]] and row[names["fits_with_retries"]]:  # beyond the card only by the allocator's cache
             record["fits"] = "with retries"
         records.append(record)
     number = {"peak_memory_gib": "{:.1f}", "step_time_s": "{:.3g}", "tokens_per_s_per_gpu": "{:,.0f}",

@@ -74,6 +74,7 @@ def compare_layouts(frame, model: str, *, trainer: str = "megatron", profile_pat
     out = frame.copy()
     # A prediction never overwrites an input column (e.g. a measured tokens_per_s_per_gpu).
     names = {c: (f"predicted_{c}" if c in frame.columns else c) for c in OUTPUT_COLUMNS}
+    out.attrs["predictions"] = names  # (the table view reads the predictions by these names)
     for column in OUTPUT_COLUMNS:
         out[names[column]] = np.nan
     out[names["fits"]] = out[names["fits_with_retries"]] = False

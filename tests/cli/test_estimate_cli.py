@@ -349,3 +349,15 @@ def test_compare_and_estimate_say_when_a_layout_is_beyond_the_card_only_by_the_a
     assert "with retries" in run(["compare", str(path), *setup]).stdout
     out = run(["estimate", *setup, "--tp", "1", "--pp", "4", "--mbs", "2", "--zero", "1"], code=1).stdout
     assert "DOES NOT FIT; may run in the allocator's retry regime" in out and "free-and-retry regime" in out
+
+
+def test_compare_table_shows_the_predictions_when_the_input_has_columns_of_their_names(tmp_path, monkeypatch):
+    """A CSV with its own fits column (e.g. measured runs): the CSV keeps it and names the
+    prediction predicted_fits; the table shows the prediction, and the input column in the layout cell."""
+    import autoplan.cli.estimate as estimate_cli
+
+    monkeypatch.setattr(estimate_cli, "_stdout_is_terminal", lambda: True)
+    path = tmp_path / "layouts.csv"
+    path.write_text("tp,gpus,gbs_seqs,fits\n2,64,512,measured-yes\n", encoding="utf-8")
+    out = run(["compare", str(path), "--model", "llama3-8b"]).stdout
+    assert "fits=measured-yes" in out and "True" in out
