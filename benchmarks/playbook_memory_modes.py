@@ -177,10 +177,10 @@ def print_steady_state(rows, measured: np.ndarray, pred: dict[str, np.ndarray]) 
                 print(f"  {name:8} {label:15} {part.sum():4d} runs  {np.median(excess[part]):+.2f}")
 
 
-def family_key(row) -> tuple:
-    """Runs that differ only in dp (and so grad_acc)."""
+def family_key(row, mbs: bool = True) -> tuple:
+    """Runs that differ only in dp (and so grad_acc); with ``mbs`` False, in the micro-batch too."""
     lay = row.layout
-    return (row.model.name, lay["tp"], lay["pp"], lay["mbs"], lay["zero"], lay["recompute"])
+    return (row.model.name, lay["tp"], lay["pp"], *((lay["mbs"],) if mbs else ()), lay["zero"], lay["recompute"])
 
 
 def print_fit_readings(sweep, table: dict[str, np.ndarray]) -> None:
@@ -204,11 +204,11 @@ def print_fit_readings(sweep, table: dict[str, np.ndarray]) -> None:
     fastest_mbs1: dict[tuple, float] = {}
     for r, o in zip(sweep, ok):
         if o and r.layout["mbs"] == 1:
-            key = family_key(r)[:3] + family_key(r)[4:]
+            key = family_key(r, mbs=False)
             fastest_mbs1[key] = max(fastest_mbs1.get(key, 0.0), r.tokens_per_s_per_gpu)
     for i in np.flatnonzero(retry_only & ok):
         r, lay = sweep[i], sweep[i].layout
-        same = fastest_mbs1.get(family_key(r)[:3] + family_key(r)[4:], np.nan)
+        same = fastest_mbs1.get(family_key(r, mbs=False), np.nan)
         print(f"    {r.model.name} tp {lay['tp']} pp {lay['pp']} dp {lay['dp']} mbs {lay['mbs']} zero {lay['zero']}: "
               f"reserved {peak[i] / capacity:.3f}, firm {firm[i] / capacity:.3f} of the card; "
               f"{r.tokens_per_s_per_gpu:,.0f} tokens/s, {r.tokens_per_s_per_gpu / same:.2f} of its family's "

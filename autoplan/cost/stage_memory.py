@@ -161,7 +161,7 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.n
     for name in MEMORY_TERMS[len(STATE_TERMS):]:
         total = total + terms[name]
     terms["total"], terms["host"] = total, host
-    terms["firm"] = total - (np.where(b.pp >= 3, cache, 0.0) if stage == "middle" else cache)
+    terms["firm"] = total - cache  # (0 on a middle stage where pp < 3: its transient terms are)
     return terms
 
 
