@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from autoplan.calibration.megatron_bridge_source import load_megatron_bridge
 from autoplan.calibration.nemo_source import load_nemo, load_nemo_added
 from autoplan.calibration.published_runs import load_mpt, load_other_runs
 from autoplan.calibration.rows import Source
@@ -31,6 +32,7 @@ SOURCES: dict[str, Callable[[], Source]] = {
     "other_runs": load_other_runs,
     "nemo": load_nemo,
     "nemo_added": load_nemo_added,
+    "megatron_bridge": load_megatron_bridge,
 }
 
 

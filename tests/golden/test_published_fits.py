@@ -138,6 +138,28 @@ def test_nemo_added_rows_fit_but_the_named_ones():
     assert len(rows) == 19 and over == set(NEMO_ADDED_UNFIT), over
 
 
+# Megatron-Bridge rows predicted not to fit although they ran (strict as NEMO_UNFIT), each with the
+# reason. The 26.02.01 GB300 MXFP8 Llama 3 70B line (megatron_bridge:150) gives mbs 2 and no vp at
+# pp 4, which no GB300 MXFP8 workload config of its tag has (v0.3.1 LLAMA3_70B_PRETRAIN_CONFIG_
+# GB300_FP8_MX_V1/V2: pp 4, vp 5, mbs 1; the 26.04 lines of the same model say vp 5, mbs 1): at
+# 1F1B with 20-layer stages and two sequences per micro-batch it needs 369.6 GiB of the 277.5.
+MEGATRON_BRIDGE_UNFIT = {"megatron_bridge:150": "the page's layout matches no recipe of its tag"}
+
+
+def test_megatron_bridge_rows_fit_but_the_named_ones():
+    """Megatron-Bridge's 2025-26 Llama performance rows (calibration/megatron_bridge_source.py: the
+    recipes' Megatron-FSDP, activation offload and pipeline split, never fitted on) ran: each must
+    be legal and fit, but the rows MEGATRON_BRIDGE_UNFIT names."""
+    from autoplan.calibration.fit import predict_rows
+    from autoplan.calibration.sources import load_source
+
+    rows = list(load_source("megatron_bridge").rows)
+    predicted = predict_rows(rows)
+    over = {row.row_id: f"{peak / 2**30:.1f} GiB" for row, peak, fits
+            in zip(rows, predicted["peak_memory_all_stages_bytes"], predicted["fits"]) if not fits}
+    assert len(rows) >= 50 and set(over) == set(MEGATRON_BRIDGE_UNFIT), over
+
+
 # llm-foundry's MPT benchmark rows (validation/mpt_llm_foundry.csv, 139 used by the accuracy
 # benchmark) ran at micro-batches hand-set near the memory limit (examples/llm/throughput/sweep.sh):
 # each must fit, and the tightest sit close to the card. 80 were predicted over it before the
