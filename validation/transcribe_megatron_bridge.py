@@ -9,7 +9,8 @@ releases with a precision column (25.11 on) the workload base config the perform
 ran with: matched on model, GPU, precision, GPUs, global batch, micro-batch, tp, pp, cp, vp, ep
 (and Megatron-FSDP where the page has an FSDP column) among the configs of
 ``scripts/performance/configs/**/workload_base_configs.py`` at the tags of the row's release
-(``RELEASE_TAGS``), else at any tag (``recipe_match`` "other tag"), else none. The configs are
+(``RELEASE_TAGS``), else at any tag (``recipe_match`` "other tag"), else none; where the
+matching configs of those tags disagree, the earliest tag's (", tags disagree"). The configs are
 read by executing those files with the tag's own ``WorkloadBaseConfig`` dataclass (plain
 ``dataclasses.replace`` calls; nothing of Megatron-Bridge is imported). Not part of the
 package: it documents how the CSV was made (autoplan/calibration/megatron_bridge_source.py reads it).
@@ -31,13 +32,15 @@ DOCS = ("docs/performance-summary-archive.md", "docs/performance-summary.md")
 RELEASE_TAGS = {"25.11": ("v0.2.0", "v0.2.1", "v0.2.2"), "26.02": ("v0.3.0",), "26.02.01": ("v0.3.1",),
                 "26.04": ("v0.4.0",), "26.04.01": ("v0.4.1", "v0.4.2"), "26.06": ("v0.5.0",), "26.06.01": ("v0.5.1",)}
 ALL_TAGS = tuple(t for tags in RELEASE_TAGS.values() for t in tags)
-MODELS = {"LLAMA3_8B": "LLAMA3_8B", "LLAMA3_70B": "LLAMA3_70B", "LLAMA3.1_405B": "LLAMA31_405B"}
+MODELS = {"LLAMA3_8B": "LLAMA3_8B", "LLAMA3_70B": "LLAMA3_70B", "LLAMA3.1_405B": "LLAMA31_405B",
+          "Qwen3_30B_a3B": "QWEN3_30B_A3B", "Qwen3_235B_a22B": "QWEN3_235B_A22B"}
 PRECISIONS = {"BF16": "BF16", "FP8": "FP8_CS", "FP8-CS": "FP8_CS", "FP8-MX": "FP8_MX", "MXFP8": "FP8_MX",
               "NVFP4": "NVFP4"}
-CONFIG_NAME = re.compile(r"^(LLAMA3_8B|LLAMA3_70B|LLAMA31_405B)_(?:PRETRAIN_CONFIG_)?(GB300|GB200|B300|B200|H100)_"
+CONFIG_NAME = re.compile(r"^(LLAMA3_8B|LLAMA3_70B|LLAMA31_405B|QWEN3_30B_A3B|QWEN3_235B_A22B)_(?:PRETRAIN_CONFIG_)?(GB300|GB200|B300|B200|H100)_"
                          r"(BF16|FP8_CS|FP8_MX|FP8_DS|FP8_SC|NVFP4)(?:_V\d+|_BASE_CONFIG)?$")
 KNOBS = ("use_megatron_fsdp", "cpu_offloading_num_layers", "recompute_num_layers", "recompute_modules",
-         "cuda_graph_impl", "cuda_graph_scope", "pp_layout", "nccl_ub", "fp8_dot_product_attention")
+         "cuda_graph_impl", "cuda_graph_scope", "pp_layout", "nccl_ub", "fp8_dot_product_attention",
+         "expert_tensor_parallel_size", "moe_flex_dispatcher_backend", "moe_a2a_overlap")
 FIELDS = ("release", "task", "system", "model", "precision", "cell_value", "num_gpus", "gbs", "mbs", "seq_len",
           "fsdp", "tp", "pp", "cp", "vp", "ep", "ga", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
           "recipe_match", "recipe_config", *KNOBS, "source")
@@ -98,7 +101,7 @@ def configs(repo: str) -> list[dict]:
     for tag in ALL_TAGS:
         cls = workload_class(repo, tag)
         paths = [p for p in git(repo, "ls-tree", "-r", "--name-only", tag, "scripts/performance/configs").split()
-                 if re.search(r"llama3?1?/.*workload_base_configs\.py$", p)]
+                 if re.search(r"(llama3?1?|qwen3?)/.*workload_base_configs\.py$", p)]
         for path in paths:
             namespace = {"WorkloadBaseConfig": cls}
             exec(compile(git(repo, "show", f"{tag}:{path}").replace("from utils.utils import WorkloadBaseConfig", ""),
@@ -138,10 +141,11 @@ def recipe(r: dict[str, str], known: list[dict]) -> dict[str, str]:
     pick = sorted(own or found, key=lambda c: ALL_TAGS.index(c["tag"]))
     if not pick:
         return {"recipe_match": "none"}
+    # Where the matching configs of several tags disagree (26.04.01: v0.4.1 and v0.4.2), the
+    # earliest is taken and the match says so.
     settings = {json.dumps({k: c.get(k) for k in KNOBS}, sort_keys=True) for c in pick}
-    assert len(settings) == 1, f"configs disagree for {r}: {settings}"
     c = pick[0]
-    out = {"recipe_match": "release tag" if own else "other tag",
+    out = {"recipe_match": ("release tag" if own else "other tag") + (", tags disagree" if len(settings) > 1 else ""),
            "recipe_config": f"{c['name']} ({c['file']} @{c['tag']})"}
     for k in KNOBS:
         v = c.get(k)

@@ -1,4 +1,4 @@
-"""Megatron-Bridge's performance summaries (NeMo containers 25.11-26.08) as rows autoplan can
+"""Megatron-Bridge's performance summaries (NeMo containers 25.11-26.06) as rows autoplan can
 predict: runs the calibration never saw (a held-out source, ``accuracy.HELD_OUT_SOURCES``).
 
 ``validation/megatron_bridge_perf_summary.csv`` transcribes every table row of
@@ -6,17 +6,19 @@ NVIDIA-NeMo/Megatron-Bridge ``docs/performance-summary-archive.md`` and
 ``docs/performance-summary.md`` (commit 4ab94dfad3, 2026-08-11: DGX-H100, B200, B300, GB200 NVL72,
 GB300 NVL72; BF16, FP8, MXFP8, NVFP4; dense Llama and MoE models) with its release. A cell
 "FP8-CS (FP8-MX)" with "31508 (29789)" tokens/s is two runs of one layout (``cell_value`` first /
-parenthesised). For the Llama rows the recipe's memory settings come from the workload base
-config the performance scripts ran with (``scripts/performance/configs/llama/
-llama3{,1}_workload_base_configs.py``, or ``configs/llama3{,1}/workload_base_configs.py``), found
+parenthesised). For the Llama and Qwen3 rows the recipe's settings come from the workload base
+config the performance scripts ran with (``scripts/performance/configs/{llama,qwen}/
+*_workload_base_configs.py``, or ``configs/{llama3,llama31,qwen3}/workload_base_configs.py``), found
 at the Megatron-Bridge tag of the row's container (25.11 v0.2.0-v0.2.2, 26.02 v0.3.0, 26.02.01
 v0.3.1, 26.04 v0.4.0, 26.04.01 v0.4.1-v0.4.2, 26.06 v0.5.0, 26.06.01 v0.5.1) by GPU, precision,
 GPUs, batch, micro-batch and parallel sizes (and Megatron-FSDP where the page has the column);
-``recipe_match`` says whether it was there ("release tag"), only at another tag ("other tag",
-three 25.11 rows whose configs were renamed later) or nowhere ("none": no memory setting known).
+``recipe_match`` says whether it was there ("release tag"; ", tags disagree" where the tags of
+one release differ, the earliest taken), only at another tag ("other tag") or nowhere ("none":
+no setting known, the defaults below assumed). ``validation/transcribe_megatron_bridge.py``
+writes the file.
 
-Conventions, each from the scripts of those tags (``scripts/performance/configs/llama/
-llama3{,1}_llm_pretrain.py``, ``utils/precision.py``, ``utils/overrides.py``) or an assumption:
+Conventions, each from the scripts of those tags (``scripts/performance/configs/{llama,qwen}/
+*_llm_pretrain.py``, ``utils/precision.py``, ``utils/overrides.py``) or an assumption:
 
 * Trainer: the megatron profile. ZeRO 3 where the page's FSDP column is > 0 or the recipe sets
   ``use_megatron_fsdp`` (Megatron-FSDP), else 1 (the distributed optimizer the recipes set). SP
@@ -27,9 +29,16 @@ llama3{,1}_llm_pretrain.py``, ``utils/precision.py``, ``utils/overrides.py``) or
 * Llama 3.1 405B counts the embedding and the loss as pipeline layers (``pp_split`` embed-loss:
   ``llama31_405b_pretrain_config`` sets ``account_for_embedding_in_pipeline_split`` and
   ``account_for_loss_in_pipeline_split`` at every tag), so 126 layers run on pp·vp = 128 stages.
-* Gradients reduced in bf16 (``set_llama3{,1}_common_configs``: ``grad_reduce_in_fp32 = False``).
+* Gradients reduced in bf16 (``set_llama3{,1}_common_configs``, ``set_qwen3_common_configs``:
+  ``grad_reduce_in_fp32 = False``).
 * TP communication overlap where tp > 1 (the 70B and 405B recipes' ``CommOverlapConfig(
-  tp_comm_overlap=True)``, kept by the performance scripts but for NVFP4).
+  tp_comm_overlap=True)``, kept by the performance scripts but for NVFP4; the Qwen3 scripts set it).
+* Qwen3 (MoE): routing force-balanced and dropless (``moe_router_force_load_balancing``, the
+  cost model's uniform routing); expert tp from the config (1); the flex dispatcher where the
+  config names a backend (``moe_flex_dispatcher_backend`` deepep or hybridep: ``moe_token_dedup``),
+  else Megatron's all-to-all; ``moe_a2a_overlap`` as the config sets it (``WorkloadBaseConfig``'s
+  default False: the expert all-to-all is then exposed). No recompute (the scripts' common configs
+  clear the recipes' own).
 * ``cpu_offloading_num_layers`` N: activation offload of N layers (``offload_layers``);
   ``recompute_num_layers`` N: full recompute of N layers per stage (block); ``recompute_modules``:
   selective recompute of those modules (``utils/overrides.py _set_recompute_overrides``).
@@ -37,11 +46,11 @@ llama3{,1}_llm_pretrain.py``, ``utils/precision.py``, ``utils/overrides.py``) or
   ``pp_layout`` strings (autoplan splits uneven stages its own way).
 
 Rows left out, with the reason: the 25.09 tables (no precision column; their parentheses mix
-quantization granularities with other layouts), fine-tuning (SFT, LoRA), NVFP4 (not modelled),
-DGX-B300 (no hardware preset), models without a preset in ``model_db/``, and the MoE models that
-have one (DeepSeek-V3, Qwen3): their recipes' dispatcher, overlap, recompute and pipeline-layout
-settings are not transcribed, and a row without them would check the transcription, not the
-model.
+quantization granularities with other layouts), 26.08 (its workload configs moved into the library
+recipes at v0.6.0 and are not transcribed), fine-tuning (SFT, LoRA), NVFP4 (not modelled),
+DGX-B300 (no hardware preset), models without a preset in ``model_db/``, and DeepSeek-V3, whose
+recipes' MTP variants, pipeline layouts and recompute are not transcribed (a row without them
+would check the transcription, not the model).
 """
 
 from __future__ import annotations
@@ -57,9 +66,12 @@ from autoplan.specs.models import load_model
 
 MEGATRON_BRIDGE_FILE = "megatron_bridge_perf_summary.csv"
 SOURCE = "megatron_bridge"
-_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b"}
-# MoE models with a preset whose recipe settings are not transcribed (module doc).
-_MOE_WITH_PRESET = ("DeepSeekV3", "Qwen3_30B_a3B", "Qwen3_235B_a22B")
+_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b",
+           "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b"}
+# A model with a preset whose recipe settings are not transcribed (module doc).
+_NOT_TRANSCRIBED = ("DeepSeekV3",)
+_TRANSCRIBED_RELEASES = ("25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01")
+_FLEX_BACKENDS = ("deepep", "hybridep")
 _HARDWARE = {"DGX-H100": "h100-sxm", "DGX-B200": "b200", "DGX-GB200": "gb200-nvl72", "DGX-GB300": "gb300-nvl72"}
 # Models whose recipe counts the embedding and the loss as pipeline layers (module doc).
 _EMBED_LOSS_SPLIT = ("LLAMA3.1_405B",)
@@ -79,10 +91,11 @@ def _exclusion(r: dict[str, str]) -> str:
     if r["task"] != "Pre-Training":
         return f"task = {r['task']} (fine-tuning, not pre-training)"
     if r["model"] not in _MODELS:
-        base = r["model"].split(" (")[0]
-        if base in _MOE_WITH_PRESET:
-            return f"model = {r['model']} (MoE recipe settings not transcribed)"
+        if r["model"].split(" (")[0] in _NOT_TRANSCRIBED:
+            return f"model = {r['model']} (recipe settings not transcribed)"
         return f"model = {r['model']} (no preset in model_db)"
+    if r["release"] not in _TRANSCRIBED_RELEASES:
+        return f"release {r['release']} (recipe settings not transcribed)"
     if r["system"] not in _HARDWARE:
         return f"system = {r['system']} (no hardware preset)"
     if r["precision"] not in _FP8_RECIPES and r["precision"] != "BF16":
@@ -105,18 +118,26 @@ def _knobs(r: dict[str, str]) -> dict[str, Any]:
 def _layout(r: dict[str, str]) -> dict[str, Any]:
     fsdp = _degree(r["fsdp"], 0) > 0 or r["use_megatron_fsdp"].strip() == "True"
     return {"gpus": int(r["num_gpus"]), "tp": _degree(r["tp"]), "pp": _degree(r["pp"]), "cp": _degree(r["cp"]),
-            "vpp": _degree(r["vp"]), "ep": _degree(r["ep"]), "zero": 3 if fsdp else 1, "mbs": int(r["mbs"]),
+            "vpp": _degree(r["vp"]), "ep": _degree(r["ep"]), "etp": _degree(r["expert_tensor_parallel_size"]),
+            "zero": 3 if fsdp else 1, "mbs": int(r["mbs"]),
             "seq_len": int(r["seq_len"]), "gbs_seqs": int(r["gbs"]), "recompute": "none",
             "precision": "bf16" if r["precision"] == "BF16" else "fp8",
             "pp_split": "embed-loss" if r["model"] in _EMBED_LOSS_SPLIT else "balanced", **_knobs(r)}
 
 
-def _overrides(layout: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """TP communication overlap where tp > 1, and the profile fact that lets a recipe's activation
+def _overrides(r: dict[str, str], layout: dict[str, Any], moe: bool) -> tuple[tuple[str, Any], ...]:
+    """The trainer options the recipe sets (TP communication overlap where tp > 1; for MoE models
+    the dispatcher and the all-to-all overlap), and the profile fact that lets a recipe's activation
     offload through (rules/recompute.py trainer_offload), as calibration/nemo_source.py does."""
     out: tuple[tuple[str, Any], ...] = ()
+    options = load_profile("megatron").options
+    if moe:
+        options = replace(options, moe_token_dedup=r["moe_flex_dispatcher_backend"] in _FLEX_BACKENDS,
+                          moe_a2a_overlap=r["moe_a2a_overlap"] == "True")
     if layout["tp"] > 1:
-        out += (("options", replace(load_profile("megatron").options, tp_comm_overlap=True)),)
+        options = replace(options, tp_comm_overlap=True)
+    if options != load_profile("megatron").options:
+        out += (("options", options),)
     if layout["offload_layers"] > 0:
         out += (("activation_offload", True),)
     return out
@@ -125,19 +146,20 @@ def _overrides(layout: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 def _row(line: int, r: dict[str, str]) -> Row:
     hardware = _HARDWARE[r["system"]]
     layout = _layout(r)
+    model = load_model(_MODELS[r["model"]])
     settings: tuple[tuple[str, Any], ...] = (("grad_reduce_in_bf16", True),)
     if layout["precision"] == "fp8":
         settings += (("fp8_param_gather", True),)
     cell = f"{r['model']}/{hardware}/{r['num_gpus']}gpus/{r['precision']}"
-    return Row(source=SOURCE, row_id=f"{SOURCE}:{line}", model=load_model(_MODELS[r["model"]]), hardware=hardware,
+    return Row(source=SOURCE, row_id=f"{SOURCE}:{line}", model=model, hardware=hardware,
                trainer="megatron", layout=layout, tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]),
                cell=cell, allow_uneven=True, fp8_recipe=_FP8_RECIPES.get(r["precision"], "tensorwise"),
-               profile_overrides=_overrides(layout), settings=settings)
+               profile_overrides=_overrides(r, layout, model.is_moe), settings=settings)
 
 
 def load_megatron_bridge() -> Source:
     """The Megatron-Bridge rows autoplan can reproduce (see the module doc): never fitted on."""
     rows, excluded = rows_and_exclusions(SOURCE, MEGATRON_BRIDGE_FILE, _exclusion, _row)
     return Source(SOURCE, MEGATRON_BRIDGE_FILE, rows, excluded,
-                  notes="Megatron-Bridge 25.11-26.06 Llama rows (recipe memory settings from the workload "
+                  notes="Megatron-Bridge 25.11-26.06 Llama 3 and Qwen3 rows (recipe settings from the workload "
                         "configs); bf16 gradients, fp8 param gather; never fitted on")

@@ -23,17 +23,18 @@ def test_every_line_is_a_row_or_left_out_with_its_reason(source, lines):
     ids = [r.row_id for r in source.rows] + [i for i, _ in source.excluded]
     assert sorted(ids) == sorted(lines) and len(ids) == len(set(ids))
     reasons = {reason.split(" = ")[0].split(" (")[0] for _, reason in source.excluded}
-    assert reasons == {"release 25.09", "task", "model", "precision"}
-    assert all(lines[i]["model"].startswith(("LLAMA3", "LLAMA3.1")) for i in (r.row_id for r in source.rows))
+    assert reasons == {"release 25.09", "release 26.08", "task", "model", "precision", "system"}
+    assert all(lines[i]["model"].startswith(("LLAMA3", "Qwen3")) for i in (r.row_id for r in source.rows))
 
 
-def test_rows_are_llama_pretraining_on_four_gpus_never_fitted(source):
+def test_rows_are_llama_and_qwen3_pretraining_on_four_gpus_never_fitted(source):
     from autoplan.calibration.accuracy import HELD_OUT_SOURCES, TIME_SOURCES, fit_split
     from autoplan.calibration.sources import load_sources
 
     assert {r.hardware for r in source.rows} == {"h100-sxm", "b200", "gb200-nvl72", "gb300-nvl72"}
-    assert {r.model.name for r in source.rows} == {"llama3-8b", "llama3-70b", "llama3.1-405b"}
-    assert len(source.rows) >= 50 and all(r.has_time and r.trainer == "megatron" for r in source.rows)
+    assert {r.model.name for r in source.rows} == {"llama3-8b", "llama3-70b", "llama3.1-405b", "qwen3-30b-a3b",
+                                                   "qwen3-235b-a22b"}
+    assert len(source.rows) >= 100 and all(r.has_time and r.trainer == "megatron" for r in source.rows)
     assert "megatron_bridge" in TIME_SOURCES and "megatron_bridge" in HELD_OUT_SOURCES
     fitted = fit_split(load_sources(["nemo", "megatron_bridge"]))
     assert fitted and not any(i.startswith("megatron_bridge:") for i in fitted)
@@ -74,8 +75,27 @@ def test_recipe_settings_reach_the_layout(source, lines):
         assert row.layout["offload_layers"] == int(line["cpu_offloading_num_layers"] or 0)
         overrides = dict(row.profile_overrides)
         assert ("activation_offload" in overrides) == (row.layout["offload_layers"] > 0)
-        assert ("options" in overrides) == (row.layout["tp"] > 1)
+        if row.layout["tp"] > 1:
+            assert overrides["options"].tp_comm_overlap
         assert row.layout["pp_split"] == ("embed-loss" if row.model.name == "llama3.1-405b" else "balanced")
     assert any(r.layout["offload_layers"] > 0 for r in rows) and any(r.layout["zero"] == 3 for r in rows)
     matched = {lines[r.row_id]["recipe_match"] for r in rows}
     assert matched <= {"release tag", "other tag", "none"} and "release tag" in matched
+
+
+def test_moe_rows_take_the_dispatcher_and_overlap_their_config_sets(source, lines):
+    """Qwen3: the flex dispatcher (DeepEP or HybridEP) where the config names a backend, the
+    expert all-to-all overlap as the config sets it (WorkloadBaseConfig's default: off), expert tp 1."""
+    from autoplan.profiles import load_profile
+
+    def options(row):
+        return dict(row.profile_overrides).get("options", load_profile("megatron").options)
+
+    moe = [r for r in source.rows if r.model.is_moe]
+    assert moe
+    for row in moe:
+        line = lines[row.row_id]
+        assert options(row).moe_token_dedup == (line["moe_flex_dispatcher_backend"] in ("deepep", "hybridep"))
+        assert options(row).moe_a2a_overlap == (line["moe_a2a_overlap"] == "True")
+        assert row.layout["etp"] == 1 and row.layout["recompute"] == "none"
+    assert {options(r).moe_a2a_overlap for r in moe} == {True, False}
