@@ -42,8 +42,9 @@ Conventions, each from the scripts of those tags (``scripts/performance/configs/
 * ``cpu_offloading_num_layers`` N: activation offload of N layers (``offload_layers``);
   ``recompute_num_layers`` N: full recompute of N layers per stage (block); ``recompute_modules``:
   selective recompute of those modules (``utils/overrides.py _set_recompute_overrides``).
-* Not modelled, recorded: CUDA graphs (``cuda_graph_impl``), NCCL user buffers, the recipes'
-  ``pp_layout`` strings (autoplan splits uneven stages its own way).
+* Not modelled, recorded: CUDA graphs (``cuda_graph_impl``, ``cuda_graph_scope``), NCCL user
+  buffers, FP8 attention (``fp8_dot_product_attention``, 9 rows), the recipes' ``pp_layout``
+  strings (none of the loaded rows sets one).
 
 Rows left out, with the reason: the 25.09 tables (no precision column; their parentheses mix
 quantization granularities with other layouts), 26.08 (its workload configs moved into the library
