@@ -33,10 +33,11 @@ RELEASE_TAGS = {"25.11": ("v0.2.0", "v0.2.1", "v0.2.2"), "26.02": ("v0.3.0",), "
                 "26.04": ("v0.4.0",), "26.04.01": ("v0.4.1", "v0.4.2"), "26.06": ("v0.5.0",), "26.06.01": ("v0.5.1",)}
 ALL_TAGS = tuple(t for tags in RELEASE_TAGS.values() for t in tags)
 MODELS = {"LLAMA3_8B": "LLAMA3_8B", "LLAMA3_70B": "LLAMA3_70B", "LLAMA3.1_405B": "LLAMA31_405B",
-          "Qwen3_30B_a3B": "QWEN3_30B_A3B", "Qwen3_235B_a22B": "QWEN3_235B_A22B"}
+          "Qwen3_30B_a3B": "QWEN3_30B_A3B", "Qwen3_235B_a22B": "QWEN3_235B_A22B", "DeepSeekV3": "DEEPSEEK_V3",
+          "DeepSeekV3 (w/o MTP)": "DEEPSEEK_V3", "DeepSeekV3 (w/ MTP)": "DEEPSEEK_V3"}
 PRECISIONS = {"BF16": "BF16", "FP8": "FP8_CS", "FP8-CS": "FP8_CS", "FP8-MX": "FP8_MX", "MXFP8": "FP8_MX",
               "NVFP4": "NVFP4"}
-CONFIG_NAME = re.compile(r"^(LLAMA3_8B|LLAMA3_70B|LLAMA31_405B|QWEN3_30B_A3B|QWEN3_235B_A22B)_(?:PRETRAIN_CONFIG_)?(GB300|GB200|B300|B200|H100)_"
+CONFIG_NAME = re.compile(r"^(LLAMA3_8B|LLAMA3_70B|LLAMA31_405B|QWEN3_30B_A3B|QWEN3_235B_A22B|DEEPSEEK_V3)_(?:PRETRAIN_CONFIG_)?(GB300|GB200|B300|B200|H100)_"
                          r"(BF16|FP8_CS|FP8_MX|FP8_DS|FP8_SC|NVFP4)(?:_V\d+|_BASE_CONFIG)?$")
 KNOBS = ("use_megatron_fsdp", "cpu_offloading_num_layers", "recompute_num_layers", "recompute_modules",
          "cuda_graph_impl", "cuda_graph_scope", "pp_layout", "nccl_ub", "fp8_dot_product_attention",
@@ -101,7 +102,7 @@ def configs(repo: str) -> list[dict]:
     for tag in ALL_TAGS:
         cls = workload_class(repo, tag)
         paths = [p for p in git(repo, "ls-tree", "-r", "--name-only", tag, "scripts/performance/configs").split()
-                 if re.search(r"(llama3?1?|qwen3?)/.*workload_base_configs\.py$", p)]
+                 if re.search(r"(llama3?1?|qwen3?|deepseek)/.*workload_base_configs\.py$", p)]
         for path in paths:
             namespace = {"WorkloadBaseConfig": cls}
             exec(compile(git(repo, "show", f"{tag}:{path}").replace("from utils.utils import WorkloadBaseConfig", ""),

@@ -6,9 +6,9 @@ NVIDIA-NeMo/Megatron-Bridge ``docs/performance-summary-archive.md`` and
 ``docs/performance-summary.md`` (commit 4ab94dfad3, 2026-08-11: DGX-H100, B200, B300, GB200 NVL72,
 GB300 NVL72; BF16, FP8, MXFP8, NVFP4; dense Llama and MoE models) with its release. A cell
 "FP8-CS (FP8-MX)" with "31508 (29789)" tokens/s is two runs of one layout (``cell_value`` first /
-parenthesised). For the Llama and Qwen3 rows the recipe's settings come from the workload base
-config the performance scripts ran with (``scripts/performance/configs/{llama,qwen}/
-*_workload_base_configs.py``, or ``configs/{llama3,llama31,qwen3}/workload_base_configs.py``), found
+parenthesised). For the Llama 3, Qwen3 and DeepSeek-V3 rows the recipe's settings come from the
+workload base config the performance scripts ran with (``scripts/performance/configs/
+{llama,qwen,deepseek}/*workload_base_configs.py``, ``configs/{llama3,llama31,qwen3}/...`` at v0.2.x), found
 at the Megatron-Bridge tag of the row's container (25.11 v0.2.0-v0.2.2, 26.02 v0.3.0, 26.02.01
 v0.3.1, 26.04 v0.4.0, 26.04.01 v0.4.1-v0.4.2, 26.06 v0.5.0, 26.06.01 v0.5.1) by GPU, precision,
 GPUs, batch, micro-batch and parallel sizes (and Megatron-FSDP where the page has the column);
@@ -39,6 +39,15 @@ Conventions, each from the scripts of those tags (``scripts/performance/configs/
   else Megatron's all-to-all; ``moe_a2a_overlap`` as the config sets it (``WorkloadBaseConfig``'s
   default False: the expert all-to-all is then exposed). No recompute (the scripts' common configs
   clear the recipes' own).
+* DeepSeek-V3 (MoE, as Qwen3 for routing, dispatcher and overlap): selective recompute
+  (``set_deepseek_v3_common_configs``: ``recompute_granularity = "selective"``) of the config's
+  ``recompute_modules``, else Megatron's default set (core_attn); one multi-token-prediction depth
+  (the recipe's ``mtp_num_layers = 1``) but on the lines the page marks "w/o MTP". Its recipes lay
+  the stages out by hand (``pipeline_model_parallel_layout``: the embedding with the first four
+  layers, then chunks of four, the last chunk one layer, the MTP depth and the loss,
+  ``recipes/deepseek/deepseek_v3.py set_deepseek_v3_pipeline_model_parallel_layout``); autoplan
+  splits the 61 layers evenly and puts the MTP depth on the last stage, so the heaviest stage can
+  differ by a layer.
 * ``cpu_offloading_num_layers`` N: activation offload of N layers (``offload_layers``);
   ``recompute_num_layers`` N: full recompute of N layers per stage (block); ``recompute_modules``:
   selective recompute of those modules (``utils/overrides.py _set_recompute_overrides``).
@@ -49,9 +58,7 @@ Conventions, each from the scripts of those tags (``scripts/performance/configs/
 Rows left out, with the reason: the 25.09 tables (no precision column; their parentheses mix
 quantization granularities with other layouts), 26.08 (its workload configs moved into the library
 recipes at v0.6.0 and are not transcribed), fine-tuning (SFT, LoRA), NVFP4 (not modelled),
-DGX-B300 (no hardware preset), models without a preset in ``model_db/``, and DeepSeek-V3, whose
-recipes' MTP variants, pipeline layouts and recompute are not transcribed (a row without them
-would check the transcription, not the model).
+DGX-B300 (no hardware preset) and models without a preset in ``model_db/``.
 """
 
 from __future__ import annotations
@@ -68,9 +75,12 @@ from autoplan.specs.models import load_model
 MEGATRON_BRIDGE_FILE = "megatron_bridge_perf_summary.csv"
 SOURCE = "megatron_bridge"
 _MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b",
-           "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b"}
-# A model with a preset whose recipe settings are not transcribed (module doc).
-_NOT_TRANSCRIBED = ("DeepSeekV3",)
+           "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b", "DeepSeekV3": "deepseek-v3",
+           "DeepSeekV3 (w/ MTP)": "deepseek-v3", "DeepSeekV3 (w/o MTP)": "deepseek-v3"}
+# The DeepSeek-V3 lines the page says ran without the multi-token-prediction depth (module doc).
+_WITHOUT_MTP = ("DeepSeekV3 (w/o MTP)",)
+# Models whose performance scripts set selective recompute (module doc).
+_SELECTIVE = ("DeepSeekV3", "DeepSeekV3 (w/ MTP)", "DeepSeekV3 (w/o MTP)")
 _TRANSCRIBED_RELEASES = ("25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01")
 _FLEX_BACKENDS = ("deepep", "hybridep")
 _HARDWARE = {"DGX-H100": "h100-sxm", "DGX-B200": "b200", "DGX-GB200": "gb200-nvl72", "DGX-GB300": "gb300-nvl72"}
@@ -92,8 +102,6 @@ def _exclusion(r: dict[str, str]) -> str:
     if r["task"] != "Pre-Training":
         return f"task = {r['task']} (fine-tuning, not pre-training)"
     if r["model"] not in _MODELS:
-        if r["model"].split(" (")[0] in _NOT_TRANSCRIBED:
-            return f"model = {r['model']} (recipe settings not transcribed)"
         return f"model = {r['model']} (no preset in model_db)"
     if r["release"] not in _TRANSCRIBED_RELEASES:
         return f"release {r['release']} (recipe settings not transcribed)"
@@ -113,6 +121,8 @@ def _knobs(r: dict[str, str]) -> dict[str, Any]:
         knobs.update(recompute="full", recompute_layers=_degree(r["recompute_num_layers"]))
     elif r["recompute_modules"].strip():
         knobs.update(recompute="selective", recompute_modules=r["recompute_modules"].strip())
+    elif r["model"] in _SELECTIVE:  # the trainer's own selective set (Megatron's core_attn)
+        knobs.update(recompute="selective")
     return knobs
 
 
@@ -148,6 +158,8 @@ def _row(line: int, r: dict[str, str]) -> Row:
     hardware = _HARDWARE[r["system"]]
     layout = _layout(r)
     model = load_model(_MODELS[r["model"]])
+    if r["model"] in _WITHOUT_MTP:
+        model = replace(model, num_mtp_layers=0)
     settings: tuple[tuple[str, Any], ...] = (("grad_reduce_in_bf16", True),)
     if layout["precision"] == "fp8":
         settings += (("fp8_param_gather", True),)
@@ -162,5 +174,5 @@ def load_megatron_bridge() -> Source:
     """The Megatron-Bridge rows autoplan can reproduce (see the module doc): never fitted on."""
     rows, excluded = rows_and_exclusions(SOURCE, MEGATRON_BRIDGE_FILE, _exclusion, _row)
     return Source(SOURCE, MEGATRON_BRIDGE_FILE, rows, excluded,
-                  notes="Megatron-Bridge 25.11-26.06 Llama 3 and Qwen3 rows (recipe settings from the workload "
-                        "configs); bf16 gradients, fp8 param gather; never fitted on")
+                  notes="Megatron-Bridge 25.11-26.06 Llama 3, Qwen3 and DeepSeek-V3 rows (recipe settings from "
+                        "the workload configs); bf16 gradients, fp8 param gather; never fitted on")

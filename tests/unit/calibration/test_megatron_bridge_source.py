@@ -24,16 +24,16 @@ def test_every_line_is_a_row_or_left_out_with_its_reason(source, lines):
     assert sorted(ids) == sorted(lines) and len(ids) == len(set(ids))
     reasons = {reason.split(" = ")[0].split(" (")[0] for _, reason in source.excluded}
     assert reasons == {"release 25.09", "release 26.08", "task", "model", "precision", "system"}
-    assert all(lines[i]["model"].startswith(("LLAMA3", "Qwen3")) for i in (r.row_id for r in source.rows))
+    assert all(lines[i]["model"].startswith(("LLAMA3", "Qwen3", "DeepSeekV3")) for i in (r.row_id for r in source.rows))
 
 
-def test_rows_are_llama_and_qwen3_pretraining_on_four_gpus_never_fitted(source):
+def test_rows_are_llama_qwen3_and_deepseek_pretraining_on_four_gpus_never_fitted(source):
     from autoplan.calibration.accuracy import HELD_OUT_SOURCES, TIME_SOURCES, fit_split
     from autoplan.calibration.sources import load_sources
 
     assert {r.hardware for r in source.rows} == {"h100-sxm", "b200", "gb200-nvl72", "gb300-nvl72"}
     assert {r.model.name for r in source.rows} == {"llama3-8b", "llama3-70b", "llama3.1-405b", "qwen3-30b-a3b",
-                                                   "qwen3-235b-a22b"}
+                                                   "qwen3-235b-a22b", "deepseek-v3"}
     assert len(source.rows) >= 100 and all(r.has_time and r.trainer == "megatron" for r in source.rows)
     assert "megatron_bridge" in TIME_SOURCES and "megatron_bridge" in HELD_OUT_SOURCES
     fitted = fit_split(load_sources(["nemo", "megatron_bridge"]))
@@ -97,5 +97,11 @@ def test_moe_rows_take_the_dispatcher_and_overlap_their_config_sets(source, line
         line = lines[row.row_id]
         assert options(row).moe_token_dedup == (line["moe_flex_dispatcher_backend"] in ("deepep", "hybridep"))
         assert options(row).moe_a2a_overlap == (line["moe_a2a_overlap"] == "True")
-        assert row.layout["etp"] == 1 and row.layout["recompute"] == "none"
+        assert row.layout["etp"] == 1
+        # Qwen3's scripts clear recompute; DeepSeek-V3's set selective, of the config's modules
+        deepseek = row.model.name == "deepseek-v3"
+        assert row.layout["recompute"] == ("selective" if deepseek else "none")
+        if deepseek:
+            assert row.layout.get("recompute_modules", "") == line["recompute_modules"]
+            assert row.model.num_mtp_layers == (0 if "w/o MTP" in line["model"] else 1)
     assert {options(r).moe_a2a_overlap for r in moe} == {True, False}
