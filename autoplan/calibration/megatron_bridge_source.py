@@ -17,8 +17,9 @@ one release differ, the earliest taken), only at another tag ("other tag") or no
 no setting known, the defaults below assumed). ``validation/transcribe_megatron_bridge.py``
 writes the file.
 
-Conventions, each from the scripts of those tags (``scripts/performance/configs/{llama,qwen}/
-*_llm_pretrain.py``, ``utils/precision.py``, ``utils/overrides.py``) or an assumption:
+Conventions, each from the scripts of those tags (``scripts/performance/configs/
+{llama,qwen,deepseek}/*_llm_pretrain.py``, ``utils/precision.py``, ``utils/overrides.py``) or an
+assumption:
 
 * Trainer: the megatron profile. ZeRO 3 where the page's FSDP column is > 0 or the recipe sets
   ``use_megatron_fsdp`` (Megatron-FSDP), else 1 (the distributed optimizer the recipes set). SP
@@ -29,8 +30,8 @@ Conventions, each from the scripts of those tags (``scripts/performance/configs/
 * Llama 3.1 405B counts the embedding and the loss as pipeline layers (``pp_split`` embed-loss:
   ``llama31_405b_pretrain_config`` sets ``account_for_embedding_in_pipeline_split`` and
   ``account_for_loss_in_pipeline_split`` at every tag), so 126 layers run on pp·vp = 128 stages.
-* Gradients reduced in bf16 (``set_llama3{,1}_common_configs``, ``set_qwen3_common_configs``:
-  ``grad_reduce_in_fp32 = False``).
+* Gradients reduced in bf16 (``set_llama3{,1}_common_configs``, ``set_qwen3_common_configs``,
+  ``set_deepseek_v3_common_configs``: ``grad_reduce_in_fp32 = False``).
 * TP communication overlap where tp > 1 (the 70B and 405B recipes' ``CommOverlapConfig(
   tp_comm_overlap=True)``, kept by the performance scripts but for NVFP4; the Qwen3 scripts set it).
 * Qwen3 (MoE): routing force-balanced and dropless (``moe_router_force_load_balancing``, the
@@ -52,8 +53,8 @@ Conventions, each from the scripts of those tags (``scripts/performance/configs/
   ``recompute_num_layers`` N: full recompute of N layers per stage (block); ``recompute_modules``:
   selective recompute of those modules (``utils/overrides.py _set_recompute_overrides``).
 * Not modelled, recorded: CUDA graphs (``cuda_graph_impl``, ``cuda_graph_scope``), NCCL user
-  buffers, FP8 attention (``fp8_dot_product_attention``, 9 rows), the recipes' ``pp_layout``
-  strings (none of the loaded rows sets one).
+  buffers, FP8 attention (``fp8_dot_product_attention``), the recipes' ``pp_layout`` strings (the
+  DeepSeek-V3 layouts above).
 
 Rows left out, with the reason: the 25.09 tables (no precision column; their parentheses mix
 quantization granularities with other layouts), 26.08 (its workload configs moved into the library
