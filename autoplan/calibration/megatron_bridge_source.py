@@ -69,7 +69,8 @@ from dataclasses import replace
 from typing import Any
 
 from autoplan.calibration.rows import Row, Source
-from autoplan.calibration.validation import number_or_nan, rows_and_exclusions
+from autoplan.calibration.nemo_source import offload_overrides
+from autoplan.calibration.validation import degree, number_or_nan, rows_and_exclusions
 from autoplan.profiles import load_profile
 from autoplan.specs.models import load_model
 
@@ -88,12 +89,6 @@ _HARDWARE = {"DGX-H100": "h100-sxm", "DGX-B200": "b200", "DGX-GB200": "gb200-nvl
 # Models whose recipe counts the embedding and the loss as pipeline layers (module doc).
 _EMBED_LOSS_SPLIT = ("LLAMA3.1_405B",)
 _FP8_RECIPES = {"FP8": "tensorwise", "FP8-CS": "tensorwise", "MXFP8": "mxfp8", "FP8-MX": "mxfp8"}
-
-
-def _degree(text: str, default: int = 1) -> int:
-    """A parallel degree or count column: empty or 'n/a' means ``default``."""
-    text = (text or "").strip()
-    return default if text in ("", "n/a") else int(text)
 
 
 def _exclusion(r: dict[str, str]) -> str:
@@ -117,9 +112,9 @@ def _exclusion(r: dict[str, str]) -> str:
 
 def _knobs(r: dict[str, str]) -> dict[str, Any]:
     """Recompute and offload knobs from the row's recipe (module doc)."""
-    knobs: dict[str, Any] = {"offload_layers": _degree(r["cpu_offloading_num_layers"], 0)}
-    if _degree(r["recompute_num_layers"], 0) > 0:
-        knobs.update(recompute="full", recompute_layers=_degree(r["recompute_num_layers"]))
+    knobs: dict[str, Any] = {"offload_layers": degree(r["cpu_offloading_num_layers"], 0)}
+    if degree(r["recompute_num_layers"], 0) > 0:
+        knobs.update(recompute="full", recompute_layers=degree(r["recompute_num_layers"]))
     elif r["recompute_modules"].strip():
         knobs.update(recompute="selective", recompute_modules=r["recompute_modules"].strip())
     elif r["model"] in _SELECTIVE:  # the trainer's own selective set (Megatron's core_attn)
@@ -128,9 +123,9 @@ def _knobs(r: dict[str, str]) -> dict[str, Any]:
 
 
 def _layout(r: dict[str, str]) -> dict[str, Any]:
-    fsdp = _degree(r["fsdp"], 0) > 0 or r["use_megatron_fsdp"].strip() == "True"
-    return {"gpus": int(r["num_gpus"]), "tp": _degree(r["tp"]), "pp": _degree(r["pp"]), "cp": _degree(r["cp"]),
-            "vpp": _degree(r["vp"]), "ep": _degree(r["ep"]), "etp": _degree(r["expert_tensor_parallel_size"]),
+    fsdp = degree(r["fsdp"], 0) > 0 or r["use_megatron_fsdp"].strip() == "True"
+    return {"gpus": int(r["num_gpus"]), "tp": degree(r["tp"]), "pp": degree(r["pp"]), "cp": degree(r["cp"]),
+            "vpp": degree(r["vp"]), "ep": degree(r["ep"]), "etp": degree(r["expert_tensor_parallel_size"]),
             "zero": 3 if fsdp else 1, "mbs": int(r["mbs"]),
             "seq_len": int(r["seq_len"]), "gbs_seqs": int(r["gbs"]), "recompute": "none",
             "precision": "bf16" if r["precision"] == "BF16" else "fp8",
@@ -140,19 +135,15 @@ def _layout(r: dict[str, str]) -> dict[str, Any]:
 def _overrides(r: dict[str, str], layout: dict[str, Any], moe: bool) -> tuple[tuple[str, Any], ...]:
     """The trainer options the recipe sets (TP communication overlap where tp > 1; for MoE models
     the dispatcher and the all-to-all overlap), and the profile fact that lets a recipe's activation
-    offload through (rules/recompute.py trainer_offload), as calibration/nemo_source.py does."""
-    out: tuple[tuple[str, Any], ...] = ()
-    options = load_profile("megatron").options
+    offload through (``nemo_source.offload_overrides``)."""
+    profile_options = options = load_profile("megatron").options
     if moe:
         options = replace(options, moe_token_dedup=r["moe_flex_dispatcher_backend"] in _FLEX_BACKENDS,
                           moe_a2a_overlap=r["moe_a2a_overlap"] == "True")
     if layout["tp"] > 1:
         options = replace(options, tp_comm_overlap=True)
-    if options != load_profile("megatron").options:
-        out += (("options", options),)
-    if layout["offload_layers"] > 0:
-        out += (("activation_offload", True),)
-    return out
+    changed = (("options", options),) if options != profile_options else ()
+    return changed + offload_overrides(layout)
 
 
 def _row(line: int, r: dict[str, str]) -> Row:

@@ -76,7 +76,7 @@ from dataclasses import replace
 from typing import Any
 
 from autoplan.calibration.rows import Row, Source
-from autoplan.calibration.validation import number_or_nan, read_csv, rows_and_exclusions
+from autoplan.calibration.validation import degree, number_or_nan, read_csv, rows_and_exclusions
 from autoplan.profiles import load_profile
 from autoplan.specs.models import load_model
 
@@ -104,12 +104,6 @@ _BF16_OPTIMIZER_DTYPE_2407 = ("Nemotron-340B",)  # launcher conf nemotron/nemotr
 _HARDWARE = {"H100-SXM5-80GB": "h100-sxm", "B200": "b200", "GB200 (NVL72)": "gb200-nvl72"}
 
 
-def _degree(text: str) -> int:
-    """A parallel degree column: empty (not stated) means 1."""
-    text = (text or "").strip()
-    return int(float(text)) if text else 1
-
-
 def _source_of(r: dict[str, str]) -> str:
     """The source a line's run belongs to (module doc): nemo_added for the models given presets
     after the shipped fit, nemo for the others (those without a preset are left out there)."""
@@ -132,7 +126,7 @@ def _exclusion(r: dict[str, str]) -> str:
 def _run_key(r: dict[str, str]) -> tuple[str, ...]:
     """What makes two lines the same run of one release (module doc: vp left blank)."""
     return tuple(r[k] for k in ("container", "gpu_type", "model", "task", "num_gpus", "gbs", "mbs", "seq_len", "tp", "pp")) + (
-        str(_degree(r["cp"])),)
+        str(degree(r["cp"])),)
 
 
 @functools.cache
@@ -163,8 +157,8 @@ def _recipes() -> dict[tuple, dict[str, str]]:
     out: dict[tuple, dict[str, str]] = {}
     for c in read_csv(RECIPES_FILE):
         if c["dtype"] == "fp8":
-            out.setdefault(_recipe_key((c["model"], c["size"]), c["system"], _degree(c["use_mcore_fsdp"] or "0"),
-                                       (_degree(c[theirs]) for theirs, _ in _RECIPE_MATCH)), c)
+            out.setdefault(_recipe_key((c["model"], c["size"]), c["system"], degree(c["use_mcore_fsdp"] or "0"),
+                                       (degree(c[theirs]) for theirs, _ in _RECIPE_MATCH)), c)
     return out
 
 
@@ -173,25 +167,25 @@ def _recipe_knobs(r: dict[str, str]) -> dict[str, Any]:
     NeMo's recommended configs (module doc); {} for any other row or where no config matches."""
     if r["container"] != _RECIPE_RELEASE or r["activation_checkpointing"].strip() != _SEE_RECIPES:
         return {}
-    fsdp = _degree(r["fsdp"]) if (r["fsdp"] or "").strip() else 0
+    fsdp = degree(r["fsdp"]) if (r["fsdp"] or "").strip() else 0
     c = _recipes().get(_recipe_key(_RECIPE_MODELS.get(r["model"]), _RECIPE_SYSTEMS.get(r["gpu_type"]), fsdp,
-                                   (_degree(r[ours]) for _, ours in _RECIPE_MATCH)))
+                                   (degree(r[ours]) for _, ours in _RECIPE_MATCH)))
     if c is None:
         return {}
-    knobs: dict[str, Any] = {"offload_layers": _degree(c["activation_offload_layers"] or "0")}
-    if _degree(c["recompute_layers"] or "0") > 0:
-        knobs.update(recompute="full", recompute_layers=_degree(c["recompute_layers"]))
+    knobs: dict[str, Any] = {"offload_layers": degree(c["activation_offload_layers"] or "0")}
+    if degree(c["recompute_layers"] or "0") > 0:
+        knobs.update(recompute="full", recompute_layers=degree(c["recompute_layers"]))
     elif (c["recompute_modules"] or "").strip():
         knobs.update(recompute="selective", recompute_modules=c["recompute_modules"].strip())
     return knobs
 
 
 def _layout(r: dict[str, str]) -> dict[str, Any]:
-    tp, pp, cp = _degree(r["tp"]), _degree(r["pp"]), _degree(r["cp"])
-    fsdp = _degree(r["fsdp"]) if (r["fsdp"] or "").strip() else 0
+    tp, pp, cp = degree(r["tp"]), degree(r["pp"]), degree(r["cp"])
+    fsdp = degree(r["fsdp"]) if (r["fsdp"] or "").strip() else 0
     vp = r["vp"] if (r["vp"] or "").strip() else _stated_vp().get(_run_key(r), "")
-    return {"gpus": int(r["num_gpus"]), "tp": tp, "pp": pp, "cp": cp, "vpp": _degree(vp),
-            "ep": _degree(r["ep"]), "zero": 3 if fsdp == 1 else 1, "mbs": int(float(r["mbs"])),
+    return {"gpus": int(r["num_gpus"]), "tp": tp, "pp": pp, "cp": cp, "vpp": degree(vp),
+            "ep": degree(r["ep"]), "zero": 3 if fsdp == 1 else 1, "mbs": int(float(r["mbs"])),
             "seq_len": int(r["seq_len"]), "gbs_seqs": int(float(r["gbs"])), "recompute": "none",
             "precision": "fp8", **_recipe_knobs(r)}
 
@@ -205,7 +199,7 @@ def _row(line: int, r: dict[str, str]) -> Row:
     return Row(source=source, row_id=f"{source}:{line}", model=load_model({**_MODELS, **_ADDED_MODELS}[r["model"]]),
                hardware=hardware, trainer="megatron", layout=layout,
                tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]), cell=cell,
-               allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS + _options(r) + _offload(layout),
+               allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS + _options(r) + offload_overrides(layout),
                settings=_optimizer_settings(r))
 
 
@@ -228,12 +222,12 @@ def _options(r: dict[str, str]) -> tuple[tuple[str, Any], ...]:
     """The row's trainer options where its recipe departs from the profile's (module doc)."""
     overlap = ((r["container"] == "NeMo 24.07" and r["model"] in _TP_COMM_OVERLAP_2407)
                or (r["container"] in _NEMO2_CONTAINERS and r["model"] in _TP_COMM_OVERLAP_NEMO2))
-    if overlap and _degree(r["tp"]) > 1:
+    if overlap and degree(r["tp"]) > 1:
         return (("options", replace(load_profile("megatron").options, tp_comm_overlap=True)),)
     return ()
 
 
-def _offload(layout: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+def offload_overrides(layout: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """NeMo 2 sets Megatron-Core's cpu_offloading_num_layers itself (module doc): the profile fact
     that lets the row's activation offload through rules/recompute.py's trainer_offload."""
     return (("activation_offload", True),) if layout.get("offload_layers", 0) > 0 else ()
