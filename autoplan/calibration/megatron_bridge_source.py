@@ -69,8 +69,8 @@ from dataclasses import replace
 from typing import Any
 
 from autoplan.calibration.rows import Row, Source
-from autoplan.calibration.nemo_source import offload_overrides
-from autoplan.calibration.validation import degree, number_or_nan, rows_and_exclusions
+from autoplan.calibration.nemo_source import degree, offload_overrides
+from autoplan.calibration.validation import number_or_nan, rows_and_exclusions
 from autoplan.profiles import load_profile
 from autoplan.specs.models import load_model
 

@@ -76,7 +76,7 @@ from dataclasses import replace
 from typing import Any
 
 from autoplan.calibration.rows import Row, Source
-from autoplan.calibration.validation import degree, number_or_nan, read_csv, rows_and_exclusions
+from autoplan.calibration.validation import number_or_nan, read_csv, rows_and_exclusions
 from autoplan.profiles import load_profile
 from autoplan.specs.models import load_model
 
@@ -102,6 +102,13 @@ _APEX_REMAINDERS = (("master_weights", "remainders"),)
 _APEX_BF16_STATE = (("optimizer_state_dtype", "bf16"), ("master_weights", "none"))
 _BF16_OPTIMIZER_DTYPE_2407 = ("Nemotron-340B",)  # launcher conf nemotron/nemotron_340b.yaml optim.dtype: bf16
 _HARDWARE = {"H100-SXM5-80GB": "h100-sxm", "B200": "b200", "GB200 (NVL72)": "gb200-nvl72"}
+
+
+def degree(text: str | None, default: int = 1) -> int:
+    """A parallel degree or layer count column of a published performance table: empty or 'n/a' (not
+    stated) means ``default``."""
+    text = (text or "").strip()
+    return default if text in ("", "n/a") else int(float(text))
 
 
 def _source_of(r: dict[str, str]) -> str:

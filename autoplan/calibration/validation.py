@@ -78,13 +78,6 @@ def rows_and_exclusions(name: str, file: str, reason: Callable[[dict[str, str]],
     return tuple(rows), tuple(excluded)
 
 
-def degree(text: str | None, default: int = 1) -> int:
-    """A parallel degree or layer count column of a published table: empty or 'n/a' (not
-    stated) means ``default``."""
-    text = (text or "").strip()
-    return default if text in ("", "n/a") else int(float(text))
-
-
 def number_or_nan(text: str) -> float:
     text = (text or "").strip()
     return float(text) if text else NAN
