@@ -7,7 +7,6 @@ from typing import Any
 
 from autoplan.calibration.profile_file import apply_profile_file
 from autoplan.cost.context import CostContext
-from autoplan.errors import SpecError
 from autoplan.layout import SETUP_FIELDS, Layout
 from autoplan.layout_records import layout_from_record, record_setup
 from autoplan.profiles import load_profile
@@ -38,9 +37,6 @@ def build_context(model: str | ModelSpec, training: TrainingSpec, *, trainer: st
     profile = load_profile(trainer)
     if profile_path:
         profile = apply_profile_file(profile, gpu.name, profile_path)
-    if training.fp8_recipe not in profile.fp8_recipes:
-        raise SpecError(f"trainer {profile.name}", f"runs the FP8 recipes {', '.join(profile.fp8_recipes)}, "
-                                                   f"not {training.fp8_recipe} (--fp8-recipe)")
     return CostContext(model=spec, training=training, profile=profile, parameters=profile.parameters_for(gpu.name))
 
 

@@ -2,7 +2,8 @@
 
 A ``LayoutBatch`` is a struct of float64 arrays, one per field, so the cost model can evaluate
 10^5–10^6 layouts in one vectorised call (STYLE.md §2); one layout is a batch of one.
-Categorical fields are stored as integer codes (``RECOMPUTE``, ``PRECISIONS``, ``PLACEMENTS``).
+Categorical fields are stored as integer codes (their index in the knob's choices,
+``autoplan.knobs``: ``PRECISION["fp8"]`` is fp8's code).
 """
 
 from __future__ import annotations
@@ -14,37 +15,31 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autoplan.errors import LayoutError, shown
+from autoplan.knobs import (  # noqa: F401 (re-exported: the knobs' choices by their old names)
+    CHOICES,
+    DEFAULT_PLACEMENT,
+    MAX_DEGREE,
+    OFFLOADS,
+    OPTIMIZERS,
+    PLACEMENTS,
+    PP_SCHEDULES,
+    PP_SPLITS,
+    PRECISIONS,
+    RECOMPUTE,
+)
 from autoplan.recompute_modules import modules_code, modules_text
 
 if TYPE_CHECKING:
     from autoplan.specs.training import TrainingSpec
 
-RECOMPUTE = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp8")
-# Rank orders, innermost (fastest-varying rank index) first. Experts live inside the dp·cp
-# ranks of a stage (Megatron's expert grid: etp, ep, expert-dp, pp).
-PLACEMENTS = ("tp-cp-dp-pp", "tp-dp-cp-pp", "tp-pp-cp-dp", "cp-tp-dp-pp")
-DEFAULT_PLACEMENT = PLACEMENTS[0]
-# Pipeline schedules (autoplan.cost.schedule): 'default' is the trainer's own, 1F1B or, with
-# vpp > 1, interleaved 1F1B (nanotron's profile may say AFAB).
-PP_SCHEDULES = ("default", "1f1b", "interleaved", "afab", "zb-h1", "zb-v", "dualpipe", "dualpipev")
-# How layers fall on pipeline stages (autoplan.cost.stages): 'balanced' splits the transformer
-# layers as evenly as possible; 'embed-loss' counts the embedding and the loss as one layer each
-# (Megatron --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split;
-# Llama 3's one layer fewer on the first and the last stage).
-PP_SPLITS = ("balanced", "embed-loss")
-# The optimizer (autoplan.cost.optimizer; 'adamw' = the trainer's Adam, as before) and what goes to
-# host memory (autoplan.cost.offload): nothing, the optimizer states with the fp32 master weights
-# (ZeRO-Offload), or also the ZeRO-3 parameter shards (ZeRO-Infinity offload_param).
-OPTIMIZERS = ("adamw", "adamw8bit", "adafactor", "sgd", "lion", "muon")
-OFFLOADS = ("none", "optimizer", "params")
+# The knobs' allowed values are declared with the knobs (autoplan.knobs) and re-exported here.
+PRECISION = {name: float(i) for i, name in enumerate(PRECISIONS)}  # name -> its code in a LayoutBatch
 
 INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_acc")
-MAX_DEGREE = 2**20  # the largest parallel degree or micro-batch accepted (options, space files)
 # The pipeline knobs a record may leave out (older plans.json, CSV rows): their first choice.
 OPTIONAL_CODE_FIELDS = {"pp_schedule": PP_SCHEDULES, "pp_split": PP_SPLITS,
                         "optimizer": OPTIMIZERS, "offload": OFFLOADS}
-CODE_FIELDS = {"recompute": RECOMPUTE, "precision": PRECISIONS, "placement": PLACEMENTS, **OPTIONAL_CODE_FIELDS}
+CODE_FIELDS = dict(CHOICES)  # the categorical knobs and their names, in code order (autoplan.knobs)
 # Recompute and offload as production runs them (see ``Layout``), with the value that means
 # "as before": full recompute of every layer, the trainer's own selective set, no offload.
 # hsdp: hybrid sharding (autoplan.cost.hybrid_shard), 0 = shard over the whole ZeRO group.

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from autoplan.errors import LayoutError, shown
+from autoplan.knobs import KNOBS
 from autoplan.layout import (
     CODE_FIELDS,
     FIELDS,
@@ -23,6 +24,36 @@ from autoplan.layout import (
 
 if TYPE_CHECKING:
     from autoplan.specs.training import TrainingSpec
+
+
+# Names other tools and papers give the record columns (Megatron's and DeepSpeed's argument names,
+# the refdata tables'): a CSV column spelled so is refused with the name autoplan reads, where
+# passing it through would leave the knob at its default unseen. The knobs' own are declared
+# with them (autoplan.knobs); the setup columns' here.
+SETUP_ALIASES = {"num_gpus": "gpus", "world_size": "gpus", "seq_length": "seq_len", "sequence_length": "seq_len",
+                 "global_batch_size": "gbs_seqs", "global_batch_seqs": "gbs_seqs", "gbs": "gbs_seqs"}
+COLUMN_ALIASES = {**{alias: knob.name for knob in KNOBS for alias in knob.aliases}, **SETUP_ALIASES}
+
+
+def check_record_columns(columns: Iterable[str], where: str, known: Iterable[str]) -> None:
+    """Refuse a column that names a record field in another spelling (``COLUMN_ALIASES``) or is a
+    near miss of a ``known`` column, with the name to use; other columns pass (labels, notes)."""
+    import difflib
+
+    from autoplan.errors import SpecError
+
+    columns, known = list(columns), list(known)
+    for column in columns:
+        if column in known:
+            continue
+        alias = COLUMN_ALIASES.get(column.strip().lower().replace("-", "_"))
+        if alias is not None and alias not in columns:
+            raise SpecError(where, f"column '{column}' is not read: autoplan reads this knob as '{alias}' "
+                                   f"(rename the column; left as it is, {alias} would take its default)")
+        close = difflib.get_close_matches(column, known, n=1, cutoff=0.75)
+        if close and alias is None:
+            unit = " (memory is read in GiB = 2^30 bytes)" if "mem" in column else ""
+            raise SpecError(where, f"unknown column '{column}' (did you mean '{close[0]}'?){unit}")
 
 
 def record_setup(record: Mapping[str, Any], required: Iterable[str] = ()) -> dict[str, int]:

@@ -25,9 +25,9 @@ from autoplan.errors import (
     shown,
 )
 from autoplan.files import exists
+from autoplan.knobs import SEARCHED
 from autoplan.layout import (
     CODE_FIELDS,
-    DEFAULT_PLACEMENT,
     FIELDS,
     MAX_DEGREE,
     LayoutBatch,
@@ -41,20 +41,15 @@ from autoplan.specs.yaml_io import check_keys, read_mapping
 if TYPE_CHECKING:
     from autoplan.specs.training import TrainingSpec
 
-INT_KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "recompute_layers", "offload_layers", "hsdp")
-PIPELINE_KNOBS = ("pp_schedule", "pp_split")  # autoplan.layout.PP_SCHEDULES, PP_SPLITS
-OPTIMIZER_KNOBS = ("optimizer", "offload")  # autoplan.layout.OPTIMIZERS, OFFLOADS
-CHOICE_KNOBS = ("recompute", "precision", "placement", *PIPELINE_KNOBS, *OPTIMIZER_KNOBS)
-MODULE_KNOBS = ("recompute_modules",)  # each value a comma-separated set of modules ('' = none)
-KNOBS = INT_KNOBS + CHOICE_KNOBS[:3] + MODULE_KNOBS + PIPELINE_KNOBS + OPTIMIZER_KNOBS
-ZERO_BASED = ("zero", "recompute_layers", "offload_layers", "hsdp")  # knobs whose values may be 0
-# A knob a space file leaves out takes this single value.
-KNOB_DEFAULTS: dict[str, tuple] = {"tp": (1,), "pp": (1,), "vpp": (1,), "cp": (1,), "ep": (1,),
-                                   "etp": (1,), "zero": (1,), "mbs": (1,), "recompute": ("none",),
-                                   "precision": ("bf16",), "placement": (DEFAULT_PLACEMENT,),
-                                   "recompute_layers": (0,), "offload_layers": (0,), "recompute_modules": ("",),
-                                   "pp_schedule": ("default",), "pp_split": ("balanced",),
-                                   "optimizer": ("adamw",), "offload": ("none",), "hsdp": (0,)}
+# What a space holds, from the knob registry (autoplan.knobs): the searched knobs in its order
+# (the product's), integers, choices and module sets among them, and the single value a space
+# file that leaves a knob out takes (the knob's default).
+KNOBS = tuple(k.name for k in SEARCHED)
+INT_KNOBS = tuple(k.name for k in SEARCHED if k.kind in ("degree", "count", "stage"))
+CHOICE_KNOBS = tuple(k.name for k in SEARCHED if k.kind == "choice")
+MODULE_KNOBS = tuple(k.name for k in SEARCHED if k.kind == "modules")  # comma-separated sets ('' = none)
+ZERO_BASED = tuple(k.name for k in SEARCHED if k.kind in ("count", "stage"))  # integer knobs whose values may be 0
+KNOB_DEFAULTS: dict[str, tuple] = {k.name: (k.default,) for k in SEARCHED}
 
 
 class EmptySpaceError(AutoplanError):

@@ -5,7 +5,8 @@
 
 1. Cost-model throughput: layouts evaluated per second on one core, median of repeated runs (target
    >= 4,000,000/s), and the ratio to the evaluation path of BASELINE_COMMIT measured in the same run
-   (each in fresh processes, in alternating rounds).
+   (each in fresh processes, in alternating rounds); the fixed cost of one evaluate() of one
+   layout (target <= 0.5 ms).
 2. The headline command end to end, process start to exit: median of 9 runs (target <= 0.4 s;
    `--headline-only` measures just this).
 3. DeepSeek-V3 on 2,048 GPUs with the MoE space, end to end (target <= 15 s).
@@ -106,7 +107,23 @@ def throughput_figures(repeats: int = 9) -> dict[str, float]:
         search_times.append(time.process_time() - start)
     return {"layouts": len(batch), "median_per_s": len(batch) / float(np.median(times)),
             "best_per_s": len(batch) / min(times), "search_layouts": result.counts.candidates,
-            "search_per_s": result.counts.candidates / float(np.median(search_times))}
+            "search_per_s": result.counts.candidates / float(np.median(search_times)),
+            "one_layout_ms": one_layout_ms(ctx, training)}
+
+
+def one_layout_ms(ctx, training, calls: int = 300) -> float:
+    """The fixed cost of one ``evaluate()`` of one layout (the headline's plan 1), median of
+    ``calls`` in ms: what a library call or an interactive estimate pays."""
+    from autoplan.layout import LayoutBatch, resolve_layout
+
+    one = LayoutBatch.from_layouts([resolve_layout({"tp": 4, "pp": 4, "vpp": 4, "cp": 2, "zero": 1}, training)])
+    evaluate(ctx, one)
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        evaluate(ctx, one)
+        times.append(time.perf_counter() - start)
+    return 1e3 * float(np.median(times))
 
 
 def widened_overrides() -> dict[str, tuple]:
@@ -165,11 +182,13 @@ def cost_model_throughput(baseline: str | None, rounds: int = 2) -> None:
           f"target >= 4,000,000/s; {rounds} rounds, each in a fresh process)")
     print(f"   exhaustive search of the widened space ({now['search_layouts']:,.0f} layouts; enumerate, "
           f"prune, assess, rank): {now['search_per_s']:,.0f} layouts/s (CPU time, median of 3)")
+    print(f"   one layout, one evaluate(): median {now['one_layout_ms']:.2f} ms (target <= 0.5 ms)")
     if before_runs and all(before_runs):
         before = {k: float(np.median([r[k] for r in before_runs])) for k in before_runs[0]}
         print(f"   commit {baseline} in the same run, alternating: cost model {before['median_per_s']:,.0f} "
               f"layouts/s (ratio now/then {now['median_per_s'] / before['median_per_s']:.2f}), search "
-              f"{before['search_per_s']:,.0f} layouts/s (ratio {now['search_per_s'] / before['search_per_s']:.2f})")
+              f"{before['search_per_s']:,.0f} layouts/s (ratio {now['search_per_s'] / before['search_per_s']:.2f}), "
+              f"one layout {before['one_layout_ms']:.2f} ms")
 
 
 def wall(args: list[str], repeats: int = 3) -> tuple[float, float]:
@@ -302,7 +321,7 @@ def at_scale(huge: bool) -> None:
 
 
 # The evaluation path before issue 15's speed work (the ratio of section 1 is measured against it).
-BASELINE_COMMIT = "b0438d0"
+BASELINE_COMMIT = "90d2972"  # the start of the one-declaration work (issue 43)
 
 
 def main() -> None:

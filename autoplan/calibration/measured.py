@@ -44,7 +44,7 @@ from autoplan.layout import (
     SETUP_FIELDS,
     LayoutBatch,
 )
-from autoplan.layout_records import layout_from_record, record_setup
+from autoplan.layout_records import check_record_columns, layout_from_record, record_setup
 from autoplan.profiles import PARAMETERS, CalibratedParameters, Flag
 from autoplan.profiles.efficiency import CORRECTIONS, PHYSICAL
 from autoplan.profiles.profile import TrainerProfile
@@ -118,13 +118,8 @@ def check_columns(columns: list[str], where: str) -> None:
     from autoplan.report.compare import OUTPUT_COLUMNS
 
     ignored = set(OUTPUT_COLUMNS) if "fits" in columns else set()
-    for column in columns:
-        if column in KNOWN_COLUMNS or column in ignored or column.startswith("predicted_"):
-            continue
-        close = difflib.get_close_matches(column, KNOWN_COLUMNS, n=1, cutoff=0.75)
-        if close:
-            unit = " (memory is read in GiB = 2^30 bytes)" if "mem" in column else ""
-            raise SpecError(where, f"unknown column '{column}' (did you mean '{close[0]}'?){unit}")
+    check_record_columns([c for c in columns if c not in ignored and not c.startswith("predicted_")],
+                         where, KNOWN_COLUMNS)
     if not set(MEASURED_COLUMNS) & set(columns):
         raise SpecError(where, f"no measured column: expected {' and/or '.join(MEASURED_COLUMNS)}, "
                                f"got columns {', '.join(columns) or '(none)'}")

@@ -100,6 +100,9 @@ BF16_GRADIENTS = (("grad_bytes", 2.0), ("grad_reduce_bytes", 2.0))  # module doc
 # remainders, or for a config that sets optim.dtype bf16 bf16 moments and no master copy.
 _APEX_REMAINDERS = (("master_weights", "remainders"),)
 _APEX_BF16_STATE = (("optimizer_state_dtype", "bf16"), ("master_weights", "none"))
+# Apex's no-master-copy storage is NeMo 1's, not the pinned Megatron-LM's (megatron.yaml
+# capabilities): the rows that ran it allow it (TrainerProfile.with_overrides).
+APEX_NO_MASTER = (("allow_setting", ("master_weights", "none")),)
 _BF16_OPTIMIZER_DTYPE_2407 = ("Nemotron-340B",)  # launcher conf nemotron/nemotron_340b.yaml optim.dtype: bf16
 _HARDWARE = {"H100-SXM5-80GB": "h100-sxm", "B200": "b200", "GB200 (NVL72)": "gb200-nvl72"}
 
@@ -206,7 +209,8 @@ def _row(line: int, r: dict[str, str]) -> Row:
     return Row(source=source, row_id=f"{source}:{line}", model=load_model({**_MODELS, **_ADDED_MODELS}[r["model"]]),
                hardware=hardware, trainer="megatron", layout=layout,
                tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]), cell=cell,
-               allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS + _options(r) + offload_overrides(layout),
+               allow_uneven=True, fp8_recipe=recipe, profile_overrides=BF16_GRADIENTS + _options(r) + offload_overrides(layout)
+               + (APEX_NO_MASTER if ("master_weights", "none") in _optimizer_settings(r) else ()),
                settings=_optimizer_settings(r))
 
 
@@ -236,7 +240,7 @@ def _options(r: dict[str, str]) -> tuple[tuple[str, Any], ...]:
 
 def offload_overrides(layout: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """NeMo 2 sets Megatron-Core's cpu_offloading_num_layers itself (module doc): the profile fact
-    that lets the row's activation offload through rules/recompute.py's trainer_offload."""
+    that lets the row's activation offload through rules/capabilities.py's trainer_offload."""
     return (("activation_offload", True),) if layout.get("offload_layers", 0) > 0 else ()
 
 

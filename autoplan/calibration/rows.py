@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -97,7 +97,7 @@ def _context(model: ModelSpec, hardware: str, trainer: str, setup: tuple[int, in
              nic_bytes_per_s: float = 0.0, fp8_recipe: str = "tensorwise",
              settings: tuple[tuple[str, Any], ...] = ()) -> CostContext:
     gpu = load_gpu(hardware)
-    profile = replace(load_profile(trainer), **dict(profile_overrides))
+    profile = load_profile(trainer).with_overrides(profile_overrides)
     num_gpus, seq_len, gbs_seqs = setup
     nic = nic_bytes_per_s if nic_bytes_per_s > 0 else None
     training = TrainingSpec(make_cluster(gpu, num_gpus, nic_bytes_per_s=nic), seq_len, gbs_seqs,

@@ -18,6 +18,7 @@ import pandas as pd
 
 from autoplan.capacity.run import CapacityResult
 from autoplan.report.destination import write_text
+from autoplan.report.plan_inputs import inputs_record
 from autoplan.report.results import CSV_FLOAT_FORMAT, clean_json, versions
 
 CSV_COLUMNS = (
@@ -66,9 +67,10 @@ def chosen_plans(result: CapacityResult) -> dict[str, Any] | None:
         plans.append(record)
     setup = result.setup
     return {"model": setup.model.name, "hardware": chosen["hardware"], "trainer": setup.trainer,
+            "inputs": inputs_record(bests[0].result.ctx),
             "gpus": int(chosen["gpus"]), "train_days": float(chosen["train_days"]),
             "cost_usd": float(chosen["cost_usd"]), "note": "rank = batch phase; export one with "
-            "`autoplan export plans.json --to TRAINER --hardware HARDWARE --rank PHASE`",
+            "`autoplan export plans.json --to TRAINER --rank PHASE` (the plan's model and hardware are recorded)",
             "setup": dict(setup.settings), "plans": plans}
 
 

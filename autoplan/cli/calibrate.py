@@ -11,41 +11,13 @@ import time
 import click
 
 from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options
-from autoplan.cli.options import SEED, output_format_option, training_options
+from autoplan.cli.options import SEED, LayoutText, output_format_option, training_options
 from autoplan.cli.render import emit_records
 from autoplan.errors import AutoplanError
 
 LOG_FORMATS = ("megatron", "torchtitan", "nanotron")
 LOSSES = ("soft_l1", "cauchy", "trimmed")
 SECTIONS = ("rows", "memory", "memory-unit", "time", "intervals", "ranking", "sweep-refit", "golden")  # accuracy_report.SECTIONS
-
-
-class LayoutText(click.ParamType):
-    """'tp=8,pp=2,mbs=1,gbs_seqs=512' -> {'tp': '8', ...} (fields of a layout, checked later)."""
-
-    name = "KEY=VALUE[,...]"
-
-    def convert(self, value, param, ctx):
-        import difflib
-
-        from autoplan.layout import RECORD_FIELDS as FIELDS
-
-        if isinstance(value, dict):
-            return value
-        out = {}
-        for part in str(value).split(","):
-            if not part.strip():
-                continue
-            key, eq, text = part.partition("=")
-            key = key.strip().lower().replace("-", "_")
-            if not eq or not text.strip():
-                self.fail(f"expected key=value pairs like 'tp=8,pp=2', got {part.strip()!r}", param, ctx)
-            if key not in FIELDS:
-                close = difflib.get_close_matches(key, FIELDS, n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                self.fail(f"unknown layout field '{key}'{hint}; valid: {', '.join(FIELDS)}", param, ctx)
-            out[key] = text.strip()
-        return out
 
 
 class ParamList(click.ParamType):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 import sys
 
 import click
 
-from autoplan.cli.layout_options import layout_options, layout_values
+from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_values
 from autoplan.cli.options import (
+    LayoutText,
     allow_uneven_option,
     context_from_options,
     output_format_option,
@@ -153,37 +153,78 @@ def _print_transfer(ctx) -> None:
 @trainer_options
 @layout_options
 @allow_uneven_option
+@click.option("--full", is_flag=True, help="Every term with its formula, parameter values and source (a wide "
+                                           "table); the default is a compact one of values and shares.")
+@click.option("--vs", "vs_layout", type=LayoutText(), default=None, metavar="KEY=VALUE[,...]",
+              help="Compare with another layout, e.g. 'tp=8,pp=8': the knobs given, the others as this "
+                   "layout's (dp, grad_acc and sp derived again); shows the terms that differ, largest first.")
 @output_format_option()
-def explain_command(output_format, **kwargs) -> None:
-    """Every memory and time term of one layout, with its formula, parameter values and source."""
-    from autoplan.report.explain import bottleneck, explain_terms
+def explain_command(output_format, full, vs_layout, **kwargs) -> None:
+    """Every memory and time term of one layout: values and shares (``--full``: with each term's
+    formula, parameter values and source), or what differs from another layout (``--vs``)."""
+    from autoplan.report.explain import bottleneck, compact_lines, explain_terms
     from autoplan.report.whynot import why_not
 
     ctx, batch, table = _evaluate_one(kwargs)
-    rows = explain_terms(ctx, table, 0)
-    emit_records(rows, output_format,
-                 columns=["kind", "stage", "term", "value", "unit", "formula", "parameters", "source"],
-                 title=f"{ctx.model.name}: {batch.layout(0).describe()}",
-                 formatters={"value": "{:.4g}".format}, json_key="terms")
+    title = f"{ctx.model.name}: {batch.layout(0).describe()} on {ctx.training.gpus} x {ctx.cluster.gpu.name} " \
+            f"({ctx.profile.name})"
+    if vs_layout is not None:
+        _explain_vs(ctx, batch, table, vs_layout, kwargs, output_format, title)
+        return
+    if output_format != "table" or full:
+        emit_records(explain_terms(ctx, table, 0), output_format,
+                     columns=["kind", "stage", "term", "value", "unit", "formula", "parameters", "source"],
+                     title=title, formatters={"value": "{:.4g}".format}, json_key="terms")
+    else:
+        click.echo(title)
+        click.echo("\n".join(compact_lines(table, 0)))
     if output_format == "table":
         click.echo(f"Bottleneck: {bottleneck(table, 0)}")
         reason = why_not(ctx, batch, table, allow_uneven=kwargs["allow_uneven_pp"])
         if reason:
             click.echo(f"Why not: {reason}")
+        if not full:
+            click.echo("Formulas, parameter values and sources: --full (and docs/cost-model.md)")
 
 
-MEASURED_COLUMNS = ("tokens_per_s_per_gpu", "peak_memory_gib")
+VS_ROWS = 25  # the terms `explain --vs` shows on a terminal (csv and json: all of them)
 
 
-def _check_columns(columns, where: str) -> None:
-    from autoplan.layout import RECORD_FIELDS
+def _explain_vs(ctx, batch, table, vs_layout: dict, kwargs: dict, output_format: str, title: str) -> None:
+    """The terms that differ between this layout and ``vs_layout`` (the knobs it gives, the
+    others as this layout's), largest first."""
+    from autoplan.cost.evaluate import evaluate
+    from autoplan.layout import LayoutBatch, resolve_layout
+    from autoplan.report.explain import differences
 
-    for column in columns:
-        if column in RECORD_FIELDS or column in MEASURED_COLUMNS:
-            continue
-        close = difflib.get_close_matches(column, RECORD_FIELDS + MEASURED_COLUMNS, n=1, cutoff=0.75)
-        if close:
-            raise AutoplanError(f"{where}: unknown column '{column}' (did you mean '{close[0]}'?)")
+    unknown = [k for k in vs_layout if k not in LAYOUT_KEYS]
+    if unknown:
+        raise AutoplanError(f"--vs takes layout knobs ({', '.join(LAYOUT_KEYS)}), got {', '.join(unknown)}")
+    mine = {k: v for k, v in batch.layout(0).to_dict().items() if k not in ("dp", "grad_acc", "sp")}
+    other = resolve_layout({**mine, **vs_layout}, ctx.training)
+    other_batch = LayoutBatch.from_layouts([other])
+    other_table = evaluate(ctx, other_batch, allow_uneven=kwargs["allow_uneven_pp"])
+    rows = [{"where": where, "term": name, "this": a, "other": b, "difference": b - a}
+            for where, name, a, b in differences(table, other_table)]
+    if output_format != "table":
+        emit_records(rows, output_format, columns=["where", "term", "this", "other", "difference"], json_key="terms")
+        return
+    click.echo(title)
+    click.echo(f"  vs {other.describe()}")
+    if not rows:
+        click.echo("the two layouts are predicted the same in every term")
+        return
+    section = None
+    for row in rows[:VS_ROWS]:
+        if row["where"] != section:
+            section = row["where"]
+            click.echo(f"{section:<44}{'this':>12}{'other':>12}{'other - this':>14}")
+        click.echo(f"  {row['term']:<42}{row['this']:>12.4g}{row['other']:>12.4g}{row['difference']:>+14.4g}")
+    if len(rows) > VS_ROWS:
+        click.echo(f"... {len(rows) - VS_ROWS} more (--format csv for all)")
+    fast, slow = float(table["tokens_per_s_per_gpu"][0]), float(other_table["tokens_per_s_per_gpu"][0])
+    click.echo(f"tokens/s/GPU: this {fast:,.0f}, other {slow:,.0f} ({slow / fast - 1:+.1%}); peak GiB: this "
+               f"{float(table['peak_memory_gib'][0]):.1f}, other {float(other_table['peak_memory_gib'][0]):.1f}")
 
 
 @click.command("compare")
@@ -217,8 +258,7 @@ def compare_command(layouts_csv, precision, output_path, output_format, **kw) ->
         from autoplan.specs.hardware import load_gpu, make_cluster
 
         make_cluster(load_gpu(kw["hardware"]), kw["gpus"], gpus_per_node=kw["gpus_per_node"])
-    frame = read_layouts_csv(layouts_csv)
-    _check_columns(frame.columns, layouts_csv)
+    frame = read_layouts_csv(layouts_csv)  # (refuses a knob column spelled otherwise, with the name to use)
     seq_len, gbs_seqs = kw["seq_len"], kw["gbs_seqs"]
     if kw["gbs_tokens"] is not None:
         from autoplan.specs.models import load_model

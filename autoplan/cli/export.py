@@ -29,6 +29,9 @@ TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
                    "writes several files). Default: standard output.")
 @click.option("--rank", type=click.IntRange(1), default=1, show_default=True,
               help="Which plan of PLAN to export (1 = best).")
+@click.option("--profile", "profile_path", default=None, type=click.Path(dir_okay=False),
+              help="Calibrated profile YAML (`autoplan calibrate`) the plan was priced with: the overlap "
+                   "flags follow it [default: the one PLAN records for this trainer, else the built-in].")
 @training_options(model_required=False, gpus_required=False)
 @layout_options
 @click.option("--train-steps", type=click.IntRange(1), default=1000, show_default=True, help="Training steps.")
@@ -36,8 +39,8 @@ TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
 @click.option("--data-path", default=None, help="Training data location, in the trainer's own form.")
 @allow_uneven_option
 @click.pass_context
-def export_command(ctx: click.Context, plan, trainer, output, rank, train_steps, tokenizer, data_path,
-                   allow_uneven_pp, **kwargs) -> None:
+def export_command(ctx: click.Context, plan, trainer, output, rank, profile_path, train_steps, tokenizer,
+                   data_path, allow_uneven_pp, **kwargs) -> None:
     """Write the config that TRAINER launches from, for one plan.
 
     \b
@@ -57,13 +60,15 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, train_steps,
     prediction = None
     if plan:
         model, layout, training, prediction = _from_plan(ctx, plan, rank, trainer, kwargs)
+        profile_path = profile_path or kwargs.pop("recorded_profile", None)
     else:
         model, layout, training = _from_options(kwargs)
     launch = LaunchOptions(train_steps=train_steps, tokenizer=tokenizer, data_path=data_path,
                            prediction=prediction)
     if prediction is not None:
         click.echo(f"predicted for this plan: {prediction.describe()}", err=True)
-    result = render(trainer, model, layout, training, launch, allow_uneven_pp=allow_uneven_pp)
+    result = render(trainer, model, layout, training, launch, allow_uneven_pp=allow_uneven_pp,
+                    profile=_profile(trainer, training, profile_path))
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     _emit(result.files, output, trainer)
@@ -76,6 +81,7 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: d
     from autoplan.export import read_plans, select_plan
     from autoplan.export.common import Prediction
     from autoplan.layout_records import layout_from_record, record_setup
+    from autoplan.report.plan_inputs import recorded_inputs
     from autoplan.specs.models import load_model
 
     model_name = kwargs["model_name"]
@@ -85,12 +91,19 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: d
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise AutoplanError(f"give either PLAN or the layout options, not both (got {plan} and {flags})")
     data = read_plans(plan)
-    model_ref = model_name or data.get("model")
+    recorded, notes = recorded_inputs(data)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    model_ref = model_name or recorded.get("model")
     if not model_ref:
         raise AutoplanError(f"{plan} names no model at top level; give it with --model")
-    if model_name and data.get("model") and str(data["model"]) != model_name:
-        click.echo(f"note: using --model {shown(model_name)} instead of the plan's model {shown(str(data['model']))}",
-                   err=True)
+    other_model = bool(model_name and recorded.get("model") and model_name not in (recorded["model"], data.get("model")))
+    if other_model:
+        click.echo(f"note: using --model {shown(model_name)} instead of the plan's model {shown(str(data['model']))}; "
+                   "the plan's predictions are for its own model and are not shown", err=True)
+    _recorded_cluster(ctx, recorded, kwargs, plan)
+    if recorded.get("profile") and data.get("trainer") == trainer:
+        kwargs["recorded_profile"] = recorded["profile"]  # the calibrated profile of the search
     if data.get("trainer") and str(data["trainer"]) != trainer:
         click.echo(f"note: the plan was searched for trainer {shown(str(data['trainer']))}; its predictions assume "
                    f"that trainer's implementation, not {trainer}'s", err=True)
@@ -103,8 +116,37 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: d
     settings = _plan_settings(ctx, data.get("setup") or {}, kwargs, plan)
     training = training_from_options({**kwargs, **settings}, model.seq_len, gpus=setup["gpus"],
                                      gbs_seqs=setup["gbs_seqs"], seq_len=setup.get("seq_len"), gbs_tokens=None)
-    prediction = Prediction.from_record(record, str(data.get("trainer") or "searched"))
+    prediction = None if other_model else Prediction.from_record(record, str(data.get("trainer") or "searched"))
     return model, layout_from_record(record, training), training, prediction
+
+
+def _profile(trainer: str, training, profile_path: str | None):
+    """The trainer's profile with a calibrated profile file applied (None: the built-in)."""
+    if not profile_path:
+        return None
+    from autoplan.calibration.profile_file import apply_profile_file
+    from autoplan.profiles import load_profile
+
+    return apply_profile_file(load_profile(trainer), training.cluster.gpu.name, profile_path)
+
+
+def _recorded_cluster(ctx: click.Context, recorded: dict, kwargs: dict, plan: str) -> None:
+    """The hardware, GPUs per node, NIC and FLOPs convention the plans were searched with
+    (plans.json ``inputs``) into ``kwargs`` for each option not given on the command line; a given
+    one that differs wins, with a note."""
+    other_hardware = (ctx.get_parameter_source("hardware") == ParameterSource.COMMANDLINE
+                      and kwargs["hardware"] != recorded.get("hardware"))
+    for name in ("hardware", "gpus_per_node", "nic", "flops_convention"):
+        key = "nic_bytes_per_s" if name == "nic" else name
+        if key not in recorded or (other_hardware and name in ("gpus_per_node", "nic")):
+            continue  # (another GPU brings its own node size and NIC unless given)
+        value = f"{recorded[key] / 1e9:.17g} GB/s" if name == "nic" else recorded[key]
+        if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE:
+            if str(kwargs[name]) != str(value) and name != "nic":
+                click.echo(f"note: --{name.replace('_', '-')} {shown(kwargs[name])} instead of the {shown(value)} "
+                           f"{plan} was searched with; its predictions assume the latter", err=True)
+        else:
+            kwargs[name] = value
 
 
 def _plan_settings(ctx: click.Context, recorded: dict, kwargs: dict, plan: str) -> dict:

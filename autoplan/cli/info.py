@@ -78,11 +78,14 @@ def trainers_command(output_format: str) -> None:
     records = []
     for name in list_trainers():
         p = load_profile(name)
+        c = p.capabilities
         records.append({"name": p.name, "description": p.description,
-                        "zero_stages": ",".join(map(str, p.allowed_zero)),
-                        "virtual_stages": p.supports_vpp, "context_parallel": p.supports_cp,
-                        "expert_parallel": p.supports_ep, "fp8_recipes": ",".join(p.fp8_recipes),
+                        "zero_stages": ",".join(map(str, c.zero_stages)),
+                        "virtual_stages": c.virtual_stages, "context_parallel": c.context_parallel,
+                        "expert_parallel": c.expert_parallel, "precisions": ",".join(c.precisions),
+                        "fp8_recipes": ",".join(c.fp8_recipes),
+                        "settings": "; ".join(f"{k}: {','.join(map(str, v))}" for k, v in c.settings.items()),
                         "calibrated_for": ",".join(k for k in p.parameters if k != "default")})
     emit_records(records, output_format, title="Trainer profiles",
                  columns=["name", "description", "zero_stages", "virtual_stages",
-                          "context_parallel", "fp8_recipes", "calibrated_for"])
+                          "context_parallel", "precisions", "fp8_recipes", "calibrated_for"])

@@ -11,13 +11,12 @@ from autoplan.errors import AutoplanError, shown
 from autoplan.layout import MAX_DEGREE
 from autoplan.specs.training import (
     DEFAULT_GBS_TOLERANCE,
-    FP8_RECIPES,
-    MASTER_WEIGHT_BYTES,
     MAX_GBS_SEQS,
     MAX_GPUS,
     MAX_SEQ_LEN,
-    OPTIMIZER_STATE_BYTES,
     SETTING_FIELDS,
+    SETTINGS,
+    Setting,
 )
 from autoplan.units import UnitError, parse_bandwidth, parse_count
 
@@ -53,6 +52,34 @@ class TokenCount(click.ParamType):
             return parse_count(value, binary=self.binary)
         except UnitError as exc:
             self.fail(str(exc), param, ctx)
+
+
+class LayoutText(click.ParamType):
+    """'tp=8,pp=2,mbs=1,gbs_seqs=512' -> {'tp': '8', ...} (fields of a layout, checked later)."""
+
+    name = "KEY=VALUE[,...]"
+
+    def convert(self, value, param, ctx):
+        import difflib
+
+        from autoplan.layout import RECORD_FIELDS as FIELDS
+
+        if isinstance(value, dict):
+            return value
+        out = {}
+        for part in str(value).split(","):
+            if not part.strip():
+                continue
+            key, eq, text = part.partition("=")
+            key = key.strip().lower().replace("-", "_")
+            if not eq or not text.strip():
+                self.fail(f"expected key=value pairs like 'tp=8,pp=2', got {part.strip()!r}", param, ctx)
+            if key not in FIELDS:
+                close = difflib.get_close_matches(key, FIELDS, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                self.fail(f"unknown layout field '{key}'{hint}; valid: {', '.join(FIELDS)}", param, ctx)
+            out[key] = text.strip()
+        return out
 
 
 class IntList(click.ParamType):
@@ -129,33 +156,24 @@ def setup_settings(kw: dict) -> dict:
 
 
 SETUP_SETTINGS = SETTING_FIELDS
-SETUP_SETTING_OPTIONS = [
-    click.option("--attention-kernel", type=click.Choice(["flash", "eager"]), default="flash", show_default=True,
-                 help="Attention kernel: flash/fused (no s² scores saved) or eager (scores saved)."),
-    click.option("--fp8-recipe", type=click.Choice(list(FP8_RECIPES)), default="tensorwise",
-                 show_default=True, help="FP8 scaling recipe of fp8 layouts: GEMM gain, casts, memory of FP8 "
-                                         "tensors and scales (delayed: Transformer Engine's amax-history scaling, "
-                                         "Megatron's default, no amax pass; rowwise: torchao's, torchtitan 0.3's "
-                                         "only Float8 recipe)."),
-    click.option("--fp8-param-gather", is_flag=True,
-                 help="FP8 primary weights, no bf16 copy (Megatron --fp8-param-gather)."),
-    click.option("--grad-reduce-in-bf16", is_flag=True,
-                 help="bf16 gradient buffers instead of fp32 (Megatron --grad-reduce-in-bf16)."),
-    click.option("--shard-gradients", is_flag=True,
-                 help="Gradients sharded over DP with the optimizer states from zero 1 on "
-                      "(FSDP-style DP with a pipeline, as Llama 3's trainer)."),
-    click.option("--optimizer-state-dtype", type=click.Choice(list(OPTIMIZER_STATE_BYTES)), default="fp32",
-                 show_default=True, help="Dtype of AdamW's two moments (Megatron --exp-avg-dtype with "
-                                         "--use-precision-aware-optimizer; NeMo 1 optim.dtype)."),
-    click.option("--master-weights", type=click.Choice(list(MASTER_WEIGHT_BYTES)), default="fp32",
-                 show_default=True, help="The optimizer's master copy of the weights: fp32, fp16 (Megatron "
-                                         "--main-params-dtype fp16), remainders (int16 low bits beside bf16 "
-                                         "weights) or none (the bf16 weights themselves, NeMo 1's Apex optimizer)."),
-    click.option("--moe-capacity-factor", type=click.FloatRange(0.0, min_open=True), default=None,
-                 help="Expert capacity factor with padding [default: dropless]."),
-    click.option("--mtp-in-mfu/--no-mtp-in-mfu", "mtp_in_model_flops", default=True, show_default=True,
-                 help="Count multi-token-prediction modules in the model FLOPs of MFU (Megatron counts them)."),
-]
+
+
+def _setting_option(setting: Setting):
+    """The command-line option of a setup setting (autoplan.specs.training.SETTINGS)."""
+    if setting.negatable:
+        negative = "--no-" + setting.flag.removeprefix("--")
+        return click.option(f"{setting.flag}/{negative}", setting.name, default=setting.default, show_default=True,
+                            help=setting.help)
+    if isinstance(setting.default, bool):
+        return click.option(setting.flag, setting.name, is_flag=True, help=setting.help)
+    if not setting.choices:  # a positive number, or None
+        return click.option(setting.flag, setting.name, type=click.FloatRange(0.0, min_open=True), default=None,
+                            help=setting.help)
+    return click.option(setting.flag, setting.name, type=click.Choice(list(setting.choices)), default=setting.default,
+                        show_default=True, help=setting.help)
+
+
+SETUP_SETTING_OPTIONS = [_setting_option(setting) for setting in SETTINGS]
 
 
 def training_options(func: Callable | None = None, *, model_required: bool = True,

@@ -72,7 +72,10 @@ def plan_cells(result, rows, costs=None):
     """(title, columns, cell texts) of the table of the plans in ``rows``."""
     from autoplan.calibration.uncertainty import band_text
     from autoplan.cli.text_table import TextColumn
+    import numpy as np
+
     from autoplan.report.near_ties import result_band
+    from autoplan.search.ranking import ROBUST_MARK
     from autoplan.units import format_time
 
     title = "Pareto front: throughput vs memory headroom" if result.sampler == "nsga2" else "Best plans"
@@ -88,11 +91,12 @@ def plan_cells(result, rows, costs=None):
         "peak GiB\n(room)", *BATCH_HEADERS, "step", _tokens_header(band), "MFU", "bubble",
         "exposed\ncomm", *[headers[c] for c in cost_names])]
     col = result.table.columns
+    moved = col.get("robust_moved", np.zeros(len(result.table), dtype=bool))
     cells = []
     for j, row in enumerate(rows):
         extra = [f"{costs[c].iloc[j]:,.1f}" if c == "train_days" else f"{costs[c].iloc[j]:,.0f}"
                  for c in cost_names]
-        cells.append([str(result.ranks[row]), describe(result.table.batch.layout(int(row)))
+        cells.append([f"{result.ranks[row]}{ROBUST_MARK if moved[row] else ''}", describe(result.table.batch.layout(int(row)))
                       + idle_note(result.table, int(row)) + twins_note(result, int(row)),
                       f"{col['peak_memory_gib'][row]:.1f} ({col['memory_headroom_gib'][row]:+.1f})",
                       *batch_cells(result.table, int(row)),

@@ -22,49 +22,24 @@ from autoplan.cli.options import (
 )
 from autoplan.cli.plan_table import COST_COLUMNS, print_table
 from autoplan.errors import NoFeasiblePlanError
-from autoplan.layout import OFFLOADS, OPTIMIZERS, PLACEMENTS, PP_SCHEDULES, PP_SPLITS, PRECISIONS, RECOMPUTE
+from autoplan.knobs import SEARCHED
 
 SAMPLER_CHOICES = ("auto", "exhaustive", "tpe", "nsga2", "random")  # = autoplan.search.SAMPLERS
-INT_KNOB_HELP = {"tp": "tensor", "pp": "pipeline", "vpp": "virtual pipeline (interleaved)",
-                 "cp": "context", "ep": "expert", "etp": "expert tensor"}
+
+
+def _list_option(knob):
+    """The search option of ``knob`` (autoplan.knobs): a list of its values, None = the space's."""
+    if knob.kind == "modules":
+        return click.option(knob.flag, multiple=True, metavar="M1,M2", help=knob.list_help)
+    if knob.kind == "choice":
+        return click.option(knob.flag, type=ChoiceList(knob.choices), default=None, help=knob.list_help)
+    bounds = {"minimum": knob.minimum} | ({"maximum": 3} if knob.kind == "stage" else {})
+    return click.option(knob.flag, type=IntList(**bounds), default=None, help=knob.list_help)
 
 
 def knob_options(func):
-    """--tp/--pp/--vpp/--cp/--ep/--etp/--zero/--mbs and --recompute/--precision/--placement."""
-    options = [click.option(f"--{k}", type=IntList(), default=None,
-                            help=f"{v.capitalize()} parallel degree(s), e.g. 8 or 4,8 "
-                                 "(replaces the space's list).")
-               for k, v in INT_KNOB_HELP.items()]
-    options += [
-        click.option("--zero", type=IntList(minimum=0, maximum=3), default=None, help="ZeRO stage(s): 0, 1, 2, 3."),
-        click.option("--mbs", type=IntList(), default=None, help="Micro-batch size(s) in sequences."),
-        click.option("--recompute", type=ChoiceList(RECOMPUTE), default=None,
-                     help=f"Activation recompute mode(s): {', '.join(RECOMPUTE)}."),
-        click.option("--recompute-layers", type=IntList(minimum=0), default=None,
-                     help="Full recompute of N layers per stage, e.g. 0,4,8 (0 = every layer)."),
-        click.option("--recompute-modules", multiple=True, metavar="M1,M2",
-                     help="A set of selective-recompute modules; repeat for several sets "
-                          "('' = the trainer's own selective recompute)."),
-        click.option("--offload-layers", type=IntList(minimum=0), default=None,
-                     help="Layers per stage whose activations are offloaded to the host, e.g. 0,8."),
-        click.option("--precision", type=ChoiceList(PRECISIONS), default=None,
-                     help=f"Precision(s): {', '.join(PRECISIONS)}."),
-        click.option("--placement", type=ChoiceList(PLACEMENTS), default=None,
-                     help="Rank order(s), innermost first."),
-        click.option("--pp-schedule", type=ChoiceList(PP_SCHEDULES), default=None,
-                     help=f"Pipeline schedule(s): {', '.join(PP_SCHEDULES)} (default = the trainer's own)."),
-        click.option("--pp-split", type=ChoiceList(PP_SPLITS), default=None,
-                     help="Stage split(s): balanced, embed-loss (the embedding and loss count as a layer each)."),
-        click.option("--optimizer", type=ChoiceList(OPTIMIZERS), default=None,
-                     help=f"Optimizer(s): {', '.join(OPTIMIZERS)} [default: adamw]."),
-        click.option("--offload", type=ChoiceList(OFFLOADS), default=None,
-                     help="Model states in host memory: none, optimizer (states + fp32 master), "
-                          "params (also ZeRO-3 weight shards) [default: none]."),
-        click.option("--hsdp", type=IntList(minimum=0), default=None,
-                     help="Hybrid-sharding group size(s), e.g. 0,8,16 (0 = ZeRO shards over the whole "
-                          "data-parallel group)."),
-    ]
-    for option in reversed(options):
+    """One option per searched knob of autoplan.knobs (--tp, --pp, ..., --offload), each a list."""
+    for option in reversed([_list_option(k) for k in SEARCHED]):
         func = option(func)
     return func
 
@@ -124,7 +99,6 @@ def search_command(**kw) -> None:
 
         parse_trainers(kw["export_to"])  # refuse an unknown trainer before searching
     from autoplan.report.destination import check_out_dir, clear
-    from autoplan.report.near_ties import robust_order
     from autoplan.report.results import MAX_CSV_ROWS, default_out_dir, record_files
     from autoplan.search import SearchOptions, search
     from autoplan.search.study import study_meta
@@ -144,7 +118,7 @@ def search_command(**kw) -> None:
     owned = check_out_dir(kw["out_dir"], study_meta(ctx, space)["key"])  # before the work
     try:
         with _progress_bar() as progress:
-            result = robust_order(search(ctx, space, options, progress=progress))  # near-tied plans by robustness
+            result = search(ctx, space, options, progress=progress)
     except BaseException:
         if made:
             with contextlib.suppress(OSError):
@@ -158,7 +132,7 @@ def search_command(**kw) -> None:
         except NoFeasiblePlanError as exc:  # one line: the reasons, then where the candidates are
             raise NoFeasiblePlanError(f"{exc} (every candidate with its reason: {out}/plans.csv)") from None
     costs = _costs(result, kw)
-    _emit(result, kw["output_format"], kw["top_k"], costs)
+    _emit(result, kw["output_format"], kw["top_k"], costs, references=kw)
     written = ["plans.csv", "plans.json", "columns.md", "manifest.json"]
     if kw["export_to"]:
         written += _export(result, kw["export_to"], out, kw["allow_uneven_pp"])
@@ -190,20 +164,15 @@ def _uneven_note(result) -> None:
         click.echo(f"Note: {unable} layouts were dropped because {layers} layers do not divide into "
                    f"pp·vpp stages and {trainer} cannot run unequal stages there", err=True)
 def _architecture_note(result) -> None:
-    """One line when the trainer's own model code cannot build the model, and one when it cannot
-    store the optimizer in the setup's dtypes: the plans are costed as if it could (the exporter
-    refuses them)."""
-    from autoplan.export import architecture_problem, precision_problem
+    """One line when the trainer's own model code cannot build the model: the plans are costed as
+    if it could (the exporter refuses them)."""
+    from autoplan.export import architecture_problem
 
     trainer = result.ctx.profile.name
     problem = architecture_problem(trainer, result.ctx.model)
     if problem:
         click.echo(f"Note: {problem}. The plans are costed as if {trainer} could build it; "
                    f"--export {trainer} refuses them.", err=True)
-    problem = precision_problem(trainer, result.ctx.training)
-    if problem:
-        click.echo(f"Note: {problem}. The plans are costed with these dtypes; --export {trainer} refuses them.",
-                   err=True)
 
 
 def _transfer_note(result) -> None:
@@ -306,7 +275,7 @@ def _write(result, kw: dict) -> str:
     return str(write_results(result, out, top=kw["top_k"], inputs=inputs, command_line=sys.argv))
 
 
-def _emit(result, output_format: str, top_k: int, costs=None) -> None:
+def _emit(result, output_format: str, top_k: int, costs=None, references: dict | None = None) -> None:
     import json
 
     from autoplan.report.columns import plain_dictionary
@@ -315,11 +284,12 @@ def _emit(result, output_format: str, top_k: int, costs=None) -> None:
         add_band_columns,
         clean_json,
         recipe_line,
+        references_of,
         summary,
     )
 
     if output_format == "json":
-        doc = summary(result, top_k)
+        doc = summary(result, top_k, references_of(references or {}))
         if costs is not None:
             for plan, (_, row) in zip(doc["plans"], costs.iterrows()):
                 plan.update({c: float(row[c]) for c in COST_COLUMNS if c in costs})

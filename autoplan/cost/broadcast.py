@@ -172,7 +172,14 @@ def on_distinct(batch: Any, names: tuple[str, ...], fn: Callable[..., Any], key:
     columns = [getattr(batch, name) for name in names]  # (read through a probe: recorded)
     source, rows = _probed(batch)
     if len(source) < MIN_ROWS:
-        return fn(*columns)
+        if key is None or rows is not None:
+            return fn(*columns)
+        # a small batch is not grouped, but its result is kept for the other calls on it (the
+        # stage split is read by some 16 formulas of one evaluate: most of a small batch's cost)
+        cache = _cache(source)
+        if (key, names, "whole") not in cache:
+            cache[(key, names, "whole")] = fn(*columns)
+        return cache[(key, names, "whole")]
     cache = _cache(source)
     entry = cache.get((key, names)) if key is not None else None
     if entry is None:

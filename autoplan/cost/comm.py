@@ -31,12 +31,21 @@ class GroupLink:
 
 
 def group_link(ctx: CostContext, size: np.ndarray, stride: np.ndarray) -> GroupLink:
-    """Where a group of ``size`` ranks spaced ``stride`` apart sits, and its bandwidth."""
+    """Where a group of ``size`` ranks spaced ``stride`` apart sits, and its bandwidth.
+
+    On a switched fabric (NVSwitch) every group reaches the GPU's scale_up bandwidth; on a full
+    mesh of point-to-point links (``GPUSpec.scale_up_peer_link_bytes_per_s``, MI300X's XGMI) a rank
+    reaches its k - 1 peers of the group in its domain over one link each: min(scale_up,
+    (k - 1)·link), so a TP group of 2 gets one 64 GB/s link, not the 448 GB/s of all 7 (AMD
+    Instinct MI300X platform data sheet; RCCL rings over the mesh's direct links)."""
     cl, eff = ctx.cluster, ctx.efficiency
     domain = float(cl.scale_up_domain_size)
     inside = stride * size <= domain
     per_domain = np.where(inside, size, np.maximum(1.0, np.floor(domain / stride)))
     up = cl.gpu.scale_up_bytes_per_s * eff.scale_up_efficiency
+    if cl.gpu.scale_up_peer_link_bytes_per_s > 0:
+        peers = np.maximum(per_domain - 1.0, 1.0)
+        up = np.minimum(cl.gpu.scale_up_bytes_per_s, peers * cl.gpu.scale_up_peer_link_bytes_per_s) * eff.scale_up_efficiency
     out = cl.nic_bytes_per_s * eff.scale_out_efficiency
     bus = np.where(inside, up, np.minimum(up, per_domain * out))
     latency = np.where(inside, cl.gpu.scale_up_latency_s, cl.gpu.scale_out_latency_s)

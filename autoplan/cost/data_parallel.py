@@ -82,7 +82,7 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     step, which no compute can hide (prefetch needs a layer to run behind)."""
     p = ctx.profile
     group, stride = b.dp * b.cp, np.minimum(st["dp"], st["cp"])
-    shard = hybrid_shard.shard_group(b.hsdp, group, p.name)
+    shard = hybrid_shard.shard_group(b.hsdp, group, p)
     link = comm.group_link(ctx, shard, stride)
     layers = np.maximum(n_layers, 1.0)
     buckets = _collectives(stage_params, p.dp_bucket_params)
@@ -149,7 +149,7 @@ def hybrid_comm_s(ctx: CostContext, b: LayoutBatch, stride: np.ndarray, shard: n
     shard_bytes = (dense / shard + expert / expert_shard) * ctx.grad_reduce_bytes
     all_reduce = np.where(on, comm.dp_all_reduce_s(ctx, replicas, shard_bytes, buckets), 0.0)
     secondary = np.zeros_like(all_reduce)
-    if hybrid_shard.style(p.name) == "secondary":
+    if hybrid_shard.style(p) == "secondary":
         hpz = comm.group_link(ctx, np.where(on, b.hsdp, group), stride)
         local = comm.dp_all_gather_s(ctx, hpz, dense * PARAM_GATHER_BYTES, count)
         secondary = np.where(on, (gathers_per_micro - 1.0) * (local - gathers), 0.0)

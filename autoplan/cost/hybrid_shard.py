@@ -2,7 +2,7 @@
 ranks of the ZeRO group G and replicated across the G/hsdp groups; ``hsdp = 0`` shards over
 the whole group as plain ZeRO does.
 
-Trainers do it two ways (``STYLE``, by trainer):
+Trainers do it two ways (``TrainerProfile.hybrid_shard_style``, each profile's YAML):
 
 * **replicate** (FSDP2 HSDP, torch/distributed/fsdp/_fully_shard/_fully_shard.py ``fully_shard``
   on a 2-D (replicate, shard) device mesh, torchtitan ``parallelism.data_parallel_replicate_degree``
@@ -24,28 +24,28 @@ from __future__ import annotations
 
 import numpy as np
 
-STYLE = {"torchtitan": "replicate", "megatron": "replicate", "deepspeed": "secondary"}
 SECONDARY_PARAM_BYTES = 2.0  # bf16 secondary partition of hpZ (ZeRO++ Sec. 3.2)
 
 
-def style(profile_name: str) -> str:
-    """'replicate', 'secondary' or 'none' (a trainer without hybrid sharding; the rules refuse hsdp)."""
-    return STYLE.get(profile_name, "none")
+def style(profile) -> str:
+    """'replicate', 'secondary' or 'none' (a trainer without hybrid sharding; the rules refuse
+    hsdp): the profile's ``hybrid_shard_style``."""
+    return profile.hybrid_shard_style
 
 
-def shard_group(hsdp: np.ndarray, group: np.ndarray, profile_name: str) -> np.ndarray:
+def shard_group(hsdp: np.ndarray, group: np.ndarray, profile) -> np.ndarray:
     """Ranks a model state is divided over: hsdp where it is on and the trainer replicates
     across shard groups, else the whole group G."""
-    if style(profile_name) != "replicate":
+    if style(profile) != "replicate":
         return group
     return np.where(hsdp > 0, hsdp, group)
 
 
 def secondary_weight_bytes(hsdp: np.ndarray, zero: np.ndarray, params: np.ndarray,
-                           profile_name: str) -> np.ndarray:
+                           profile) -> np.ndarray:
     """Bytes per GPU of ZeRO++ hpZ's secondary parameter partition: SECONDARY_PARAM_BYTES ×
     params/hsdp under ZeRO-3 with hsdp > 0 where the trainer keeps one (DeepSpeed), else 0."""
-    if style(profile_name) != "secondary":
+    if style(profile) != "secondary":
         return np.zeros_like(params)
     on = (hsdp > 0) & (zero >= 3)
     return np.where(on, SECONDARY_PARAM_BYTES * params / np.maximum(hsdp, 1.0), 0.0)

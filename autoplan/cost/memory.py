@@ -27,7 +27,7 @@ from autoplan.cost.recompute import (
     NORMS_PER_LAYER,
     module_dropped_bytes_per_token,
 )
-from autoplan.layout import LayoutBatch
+from autoplan.layout import PRECISION, LayoutBatch
 from autoplan.profiles import ActivationCoefficients
 from autoplan.recompute_modules import module_bit
 
@@ -172,7 +172,7 @@ def _fp8_input_saving(ctx: CostContext, b: LayoutBatch) -> float:
     if not ctx.profile.fp8_saves_quantized_inputs:
         return np.zeros_like(b.tp)
     per_element = BF16_BYTES - FP8_ACTIVATION_ELEMENT_BYTES[ctx.training.fp8_recipe]
-    return np.where(b.precision == 1, per_element, 0.0)
+    return np.where(b.precision == PRECISION["fp8"], per_element, 0.0)
 
 
 @per_group  # once per distinct (tp, sp, cp, mbs, precision, ...): cost.broadcast

@@ -14,7 +14,7 @@ import numpy as np
 from autoplan.cost import hybrid_shard
 from autoplan.cost.context import CostContext
 from autoplan.cost.optimizer import state_bytes_per_param
-from autoplan.layout import LayoutBatch
+from autoplan.layout import PRECISION, LayoutBatch
 
 BF16_BYTES = 2.0
 # Bytes per element of an FP8 weight copy as Transformer Engine keeps it, by recipe: the fp8 byte
@@ -71,7 +71,7 @@ def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.
     trainer replicates across them (``hybrid_shard.shard_group``); the expert group shrinks with it.
     """
     dp_group = b.dp * (b.cp if ctx.profile.zero_shards_over_cp else 1.0)
-    dp_group = hybrid_shard.shard_group(b.hsdp, dp_group, ctx.profile.name)
+    dp_group = hybrid_shard.shard_group(b.hsdp, dp_group, ctx.profile)
     return dp_group, expert_group(b, dp_group)
 
 
@@ -106,7 +106,7 @@ def weight_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     stored as FP8 tensors, megatron/core/fp8_utils.py) the bf16 compute copy is gone.
     """
     p, t = ctx.profile, ctx.training
-    fp8 = b.precision == 1
+    fp8 = b.precision == PRECISION["fp8"]
     fp8_copies = p.fp8_weight_extra_bytes * FP8_WEIGHT_ELEMENT_BYTES[t.fp8_recipe]
     bf16_copy = np.where(fp8 & t.fp8_param_gather, 0.0, p.weight_bytes)
     return bf16_copy + np.where(fp8, fp8_copies, 0.0)
@@ -171,7 +171,7 @@ def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray
     out["optimizer_states"] = weighted(dense_owned, expert_owned, dense_state, expert_state)
     if b.hsdp.any():  # DeepSpeed ZeRO++ hpZ: a secondary bf16 partition over the hpZ group
         out["weights"] = out["weights"] + hybrid_shard.secondary_weight_bytes(
-            b.hsdp, b.zero, dense_params + expert_params, p.name)
+            b.hsdp, b.zero, dense_params + expert_params, p)
     return out
 
 

@@ -35,11 +35,6 @@ BF16_BYTES = 2.0
 # A streaming kernel reaches ~75% of a socket's theoretical DRAM bandwidth (STREAM triad on
 # 2-socket Xeon / EPYC servers, McCalpin's STREAM results).
 HOST_MEMORY_EFFICIENCY = 0.75
-# Trainers whose offload streams the gradients to the host so no GPU gradient buffer remains
-# (DeepSpeed stage_1_and_2.py / stage3.py with offload_optimizer; FSDP2 CPUOffloadPolicy: the
-# sharded gradients live on the CPU). Megatron's HybridDeviceOptimizer copies the GPU main_grad
-# buffer to the host and keeps it.
-GRADIENTS_TO_HOST = ("deepspeed", "torchtitan", "hf")
 
 
 def move_to_host(ctx: CostContext, b: LayoutBatch, terms: dict[str, np.ndarray],
@@ -51,7 +46,7 @@ def move_to_host(ctx: CostContext, b: LayoutBatch, terms: dict[str, np.ndarray],
         return np.zeros_like(b.tp)
     states = b.offload >= CODE["optimizer"]
     params = b.offload >= CODE["params"]
-    grads_go = states & (ctx.profile.name in GRADIENTS_TO_HOST)
+    grads_go = states & ctx.profile.offload_moves_gradients  # (the profile's YAML says how)
     host = np.where(states, terms["master_weights"] + terms["optimizer_states"] + FP32_BYTES * owned_params, 0.0)
     host = host + np.where(params, terms["weights"], 0.0)
     for name, moved in (("master_weights", states), ("optimizer_states", states), ("weights", params),

@@ -28,7 +28,7 @@ class Variant:
 
 
 def _zero_group(ctx, lay) -> str:
-    if lay.hsdp and hybrid_shard.style(ctx.profile.name) == "replicate":
+    if lay.hsdp and hybrid_shard.style(ctx.profile) == "replicate":
         return "hsdp"
     return "dp·cp" if ctx.profile.zero_shards_over_cp else "dp"
 
@@ -99,7 +99,7 @@ def _hybrid_collectives(ctx, lay) -> str:
     """What hybrid sharding adds (``data_parallel.hybrid_comm_s``); '' without it."""
     if not lay.hsdp:
         return ""
-    if hybrid_shard.style(ctx.profile.name) == "secondary":
+    if hybrid_shard.style(ctx.profile) == "secondary":
         return (f"; hpZ: the backward's (g − 1) gathers over the secondary partition of {lay.hsdp} ranks "
                 "(DeepSpeed zero_hpz_partition_size)")
     return (f"; AG and RS inside the shard group of hsdp = {lay.hsdp} ranks, R += AR(P·grad_reduce_bytes/hsdp) "
@@ -118,7 +118,7 @@ VARIANTS: dict[str, Variant] = {
     "hpz": Variant(" + SECONDARY_PARAM_BYTES·(P_dense + P_expert)/hsdp under DeepSpeed ZeRO++ hpZ (hsdp > 0, zero 3)",
                    lambda ctx, lay: (" + SECONDARY_PARAM_BYTES·(P_dense + P_expert)/hsdp (hpZ secondary partition)"
                                      if lay.hsdp and lay.zero >= 3
-                                     and hybrid_shard.style(ctx.profile.name) == "secondary" else "")),
+                                     and hybrid_shard.style(ctx.profile) == "secondary" else "")),
     "passes": Variant("passes (= 2: forward and backward; 3 under full recompute)",
                       _if(lambda lay: lay.recompute == "full", "3", "2")),
     "cp_passes": Variant("(3, or 4 under full recompute)", _if(lambda lay: lay.recompute == "full", "4", "3")),

@@ -113,7 +113,8 @@ def head_dim_factor(model: ModelSpec, half_head_dim: float) -> float:
 
 def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of one layer's score attention (QKᵀ, softmax, ·V) for one
-    micro-batch, × ``unfused_attention_factor`` on the compute.
+    micro-batch; eager attention's compute × ``unfused_attention_factor`` (a correction fitted on
+    eager-attention runs: flash attention, which keeps no scores, is never multiplied by it).
 
     Flash attention (Dao 2023, FlashAttention-2): the causal half of the 2·s·a·(d_qk + d_v) FLOPs
     per token at ``attention_efficiency``·k/(k + ``attention_half_seq_tokens``), k = s/cp the keys per
@@ -133,7 +134,7 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
         keys = s / b.cp  # keys per call: one ring block under context parallelism
         efficiency = (e.attention_efficiency * keys / (keys + e.attention_half_seq_tokens)
                       * head_dim_factor(ctx.model, e.attention_half_head_dim))
-        forward = score_flops / 2.0 / (peak * efficiency) * factor
+        forward = score_flops / 2.0 / (peak * efficiency)
         return forward, ATTENTION_BACKWARD_FACTOR * forward
     bmm = score_flops / (peak * gemm_efficiency(ctx, score_flops / 2.0)) * factor
     scores = tokens * s * ctx.model.num_attention_heads / b.tp

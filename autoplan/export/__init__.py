@@ -27,17 +27,16 @@ from typing import Any
 
 from autoplan.errors import AutoplanError
 from autoplan.export.common import ExportError, ExportResult, LaunchOptions
-from autoplan.export.optimizer_precision import precision_problem
 from autoplan.layout import Layout
 from autoplan.layout_records import layout_from_record
-from autoplan.profiles import load_profile
+from autoplan.profiles import TrainerProfile, load_profile
 from autoplan.report.destination import OutputError, write_text
 from autoplan.rules import RuleContext, TrainerRuleError, check_layout
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import TrainingSpec
 
 __all__ = ["TRAINERS", "VERSIONS", "ExportError", "architecture_problem", "ExportResult", "LaunchOptions", "TrainerRuleError",
-           "export_plan", "precision_problem", "parse_trainers", "plan_training", "read_plans", "render", "select_plan", "write_files"]
+           "export_plan", "parse_trainers", "plan_training", "read_plans", "render", "select_plan", "write_files"]
 
 TRAINERS = ("megatron", "torchtitan", "nanotron", "deepspeed")
 VERSIONS = {
@@ -49,22 +48,25 @@ VERSIONS = {
 
 
 def render(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSpec,
-           launch: LaunchOptions | None = None, *, allow_uneven_pp: bool = True) -> ExportResult:
+           launch: LaunchOptions | None = None, *, allow_uneven_pp: bool = True,
+           profile: TrainerProfile | None = None) -> ExportResult:
     """The files of ``layout`` for ``trainer``; refuses a plan that breaks the trainer's rules.
 
     The rules are those the search applies (``autoplan.rules``, on a batch of one);
-    ``allow_uneven_pp`` is False under --even-stages-only. Raises ``TrainerRuleError``.
+    ``allow_uneven_pp`` is False under --even-stages-only. ``profile`` is the trainer profile the
+    plan was priced with (a user's calibrated one, ``--profile``; default the built-in): the
+    exporters write the overlap it assumed. Raises ``TrainerRuleError``.
     """
     names = parse_trainers(trainer)
     if len(names) != 1:
         raise AutoplanError(f"render takes one trainer, got {names}; use export_plan for several")
     trainer = names[0]
-    check_layout(RuleContext(model, load_profile(trainer), training, allow_uneven_pp=allow_uneven_pp), layout)
-    problem = precision_problem(trainer, training)
-    if problem:
-        raise ExportError(f"cannot export to {trainer}: {problem}")
+    profile = profile or load_profile(trainer)
+    if profile.name != trainer:
+        raise AutoplanError(f"the profile is {profile.name}'s, not {trainer}'s: export with that trainer's profile")
+    check_layout(RuleContext(model, profile, training, allow_uneven_pp=allow_uneven_pp), layout)
     module = importlib.import_module(f"autoplan.export.{trainer}")
-    return module.render(model, layout, training, launch or LaunchOptions())
+    return module.render(model, layout, training, launch or LaunchOptions(), profile)
 
 
 def architecture_problem(trainer: str, model: ModelSpec) -> str:

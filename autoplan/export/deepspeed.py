@@ -45,7 +45,8 @@ def uses_megatron(layout: Layout) -> bool:
     return layout.tp > 1 or layout.pp > 1
 
 
-def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions) -> ExportResult:
+def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions,
+           profile: object = None) -> ExportResult:
     per_node, nodes = launch_shape(training)
     warnings = _warnings(model, layout)
     config = ds_config(layout, launch, with_optimizer=not uses_megatron(layout), moe=model.moe is not None)
@@ -250,6 +251,10 @@ def _notes(lay: Layout, training: TrainingSpec) -> list[str]:
     if lay.recompute == "full":
         notes.append("full recompute: call model.gradient_checkpointing_enable() (Hugging Face) or wrap "
                      "layers with deepspeed.checkpointing.checkpoint")
+    # The attention kernel is the training script's (transformers from_pretrained attn_implementation)
+    implementation = "eager" if training.attention_kernel == "eager" else "sdpa"
+    notes.append(f"attention_kernel={training.attention_kernel}: load the Hugging Face model with "
+                 f"attn_implementation='{implementation}', the kernel the prediction assumed")
     return notes
 
 
@@ -258,9 +263,6 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
     order = placement_warning("DeepSpeed", ORDERS, lay)
     if order:
         warnings.append(order)
-    if lay.precision == "fp8":
-        warnings.append("precision=fp8: DeepSpeed's config has no FP8 switch; exported as bf16 "
-                        "(use Transformer Engine layers in the model for FP8)")
     if lay.recompute == "selective" and not uses_megatron(lay):
         warnings.append("recompute=selective: plain DeepSpeed has no selective recompute; exported "
                         "without recompute")

@@ -64,7 +64,7 @@ from autoplan.export import optimizer_precision
 from autoplan.export.megatron_model import model_args, model_warnings
 from autoplan.export.placement import matching_order, placement_warning
 from autoplan.layout import Layout
-from autoplan.profiles import load_profile
+from autoplan.profiles import TrainerProfile, load_profile
 from autoplan.profiles.efficiency import PhysicalEfficiency
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import TrainingSpec
@@ -76,15 +76,15 @@ ORDERS = {"default": "tp-cp-dp-pp", "--use-tp-pp-dp-mapping": "tp-cp-pp-dp"}
 Args = list[tuple[str, object]]
 
 
-def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions) -> ExportResult:
-    """The launch script for this plan (a pure function of its inputs)."""
+def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions,
+           profile: TrainerProfile | None = None) -> ExportResult:
+    """The launch script for this plan (a pure function of its inputs); ``profile``: the megatron
+    profile the plan was priced with (default the built-in), whose overlap the flags follow."""
     per_node, nodes = launch_shape(training)
-    efficiency = assumed_efficiency(training)
+    profile = profile or load_profile("megatron")
+    efficiency = assumed_efficiency(training, profile)
     warnings = _warnings(model, layout) + overlap_warnings(layout, efficiency)
-    if training.shard_gradients:
-        warnings.append("the prediction assumed gradients sharded over DP (shard_gradients); Megatron's "
-                        "distributed optimizer keeps the whole gradient buffer, so this run needs more memory")
-    args = (parallel_args(layout) + overlap_args(layout, efficiency) + batch_args(layout, training)
+    args = (parallel_args(layout) + overlap_args(layout, efficiency, profile) + batch_args(layout, training)
             + recompute_args(layout) + optimizer_args(layout, training)
             + precision_args(layout, training) + model_args(model, layout, training) + vocab_args(model, layout, launch)
             + data_args(launch) + schedule_args(launch))
@@ -148,16 +148,15 @@ def optimizer_args(lay: Layout, training: TrainingSpec) -> Args:
     return args + [arg for arg in optimizer_precision.megatron_args(training) if arg not in args]
 
 
-def assumed_efficiency(training: TrainingSpec) -> PhysicalEfficiency:
-    """The overlap fractions the time model assumed: the megatron profile's, for this GPU, with
-    those its ``options:`` switch off set to 0 (``autoplan.cost.overlap.overlap_fractions``)."""
-    profile = load_profile("megatron")
+def assumed_efficiency(training: TrainingSpec, profile: TrainerProfile) -> PhysicalEfficiency:
+    """The overlap fractions the time model assumed: ``profile``'s, for this GPU, with those its
+    ``options:`` switch off set to 0 (``autoplan.cost.overlap.overlap_fractions``)."""
     eff = profile.parameters_for(training.cluster.gpu.name).efficiency
     hidden = overlap_of(eff, profile.options)
     return replace(eff, tp_overlap=hidden.tp, ep_overlap=hidden.ep, dp_overlap=hidden.grad_reduce)
 
 
-def overlap_args(lay: Layout, eff: PhysicalEfficiency) -> Args:
+def overlap_args(lay: Layout, eff: PhysicalEfficiency, profile: TrainerProfile) -> Args:
     """The overlap flags of what the time model hides (``autoplan.cost.time``, after the
     profile's options): ``dp_overlap`` (``fsdp_overlap`` under ZeRO-3) of the gradient reduction
     -> ``--overlap-grad-reduce``, with the distributed optimizer's / Megatron-FSDP's parameter
@@ -169,7 +168,7 @@ def overlap_args(lay: Layout, eff: PhysicalEfficiency) -> Args:
     dp_hidden = eff.fsdp_overlap if lay.zero == 3 else eff.dp_overlap
     if lay.dp * lay.cp > 1 and dp_hidden > 0:
         args.append(("--overlap-grad-reduce", None))
-        if lay.zero >= 1 and load_profile("megatron").options.overlap_param_gather:
+        if lay.zero >= 1 and profile.options.overlap_param_gather:
             args.append(("--overlap-param-gather", None))
     if eff.tp_overlap > 0 and lay.tp > 1 and lay.sp:
         args.append(("--tp-comm-overlap", None))

@@ -35,7 +35,8 @@ ORDERS = {"context": "tp-cp-dp-pp"}  # ParallelContext: ranks reshaped as (ep, p
 DEFAULT_TOKEN_IDS = (1, 2)  # LlamaConfig/Qwen2Config defaults, used when the model gives none
 
 
-def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions) -> ExportResult:
+def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions,
+           profile: object = None) -> ExportResult:
     per_node, nodes = launch_shape(training)
     warnings = _warnings(model, layout)
     config = {
@@ -177,9 +178,6 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
     if lay.recompute == "selective":
         warnings.append("recompute=selective: nanotron has no selective recompute (only "
                         "recompute_layer for full); exported without recompute")
-    if lay.precision == "fp8":
-        warnings.append("precision=fp8: nanotron's config has no FP8 training; exported as bf16, "
-                        "so the FP8 speed-up in the prediction will not be realised")
     if m.qk_norm:
         warnings.append("the model's q/k RMSNorms cannot be expressed in nanotron's Qwen2Config; "
                         "they are left out (a few thousand parameters, same layout)")

@@ -1,5 +1,6 @@
 """The optimizer's stored dtypes (``TrainingSpec.optimizer_state_dtype`` and ``master_weights``)
-as each trainer spells them, or why it cannot.
+as Megatron-LM spells them. Which trainer can store which is its profile's capabilities
+(``settings``) and the rule ``megatron_master_remainders``, checked by the rule table.
 
 * Megatron-LM (core_v0.15.3, ``megatron/training/arguments.py``): ``--use-precision-aware-optimizer``
   (Transformer Engine FusedAdam; the distributed optimizer and Adam only, ``autoplan.rules.megatron``)
@@ -20,26 +21,8 @@ from autoplan.specs.training import TrainingSpec
 Args = list[tuple[str, object]]
 
 
-def precision_problem(trainer: str, training: TrainingSpec) -> str:
-    """Why ``trainer`` cannot store the optimizer as ``training`` says ('' when it can)."""
-    state, master = training.optimizer_state_dtype, training.master_weights
-    if training.fp32_optimizer:
-        return ""
-    if trainer != "megatron":
-        return (f"{trainer} keeps fp32 master weights and AdamW moments; it has no option for "
-                f"optimizer_state_dtype={state}, master_weights={master}")
-    if master == "none":
-        return ("Megatron-LM always keeps a master copy of the weights (--main-params-dtype fp32 or fp16, "
-                "int16 remainders under --use-precision-aware-optimizer); master_weights=none is Apex "
-                "DistributedFusedAdam's (NeMo 1)")
-    if master == "fp32":
-        return (f"Megatron-LM's precision-aware optimizer, which stores {state} moments, keeps a bf16 model's "
-                "fp32 master weights as int16 remainders (store_param_remainders): use master_weights=remainders")
-    return ""
-
-
 def megatron_args(training: TrainingSpec) -> Args:
-    """The Megatron-LM flags of a storable setting (``precision_problem`` is ''); [] by default."""
+    """The Megatron-LM flags of a setting the rules let through; [] by default."""
     if training.fp32_optimizer:
         return []
     args: Args = [("--use-precision-aware-optimizer", None)]

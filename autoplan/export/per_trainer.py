@@ -95,7 +95,7 @@ def _first_exportable(result: Any, trainer: str, launch: LaunchOptions) -> Train
         try:
             files = render(trainer, result.ctx.model, layout, training,
                            dataclasses.replace(launch, prediction=prediction),
-                           allow_uneven_pp=result.options.allow_uneven_pp)
+                           allow_uneven_pp=result.options.allow_uneven_pp, profile=result.ctx.profile)
         except AutoplanError as exc:  # a rule or the exporter refuses this plan: try the next
             refusals.append(str(exc))
             if refusals[:REPEATS_MEAN_MODEL] == [refusals[0]] * REPEATS_MEAN_MODEL:

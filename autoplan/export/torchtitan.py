@@ -33,7 +33,6 @@ from autoplan.export.common import (
 )
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
-from autoplan.profiles import load_profile
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import TrainingSpec
 
@@ -57,12 +56,9 @@ _NOT_SHAPE = ("name", "aliases", "sources", "seq_len", "max_position_embeddings"
 TITAN_LLAMA3_SCALING = 8.0  # every llama3 flavor: ComplexRoPE scaling='llama', scaling_factor default 8
 
 
-def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions) -> ExportResult:
+def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions,
+           profile: object = None) -> ExportResult:
     per_node, nodes = launch_shape(training)
-    recipes = load_profile("torchtitan").fp8_recipes  # (torchtitan.yaml fp8_recipes)
-    if layout.precision == "fp8" and training.fp8_recipe not in recipes:
-        raise ExportError(f"torchtitan has no {training.fp8_recipe} FP8 recipe (Float8: tensorwise in 0.2.2, "
-                          f"rowwise; MX: mxfp8): plan with --fp8-recipe {' or '.join(recipes)}")
     family, flavor, in_v02 = model_flavor(model)
     warnings = _warnings(model, layout) + model_warnings(model, family, flavor)
     toml_flavor = flavor if in_v02 else CUSTOM_FLAVOR

@@ -33,9 +33,12 @@ def _physical(doc: str, bounds: tuple[float, float], plausible: tuple[float, flo
 
 
 def _correction(doc: str, bounds: tuple[float, float], plausible: tuple[float, float], neutral: float,
-                unit: str = ""):
+                unit: str = "", regime: str = ""):
+    """A correction's field; ``regime`` names the attention kernel whose mechanism it stands for
+    (it then applies under that kernel only, and, a property of the kernel rather than of the
+    measured cluster, is carried to a GPU the trainer was not measured on)."""
     return field(metadata={"doc": doc, "unit": unit, "bounds": bounds, "plausible": plausible,
-                           "neutral": neutral})
+                           "neutral": neutral, "regime": regime})
 
 
 _FRACTION = (0.05, 1.0)  # a fraction of a peak: above 0 (a fit searches from 0.05) and at most 1
@@ -135,8 +138,9 @@ class Corrections:
         "Attention time multiplier for runs without flash attention: stands in for the s×s scores "
         "that unfused attention writes to and reads from HBM (score, softmax, dropout and their "
         "gradients: ~30 B per score element), which the model does not count. Counted out, that "
-        "traffic adds ~1.7× the flash compute time on an A100 at head dim 128, so 1-4 is plausible.",
-        (1.0, 50.0), (1.0, 4.0), neutral=1.0, unit="ratio")
+        "traffic adds ~1.7× the flash compute time on an A100 at head dim 128, so 1-4 is plausible. "
+        "Applies under attention_kernel eager only (flash attention keeps no scores).",
+        (1.0, 50.0), (1.0, 4.0), neutral=1.0, unit="ratio", regime="eager")
     step_overhead_s: float = _correction(
         "Fixed time per step: data loading, logging, optimizer launch and host synchronisation.",
         (0.0, 10.0), (0.0, 0.5), neutral=0.0, unit="s")
@@ -213,13 +217,14 @@ class Parameter:
     bounds: tuple[float, float]
     plausible: tuple[float, float]
     neutral: float | None = None
+    regime: str = ""  # the attention kernel a correction applies under ('' = every run)
 
 
 PHYSICAL, CORRECTIONS = "physical_efficiency", "corrections"  # the YAML section names
 SECTIONS = {PHYSICAL: PhysicalEfficiency, CORRECTIONS: Corrections}
 PARAMETERS: dict[str, Parameter] = {
     f.name: Parameter(f.name, kind, f.metadata["doc"], f.metadata["unit"], f.metadata["bounds"],
-                      f.metadata["plausible"], f.metadata.get("neutral"))
+                      f.metadata["plausible"], f.metadata.get("neutral"), f.metadata.get("regime", ""))
     for kind, cls in SECTIONS.items() for f in fields(cls)}
 LOG_SCALED = ("gemm_half_flops",)  # judged (and fitted) on a log scale
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from autoplan.errors import SpecError, UnknownNameError, shown
+from autoplan.profiles.capabilities import KEYS as CAPABILITY_KEYS
+from autoplan.profiles.capabilities import Capabilities, capabilities_from_mapping
 from autoplan.profiles.efficiency import CalibratedParameters
 from autoplan.profiles.parameter_files import DEFAULTS_PATH, profile_parameters
 from autoplan.profiles.trainer_options import TrainerOptions, options_from_mapping
 from autoplan.profiles.transfer import transfer_parameters
-from autoplan.specs.training import FP8_RECIPES
 from autoplan.specs.yaml_io import check_keys, is_file_stem, read_mapping
 
 _PROFILE_DIR = Path(__file__).resolve().parent
@@ -57,11 +59,7 @@ class TrainerProfile:
     optimizer_bytes: float  # Adam moments
     fp8_weight_extra_bytes: float  # fp8 copies (and transposes) of linear weights under fp8
     zero_shards_over_cp: bool  # Megatron's distributed optimizer shards over DP×CP
-    allowed_zero: tuple[int, ...]
-    max_zero_with_pp: int
-    supports_vpp: bool
-    supports_cp: bool
-    supports_ep: bool
+    capabilities: Capabilities  # what the trainer can run (allow-lists, profiles/capabilities.py)
     pp_schedule: str  # '1f1b' (in flight: min(pp - stage, m)) or 'afab' (all m in flight)
     attention: dict[str, ActivationCoefficients]  # per recompute mode: none, selective
     mlp: dict[str, ActivationCoefficients]
@@ -136,14 +134,14 @@ class TrainerProfile:
     # (actmem README, Llama sdpa breakdown; the norm's output, saved by the next linear, is kept by both). Set per run (calibration rows), as trainers choose the kernel in their config;
     # applied without recompute (a selective policy that recomputes the norms saves none of them).
     norm_saving_bytes_per_h: float = 0.0
-    # Whether the trainer can offload the activations of N layers to the host (offload_layers).
-    # No exported trainer version can (autoplan/rules/recompute.py, trainer_offload); a measured
-    # run whose framework set Megatron-Core's TransformerConfig.cpu_offloading_num_layers itself
-    # (NeMo 2's performance recipes, calibration/nemo_source.py) sets it per row.
-    activation_offload: bool = False
-    # The FP8 scaling recipes the trainer runs (specs.training.FP8_RECIPES; all by default): a
-    # setup asking for another is refused (api.build_context), as is its export.
-    fp8_recipes: tuple[str, ...] = FP8_RECIPES
+    # How the trainer shards hybrid (Layout.hsdp, autoplan.cost.hybrid_shard): 'replicate' (FSDP2
+    # HSDP, Megatron's distributed-optimizer instances), 'secondary' (DeepSpeed ZeRO++ hpZ) or
+    # 'none' (its capabilities list no hybrid_shard_zero_stages).
+    hybrid_shard_style: str = "none"
+    # Whether the trainer's optimizer offload streams the gradients to the host, leaving no GPU
+    # gradient buffer (DeepSpeed offload_optimizer, FSDP2 CPUOffloadPolicy); false where the GPU
+    # gradient buffer stays (Megatron's HybridDeviceOptimizer copies main_grad to the host).
+    offload_moves_gradients: bool = False
     sources: tuple[str, ...] = ()
     parameters: dict[str, CalibratedParameters] = field(default_factory=dict)
     options: TrainerOptions = field(default_factory=TrainerOptions)  # see trainer_options.py
@@ -154,20 +152,37 @@ class TrainerProfile:
         if gpu_name in self.parameters:
             return self.parameters[gpu_name]
         calibrated = {name: p for name, p in self.parameters.items() if name != "default"}
-        return transfer_parameters(calibrated, gpu_name, self.parameters["default"])
+        borrowed = None if calibrated else other_calibrations(self.name)
+        return transfer_parameters(calibrated, gpu_name, self.parameters["default"], borrowed=borrowed)
 
     def with_parameters(self, gpu_name: str, params: CalibratedParameters) -> TrainerProfile:
         return replace(self, parameters={**self.parameters, gpu_name: params})
 
+    def with_overrides(self, overrides: Iterable[tuple[str, Any]]) -> TrainerProfile:
+        """This profile with a measured run's own departures from it: (field, value) pairs of
+        the profile, of its capabilities (``activation_offload``, True), or ("allow_setting",
+        (setting, value)) for a setting value the run's framework runs beyond this trainer's."""
+        profile_values, caps = {}, self.capabilities
+        for name, value in overrides:
+            if name == "allow_setting":
+                caps = caps.allowing(*value)
+            elif name in CAPABILITY_KEYS:
+                caps = replace(caps, **{name: value})
+            else:
+                profile_values[name] = value
+        return replace(self, capabilities=caps, **profile_values)
+
 
 PP_SPLIT_RULES = ("layout", "compute_cost")
+HYBRID_STYLES = ("none", "replicate", "secondary")  # how a trainer shards hybrid (autoplan.cost.hybrid_shard)
 _COEF_KEYS = [f.name for f in fields(ActivationCoefficients)]
 _PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
 _OPTIONAL_KEYS = ["dp_bucket_params", "param_gather_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
                   "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes", "ddp_bucket_grad_bytes",
                   "pp_split_rule", "pp_grad_all_reduce_bytes", "eager_attention_dropout_bytes",
-                  "gpt_residual_dropout_mask_bytes", "norm_saving_bytes_per_h", "fp8_recipes", "activation_offload"]
+                  "gpt_residual_dropout_mask_bytes", "norm_saving_bytes_per_h",
+                  "hybrid_shard_style", "offload_moves_gradients"]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:
@@ -188,14 +203,19 @@ def profile_from_mapping(data: dict, where: str) -> TrainerProfile:
         values[key] = {mode: _coefficients(c, f"{where}: {key}.{mode}") for mode, c in data[key].items()}
         if set(values[key]) != {"none", "selective"}:
             raise SpecError(where, f"{key}: needs coefficients for 'none' and 'selective'")
-    values["allowed_zero"] = tuple(int(z) for z in data["allowed_zero"])
+    values["capabilities"] = capabilities_from_mapping(data["capabilities"], where)
+    if values.get("hybrid_shard_style", "none") not in HYBRID_STYLES:
+        raise SpecError(where, f"hybrid_shard_style must be one of {', '.join(HYBRID_STYLES)}, "
+                               f"got {shown(values['hybrid_shard_style'])}")
+    if (values.get("hybrid_shard_style", "none") == "none") != (not values["capabilities"].hybrid_shard_zero_stages):
+        raise SpecError(where, "hybrid_shard_style says how the trainer shards hybrid exactly where its capabilities "
+                               f"list hybrid_shard_zero_stages, got {shown(values.get('hybrid_shard_style', 'none'))} "
+                               f"and {list(values['capabilities'].hybrid_shard_zero_stages)}")
+    if not isinstance(values.get("offload_moves_gradients", False), bool):
+        raise SpecError(where, f"offload_moves_gradients must be true or false, got {shown(values['offload_moves_gradients'])}")
     if values.get("pp_split_rule", "layout") not in PP_SPLIT_RULES:
         raise SpecError(where, f"pp_split_rule must be one of {', '.join(PP_SPLIT_RULES)}, "
                                f"got {shown(values['pp_split_rule'])}")
-    recipes = data.get("fp8_recipes", FP8_RECIPES)
-    if not isinstance(recipes, (list, tuple)) or not recipes or not all(r in FP8_RECIPES for r in recipes):
-        raise SpecError(where, f"fp8_recipes must be a non-empty list of {', '.join(FP8_RECIPES)}, got {shown(recipes)}")
-    values["fp8_recipes"] = tuple(recipes)
     values["sources"] = tuple(data.get("sources", ()))
     values["options"] = options_from_mapping(data.get("options"), where)
     return TrainerProfile(**values)
@@ -224,6 +244,13 @@ def _own_file_profile(key: str) -> TrainerProfile | None:
         return None
     profile = _profile_file(path)
     return profile if profile.name == key else None
+
+
+def other_calibrations(trainer: str) -> dict[tuple[str, str], CalibratedParameters]:
+    """(trainer, GPU) -> calibrated parameters of every built-in trainer but ``trainer``: where a
+    trainer calibrated on no GPU starts from (``transfer.transfer_parameters``)."""
+    return {(name, gpu): params for name, profile in _builtin_profiles().items() if name != trainer
+            for gpu, params in profile.parameters.items() if gpu != "default"}
 
 
 def list_trainers() -> list[str]:

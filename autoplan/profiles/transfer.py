@@ -6,7 +6,9 @@ reads from the GPU's own figures (``hardware_db/gpus``). The one dimensioned eff
 ``gemm_half_flops``, stands for a fixed time per GEMM (launch, tail wave): F_half/(η·peak);
 keeping that time means scaling F_half with the peak (the compute peak: nominal ×
 ``power_limited_clock_fraction``, so that a power-capped source's fit carries its clock's share). Corrections are not carried: each stands in
-for a mechanism seen on its own measured rows, so the target GPU gets the profile's defaults.
+for a mechanism seen on its own measured rows, so the target GPU gets the profile's defaults;
+except a correction of an attention kernel's regime (``Parameter.regime``: unfused_attention_factor,
+eager attention), which stands for what that kernel does on any GPU and is carried.
 The attention kernel is the exception: the fraction of the peak that one flash-attention kernel
 reaches depends on the generation it was written for. PyTorch's SDPA flash backend (what
 torchtitan runs) is FlashAttention-2, tuned for Ampere: its forward + backward reaches up to
@@ -25,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from autoplan.profiles.efficiency import CalibratedParameters
+from autoplan.profiles.efficiency import PARAMETERS, CalibratedParameters
 from autoplan.specs.gpu_generation import generation_of
 
 TRANSFERRED = "transferred"  # the first word of ``fitted_on`` for transferred values
@@ -51,32 +53,44 @@ def attention_transfer_factor(source_gpu, target_gpu) -> float:
 
 
 def transfer_parameters(calibrated: Mapping[str, CalibratedParameters], target_gpu: str,
-                        default: CalibratedParameters) -> CalibratedParameters:
+                        default: CalibratedParameters, *,
+                        borrowed: Mapping[tuple[str, str], CalibratedParameters] | None = None) -> CalibratedParameters:
     """The parameters for ``target_gpu`` (a preset name) from the nearest calibrated GPU; the
-    ``default`` ones when nothing is calibrated or the GPU is not a preset."""
+    ``default`` ones when the GPU is not a preset.
+
+    A trainer calibrated on no GPU at all (``calibrated`` empty) starts from ``borrowed``, the
+    calibrations of the other trainers ((trainer, GPU) -> parameters): their nearest GPU, and of
+    the trainers calibrated there the one with the lowest fitted GEMM ceiling (the conservative
+    pick), physical efficiencies only; never from the kernel peaks of the defaults, which predicted
+    an uncalibrated DeepSpeed at 67% HFU, beating calibrated Megatron on the same layout."""
     from autoplan.errors import UnknownNameError
     from autoplan.specs.hardware import load_gpu
 
-    if not calibrated:
+    pairs = {("", name): params for name, params in calibrated.items()} or dict(borrowed or {})
+    if not pairs:
         return default
     try:
         target = load_gpu(target_gpu)
-        sources = {name: load_gpu(name) for name in calibrated}
+        sources = {gpu: load_gpu(gpu) for _, gpu in pairs}
     except (UnknownNameError, OSError):
         return default
-    name = min(sorted(sources), key=lambda n: _distance(sources[n], target))
-    fitted = calibrated[name]
+    (trainer, name), fitted = min(sorted(pairs.items()), key=lambda item: (
+        _distance(sources[item[0][1]], target), item[1].value("gemm_efficiency_max")))
     scale = target.compute_peak_bf16_flops_per_s / sources[name].compute_peak_bf16_flops_per_s
     physical = {n: fitted.value(n) for n in fitted.fitted if n in fitted.efficiency.__dataclass_fields__}
+    regime = {n: fitted.value(n) for n in fitted.fitted if PARAMETERS[n].regime and not trainer}
     if "gemm_half_flops" in physical:
         physical["gemm_half_flops"] *= scale
     attention = attention_transfer_factor(sources[name], target)
     if "attention_efficiency" in physical:
         physical["attention_efficiency"] = min(1.0, physical["attention_efficiency"] * attention)
-    note = (f"{TRANSFERRED} from {name} (not measured on {target_gpu}): physical efficiencies as fitted "
+    kept = f", {', '.join(regime)} as fitted (kernel corrections)" if regime else ""
+    origin = (f"{trainer}'s calibration on {name} (this trainer was never measured on any GPU)" if trainer
+              else name)
+    note = (f"{TRANSFERRED} from {origin} (not measured on {target_gpu}): physical efficiencies as fitted "
             f"there, gemm_half_flops × {scale:.3g} (compute-peak ratio), attention_efficiency × {attention:.3g} "
-            f"(FlashAttention-2's fraction of peak by generation); corrections at the profile's defaults")
-    return default.with_values(physical, fitted_on=note, fitted=False)
+            f"(FlashAttention-2's fraction of peak by generation){kept}; other corrections at the profile's defaults")
+    return default.with_values({**physical, **regime}, fitted_on=note, fitted=False)
 
 
 def transferred_note(params: CalibratedParameters) -> str:

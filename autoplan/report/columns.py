@@ -12,41 +12,16 @@ from typing import Any
 
 from autoplan.cost.term_text import formula_text
 from autoplan.cost.terms import BY_COLUMN
+from autoplan.knobs import KNOBS
 
 # column -> (kind, unit, meaning) for the columns that are not cost terms
 LAYOUT_COLUMNS = {
     "rank": ("count", "1", "rank of the layout (1 = the best plan)"),
     "gpus": ("count", "GPUs", "GPUs in the job"),
-    "dp": ("count", "ranks", "data-parallel degree"),
-    "tp": ("count", "ranks", "tensor-parallel degree"),
-    "pp": ("count", "stages", "pipeline-parallel stages"),
-    "vpp": ("count", "chunks", "virtual pipeline chunks per rank (interleaved 1F1B)"),
-    "cp": ("count", "ranks", "context-parallel degree"),
-    "ep": ("count", "ranks", "expert-parallel degree"),
-    "etp": ("count", "ranks", "expert tensor-parallel degree"),
-    "zero": ("code", "stage", "ZeRO stage (0 none, 1 optimizer, 2 + gradients, 3 + weights)"),
-    "mbs": ("count", "sequences", "micro-batch size"),
-    "grad_acc": ("count", "micro-batches", "micro-batches per step and data-parallel rank"),
     "seq_len": ("count", "tokens", "sequence length"),
     "gbs_seqs": ("count", "sequences", "global batch size"),
-    "sp": ("flag", "bool", "sequence parallelism on (with tp > 1)"),
-    "recompute": ("code", "mode", "activation recomputation: none, selective or full"),
-    "precision": ("code", "format", "matmul precision: bf16 or fp8"),
-    "placement": ("code", "order", "rank order of the parallel dimensions, innermost first"),
-    "recompute_layers": ("count", "layers", "full recompute of this many layers per (virtual) stage "
-                                            "(0: every layer; Megatron --recompute-method block)"),
-    "recompute_modules": ("code", "modules", "selective recompute of these modules, comma-separated "
-                                             "(empty: the trainer's own; Megatron --recompute-modules)"),
-    "offload_layers": ("count", "layers", "layers per stage whose activations go to host memory (0: none)"),
-    "hsdp": ("count", "ranks", "hybrid sharding: ZeRO shards the model states inside groups of this many ranks, "
-                              "replicated across groups (0: over the whole ZeRO group)"),
-    "pp_schedule": ("code", "schedule", ("pipeline schedule: default (the trainer's own), 1f1b, interleaved, afab, "
-                                         "zb-h1, zb-v, dualpipe, dualpipev (autoplan.cost.schedule)")),
-    "pp_split": ("code", "split", ("layers on pipeline stages: balanced, or embed-loss (the embedding and the "
-                                   "loss count as one layer each)")),
-    "optimizer": ("code", "optimizer", "optimizer: adamw, adamw8bit, adafactor, sgd, lion, muon (autoplan.cost.optimizer)"),
-    "offload": ("code", "states", ("model states in host memory: none, optimizer (states + fp32 master weights), "
-                                   "params (also the ZeRO-3 weight shards) (autoplan.cost.offload)")),
+    # every layout knob as the registry describes it (autoplan.knobs)
+    **{knob.name: (knob.column_kind, knob.unit, knob.meaning) for knob in KNOBS},
 }
 SEARCH_COLUMNS = {
     "reaches_batch": ("flag", "bool", "the layout reaches the global batch within the tolerance"),
@@ -59,6 +34,8 @@ SEARCH_COLUMNS = {
     "step_time_per_token_s": ("time", "s", "step time per token of the batch: step_time_s / gbs_tokens"),
     "variants": ("code", "text", "layouts predicted the same to 9 digits (step time and peak memory), "
                                  "collapsed into this row; ';'-separated"),
+    "robust_moved": ("flag", "bool", "ranked here by robustness among the plans predicted within 5% of the best "
+                                     "(memory headroom, then fewer cross-node collectives), not by its tokens/s"),
     "idle_gpus": ("count", "GPUs", "GPUs of the job this plan leaves idle (--allow-idle-gpus)"),
     "infeasible_reason": ("code", "text", "why the layout is not feasible ('' when it is)"),
     "train_days": ("time", "days", "days to train on --train-tokens (with --train-tokens)"),

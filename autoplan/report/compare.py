@@ -15,7 +15,7 @@ from autoplan.layout import (
     Layout,
     LayoutBatch,
 )
-from autoplan.layout_records import layout_from_record, record_setup
+from autoplan.layout_records import check_record_columns, layout_from_record, record_setup
 from autoplan.specs.training import TrainingSpec
 
 OUTPUT_COLUMNS = ("fits", "fits_with_retries", "infeasible_reason", "peak_memory_bytes", "peak_memory_gib",
@@ -35,6 +35,8 @@ def read_layouts_csv(path: str):
     from autoplan.files import read_user_csv
 
     columns, rows = read_user_csv(path)
+    check_record_columns([c for c in columns if c not in OUTPUT_COLUMNS and not c.startswith("predicted_")],
+                         str(path), (*RECORD_FIELDS, "model", "tokens_per_s_per_gpu", "peak_memory_gib"))
     return pd.DataFrame(rows, columns=columns, dtype=str)
 
 

@@ -58,3 +58,62 @@ def bottleneck(table: CostTable, i: int) -> str:
     others = [t for t in time_terms() if t.term != "compute"]
     worst = max(others, key=lambda t: float(table[t.column][i]))
     return f"{worst.meaning}: {float(table[worst.column][i]) / step:.0%} of the step"
+
+
+def _stages_of(table: CostTable, i: int) -> list[str]:
+    return [s for s in STAGES if s != "middle" or table.batch.pp[i] >= 3]
+
+
+def memory_rows(table: CostTable, i: int) -> list[tuple[str, list[float]]]:
+    """(term, GiB per stage) of every memory term of layout ``i`` that is not 0 on some stage,
+    then the stage totals ('total'): the memory part of the compact ``explain``."""
+    stages = _stages_of(table, i)
+    per_stage = [memory_terms(stage) for stage in stages]
+    rows = []
+    for k, t in enumerate(per_stage[0]):
+        values = [float(table[terms[k].column][i]) / GiB for terms in per_stage]
+        if any(values):
+            rows.append((t.term, values))
+    rows.append(("total", [float(table[f"mem_{stage}_total_bytes"][i]) / GiB for stage in stages]))
+    return rows
+
+
+def time_rows(table: CostTable, i: int) -> list[tuple[str, float]]:
+    """(term, seconds) of every time term of layout ``i`` that is not 0, then 'step'."""
+    rows = [(t.term, float(table[t.column][i])) for t in time_terms() if float(table[t.column][i])]
+    return rows + [("step", float(table["step_time_s"][i]))]
+
+
+def compact_lines(table: CostTable, i: int) -> list[str]:
+    """The default ``explain``: memory per stage and the step's time terms with their shares,
+    about 40 lines of at most 100 columns (``--full``: every term's formula, parameters, source)."""
+    stages = _stages_of(table, i)
+    lines = [f"{'memory per GPU, GiB':<28}" + "".join(f"{s:>10}" for s in stages)]
+    lines += [f"  {name:<26}" + "".join(f"{v:>10.2f}" for v in values) for name, values in memory_rows(table, i)]
+    peak, room = float(table["peak_memory_gib"][i]), float(table["memory_headroom_gib"][i])
+    lines.append(f"  {'usable':<26}{peak + room:>10.2f}   (peak {peak:.2f} on rank {int(table['peak_stage'][i])} of "
+                 f"the pipeline, {room:+.2f} left)")
+    step = float(table["step_time_s"][i])
+    lines += ["", f"{'step time':<28}{'s':>10}{'share':>10}"]
+    lines += [f"  {name:<26}{value:>10.3f}{value / step:>10.1%}" for name, value in time_rows(table, i)]
+    return lines
+
+
+def peak_stage_name(table: CostTable, i: int) -> str:
+    """The stage ('first', 'middle' or 'last') whose memory total is the largest."""
+    return max(_stages_of(table, i), key=lambda stage: float(table[f"mem_{stage}_total_bytes"][i]))
+
+
+def differences(this: CostTable, other: CostTable, i: int = 0, j: int = 0) -> list[tuple[str, str, float, float]]:
+    """(section, term, this, other) of every term whose value differs between layout ``i`` of
+    ``this`` and ``j`` of ``other``: the time terms (s), largest difference first, then the
+    memory terms of each layout's heaviest stage (GiB), largest first. What ``explain --vs`` shows."""
+    rows = [("time, s", t.term, float(this[t.column][i]), float(other[t.column][j]))
+            for t in (*time_terms(), term("step_time_s"))]
+    mine, theirs = peak_stage_name(this, i), peak_stage_name(other, j)
+    where = f"memory, GiB ({mine} stage" + (f" vs {theirs})" if theirs != mine else ")")
+    pairs = zip((*memory_terms(mine), term(f"mem_{mine}_total_bytes")),
+                (*memory_terms(theirs), term(f"mem_{theirs}_total_bytes")))
+    memory = [(where, a.term, float(this[a.column][i]) / GiB, float(other[b.column][j]) / GiB) for a, b in pairs]
+    return [row for block in (rows, memory) for row in sorted(block, key=lambda r: -abs(r[3] - r[2]))
+            if row[2] != row[3]]

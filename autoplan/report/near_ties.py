@@ -1,4 +1,5 @@
-"""Plans the model cannot tell apart, and how ``search`` orders them.
+"""Plans the model cannot tell apart, and how ``search`` orders them (the ordering itself is
+:func:`autoplan.search.ranking.robust_order`, applied by ``search``).
 
 Every prediction carries the error band of its (trainer, GPU generation, dense/MoE) group
 (:mod:`autoplan.calibration.uncertainty`). A plan is *near-tied* with the best one when their
@@ -25,18 +26,22 @@ is not evidence. The robustness keys:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from autoplan.calibration.uncertainty import ErrorBand, band_text, error_band
-from autoplan.cost.comm import strides
+from autoplan.calibration.uncertainty import ErrorBand, band_text
+from autoplan.search.ranking import (  # noqa: F401 (context_band, near_tied_count: re-exported)
+    HEADROOM_MARGIN,
+    REORDER_WITHIN,
+    ROBUST_MARK,
+    context_band,
+    leading_feasible,
+    near_tied_count,
+    result_band,
+)
 from autoplan.space import KNOBS
-from autoplan.units import GiB
 
-HEADROOM_MARGIN = 0.10  # fraction of the GPU's usable memory
-REORDER_WITHIN = 0.05  # re-order by robustness only plans predicted within 5% of the best
-CROSSING_DIMS = ("tp", "cp", "ep", "pp", "dp")
 
 
 @dataclass(frozen=True)
@@ -58,53 +63,13 @@ class NearTies:
                 f"({band_text(self.band.tokens_low_factor, self.band.tokens_high_factor)} tokens/s, "
                 f"{self.band.group}{unmeasured}){differ}; those predicted within {REORDER_WITHIN:.0%} of the "
                 f"best are ordered by robustness (memory headroom >= {HEADROOM_MARGIN:.0%}, then fewer "
-                "cross-node collectives)")
-
-
-def result_band(result) -> ErrorBand:
-    """The error band of a search's predictions (its trainer, GPU and model kind)."""
-    return context_band(result.ctx)
-
-
-def context_band(ctx) -> ErrorBand:
-    """The error band of predictions in ``ctx`` (a ``CostContext``: its trainer, GPU, model kind
-    and GPU count)."""
-    return error_band(ctx.profile.name, ctx.cluster.gpu, ctx.model.is_moe, gpus=ctx.training.gpus)
-
-
-def near_tied_count(tokens_per_s: np.ndarray, band: ErrorBand) -> int:
-    """How many of the leading rows (feasible, ranked by tokens/s) have an interval that
-    overlaps the best one's: tokens · high >= best · low."""
-    if len(tokens_per_s) == 0:
-        return 0
-    best = float(np.max(tokens_per_s))
-    return _leading_run(tokens_per_s * band.tokens_high_factor >= best * band.tokens_low_factor)
-
-
-def _leading_run(mask: np.ndarray) -> int:
-    """How many leading entries of ``mask`` are true."""
-    return int(np.argmin(mask)) if not mask.all() else len(mask)
-
-
-def cross_node_dims(result, rows: np.ndarray) -> np.ndarray:
-    """Per row: how many of tp, cp, ep, pp, dp form groups that leave the scale-up domain
-    (stride · size > domain size, the test of ``autoplan.cost.comm.group_link``)."""
-    b = result.table.batch.take(rows)
-    st = strides(b.placement, b.tp, b.cp, b.dp, b.pp)
-    st["ep"] = b.etp  # expert groups are laid out over the etp-strided ranks (cost.time)
-    domain = float(result.ctx.cluster.scale_up_domain_size)
-    sizes = {"tp": b.tp, "cp": b.cp, "ep": b.ep, "pp": b.pp, "dp": b.dp}
-    return sum(((sizes[d] > 1) & (st[d] * sizes[d] > domain)).astype(int) for d in CROSSING_DIMS)
-
-
-def _leading_feasible(result) -> np.ndarray:
-    return np.arange(_leading_run(np.asarray(result.feasible, dtype=bool)))
+                f"cross-node collectives; a rank so placed is marked {ROBUST_MARK}, column robust_moved)")
 
 
 def near_ties(result) -> NearTies:
     """The near-tied plans of ``result`` (a ``SearchResult`` ranked feasible-first)."""
     band = result_band(result)
-    rows = _leading_feasible(result)
+    rows = leading_feasible(result)
     n = near_tied_count(result.table["tokens_per_s_per_gpu"][rows], band)
     batch = result.table.batch.take(rows[:n])
     differ = tuple(k for k in KNOBS if hasattr(batch, k) and _varies(getattr(batch, k)))
@@ -115,30 +80,3 @@ def _varies(values: np.ndarray) -> bool:
     """Whether ``values`` holds more than one value (NaN counting as one; no sort, and unlike a
     bare ``np.unique`` it does not import ``numpy.ma``, ~20 ms)."""
     return len(values) > 1 and bool(((values != values[0]) & ~(np.isnan(values) & np.isnan(values[0]))).any())
-
-
-def reordered_count(tokens_per_s: np.ndarray, num_near_tied: int) -> int:
-    """How many leading plans ``robust_order`` re-orders: the near-tied ones predicted within
-    ``REORDER_WITHIN`` of the best (``tokens_per_s`` ranked, best first)."""
-    if num_near_tied < 2:
-        return num_near_tied
-    head = np.asarray(tokens_per_s[:num_near_tied], dtype=float)
-    return _leading_run(head >= (1.0 - REORDER_WITHIN) * float(np.max(head)))
-
-
-def robust_order(result):
-    """``result`` with its near-tied plans re-ordered by robustness (stable; see the module
-    docstring); the Pareto display of nsga2 and a lone best plan are left as they are."""
-    from autoplan.search.recipe import take
-
-    if result.sampler == "nsga2":
-        return result
-    n = reordered_count(result.table["tokens_per_s_per_gpu"], near_ties(result).num_plans)
-    if n < 2:
-        return result
-    head = np.arange(n)
-    usable = result.ctx.cluster.gpu.usable_memory_bytes / GiB
-    tight = result.table["memory_headroom_gib"][head] < HEADROOM_MARGIN * usable
-    order = np.lexsort((head, cross_node_dims(result, head), tight))
-    permutation = np.concatenate([order, np.arange(n, len(result.table))])
-    return replace(result, table=take(result.table, permutation), reasons=result.reasons[permutation])

@@ -14,6 +14,7 @@ import json
 import math
 import platform
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from autoplan.report.csv_text import csv_text
 from autoplan.report.destination import write_text
 from autoplan.report.near_ties import near_ties, result_band
 from autoplan.report.per_choice import per_choice_summary
+from autoplan.report.plan_inputs import inputs_record
 from autoplan.search import SearchResult
 from autoplan.search.topk import DEFAULT_KEEP_ROWS
 from autoplan.specs.training import SETTING_FIELDS
@@ -50,11 +52,13 @@ def default_out_dir(model: str, gpus: int, root: str | Path = "results") -> Path
     return path
 
 
-def summary(result: SearchResult, top: int) -> dict[str, Any]:
-    """The JSON document of a search: inputs, recipe counts and the top plans."""
+def summary(result: SearchResult, top: int, references: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """The JSON document of a search: inputs, recipe counts and the top plans. ``references``:
+    the model, hardware and profile as the user named them (report.plan_inputs)."""
     t, ctx = result.training, result.ctx
     plans = with_bands(result, result.top_records(top))
     return {"model": ctx.model.name, "hardware": ctx.cluster.gpu.name, "trainer": ctx.profile.name,
+            "inputs": inputs_record(ctx, references),
             "gpus": t.gpus, "seq_len": t.seq_len, "gbs_seqs": t.gbs_seqs,
             "gbs_tokens": t.gbs_seqs * t.seq_len, "gbs_tolerance": t.gbs_tolerance,
             "space": result.space.name, "sampler": result.sampler, "seed": result.options.seed,
@@ -168,9 +172,15 @@ def write_results(result: SearchResult, out_dir: str | Path, *, top: int, inputs
     columns.update(band_columns(result, {c: columns[c] for c in BAND_FIGURES if c in columns}))
     write_text(out / "plans.csv", csv_text(columns, CSV_FLOAT_FORMAT))
     write_text(out / "columns.md", columns_markdown(columns))
-    _write_json(out / "plans.json", summary(result, top))
+    _write_json(out / "plans.json", summary(result, top, references_of(inputs)))
     _write_json(out / "manifest.json", manifest(result, inputs, command_line))
     return out
+
+
+def references_of(options: Mapping[str, Any]) -> dict[str, str | None]:
+    """The model, hardware and profile as a command's options named them."""
+    return {"model": options.get("model_name"), "hardware": options.get("hardware"),
+            "profile": options.get("profile_path")}
 
 
 def recipe_line(result: SearchResult) -> str:

@@ -80,7 +80,7 @@ def _neighbours(ctx: CostContext, lay: Layout) -> list[tuple[str, Layout]]:
         add("--recompute full", recompute="full")
     if lay.recompute == "none":
         add("--recompute selective", recompute="selective")
-    for zero in sorted(z for z in ctx.profile.allowed_zero if z > lay.zero):
+    for zero in sorted(z for z in ctx.profile.capabilities.zero_stages if z > lay.zero):
         add(f"--zero {zero}", zero=zero)
     if lay.mbs > 1:
         add(f"--mbs {lay.mbs // 2}", mbs=lay.mbs // 2)

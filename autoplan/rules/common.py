@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost.schedule import V_SHAPED, is_schedule
+from autoplan.layout import PRECISION
 from autoplan.rules.stages import fix_pp
+from autoplan.specs.gpu_generation import FP8_RECIPE_GENERATIONS, generation_of, runs_fp8_recipe
 from autoplan.rules.table import (
     ALL,
     Rule,
@@ -122,8 +124,15 @@ BATCH_RULES = [
          lambda c, x: f"seq_len={seq_len_of(c, x)} > {c.model.max_position_embeddings}",
          MEGATRON_ARGS + " (seq_length <= max_position_embeddings)"),
     Rule("fp8_hardware", ALL, "fp8 needs a GPU with FP8 tensor cores",
-         lambda c, b: (b.precision == 1) & (c.cluster.gpu.peak_fp8_flops_per_s <= 0),
+         lambda c, b: (b.precision == PRECISION["fp8"]) & (c.cluster.gpu.peak_fp8_flops_per_s <= 0),
          lambda c, x: f"precision=fp8, gpu={c.cluster.gpu.name}",
          "Transformer Engine: FP8 GEMMs need compute capability >= 8.9",
          fix=lambda c, x: "use --precision bf16"),
+    Rule("fp8_recipe_hardware", ALL, "the FP8 recipe must be one the GPU's tensor cores run",
+         lambda c, b: (b.precision == PRECISION["fp8"]) & (not runs_fp8_recipe(c.cluster.gpu, c.training.fp8_recipe)),
+         lambda c, x: f"fp8_recipe={c.training.fp8_recipe}, gpu={c.cluster.gpu.name} "
+                      f"({generation_of(c.cluster.gpu)}); {c.training.fp8_recipe} needs "
+                      f"{' or '.join(FP8_RECIPE_GENERATIONS.get(c.training.fp8_recipe, ()))}",
+         "specs/gpu_generation.py FP8_RECIPE_GENERATIONS (Transformer Engine fp8.py check_mxfp8_support)",
+         fix=lambda c, x: "try --fp8-recipe tensorwise"),
 ]

@@ -19,7 +19,6 @@ import numpy as np
 
 from autoplan.rules.table import ALL, Rule, RuleContext
 
-ZERO_STAGES = {"torchtitan": (3,), "megatron": (1, 3), "deepspeed": (3,)}
 SOURCES = ("torchtitan torchtitan/distributed/parallel_dims.py (dp_replicate, dp_shard); Megatron-LM "
            "megatron/training/arguments.py (--num-distributed-optimizer-instances, "
            "--outer-dp-sharding-strategy); DeepSpeed deepspeed/runtime/zero/config.py (zero_hpz_partition_size)")
@@ -28,16 +27,6 @@ SOURCES = ("torchtitan torchtitan/distributed/parallel_dims.py (dp_replicate, dp
 def zero_group(ctx: RuleContext, x) -> object:
     """G: the ranks ZeRO shards over, dp·cp where the trainer shards over cp, else dp."""
     return x.dp * (x.cp if ctx.profile.zero_shards_over_cp else 1)
-
-
-def _unsupported(ctx: RuleContext, b) -> np.ndarray:
-    stages = ZERO_STAGES.get(ctx.profile.name, ())
-    return (b.hsdp > 0) & ~np.isin(b.zero, stages)
-
-
-def _supported_text(ctx: RuleContext) -> str:
-    stages = ZERO_STAGES.get(ctx.profile.name, ())
-    return f"zero {', '.join(map(str, stages))}" if stages else "none"
 
 
 def _hsdp_indivisible(ctx: RuleContext, b) -> np.ndarray:
@@ -53,10 +42,6 @@ RULES = [
          lambda c, b: _hsdp_indivisible(c, b),
          lambda c, x: f"hsdp={x.hsdp}, ZeRO group {zero_group(c, x)}", SOURCES,
          fix=lambda c, x: "try --hsdp 0"),
-    Rule("trainer_hsdp", ALL, "the trainer must shard hybrid at this ZeRO stage",
-         _unsupported,
-         lambda c, x: f"hsdp={x.hsdp}, zero={x.zero}, {c.profile.name} shards hybrid at: {_supported_text(c)}",
-         SOURCES, fix=lambda c, x: "try --hsdp 0"),
     Rule("torchtitan_hsdp_cp", ("torchtitan",), "torchtitan's shard mesh is dp_shard × cp: cp must divide hsdp",
          lambda c, b: (b.hsdp > 0) & (np.mod(b.hsdp, b.cp) != 0),
          lambda c, x: f"hsdp={x.hsdp}, cp={x.cp}", "torchtitan torchtitan/distributed/parallel_dims.py",

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from autoplan.layout import PRECISION
 from autoplan.rules.table import Rule
+
+
+def _fp32_master_beside_low_moments(c, b) -> bool:
+    """Megatron's precision-aware optimizer, the only way it stores low-precision moments, keeps a
+    bf16 model's fp32 master weights as int16 remainders (store_param_remainders): fp32 masters
+    beside bf16/fp16/fp8 moments cannot be written."""
+    return c.training.optimizer_state_dtype != "fp32" and c.training.master_weights == "fp32"
+
 
 RULES = [
     Rule("moe_tp_needs_sp", ("megatron",), "Megatron-Core MoE with tp > 1 needs sequence parallel in training",
@@ -13,7 +22,7 @@ RULES = [
          fix=lambda c, x: "drop --no-sp"),
     Rule("fp8_param_gather_optimizer", ("megatron",),
          "--fp8-param-gather needs the distributed optimizer (zero >= 1)",
-         lambda c, b: (b.precision == 1) & c.training.fp8_param_gather & (b.zero == 0),
+         lambda c, b: (b.precision == PRECISION["fp8"]) & c.training.fp8_param_gather & (b.zero == 0),
          lambda c, x: f"fp8_param_gather=true, zero={x.zero}",
          "Megatron-LM core_v0.15.3 megatron/training/arguments.py (validate_args: --fp8-param-gather only "
          "supported with distributed optimizer, torch fsdp2, megatron fsdp)",
@@ -27,4 +36,11 @@ RULES = [
          "Megatron-LM core_v0.15.3 megatron/core/optimizer/__init__.py (get_megatron_optimizer: only "
          "supported with distributed optimizer) and optimizer_config.py (only supported with adam)",
          fix=lambda c, x: "try --zero 1 with --optimizer adamw"),
+    Rule("megatron_master_remainders", ("megatron",),
+         "Megatron's precision-aware optimizer keeps fp32 master weights as int16 remainders beside low-precision moments",
+         lambda c, b: _fp32_master_beside_low_moments(c, b),
+         lambda c, x: f"optimizer_state_dtype={c.training.optimizer_state_dtype}, master_weights={c.training.master_weights}",
+         "Megatron-LM core_v0.15.3 megatron/core/optimizer/optimizer_config.py (store_param_remainders, "
+         "default True under --use-precision-aware-optimizer)",
+         fix=lambda c, x: "use --master-weights remainders"),
 ]

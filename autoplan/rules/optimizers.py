@@ -29,17 +29,8 @@ from autoplan.cost.offload import CODE as OFFLOAD
 from autoplan.cost.optimizer import CODE as OPTIMIZER
 from autoplan.rules.table import ALL, Rule
 
-SUPPORTED = {
-    "megatron": ("adamw", "sgd", "muon", "lion"),
-    "torchtitan": ("adamw",),
-    "nanotron": ("adamw", "sgd"),
-    "deepspeed": ("adamw", "lion", "muon", "sgd", "adafactor"),
-    "hf": ("adamw", "adamw8bit", "adafactor", "sgd", "lion"),
-}
-# The offload each trainer can express, and the optimizers its host step runs.
-OFFLOADS = {"megatron": ("none", "optimizer"), "deepspeed": ("none", "optimizer", "params"),
-            "torchtitan": ("none", "params")}
-CPU_OPTIMIZERS = {"megatron": ("adamw", "sgd"), "deepspeed": ("adamw", "lion"), "torchtitan": ("adamw",)}
+# Which optimizer and offload each trainer runs: its profile's capabilities (optimizers,
+# state_offloads, cpu_optimizers; autoplan.rules.capabilities). These rules are what must go with what.
 SOURCES = ("Megatron-LM core_v0.19.0 megatron/training/arguments.py (--optimizer, --optimizer-cpu-offload) and "
            "megatron/core/optimizer/__init__.py; torchtitan torchtitan/components/optimizer.py, "
            "torchtitan/config/configs.py (enable_cpu_offload); nanotron src/nanotron/config/config.py; "
@@ -47,16 +38,7 @@ SOURCES = ("Megatron-LM core_v0.19.0 megatron/training/arguments.py (--optimizer
            "transformers training_args.py (OptimizerNames)")
 
 
-def _codes(table: dict, name: str, codes: dict, default: tuple) -> list[float]:
-    return [codes[k] for k in table.get(name, default)]
-
-
 RULES = [
-    Rule("trainer_optimizer", ALL, "the trainer must implement the optimizer",
-         lambda c, b: ~np.isin(b.optimizer, _codes(SUPPORTED, c.profile.name, OPTIMIZER, ("adamw",))),
-         lambda c, x: f"optimizer={x.optimizer}, {c.profile.name} runs "
-                      f"{', '.join(SUPPORTED.get(c.profile.name, ('adamw',)))}",
-         SOURCES, fix=lambda c, x: "try --optimizer adamw"),
     Rule("megatron_emerging_optimizer_fsdp", ("megatron",),
          "Megatron's emerging optimizers (muon, lion) do not run under Megatron-FSDP (zero 3)",
          lambda c, b: np.isin(b.optimizer, [OPTIMIZER["muon"], OPTIMIZER["lion"]]) & (b.zero >= 3),
@@ -69,11 +51,6 @@ RULES = [
          lambda c, x: f"optimizer={x.optimizer}, tp={x.tp}, pp={x.pp}",
          "deepspeedai/Megatron-DeepSpeed megatron/arguments.py (--optimizer choices adam, sgd)",
          fix=lambda c, x: "try --optimizer adamw or --tp 1 --pp 1"),
-    Rule("trainer_state_offload", ALL, "the trainer must be able to offload these model states to the host",
-         lambda c, b: ~np.isin(b.offload, _codes(OFFLOADS, c.profile.name, OFFLOAD, ("none",))),
-         lambda c, x: f"offload={x.offload}, {c.profile.name} offloads "
-                      f"{', '.join(OFFLOADS.get(c.profile.name, ('none',))[1:]) or 'nothing'}",
-         SOURCES, fix=lambda c, x: "try --offload none"),
     Rule("offload_params_zero3", ALL, "parameter offload needs ZeRO-3 / FSDP (zero 3)",
          lambda c, b: (b.offload >= OFFLOAD["params"]) & (b.zero < 3),
          lambda c, x: f"offload={x.offload}, zero={x.zero}",
@@ -83,10 +60,4 @@ RULES = [
          lambda c, b: (b.offload >= OFFLOAD["optimizer"]) & (b.zero < 1),
          lambda c, x: f"offload={x.offload}, zero={x.zero}", "deepspeed/runtime/zero/config.py (offload_optimizer)",
          fix=lambda c, x: "try --zero 1"),
-    Rule("offload_cpu_optimizer", ALL, "an offloaded optimizer step needs the trainer's CPU version of the optimizer",
-         lambda c, b: (b.offload >= OFFLOAD["optimizer"])
-         & ~np.isin(b.optimizer, _codes(CPU_OPTIMIZERS, c.profile.name, OPTIMIZER, ())),
-         lambda c, x: f"optimizer={x.optimizer}, offload={x.offload}, {c.profile.name} runs "
-                      f"{', '.join(CPU_OPTIMIZERS.get(c.profile.name, ())) or 'none'} on the CPU",
-         SOURCES, fix=lambda c, x: "try --optimizer adamw"),
 ]

@@ -13,22 +13,22 @@
   flag for it (``--cpu-offloading-num-layers`` arrives in core_v0.16.0's arguments.py), and
   ``__post_init__`` allows it only with pp = 1, no recompute and fewer layers than the model's.
   A measured run whose framework set ``cpu_offloading_num_layers`` itself carries the profile fact
-  ``activation_offload`` (``autoplan/profiles/profile.py``) and is not refused.
+  capability ``activation_offload`` (``TrainerProfile.with_overrides``) and is not refused; the
+  capability rules themselves are in ``autoplan.rules.capabilities``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from autoplan.layout import PRECISION
+
 from autoplan.recompute_modules import module_bit
 from autoplan.rules.table import ALL, Rule, RuleContext
 
 MEGATRON = ("megatron",)
-OTHERS = ("torchtitan", "nanotron", "deepspeed", "hf", "llmfoundry")
 ARGS = "Megatron-LM core_v0.15.3 megatron/training/arguments.py"
 CONFIG = "Megatron-LM core_v0.15.3 megatron/core/transformer/transformer_config.py (__post_init__)"
-NO_LAYERS = ("torchtitan 0.3.0 torchtitan/config/job_config.py ActivationCheckpoint (mode, "
-             "selective_ac_option); nanotron recompute_layer; DeepSpeed export: every layer")
 FP8_DELAYED_MODULES = ("moe_act", "layernorm")  # transformer_config.py: not with fp8 delayed scaling
 
 
@@ -43,7 +43,7 @@ def _fp8_delayed(ctx: RuleContext, b) -> np.ndarray | bool:
     if ctx.training.fp8_recipe != "delayed":
         return False
     hit = sum(module_bit(b.recompute_modules, name) for name in FP8_DELAYED_MODULES)
-    return (b.precision == 1) & (b.recompute == 1) & (hit > 0)
+    return (b.precision == PRECISION["fp8"]) & (b.recompute == 1) & (hit > 0)
 
 
 RULES = [
@@ -60,16 +60,6 @@ RULES = [
                       f"pp·vpp={x.pp * x.vpp}, largest stage {int(_stage_layers(c, x))}",
          f"{CONFIG}: recompute_num_layers between 1 and num_layers_per_pipeline_rank",
          fix=lambda c, x: f"try --recompute-layers {int(_stage_layers(c, x))}"),
-    Rule("trainer_recompute_layers", OTHERS,
-         "full recompute of N layers per stage (recompute_layers) is Megatron-LM only",
-         lambda c, b: b.recompute_layers > 0,
-         lambda c, x: f"recompute_layers={x.recompute_layers}, trainer {c.profile.name}", NO_LAYERS,
-         fix=lambda c, x: "try --recompute-layers 0 or --trainer megatron"),
-    Rule("trainer_recompute_modules", OTHERS,
-         "selective recompute of named modules (recompute_modules) is Megatron-LM only",
-         lambda c, b: b.recompute_modules > 0,
-         lambda c, x: f"recompute_modules={x.recompute_modules}, trainer {c.profile.name}", NO_LAYERS,
-         fix=lambda c, x: "leave --recompute-modules empty (the trainer's own selective recompute)"),
     Rule("recompute_mla_up_proj", MEGATRON, "mla_up_proj recompute needs multi-latent attention",
          lambda c, b: (module_bit(b.recompute_modules, "mla_up_proj") > 0) & (c.model.mla is None),
          lambda c, x: f"recompute_modules={x.recompute_modules}, model '{c.model.name}' has no MLA", CONFIG),
@@ -85,11 +75,4 @@ RULES = [
                                                 | (b.offload_layers >= c.model.num_layers)),
          lambda c, x: f"offload_layers={x.offload_layers}, pp={x.pp}, recompute={x.recompute}, "
                       f"layers={c.model.num_layers}", CONFIG),
-    Rule("trainer_offload", ALL, "the exported trainer version cannot offload activations (offload_layers)",
-         lambda c, b: (b.offload_layers > 0) & (not c.profile.activation_offload),
-         lambda c, x: f"offload_layers={x.offload_layers}, trainer {c.profile.name}"
-                      + ("; pretrain_gpt.py at core_v0.15.3 has no --cpu-offloading-num-layers (core_v0.16.0 "
-                         "adds it)" if c.profile.name == "megatron" else "; no activation offload option"),
-         f"{ARGS} (no cpu-offloading flag; core_v0.16.0 adds --cpu-offloading-num-layers); {NO_LAYERS}",
-         fix=lambda c, x: "try --offload-layers 0"),
 ]

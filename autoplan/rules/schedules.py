@@ -23,30 +23,12 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost.schedule import CODE, V_SHAPED, is_schedule, resolved_schedule
-from autoplan.rules.table import ALL, Rule, RuleContext
+from autoplan.rules.table import ALL, Rule
 
-# Schedules each trainer can run, by autoplan's names ('default' = the trainer's own).
-SUPPORTED = {
-    "megatron": ("default", "1f1b", "interleaved"),
-    "torchtitan": ("default", "1f1b", "interleaved", "afab", "zb-h1", "zb-v", "dualpipev"),
-    "nanotron": ("default", "1f1b", "afab"),
-    "deepspeed": ("default", "1f1b"),
-    "hf": ("default",),
-}
 SOURCES = ("Megatron-LM core_v0.15.3 megatron/core/pipeline_parallel/schedules.py (get_forward_backward_func); "
            "torch/distributed/pipelining/schedules.py (get_schedule_class, used by torchtitan's "
            "pipeline_parallel_schedule); nanotron parallel/pipeline_parallel/engine.py (pp_engine); "
            "deepspeed/runtime/pipe/schedule.py (TrainSchedule); deepseek-ai/DualPipe (standalone)")
-EMBED_LOSS_TRAINERS = ("megatron",)
-EMBED_LOSS_SOURCE = ("Megatron-LM core_v0.15.3 megatron/core/transformer/pipeline_parallel_layer_layout.py "
-                     "(layout 'E...L'); other exporters cannot place the embedding and the loss as layers")
-
-
-def _unsupported(ctx: RuleContext, b) -> np.ndarray:
-    allowed = SUPPORTED.get(ctx.profile.name, ("default",))
-    return ~np.isin(b.pp_schedule, [CODE[name] for name in allowed])
-
-
 def _vpp_broken(b) -> np.ndarray:
     """vpp that the schedule cannot run: interleaved needs vpp > 1; the V-shaped ones exactly 2;
     1F1B, AFAB and DualPipe one chunk per rank; ZB-H1 any."""
@@ -80,12 +62,6 @@ RULES = [
          lambda c, b: _dualpipe_broken(b), lambda c, x: f"pp_schedule={x.pp_schedule}, pp={x.pp}, "
                                                         f"grad_acc={x.grad_acc}",
          "deepseek-ai/DualPipe dualpipe/dualpipe.py, dualpipev.py (step)"),
-    Rule("trainer_pp_schedule", ALL, "the trainer must implement the pipeline schedule",
-         _unsupported,
-         lambda c, x: f"pp_schedule={x.pp_schedule}, {c.profile.name} runs "
-                      f"{', '.join(SUPPORTED.get(c.profile.name, ('default',))[1:]) or 'only its own'}"
-                      + ("; DualPipe is DeepSeek's standalone library" if x.pp_schedule == "dualpipe" else ""),
-         SOURCES, fix=lambda c, x: "try --pp-schedule default"),
     Rule("torchtitan_multi_stage", ("torchtitan",),
          "torchtitan's multi-stage schedules (Interleaved1F1B, InterleavedZeroBubble) need at least 2 stages per rank",
          lambda c, b: is_schedule(b.pp_schedule, "interleaved", "zb-h1") & (b.vpp < 2) & (b.pp > 1),
@@ -100,8 +76,4 @@ RULES = [
          "torch 2.13.0 torch/distributed/pipelining/schedules.py (Schedule1F1B: 'Number of microbatches "
          "must be greater than or equal to the number of stages')",
          fix=lambda c, x: f"try a global batch of at least {x.pp} micro-batches per replica, or a smaller --pp"),
-    Rule("trainer_pp_split", ALL, "the trainer must place the embedding and the loss as pipeline layers (pp_split)",
-         lambda c, b: (b.pp_split == 1) & (c.profile.name not in EMBED_LOSS_TRAINERS),
-         lambda c, x: f"pp_split={x.pp_split}, trainer {c.profile.name}", EMBED_LOSS_SOURCE,
-         fix=lambda c, x: "try --pp-split balanced or --trainer megatron"),
 ]

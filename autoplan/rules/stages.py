@@ -44,18 +44,7 @@ import numpy as np
 
 from autoplan.rules.table import ALL, Rule, RuleContext, gpus_of, indivisible, nearest
 
-UNEVEN_SUPPORT = {
-    "megatron": ("Megatron-LM core_v0.15.3 megatron/training/arguments.py "
-                 "(--pipeline-model-parallel-layout)"),
-    "torchtitan": ("torchtitan 0.3.0 torchtitan/distributed/pipeline_parallel.py "
-                   "(generate_llm_fqn_per_model_part, vpp <= 2)"),
-    "nanotron": "nanotron src/nanotron/models/base.py (build_model balances blocks over ranks)",
-    "deepspeed": ("DeepSpeed v0.19.5 deepspeed/runtime/pipe/module.py (_partition_layers, "
-                  "'type:transformer' as Megatron-DeepSpeed's model pipes set it; "
-                  "deepspeed/runtime/utils.py partition_balanced: extra layers on the first stages)"),
-}
-UNSUPPORTED_SOURCE = "hf: no pipeline split"
-TORCHTITAN_MAX_UNEVEN_VPP = 2  # stages per rank torchtitan makes without layers_per_stage
+PROFILES = "autoplan/profiles/<trainer>.yaml capabilities (uneven_stages_max_vpp)"
 
 
 def uneven(ctx: RuleContext, b) -> np.ndarray:
@@ -65,11 +54,12 @@ def uneven(ctx: RuleContext, b) -> np.ndarray:
 
 
 def trainer_splits_unevenly(ctx: RuleContext, b):
-    """True where the trainer can run the cost model's uneven split (per layout)."""
-    name = ctx.profile.name
-    if name == "torchtitan":
-        return b.vpp <= TORCHTITAN_MAX_UNEVEN_VPP
-    return name in UNEVEN_SUPPORT
+    """True where the trainer can run the cost model's uneven split (per layout): its profile's
+    ``uneven_stages_max_vpp`` virtual stages per rank at most (True for any, False for none)."""
+    most = ctx.profile.capabilities.uneven_stages_max_vpp
+    if most == float("inf") or most == 0:
+        return most > 0
+    return b.vpp <= most
 
 
 def _uneven_unsupported(ctx: RuleContext, b) -> np.ndarray | bool:
@@ -98,15 +88,15 @@ def _values(ctx: RuleContext, x) -> str:
 
 
 RULES = [
-    Rule("pp_uneven", tuple(UNEVEN_SUPPORT),
+    Rule("pp_uneven", ALL,
          "layers must be divisible by pp·vpp under --even-stages-only",
          lambda c, b: False if c.allow_uneven_pp else uneven(c, b) & trainer_splits_unevenly(c, b),
-         _values, "; ".join(UNEVEN_SUPPORT.values()), fix=_fix_uneven),
+         _values, PROFILES, fix=_fix_uneven),
     Rule("trainer_uneven_pp", ALL,
          "layers must be divisible by pp·vpp: the trainer cannot run unequal stages here",
          lambda c, b: _uneven_unsupported(c, b),
-         lambda c, x: f"{_values(c, x)}; {c.profile.name}"
-                      + (f" splits unequal layers only with vpp <= {TORCHTITAN_MAX_UNEVEN_VPP}"
-                         if c.profile.name == "torchtitan" else " has no unequal stages"),
-         UNSUPPORTED_SOURCE + "; " + UNEVEN_SUPPORT["torchtitan"], fix=fix_pp),
+         lambda c, x: f"{_values(c, x)}; {c.profile.name}" + (
+             f" splits unequal layers only with vpp <= {c.profile.capabilities.uneven_stages_max_vpp:g}"
+             if c.profile.capabilities.uneven_stages_max_vpp else " has no unequal stages"),
+         PROFILES, fix=fix_pp),
 ]

@@ -33,6 +33,7 @@ from autoplan.errors import AutoplanError, NoFeasiblePlanError, UnknownNameError
 from autoplan.search import recipe
 from autoplan.search.recipe import RecipeCounts
 from autoplan.search.study import open_store
+from autoplan.search.ranking import robust_order
 from autoplan.search.topk import DEFAULT_KEEP_ROWS
 from autoplan.space import SearchSpace, check_not_empty
 from autoplan.specs.training import TrainingSpec
@@ -254,6 +255,7 @@ def search(ctx: CostContext, space: SearchSpace, options: SearchOptions = Search
                           elapsed_s=0.0, store=store, misses=misses, gpu_counts=gpu_counts)
     if sampler == "exhaustive" and options.storage:
         result.study  # noqa: B018 - writes the trials to the storage now
+    result = robust_order(result)  # the recipe's order, for every caller (search/ranking.py)
     result.elapsed_s = time.monotonic() - start
     return result
 

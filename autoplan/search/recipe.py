@@ -223,7 +223,7 @@ def _closest_miss(ctx: CostContext, table: CostTable, space_values: dict) -> str
         i = _closest(table, stage == OUT_OF_MEMORY, table["peak_memory_bytes"])
         hints = [f"--recompute {m}" for m in ("full",) if m not in space_values["recompute"]]
         hints += [f"--zero {z}" for z in (3,)
-                  if z not in space_values["zero"] and z in ctx.profile.allowed_zero]
+                  if z not in space_values["zero"] and z in ctx.profile.capabilities.zero_stages]
         hints.append("more GPUs or a GPU with more memory")
         retries = (f" (without the allocator's cache {table['firm_peak_memory_bytes'][i] / GiB:.1f} GiB: it may "
                    "run in the free-and-retry regime, several times slower, or fail)"

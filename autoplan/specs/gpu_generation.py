@@ -16,6 +16,19 @@ GENERATION_PREFIXES = (("a100", "ampere"), ("a800", "ampere"), ("h100", "hopper"
                        ("mi300", "cdna3"), ("mi325", "cdna3"))
 
 
+# FP8 scaling recipes that need more than FP8 tensor cores, and the generations that run them:
+# MXFP8 (a shared 8-bit exponent per 32 elements) is a Blackwell tensor-core format, compute
+# capability 10.0 (Transformer Engine transformer_engine/pytorch/fp8.py check_mxfp8_support:
+# "Device compute capability 10.0 or higher required for MXFP8 execution"; on AMD gfx950, CDNA 4,
+# its ROCm build's check_mxfp8_support). The other recipes run wherever FP8 GEMMs do.
+FP8_RECIPE_GENERATIONS = {"mxfp8": ("blackwell", "cdna4")}
+
+
+def runs_fp8_recipe(gpu: GPUSpec | str, recipe: str) -> bool:
+    """Whether ``gpu``'s tensor cores run FP8 ``recipe`` (given that it has FP8 at all)."""
+    return recipe not in FP8_RECIPE_GENERATIONS or generation_of(gpu) in FP8_RECIPE_GENERATIONS[recipe]
+
+
 def generation_of(gpu: GPUSpec | str) -> str:
     """The architecture generation of ``gpu`` (a ``GPUSpec`` or a preset name), or 'unknown'."""
     explicit = getattr(gpu, "generation", None)

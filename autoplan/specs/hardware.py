@@ -46,7 +46,7 @@ _REQUIRED_KEYS = ("name", "memory", "usable_memory", "peak_bf16", "peak_fp8", "h
                   "scale_up_bandwidth", "scale_up_domain", "nic_bandwidth", "gpus_per_node",
                   "scale_up_latency", "scale_out_latency", "sources")
 _OPTIONAL_KEYS = ("aliases", "description", "notes", "host_link", "fp8_block_scaled_mma", "host_memory",
-                  "host_memory_bandwidth", "power_limited_clock_fraction")
+                  "host_memory_bandwidth", "power_limited_clock_fraction", "scale_up_peer_link")
 # The GPU's link to host memory when a file does not state one: PCIe Gen5 x16, 32 GT/s per lane
 # × 16 lanes, 64 GB/s per direction nominal (PCI-SIG PCIe 5.0 Base Specification).
 PCIE_GEN5_X16_BYTES_PER_S = 64e9
@@ -89,6 +89,12 @@ class GPUSpec:
     # Below the chip's default power limit: the fraction of its dense-GEMM clock (and rate) the part
     # sustains (autoplan/calibration/power.py, from power and clock measured at 700 W; default 1).
     power_limited_clock_fraction: float = 1.0
+    # A scale-up fabric that is a full mesh of point-to-point links, not a switch (AMD's XGMI on an
+    # MI300X UBB: 7 links of 64 GB/s per direction): the bandwidth of the one link between a GPU
+    # pair, so that a group of n ranks of one domain reaches (n - 1) links, at most
+    # scale_up_bytes_per_s (autoplan.cost.comm.group_link); 0 = a switch (NVSwitch): every group
+    # reaches scale_up_bytes_per_s.
+    scale_up_peer_link_bytes_per_s: float = 0.0
 
     def __post_init__(self) -> None:
         problem = _gpu_problem(self)
@@ -111,8 +117,9 @@ _YAML_KEYS = {"memory_bytes": "memory", "usable_memory_bytes": "usable_memory",
               "scale_up_domain_size": "scale_up_domain", "nic_bytes_per_s": "nic_bandwidth",
               "scale_up_latency_s": "scale_up_latency", "scale_out_latency_s": "scale_out_latency",
               "host_bytes_per_s": "host_link", "host_memory_bytes": "host_memory",
-              "host_memory_bytes_per_s": "host_memory_bandwidth"}
-_ZERO_OK = ("peak_fp8_flops_per_s", "host_memory_bytes", "host_memory_bytes_per_s")
+              "host_memory_bytes_per_s": "host_memory_bandwidth",
+              "scale_up_peer_link_bytes_per_s": "scale_up_peer_link"}
+_ZERO_OK = ("peak_fp8_flops_per_s", "host_memory_bytes", "host_memory_bytes_per_s", "scale_up_peer_link_bytes_per_s")
 
 
 def _gpu_problem(gpu: Any, names: Mapping[str, str] | None = None) -> str | None:
@@ -283,7 +290,9 @@ def gpu_from_mapping(data: dict, where: str) -> GPUSpec:
                            if "host_memory" in data else 0.0),
         host_memory_bytes_per_s=(_bandwidth(data, "host_memory_bandwidth", where, "76.8 GB/s", directional=False)
                                  if "host_memory_bandwidth" in data else 0.0),
-        power_limited_clock_fraction=data.get("power_limited_clock_fraction", 1.0))
+        power_limited_clock_fraction=data.get("power_limited_clock_fraction", 1.0),
+        scale_up_peer_link_bytes_per_s=(_bandwidth(data, "scale_up_peer_link", where, "64 GB/s per direction",
+                                                   directional=True) if "scale_up_peer_link" in data else 0.0))
     problem = _gpu_problem(SimpleNamespace(**kwargs), _YAML_KEYS)
     if problem:
         raise SpecError(where, problem)
@@ -302,6 +311,7 @@ _WRITE_UNITS: dict[str, tuple[tuple[tuple[str, float], ...], str]] = {
     "hbm_bandwidth": ((("TB/s", TB), ("GB/s", GB), ("GiB/s", GiB)), ""),
     "scale_up_bandwidth": ((("GB/s", GB), ("GiB/s", GiB)), " " + PER_DIRECTION),
     "host_link": ((("GB/s", GB), ("GiB/s", GiB)), " " + PER_DIRECTION),
+    "scale_up_peer_link": ((("GB/s", GB), ("GiB/s", GiB)), " " + PER_DIRECTION),
     "host_memory": ((("GB", GB), ("GiB", GiB), ("B", 1.0)), ""),
     "host_memory_bandwidth": ((("GB/s", GB), ("GiB/s", GiB)), ""),
     "nic_bandwidth": ((("Gb/s", GB / BITS_PER_BYTE), ("GB/s", GB), ("GiB/s", GiB)), " " + PER_DIRECTION),
@@ -315,7 +325,7 @@ def gpu_to_mapping(gpu: GPUSpec) -> dict[str, Any]:
     data: dict[str, Any] = {"name": gpu.name, "aliases": list(gpu.aliases), "description": gpu.description}
     for attr, key in _YAML_KEYS.items():
         value = getattr(gpu, attr)
-        if key in ("host_memory", "host_memory_bandwidth") and not value:
+        if key in ("host_memory", "host_memory_bandwidth", "scale_up_peer_link") and not value:
             continue  # not stated: left out, read back as 0
         if key in _WRITE_UNITS:
             units, suffix = _WRITE_UNITS[key]

@@ -52,10 +52,74 @@ MAX_GBS_SEQS = 2**40
 DEFAULT_GBS_TOLERANCE = 0.05
 
 
-# The trainer settings of a setup (TrainingSpec fields beside the cluster and the batch): what the
-# commands take as options (cli.options) and a search records in its plans.json for export.
-SETTING_FIELDS = ("attention_kernel", "fp8_recipe", "fp8_param_gather", "grad_reduce_in_bf16", "shard_gradients",
-                  "optimizer_state_dtype", "master_weights", "moe_capacity_factor", "mtp_in_model_flops")
+@dataclass(frozen=True)
+class Setting:
+    """One trainer setting of a setup (a ``TrainingSpec`` field beside the cluster and the batch),
+    declared once: its default, its values, its command-line option and help. ``trainer``: a
+    setting a trainer runs or not (its profile's ``capabilities: settings`` lists the other values
+    it runs; the rule table refuses the rest); False for a counting convention of the MFU. The
+    commands' options (``cli.options``), what a search records in plans.json, the capability
+    lists and the setup's validation read this table; the field itself is on ``TrainingSpec``."""
+
+    name: str
+    default: object
+    choices: tuple  # the values (False, True for a flag; () for a capacity factor, a number or None)
+    help: str
+    trainer: bool = True
+    negatable: bool = False  # a flag spelled --x/--no-x (default on)
+    option: str = ""  # the command-line spelling where it is not --<name with dashes>
+
+    @property
+    def flag(self) -> str:
+        return self.option or "--" + self.name.replace("_", "-")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("attention_kernel", "flash", ATTENTION_KERNELS,
+            "Attention kernel: flash/fused (no s² scores saved) or eager (scores saved)."),
+    Setting("fp8_recipe", "tensorwise", FP8_RECIPES,
+            "FP8 scaling recipe of fp8 layouts: GEMM gain, casts, memory of FP8 tensors and scales (delayed: "
+            "Transformer Engine's amax-history scaling, Megatron's default, no amax pass; rowwise: torchao's, "
+            "torchtitan 0.3's only Float8 recipe)."),
+    Setting("fp8_param_gather", False, (False, True), "FP8 primary weights, no bf16 copy (Megatron --fp8-param-gather)."),
+    Setting("grad_reduce_in_bf16", False, (False, True),
+            "bf16 gradient buffers instead of fp32 (Megatron --grad-reduce-in-bf16)."),
+    Setting("shard_gradients", False, (False, True),
+            "Gradients sharded over DP with the optimizer states from zero 1 on (FSDP-style DP with a pipeline, "
+            "as Llama 3's trainer)."),
+    Setting("optimizer_state_dtype", "fp32", tuple(OPTIMIZER_STATE_BYTES),
+            "Dtype of AdamW's two moments (Megatron --exp-avg-dtype with --use-precision-aware-optimizer; NeMo 1 "
+            "optim.dtype)."),
+    Setting("master_weights", "fp32", tuple(MASTER_WEIGHT_BYTES),
+            "The optimizer's master copy of the weights: fp32, fp16 (Megatron --main-params-dtype fp16), "
+            "remainders (int16 low bits beside bf16 weights) or none (the bf16 weights themselves, NeMo 1's Apex "
+            "optimizer)."),
+    Setting("moe_capacity_factor", None, (), "Expert capacity factor with padding [default: dropless]."),
+    Setting("mtp_in_model_flops", True, (False, True),
+            "Count multi-token-prediction modules in the model FLOPs of MFU (Megatron counts them).",
+            trainer=False, negatable=True, option="--mtp-in-mfu"),
+)
+# What the commands take as options (cli.options) and a search records in its plans.json for export.
+SETTING_FIELDS = tuple(s.name for s in SETTINGS)
+# The settings a trainer runs (or does not), each with its default: a trainer profile's
+# capabilities (autoplan.profiles.capabilities) list the other values it can run, and the rule
+# table refuses the rest. fp8_recipe is checked against the profile's fp8_recipes list (for fp8
+# layouts only), so it is not among these.
+TRAINER_SETTINGS = {s.name: s.default for s in SETTINGS if s.trainer and s.name != "fp8_recipe"}
+
+
+def setting_choices(name: str) -> tuple:
+    """The values a capability may list for setting ``name`` (``moe_capacity_factor``: dropless
+    or capacity, the latter for any factor)."""
+    choices = next(s.choices for s in SETTINGS if s.name == name)
+    return choices or ("dropless", "capacity")
+
+
+def setting_choice(name: str, value: object) -> object:
+    """``value`` of setting ``name`` as a capability lists it (a capacity factor -> 'capacity')."""
+    if name == "moe_capacity_factor":
+        return "dropless" if value is None else "capacity"
+    return value
 
 
 class TrainingSpecError(AutoplanError):
@@ -135,15 +199,14 @@ class TrainingSpec:
         if self.flops_convention not in FLOPS_CONVENTIONS:
             raise TrainingSpecError(f"flops_convention must be one of {', '.join(FLOPS_CONVENTIONS)}, "
                                     f"got {shown(self.flops_convention)}")
-        for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", FP8_RECIPES),
-                              ("optimizer_state_dtype", tuple(OPTIMIZER_STATE_BYTES)),
-                              ("master_weights", tuple(MASTER_WEIGHT_BYTES))):
-            if getattr(self, name) not in allowed:
-                raise TrainingSpecError(f"{name} must be one of {', '.join(allowed)}, got {shown(getattr(self, name))}")
+        for setting in SETTINGS:  # the choice settings; flags below, the capacity factor after
+            if setting.choices and not isinstance(setting.default, bool) and getattr(self, setting.name) not in setting.choices:
+                raise TrainingSpecError(f"{setting.name} must be one of {', '.join(setting.choices)}, "
+                                        f"got {shown(getattr(self, setting.name))}")
         factor = self.moe_capacity_factor
         if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
             raise TrainingSpecError(f"moe_capacity_factor must be None (dropless) or > 0, got {shown(factor)}")
-        for name in ("fp8_param_gather", "grad_reduce_in_bf16", "shard_gradients", "mtp_in_model_flops"):
+        for name in (s.name for s in SETTINGS if isinstance(s.default, bool)):
             if not isinstance(getattr(self, name), bool):
                 raise TrainingSpecError(f"{name} must be true or false, got {shown(getattr(self, name))}")
 

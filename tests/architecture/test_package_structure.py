@@ -1,4 +1,5 @@
-"""The package's shape: no import cycles between autoplan modules, small modules.
+"""The package's shape: no import cycles between autoplan modules. (Module size is a guideline,
+~400 lines, docs/contributing.md; modules are split by what they are, not by a line count.)
 
 The import graph is read statically (``ast``) from every ``import`` statement in the package,
 those inside functions included (a lazy import hides a cycle from the interpreter, not from a
@@ -15,7 +16,6 @@ from pathlib import Path
 import autoplan
 
 PACKAGE_DIR = Path(autoplan.__file__).resolve().parent
-MAX_MODULE_LINES = 400
 
 
 def _module_name(path: Path) -> str:
@@ -118,10 +118,3 @@ def test_no_import_cycles_inside_the_package():
     cycles = find_cycles(import_graph())
     assert not cycles, "import cycles (each a set of modules that import each other): " + "; ".join(
         " <-> ".join(c) for c in cycles)
-
-
-def test_no_module_over_the_size_limit():
-    too_long = {name: len(path.read_text(encoding="utf-8").splitlines())
-                for name, path in _modules().items()}
-    too_long = {name: n for name, n in too_long.items() if n > MAX_MODULE_LINES}
-    assert not too_long, f"modules over {MAX_MODULE_LINES} lines: {too_long}"

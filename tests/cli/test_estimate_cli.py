@@ -181,6 +181,66 @@ def test_explain_table_names_the_bottleneck():
     assert "Bottleneck: " in out and "% of the step" in out
 
 
+def _estimate(args: list[str]) -> dict:
+    return json.loads(run(["estimate", *args, "--format", "json"]).stdout)[0]
+
+
+HEADLINE_TOP = ["--model", "70b", "--gpus", "512", "--gbs-tokens", "4M", "--tp", "4", "--pp", "4", "--vpp", "4",
+                "--cp", "2"]  # the headline search's plan 1 (README)
+
+
+def test_explain_of_the_headline_plan_fits_a_terminal():
+    """It printed 499 lines of ~230 columns (every term's generic formula); --full keeps that."""
+    lines = run(["explain", *HEADLINE_TOP]).stdout.splitlines()
+    assert len(lines) <= 70 and max(map(len, lines)) <= 100, (len(lines), max(map(len, lines)))
+    full = run(["explain", *HEADLINE_TOP, "--full"]).stdout
+    assert "formula" in full and "source" in full and len(full.splitlines()) > 70
+
+
+def test_every_value_explain_prints_is_the_evaluated_one():
+    """Each memory term per stage (GiB) and time term (s) of the compact table against the record."""
+    out = run(["explain", *HEADLINE_TOP]).stdout.splitlines()
+    rec = _estimate(HEADLINE_TOP)
+    memory_header = next(i for i, line in enumerate(out) if line.startswith("memory per GPU, GiB"))
+    stages = out[memory_header].split()[4:]
+    assert stages == ["first", "middle", "last"]  # pp 4: an interior stage too
+    checked = 0
+    for line in out[memory_header + 1:]:
+        name, *values = line.split()
+        if name == "usable":
+            break
+        column = "total_bytes" if name == "total" else f"{name}_bytes"
+        for stage, value in zip(stages, values):
+            assert float(value) == pytest.approx(rec[f"mem_{stage}_{column}"] / 2**30, abs=0.006), (name, stage)
+            checked += 1
+    time_header = next(i for i, line in enumerate(out) if line.startswith("step time"))
+    for line in out[time_header + 1:]:
+        if not line.startswith("  "):
+            break
+        name, seconds, share = line.split()
+        column = "step_time_s" if name == "step" else f"time_{name}_s"
+        assert float(seconds) == pytest.approx(rec[column], abs=6e-4), name
+        assert float(share.rstrip("%")) == pytest.approx(100 * rec[column] / rec["step_time_s"], abs=0.06)
+        checked += 1
+    assert checked >= 30
+
+
+def test_explain_vs_answers_why_one_plan_beats_another():
+    """"Why is plan 1 better than tp=8 pp=8?": the terms that differ, largest first."""
+    out = run(["explain", *HEADLINE_TOP, "--vs", "tp=8,pp=8"]).stdout
+    assert "vs tp=8 pp=8 vpp=4 cp=2 dp=4" in out
+    rows = json.loads(run(["explain", *HEADLINE_TOP, "--vs", "tp=8,pp=8", "--format", "json"]).stdout)["terms"]
+    this, other = _estimate(HEADLINE_TOP), _estimate([*HEADLINE_TOP[:6], "--tp", "8", "--pp", "8", "--vpp", "4",
+                                                      "--cp", "2"])
+    step = next(r for r in rows if r["term"] == "step")
+    assert (step["this"], step["other"]) == (pytest.approx(this["step_time_s"]), pytest.approx(other["step_time_s"]))
+    times = [r for r in rows if r["where"] == "time, s"]
+    assert [abs(r["difference"]) for r in times] == sorted((abs(r["difference"]) for r in times), reverse=True)
+    assert all(r["this"] != r["other"] for r in rows)
+    same = run(["explain", *HEADLINE_TOP, "--vs", "tp=4"]).stdout
+    assert "the two layouts are predicted the same in every term" in same
+
+
 # --- compare ------------------------------------------------------------------------------
 
 GOOD_ROW = {"tp": "2", "gpus": "64", "gbs_seqs": "512"}

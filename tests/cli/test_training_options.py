@@ -91,9 +91,14 @@ def test_trainer_settings_reach_the_memory_model():
 def test_a_recipe_the_trainer_lacks_is_one_line_and_trainers_lists_them():
     runner = CliRunner()
     result = runner.invoke(main, ["search", "--model", "8b", "--gpus", "64", "--gbs-tokens", "4M",
-                                  "--trainer", "torchtitan", "--fp8-recipe", "blockwise"])
-    assert result.exit_code == 2, result.output
-    assert result.output.strip() == ("Error: trainer torchtitan: runs the FP8 recipes tensorwise, rowwise, mxfp8, "
-                                     "not blockwise (--fp8-recipe)")
+                                  "--trainer", "torchtitan", "--fp8-recipe", "blockwise", "--precision", "fp8",
+                                  "--format", "json"])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().startswith("Error: no feasible plan among")
+    assert "(fp8_recipe=blockwise, torchtitan runs tensorwise or rowwise or mxfp8)" in result.output
+    # the recipe is a setting of fp8 layouts only: a bf16 search with it runs
+    bf16 = runner.invoke(main, ["search", "--model", "8b", "--gpus", "64", "--gbs-tokens", "4M", "--trainer",
+                                "torchtitan", "--fp8-recipe", "blockwise", "--format", "json"])
+    assert bf16.exit_code == 0, bf16.output
     listed = json.loads(runner.invoke(main, ["trainers", "--format", "json"]).output)
     assert {t["name"]: t["fp8_recipes"] for t in listed}["torchtitan"] == "tensorwise,rowwise,mxfp8"

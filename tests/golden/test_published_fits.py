@@ -61,6 +61,8 @@ def test_published_configuration_fits(case):
     layout, training = plan_from_record(case["layout"], hardware=case["hardware"])
     training = dataclasses.replace(training, **case["setup"])
     ctx = build_context(case["model"], training, trainer=case["trainer"])
+    allowed = [("allow_setting", item) for item in case.get("framework_allows", {}).items()]
+    ctx = dataclasses.replace(ctx, profile=ctx.profile.with_overrides(allowed))
     table = evaluate(ctx, LayoutBatch.from_layouts([layout]))
     record = table.record(0)
     assert record["reason_code"] == 0, f"{case['name']}: illegal (reason {record['reason_code']})"

@@ -144,16 +144,16 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
 
     With ``gbs_seqs`` given, dp·mbs is drawn among its divisors and grad_acc fills the rest.
     """
-    p = load_profile(trainer)
+    p = load_profile(trainer).capabilities
     tp = draw(st.sampled_from([t for t in tp_choices if model.num_attention_heads % t == 0
                                and model.num_kv_heads % t == 0]))
     pp_choices = [d for d in (1, 2, 3, 4) if model.num_layers % d == 0]
     if trainer == "torchtitan" and model.tied_embeddings:
         pp_choices = [1]  # torchtitan cannot tie embeddings across stages
-    if not any(z <= p.max_zero_with_pp for z in p.allowed_zero):
+    if not any(z <= p.max_zero_with_pp for z in p.zero_stages):
         pp_choices = [1]  # no pipeline in this trainer (llmfoundry: FSDP only)
     pp = draw(st.sampled_from(pp_choices))
-    cp = draw(st.sampled_from([1, 2, 4] if p.supports_cp else [1]))
+    cp = draw(st.sampled_from([1, 2, 4] if p.context_parallel else [1]))
     seq = seq_len or draw(st.sampled_from([128, 256, 512, 1024, 2048]))
     dp = draw(st.sampled_from([1, 2, 4, 8]))
     mbs = draw(st.sampled_from([1, 2]))
@@ -162,18 +162,18 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
         grad_acc = gbs_seqs // (dp * mbs)
     else:
         grad_acc = draw(st.integers(1, 6)) * (pp if draw(st.booleans()) else 1)
-    vpps = [1] + [v for v in (2, 3) if p.supports_vpp and pp > 1
+    vpps = [1] + [v for v in (2, 3) if p.virtual_stages and pp > 1
                   and model.num_layers % (pp * v) == 0 and grad_acc % pp == 0]
     vpp = draw(st.sampled_from(vpps))
     if trainer == "torchtitan" and pp > 1 and vpp == 1:
         assume(grad_acc >= pp)  # rule torchtitan_1f1b_microbatches (torch's Schedule1F1B)
-    zeros = [z for z in p.allowed_zero if pp == 1 or z <= p.max_zero_with_pp]
+    zeros = [z for z in p.zero_stages if pp == 1 or z <= p.max_zero_with_pp]
     if trainer == "deepspeed" and model.moe is not None and (tp > 1 or pp > 1):
         zeros = [z for z in zeros if z < 3]  # rule deepspeed_zero3_native_moe
     zero = draw(st.sampled_from(zeros))
     dp_shard = dp if zero == 3 else 1  # torchtitan's expert mesh is dp_shard·cp·tp
     ep = etp = 1
-    if model.moe is not None and p.supports_ep:
+    if model.moe is not None and p.expert_parallel:
         ep = draw(st.sampled_from([e for e in (1, 2, 4, 8) if model.moe.num_experts % e == 0
                                    and (dp * cp * tp) % e == 0
                                    and (trainer != "deepspeed" or dp % e == 0)
@@ -193,7 +193,7 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
         gpus=dp * tp * pp * cp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs,
         grad_acc=grad_acc, seq_len=seq, gbs_seqs=dp * mbs * grad_acc, zero=zero, sp=sp,
         recompute=draw(st.sampled_from(["none", "selective", "full"])),
-        precision=draw(st.sampled_from(["bf16", "fp8"])),
+        precision=draw(st.sampled_from(list(p.precisions))),
         placement=draw(st.sampled_from(PLACEMENTS))))
 
 

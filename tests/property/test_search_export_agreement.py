@@ -66,7 +66,7 @@ def cases(draw):
         "tp": draw(degrees((2, 4, 8))), "pp": draw(degrees((2, 3, 4, 8))),
         "vpp": draw(degrees((2, 3, 4))), "cp": draw(degrees((2,))),
         "ep": draw(degrees((2, 4, 8))) if moe else (1,), "etp": draw(degrees((2,))) if moe else (1,),
-        "zero": draw(st.one_of(subset((0, 1, 2, 3)), subset(load_profile(trainer).allowed_zero))),
+        "zero": draw(st.one_of(subset((0, 1, 2, 3)), subset(load_profile(trainer).capabilities.zero_stages))),
         "mbs": draw(subset((1, 2))),
         "recompute": draw(subset(RECOMPUTE)), "precision": draw(subset(("bf16", "fp8"))),
         "placement": draw(subset(PLACEMENTS))})

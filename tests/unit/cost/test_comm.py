@@ -187,3 +187,19 @@ def test_dp_all_gather_pays_one_ring_latency_per_collective():
     g = link(16, 1)
     t = comm.dp_all_gather_s(ctx_for(), g, np.array([1e9]), np.array([32.0]))
     assert t[0] == pytest.approx(15 / 16 * 1e9 / (8 * NIC) + 32 * (14 * ALPHA_UP + ALPHA_OUT), rel=1e-12)
+
+
+def test_a_full_mesh_gives_a_group_one_link_per_peer():
+    """MI300X's XGMI is a full mesh of 7 links of 64 GB/s per direction (its YAML says so): a TP
+    group of 2 reaches one link, 64 GB/s, not the 448 GB/s aggregate it was costed at; a group
+    of n reaches (n - 1) links, the whole 448 GB/s at 8. An NVSwitch part is unchanged."""
+    mi300x = load_gpu("mi300x")
+    assert mi300x.scale_up_peer_link_bytes_per_s == 64e9 and mi300x.scale_up_bytes_per_s == 448e9
+    ctx = dataclasses.replace(ctx_for(), training=TrainingSpec(make_cluster(mi300x, 8), seq_len=1024, gbs_seqs=8))
+    sizes = np.array([2.0, 4.0, 8.0])
+    link = comm.group_link(ctx, sizes, np.ones(3))
+    np.testing.assert_allclose(link.bus_bytes_per_s, [64e9, 3 * 64e9, 7 * 64e9])
+    # 1 GB all-reduced by 2 ranks: 2·(1/2)·1e9 / 64e9 + 2·log2(2)·3 µs
+    assert comm.all_reduce_s(link, np.full(3, 1e9))[0] == pytest.approx(1e9 / 64e9 + 2 * 3e-6)
+    switched = comm.group_link(ctx_for(), sizes, np.ones(3))
+    np.testing.assert_allclose(switched.bus_bytes_per_s, NVLINK)

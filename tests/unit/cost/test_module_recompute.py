@@ -62,7 +62,7 @@ def test_offloaded_activations_leave_the_gpu_for_host_memory_which_must_hold_the
     from autoplan.layout import LayoutBatch
 
     ctx = build_context("8b", build_training(8, 4096, 8))
-    ctx = dc.replace(ctx, profile=dc.replace(ctx.profile, activation_offload=True))
+    ctx = dc.replace(ctx, profile=ctx.profile.with_overrides([("activation_offload", True)]))
     knobs = dict(tp=1, pp=1, vpp=1, cp=1, ep=1, etp=1, dp=8, zero=1, mbs=1, grad_acc=1, sp=False)
     batch = LayoutBatch.from_layouts([Layout(**knobs, offload_layers=n) for n in (0, 8, 16)])
     t = evaluate(ctx, batch)
@@ -87,5 +87,5 @@ def test_only_a_profile_that_can_offload_activations_is_let_through():
     batch = LayoutBatch.from_layouts([Layout(tp=1, pp=1, vpp=1, cp=1, ep=1, etp=1, dp=8, zero=1, mbs=1,
                                              grad_acc=1, sp=False, offload_layers=8)])
     assert REASON_CODES[int(legality_codes(ctx, batch)[0])] == "trainer_offload"
-    able = dc.replace(ctx, profile=dc.replace(ctx.profile, activation_offload=True))
+    able = dc.replace(ctx, profile=ctx.profile.with_overrides([("activation_offload", True)]))
     assert int(legality_codes(able, batch)[0]) == 0

@@ -15,6 +15,7 @@ from autoplan.api import plan_from_record
 from autoplan.export import LaunchOptions, TrainerRuleError, render
 from autoplan.export.megatron import overlap_args
 from autoplan.profiles.efficiency import PhysicalEfficiency
+from autoplan.profiles import load_profile
 from autoplan.specs.models import load_model
 from tests.unit.export.test_roundtrip import bash_words, flags
 
@@ -99,7 +100,7 @@ def _eff(**overlaps) -> PhysicalEfficiency:
 ])
 def test_overlap_flags_follow_the_profile(values, overlaps, expected):
     layout, _ = plan_from_record({"seq_len": 4096, "gbs_seqs": 64, **values})
-    assert [flag for flag, _ in overlap_args(layout, _eff(**overlaps))] == expected
+    assert [flag for flag, _ in overlap_args(layout, _eff(**overlaps), load_profile("megatron"))] == expected
 
 
 def test_megatron_fsdp_builds_on_the_meta_device():

@@ -17,6 +17,7 @@ import yaml
 from autoplan.api import plan_from_record
 from autoplan.export import TRAINERS, ExportError, LaunchOptions, render
 from autoplan.specs.models import load_model
+from autoplan.rules import TrainerRuleError
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "export"
 CASES = yaml.safe_load((GOLDEN / "cases.yaml").read_text())["cases"]
@@ -88,17 +89,25 @@ def test_architectures_a_trainer_cannot_build_are_refused(trainer, model):
 
 def test_unexpressible_knobs_become_warnings():
     layout = plan_from_record({"gpus": 16, "tp": 2, "zero": 1, "seq_len": 4096, "gbs_seqs": 64,
-                             "recompute": "selective", "precision": "fp8", "placement": "tp-dp-cp-pp",
-                             "cp": 1})
+                             "recompute": "selective", "placement": "tp-dp-cp-pp", "cp": 1})
     result = render("nanotron", load_model("llama2-7b"), *layout)
     text = " ".join(result.warnings)
-    assert "selective" in text and "fp8" in text
+    assert "selective" in text
     # tp-dp-cp-pp equals nanotron's order when cp = 1: no placement warning
     assert "placement" not in text
     cp_layout = plan_from_record({"gpus": 16, "tp": 2, "cp": 2, "zero": 0, "seq_len": 4096, "gbs_seqs": 64,
                                 "placement": "tp-dp-cp-pp"})
     megatron = render("megatron", load_model("llama3-8b"), *cp_layout)
     assert any("placement tp-dp-cp-pp" in w for w in megatron.warnings)
+
+
+@pytest.mark.parametrize("trainer", ["nanotron", "deepspeed"])
+def test_a_trainer_without_fp8_refuses_an_fp8_plan(trainer):
+    """nanotron's and DeepSpeed's configs have no FP8 switch: an FP8 plan was written as bf16 with a
+    warning and kept its FP8 prediction; it is refused by the rule the search applies too."""
+    layout = plan_from_record({"gpus": 16, "tp": 2, "zero": 1, "seq_len": 4096, "gbs_seqs": 64, "precision": "fp8"})
+    with pytest.raises(TrainerRuleError, match=f"precision=fp8, {trainer} trains in bf16"):
+        render(trainer, load_model("llama2-7b"), *layout)
 
 
 def test_tp_pp_dp_placement_uses_megatrons_mapping_flag():

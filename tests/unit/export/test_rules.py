@@ -47,6 +47,12 @@ def gather_fp8(plan):
     return layout, dataclasses.replace(training, fp8_param_gather=True)
 
 
+def with_setup(plan, **settings):
+    """The plan under other setup settings."""
+    layout, training = plan
+    return layout, dataclasses.replace(training, **settings)
+
+
 def bf16_moments(plan):
     """The plan with bf16 AdamW moments and int16 master remainders (precision-aware optimizer)."""
     layout, training = plan
@@ -124,7 +130,7 @@ CASES = [
     ("torchtitan_1f1b_microbatches", "torchtitan", "llama3-8b", lay(pp=4, zero=3, gbs_seqs=6),
      "grad_acc=3, pp=4"),
     ("trainer_pp_split", "nanotron", "llama3-8b", lay(pp=2, pp_split="embed-loss"),
-     "pp_split=embed-loss, trainer nanotron"),
+     "pp_split=embed-loss, nanotron splits balanced"),
     ("trainer_optimizer", "torchtitan", "llama3-8b", lay(zero=3, optimizer="muon"),
      "optimizer=muon, torchtitan runs adamw"),
     ("megatron_emerging_optimizer_fsdp", "megatron", "llama3-8b", lay(zero=3, optimizer="muon"),
@@ -145,6 +151,13 @@ CASES = [
     ("torchtitan_hsdp_cp", "torchtitan", "llama3-8b", lay(cp=4, zero=3, hsdp=2), "hsdp=2, cp=4"),
     ("fp8_hardware", "megatron", "llama3-8b", plan_from_record(
         {"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "precision": "fp8"}, hardware="a100-80gb"), "fp8"),
+    ("fp8_recipe_hardware", "megatron", "llama3-8b", with_setup(lay(precision="fp8"), fp8_recipe="mxfp8"),
+     "fp8_recipe=mxfp8, gpu=h100-sxm (hopper); mxfp8 needs blackwell"),
+    ("trainer_precision", "nanotron", "llama3-8b", lay(precision="fp8"), "precision=fp8, nanotron trains in bf16"),
+    ("trainer_setting", "torchtitan", "llama3-8b", with_setup(lay(zero=3), grad_reduce_in_bf16=True),
+     "grad_reduce_in_bf16=True, torchtitan runs False"),
+    ("megatron_master_remainders", "megatron", "llama3-8b", with_setup(lay(), optimizer_state_dtype="bf16"),
+     "optimizer_state_dtype=bf16, master_weights=fp32"),
 ]
 
 
@@ -172,7 +185,7 @@ def test_every_rule_has_a_case():
 
 
 def test_expert_parallel_rule_follows_the_profile():
-    no_ep = dataclasses.replace(load_profile("megatron"), supports_ep=False)
+    no_ep = load_profile("megatron").with_overrides([("expert_parallel", False)])
     with pytest.raises(TrainerRuleError, match=r"ep=2; megatron has no expert parallelism"):
         check_layout(RuleContext(load_model("mixtral-8x7b"), no_ep, lay(ep=2)[1]), lay(ep=2)[0])
 

@@ -9,7 +9,7 @@ import pytest
 
 from autoplan.api import plan_from_record
 from autoplan.export import render
-from autoplan.export.common import ExportError
+from autoplan.rules import TrainerRuleError
 from autoplan.specs.models import load_model
 
 
@@ -39,18 +39,18 @@ def test_eager_attention_and_capacity_factor():
     assert "--moe-pad-expert-input-to-capacity" in words
 
 
-def test_sharded_gradients_are_a_warning_megatron_cannot_follow():
-    """Megatron has no option that shards its gradient buffer under zero 1: the script says so."""
+def test_sharded_gradients_are_refused_by_megatron():
+    """Megatron has no option that shards its gradient buffer under zero 1: the plan is refused
+    (it was written with a warning, a script that needs more memory than predicted)."""
     layout, training = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "zero": 1})
-    plain = render("megatron", load_model("llama3-8b"), layout, training).warnings
-    sharded = render("megatron", load_model("llama3-8b"), layout,
-                     dataclasses.replace(training, shard_gradients=True)).warnings
-    assert [w for w in sharded if w not in plain] and all("shard_gradients" not in w for w in plain)
-    assert any("shard_gradients" in w for w in sharded)
+    render("megatron", load_model("llama3-8b"), layout, training)
+    with pytest.raises(TrainerRuleError, match="shard_gradients=True, megatron runs False"):
+        render("megatron", load_model("llama3-8b"), layout, dataclasses.replace(training, shard_gradients=True))
 
 
-def _titan(recipe: str) -> dict[str, str]:
-    layout, training = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "precision": "fp8", "zero": 3})
+def _titan(recipe: str, hardware: str = "h100-sxm") -> dict[str, str]:
+    layout, training = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "precision": "fp8", "zero": 3},
+                                        hardware=hardware)
     return render("torchtitan", load_model("llama3-8b"), layout, dataclasses.replace(training, fp8_recipe=recipe)).files
 
 
@@ -66,7 +66,7 @@ def test_torchtitan_writes_the_fp8_recipe_that_was_costed():
 
 
 def test_torchtitan_runs_mxfp8_through_its_mx_converters():
-    files = _titan("mxfp8")
+    files = _titan("mxfp8", "b200")
     assert 'converters = ["quantize.linear.mx"]' in files["torchtitan_job.toml"]
     assert 'recipe_name = "mxfp8_cublas"' in files["torchtitan_job.toml"]
     assert "MXFP8LinearConverter.Config(model_compile_enabled=True, fqns=['layers'])" in files["torchtitan_autoplan.py"]
@@ -74,8 +74,13 @@ def test_torchtitan_runs_mxfp8_through_its_mx_converters():
 
 
 def test_torchtitan_refuses_a_recipe_it_has_not():
-    with pytest.raises(ExportError, match="torchtitan has no blockwise FP8 recipe"):
+    with pytest.raises(TrainerRuleError, match="fp8_recipe=blockwise, torchtitan runs tensorwise or rowwise or mxfp8"):
         _titan("blockwise")
+
+
+def test_mxfp8_is_refused_on_a_gpu_without_mx_tensor_cores():
+    with pytest.raises(TrainerRuleError, match="mxfp8 needs blackwell"):
+        _titan("mxfp8")
 
 
 def test_precision_aware_optimizer_flags_are_written_once():
@@ -92,13 +97,14 @@ def test_precision_aware_optimizer_flags_are_written_once():
 
 
 @pytest.mark.parametrize("trainer, setup, message", [
-    ("megatron", {"master_weights": "none", "optimizer_state_dtype": "bf16"}, "always keeps a master copy"),
-    ("megatron", {"optimizer_state_dtype": "bf16"}, "use master_weights=remainders"),
-    ("torchtitan", {"master_weights": "remainders"}, "torchtitan keeps fp32 master weights"),
-    ("nanotron", {"optimizer_state_dtype": "bf16", "master_weights": "none"}, "nanotron keeps fp32"),
-    ("deepspeed", {"optimizer_state_dtype": "fp16", "master_weights": "fp16"}, "deepspeed keeps fp32")])
+    ("megatron", {"master_weights": "none", "optimizer_state_dtype": "bf16"},
+     "master_weights=none, megatron runs fp32 or fp16 or remainders"),
+    ("megatron", {"optimizer_state_dtype": "bf16"}, "keeps fp32 master weights as int16 remainders"),
+    ("torchtitan", {"master_weights": "remainders"}, "master_weights=remainders, torchtitan runs fp32"),
+    ("nanotron", {"optimizer_state_dtype": "bf16", "master_weights": "none"}, "optimizer_state_dtype=bf16, nanotron runs fp32"),
+    ("deepspeed", {"optimizer_state_dtype": "fp16", "master_weights": "fp16"}, "master_weights=fp16, deepspeed runs fp32")])
 def test_optimizer_dtypes_a_trainer_cannot_store_are_refused(trainer, setup, message):
     zero = 3 if trainer == "torchtitan" else 1  # torchtitan runs zero 0 or 3
     layout, training = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "zero": zero})
-    with pytest.raises(ExportError, match=message):
+    with pytest.raises(TrainerRuleError, match=message):
         render(trainer, load_model("llama3-8b"), layout, dataclasses.replace(training, **setup))

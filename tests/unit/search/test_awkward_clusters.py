@@ -16,6 +16,7 @@ from autoplan.errors import NoFeasiblePlanError
 from autoplan.report.results import batch_text
 from autoplan.search import SearchOptions, search
 from autoplan.search.idle import gpu_counts
+from autoplan.search.ranking import REORDER_WITHIN
 from autoplan.space import load_space
 
 GBS_SEQS = 4 * 2**20 // 8192  # 512
@@ -40,7 +41,9 @@ def test_every_gpu_count_gets_ranked_plans_near_the_batch(gpus, hardware):
     np.testing.assert_array_equal(table["gbs_tokens"][rows], batch * 8192)
     np.testing.assert_allclose(table["step_time_per_token_s"][rows], table["step_time_s"][rows] / (batch * 8192))
     tps = table["tokens_per_s_per_gpu"][rows]
-    assert (np.diff(tps) <= 0).all(), "ranked by tokens/s per GPU"
+    moved = table["robust_moved"][rows]  # near-tied plans within 5% of the best, ordered by robustness
+    assert (np.diff(tps[~moved]) <= 0).all(), "ranked by tokens/s per GPU"
+    assert (tps[moved] >= (1 - REORDER_WITHIN) * tps.max()).all()
     # the header names the batches the feasible plans use, and only those
     assert set(result.counts.batches) == {int(b) for b in batch}  # every feasible row is kept here
     text = batch_text(result)

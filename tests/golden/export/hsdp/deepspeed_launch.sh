@@ -7,6 +7,7 @@
 #         the script must call deepspeed.initialize(config=...) with its model, or be a Hugging Face Trainer script given --deepspeed deepspeed_config.json
 # Note: build the model with the shape above; the JSON holds batch, ZeRO-3 and precision
 # Note: full recompute: call model.gradient_checkpointing_enable() (Hugging Face) or wrap layers with deepspeed.checkpointing.checkpoint
+# Note: attention_kernel=flash: load the Hugging Face model with attn_implementation='sdpa', the kernel the prediction assumed
 set -euo pipefail
 TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}"
 NPROC_PER_NODE=8

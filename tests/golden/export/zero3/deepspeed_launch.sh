@@ -6,6 +6,7 @@
 # Launch: TRAIN_SCRIPT=your_train.py NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash deepspeed_launch.sh
 #         the script must call deepspeed.initialize(config=...) with its model, or be a Hugging Face Trainer script given --deepspeed deepspeed_config.json
 # Note: build the model with the shape above; the JSON holds batch, ZeRO-3 and precision
+# Note: attention_kernel=flash: load the Hugging Face model with attn_implementation='sdpa', the kernel the prediction assumed
 set -euo pipefail
 TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}"
 NPROC_PER_NODE=8

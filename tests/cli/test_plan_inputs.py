@@ -1,0 +1,86 @@
+"""A plans.json carries the inputs its plans were searched with (model, hardware, cluster, profile,
+setup), and `export` prices and writes the plan for them; CSV columns named otherwise are refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from click.testing import CliRunner
+
+from autoplan.cli import main
+from autoplan.paths import data_dir
+
+
+def invoke(args: list[str]):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_export_of_a_gb200_search_launches_its_own_node_shape(tmp_path):
+    """`export <plans.json of a GB200 search> --to megatron` wrote NPROC_PER_NODE=8 (the H100
+    default) unless --hardware was given again; `search --export` got it right."""
+    out = tmp_path / "run"
+    searched = invoke(["search", "--hardware", "gb200-nvl72", "-m", "8b", "-g", "16", "--gbs-seqs", "64",
+                       "--top", "1", "--out", out])
+    assert searched.exit_code == 0, searched.output
+    recorded = json.loads((out / "plans.json").read_text())["inputs"]
+    assert recorded["hardware"] == {"ref": "gb200-nvl72"} and recorded["gpus_per_node"] == 4
+    exported = invoke(["export", out / "plans.json", "--to", "megatron"])
+    assert exported.exit_code == 0, exported.output
+    assert "NPROC_PER_NODE=4\nNNODES=4\n" in exported.stdout
+
+
+def test_export_reads_a_model_file_the_search_was_given_and_notes_a_later_edit(tmp_path):
+    config = tmp_path / "my-model.yaml"
+    shutil.copy(data_dir("model_db") / "llama3-8b.yaml", config)
+    out = tmp_path / "run"
+    searched = invoke(["search", "-m", config, "-g", "16", "--gbs-seqs", "64", "--top", "1", "--out", out])
+    assert searched.exit_code == 0, searched.output
+    model = json.loads((out / "plans.json").read_text())["inputs"]["model"]
+    assert model["ref"] == str(config.resolve()) and len(model["sha256"]) == 64
+    exported = invoke(["export", out / "plans.json", "--to", "megatron"])  # no --model: read from the plan
+    assert exported.exit_code == 0, exported.output
+    assert "note:" not in exported.output.split("#!")[0]
+    config.write_text(config.read_text() + "\n# edited\n")
+    edited = invoke(["export", out / "plans.json", "--to", "megatron"])
+    assert edited.exit_code == 0 and f"note: {config.resolve()} has changed" in edited.output
+
+
+def test_export_with_another_model_shows_no_stale_prediction(tmp_path):
+    """`export plans.json -m 70b` of an 8B plan printed the 8B plan's memory and tokens/s."""
+    out = tmp_path / "run"
+    assert invoke(["search", "-m", "8b", "-g", "64", "--gbs-seqs", "512", "--top", "1", "--out", out]).exit_code == 0
+    result = invoke(["export", out / "plans.json", "--to", "megatron", "-m", "70b"])
+    assert "predicted for this plan" not in result.output
+    assert "the plan's predictions are for its own model and are not shown" in result.output
+
+
+def test_compare_refuses_a_knob_column_spelled_as_another_tool_spells_it(tmp_path):
+    """A `micro_batch` column was passed through as a label and the row evaluated at mbs=1."""
+    (tmp_path / "in.csv").write_text("tp,micro_batch\n2,4\n", encoding="utf-8")
+    result = invoke(["compare", tmp_path / "in.csv", "-m", "8b", "-g", "64", "--gbs-tokens", "2M"])
+    assert result.exit_code == 2
+    assert "column 'micro_batch' is not read: autoplan reads this knob as 'mbs'" in result.output
+    (tmp_path / "typo.csv").write_text("tp,recompte\n2,full\n", encoding="utf-8")
+    typo = invoke(["compare", tmp_path / "typo.csv", "-m", "8b", "-g", "64", "--gbs-tokens", "2M"])
+    assert typo.exit_code == 2 and "unknown column 'recompte' (did you mean 'recompute'?)" in typo.output
+    (tmp_path / "label.csv").write_text("name,tp\nmine,2\n", encoding="utf-8")  # a label column passes
+    assert invoke(["compare", tmp_path / "label.csv", "-m", "8b", "-g", "64", "--gbs-tokens", "2M"]).exit_code == 0
+
+
+def test_a_calibrated_profile_reaches_the_overlap_flags_the_export_writes(tmp_path):
+    """The exporters read the built-in megatron profile themselves, so a user's --profile (a
+    calibrated dp_overlap of 0: nothing of the gradient reduction hidden) never reached the
+    --overlap-grad-reduce flag they write; a search's recorded profile reaches it too."""
+    profile = tmp_path / "mine.yaml"
+    profile.write_text("trainer: megatron\nhardware: h100-sxm\nfitted_on: my cluster\n"
+                       "physical_efficiency: {dp_overlap: 0.0}\n", encoding="utf-8")
+    args = ["export", "--to", "megatron", "-m", "8b", "-g", 16, "--gbs-seqs", 64, "--tp", 1, "--zero", 1]
+    assert "--overlap-grad-reduce" in invoke(args).stdout
+    assert "--overlap-grad-reduce" not in invoke([*args, "--profile", profile]).stdout
+    out = tmp_path / "run"
+    searched = invoke(["search", "-m", "8b", "-g", 16, "--gbs-seqs", 64, "--tp", 1, "--pp", 1, "--cp", 1,
+                       "--zero", 1, "--profile", profile, "--top", 1, "--out", out])
+    assert searched.exit_code == 0, searched.output
+    exported = invoke(["export", out / "plans.json", "--to", "megatron"])
+    assert exported.exit_code == 0 and "--overlap-grad-reduce" not in exported.stdout
