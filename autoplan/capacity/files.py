@@ -38,7 +38,9 @@ def capacity_frame(result: CapacityResult) -> pd.DataFrame:
 
 
 def capacity_csv(result: CapacityResult) -> str:
-    return capacity_frame(result).to_csv(index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n")
+    from autoplan.report.csv_text import safe_frame
+
+    return safe_frame(capacity_frame(result)).to_csv(index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n")
 
 
 def read_capacity_csv(path: str | Path) -> pd.DataFrame:

@@ -62,7 +62,7 @@ def batch_reachable(job_gpus: int, model_parallel: np.ndarray, gbs_seqs: tuple[i
     return bool(np.any(np.all(np.remainder.outer(np.asarray(gbs_seqs), dp) == 0, axis=0)))
 
 
-def _candidates(gpu: GPUSpec, low: int, high: int, usable: Callable[[int], bool]) -> np.ndarray:
+def unit_counts(gpu: GPUSpec, low: int, high: int, usable: Callable[[int], bool]) -> np.ndarray:
     """Every whole number of rental units in [low, high] that ``usable`` accepts."""
     unit = rental_unit(gpu)
     counts = np.arange(max(1, math.ceil(low / unit)), high // unit + 1, dtype=np.int64) * unit
@@ -80,9 +80,9 @@ def geometric_grid(gpu: GPUSpec, low: int, high: int, usable: Callable[[int], bo
     low·r^i snapped to the nearest whole number of rental units that ``usable`` accepts (e.g.
     :func:`batch_reachable`; when it accepts none, every whole number of units is offered, so the
     search can say why none works). An empty list when no whole unit fits in the range."""
-    candidates = _candidates(gpu, low, high, usable)
+    candidates = unit_counts(gpu, low, high, usable)
     if len(candidates) == 0:
-        candidates = _candidates(gpu, low, high, lambda n: True)
+        candidates = unit_counts(gpu, low, high, lambda n: True)
     if len(candidates) == 0:
         return []
     first, last = float(candidates[0]), float(candidates[-1])
@@ -95,14 +95,22 @@ def refine(gpu: GPUSpec, tried: list[int], front: list[int], low: int, high: int
            usable: Callable[[int], bool] = lambda n: True) -> list[int]:
     """New counts half way (geometrically) between each front count and its tried neighbours,
     snapped to the nearest untried usable count strictly between the two."""
-    candidates = _candidates(gpu, low, high, usable)
     ordered = sorted(set(tried))
-    fresh = np.setdiff1d(candidates, np.asarray(ordered, dtype=np.int64))
+    pairs = [(count, neighbour) for count in front
+             for neighbour in ordered[max(0, ordered.index(count) - 1):ordered.index(count)]
+             + ordered[ordered.index(count) + 1:ordered.index(count) + 2]]
+    return between(gpu, ordered, pairs, low, high, usable)
+
+
+def between(gpu: GPUSpec, tried: list[int], pairs: list[tuple[int, int]], low: int, high: int,
+            usable: Callable[[int], bool] = lambda n: True) -> list[int]:
+    """For each pair of counts, the untried usable count strictly between them nearest their
+    geometric midpoint (none where no such count is left)."""
+    candidates = unit_counts(gpu, low, high, usable)
+    fresh = np.setdiff1d(candidates, np.asarray(sorted(set(tried)), dtype=np.int64))
     new: set[int] = set()
-    for count in front:
-        i = ordered.index(count)
-        for neighbour in ordered[max(0, i - 1):i] + ordered[i + 1:i + 2]:
-            between = fresh[(fresh > min(count, neighbour)) & (fresh < max(count, neighbour))]
-            if len(between):
-                new.add(int(_nearest(between, np.array([math.sqrt(count * neighbour)]))[0]))
+    for a, b in pairs:
+        inside = fresh[(fresh > min(a, b)) & (fresh < max(a, b))]
+        if len(inside):
+            new.add(int(_nearest(inside, np.array([math.sqrt(a * b)]))[0]))
     return sorted(new)

@@ -17,6 +17,7 @@ from autoplan.cli.options import (
     trainer_options,
 )
 from autoplan.errors import AutoplanError, NoFeasiblePlanError, shown
+from autoplan.specs.training import DEFAULT_GBS_TOLERANCE
 
 DEFAULT_HARDWARE = "h100-sxm,h200,b200,gb200-nvl72"
 
@@ -39,8 +40,10 @@ def capacity_options(func):
                      help="Batch ramp, e.g. 2M:100B,4M:1T,16M: each phase's global batch (binary) until "
                           "that many run tokens (decimal); each phase gets its own best layout."),
         click.option("--seq-len", type=click.IntRange(1), default=None, help="Sequence length [default: the model's]."),
-        click.option("--gbs-tolerance", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0,
-                     show_default=True, help="Accept a global batch within this fraction of the target."),
+        click.option("--gbs-tolerance", type=click.FloatRange(0.0, 1.0, max_open=True), default=DEFAULT_GBS_TOLERANCE,
+                     show_default=True, help="Accept a global batch within this fraction of the target (as every "
+                                             "command; the counts that reach it exactly are searched too, so a "
+                                             "looser tolerance never gives a dearer answer)."),
         click.option("--flops-convention", type=click.Choice(["playbook", "causal", "megatron"]),
                      default="playbook", show_default=True, help="How model FLOPs (for MFU) are counted."),
         click.option("--deadline", default=None, metavar="DURATION",
@@ -195,7 +198,9 @@ def _phases(kw: dict):
     return single_phase(kw["gbs_tokens"], kw["train_tokens"])
 
 
-STATUS_HEADERS = ("rank", "GPUs", "days", "cost", "GPU-hours", "tokens/s\n/GPU", "MFU", "layout", "status")
+# tokens/s and MFU per rented GPU: a rack-rented job that uses 64 of 72 GPUs pays for the 72
+STATUS_HEADERS = ("rank", "GPUs", "days", "cost", "GPU-hours", "tokens/s\n/rented GPU", "MFU\n(rented)", "layout",
+                  "status")
 
 
 def _emit(result, output_format: str, top_k: int) -> None:

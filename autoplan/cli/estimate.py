@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -248,7 +249,11 @@ def compare_command(layouts_csv, precision, output_path, output_format, **kw) ->
     from autoplan.report.destination import check_out_file
     from autoplan.specs.training import resolve_batch
 
-    output_format = output_format or ("csv" if output_path or not _stdout_is_terminal() else "table")
+    by_suffix = {".csv": "csv", ".json": "json"}.get(Path(output_path).suffix.lower()) if output_path else None
+    if output_format and by_suffix and output_format != by_suffix:
+        raise AutoplanError(f"-o {output_path} names a .{by_suffix} file but --format is {output_format}: "
+                            "give one that agrees, or another file name")
+    output_format = output_format or by_suffix or ("csv" if output_path or not _stdout_is_terminal() else "table")
     if output_path and output_format == "table":
         raise AutoplanError("--format table is for the terminal: with -o use --format csv or json")
     if output_path:
@@ -272,7 +277,9 @@ def compare_command(layouts_csv, precision, output_path, output_format, **kw) ->
     if output_format == "table":
         _print_compare_table(out)
         return
-    text = _compare_json(out) if output_format == "json" else out.to_csv(index=False, lineterminator="\n")
+    from autoplan.report.csv_text import safe_frame
+
+    text = _compare_json(out) if output_format == "json" else safe_frame(out).to_csv(index=False, lineterminator="\n")
     if output_path:
         from autoplan.report.destination import write_text
 

@@ -298,7 +298,9 @@ def _emit(result, output_format: str, top_k: int, costs=None, references: dict |
     elif output_format == "csv":
         frame = costs if costs is not None else result.plans_frame(top_k)
         frame = add_band_columns(result, frame.copy())
-        click.echo(frame.to_csv(index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n"), nl=False)
+        from autoplan.report.csv_text import safe_frame
+
+        click.echo(safe_frame(frame).to_csv(index=False, float_format=CSV_FLOAT_FORMAT, lineterminator="\n"), nl=False)
     else:
         print_table(result, top_k, costs)
     if output_format != "table":

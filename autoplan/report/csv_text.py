@@ -4,7 +4,8 @@ pandas writes ~10^4 rows/s with 50 columns and costs ~0.15 s to import; a search
 (up to 10^5 rows) is written here from the arrays instead: floats with ``float_format``
 (``%.9g``: NaN as an empty cell, infinities as ``inf``), integers as integers, booleans as
 True/False, text quoted only where it holds a comma, a quote or a line break (the ``csv``
-module's QUOTE_MINIMAL, as pandas). tests/unit/report/test_csv_text.py checks it against pandas.
+module's QUOTE_MINIMAL, as pandas), and a text cell a spreadsheet would run as a formula
+neutralised (``spreadsheet_safe``). tests/unit/report/test_csv_text.py checks it against pandas.
 
 Speed: most columns of a plans table repeat a few values (the knobs, the setup, the stage), so
 each distinct value of a column is formatted once (distinct by its bits, so -0.0 stays '-0') and
@@ -19,6 +20,31 @@ from collections.abc import Mapping
 import numpy as np
 
 _QUOTE_CHARS = (",", '"', "\n", "\r")
+# A text cell a spreadsheet would run as a formula (OWASP, "CSV Injection"): one that starts with
+# one of these and is not a number gets a leading apostrophe, which spreadsheets show as text.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(text: str) -> str:
+    """``text`` with a leading ' where a spreadsheet would take it for a formula ('=1+1',
+    '@SUM(...)', '-cmd'); numbers such as '-0.5' and every other text unchanged."""
+    if not text.startswith(_FORMULA_STARTS):
+        return text
+    try:
+        float(text)
+        return text
+    except ValueError:
+        return "'" + text
+
+
+def safe_frame(frame):
+    """A pandas frame whose text cells are ``spreadsheet_safe`` (for ``to_csv``)."""
+    out = frame.copy()
+    for column in out.columns:
+        if out[column].dtype == object or str(out[column].dtype).startswith("str"):
+            out[column] = out[column].map(lambda v: spreadsheet_safe(v) if isinstance(v, str) else v)
+    out.columns = [spreadsheet_safe(str(c)) for c in out.columns]
+    return out
 
 
 def _quoted(text: str) -> str:
@@ -61,13 +87,13 @@ def column_text(values: np.ndarray, float_format: str) -> list[str]:
         bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
         return _distinct_cells(values, bits, _float_cells(float_format))
     cells = values.tolist()
-    texts = {v: _quoted("" if v is None else str(v)) for v in set(cells)}
+    texts = {v: _quoted("" if v is None else spreadsheet_safe(str(v))) for v in set(cells)}
     return [texts[v] for v in cells]
 
 
 def csv_text(columns: Mapping[str, np.ndarray], float_format: str = "%.9g") -> str:
     """A header line and one line per row, ``\\n`` line ends."""
-    header = ",".join(_quoted(str(name)) for name in columns)
+    header = ",".join(_quoted(spreadsheet_safe(str(name))) for name in columns)
     cells = [column_text(np.asarray(v), float_format) for v in columns.values()]
     if not cells or not cells[0]:
         return header + "\n"

@@ -216,9 +216,11 @@ def _closest_miss(ctx: CostContext, table: CostTable, space_values: dict) -> str
     if (stage == NO_BATCH).any():
         i = _closest(table, stage == NO_BATCH, np.abs(table.batch.gbs_seqs - target.gbs_seqs))
         lay = table.batch.layout(i)
+        tolerance = abs(lay.gbs_seqs - target.gbs_seqs) / target.gbs_seqs
+        hint = (f"try --gbs-tolerance {tolerance:.3g} or another --gbs-seqs" if tolerance < 1.0  # (the option's range)
+                else f"the batch is too small for {target.gpus} GPUs: try --gbs-seqs {lay.gbs_seqs} or fewer GPUs")
         return (f"layouts fit but none reaches gbs {target.gbs_seqs} seqs exactly (nearest "
-                f"{lay.gbs_seqs} at {lay.describe()}): try --gbs-tolerance "
-                f"{abs(lay.gbs_seqs - target.gbs_seqs) / target.gbs_seqs:.3g} or another --gbs-seqs")
+                f"{lay.gbs_seqs} at {lay.describe()}): {hint}")
     if (stage == OUT_OF_MEMORY).any():
         i = _closest(table, stage == OUT_OF_MEMORY, table["peak_memory_bytes"])
         hints = [f"--recompute {m}" for m in ("full",) if m not in space_values["recompute"]]

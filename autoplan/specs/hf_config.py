@@ -115,6 +115,8 @@ def _model_type(config: Mapping[str, Any], where: str) -> str:
     supported = ", ".join(SUPPORTED_MODEL_TYPES)
     if model_type is None:
         raise SpecError(where, f"missing required key 'model_type' (one of: {supported})")
+    if not isinstance(model_type, str):
+        raise SpecError(where, f"model_type must be a string (one of: {supported}), got {shown(model_type)}")
     if model_type not in HF_KEYS:
         close = difflib.get_close_matches(str(model_type), SUPPORTED_MODEL_TYPES, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""

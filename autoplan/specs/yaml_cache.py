@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: YAML 1.2 booleans and numbers (specs/yaml_parse.YAML12_RESOLVERS)
 MISSING = object()  # lookup's answer for a text not stored
 _PLAIN = (dict, list, str, int, float, bool, type(None))
 

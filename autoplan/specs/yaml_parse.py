@@ -67,9 +67,38 @@ def _safe_loader_base() -> type:
     return LibyamlSafeLoader
 
 
+def _yaml12_resolvers() -> dict:
+    """PyYAML's implicit resolvers with YAML 1.2's core schema for booleans and numbers: PyYAML
+    resolves YAML 1.1's, in which ``1:20`` is the sexagesimal 80, ``010`` the octal 8 and
+    ``yes``/``no``/``on``/``off`` booleans, each a silent wrong value in a config (a layer count of
+    80). Here those stay strings, which the typed checks then refuse with the key's name;
+    ``true``/``false``, decimal integers, ``0x`` hex, decimal floats (``1e8`` too, as YAML 1.2 reads
+    it) and ``.inf``/``.nan`` are numbers and booleans as before."""
+    import re
+
+    replaced = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+    out = {first: [(tag, rx) for tag, rx in resolvers if tag not in replaced]
+           for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()}
+    core = [("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+            ("tag:yaml.org,2002:int", r"^(?:[-+]?(?:0|[1-9][0-9]*)|0x[0-9a-fA-F]+)$", "-+0123456789"),
+            # a dot or an exponent (digits alone are an integer, or, with a leading 0, a string)
+            ("tag:yaml.org,2002:float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*)(?:[eE][-+]?[0-9]+)?"
+                                        r"|[-+]?[0-9]+[eE][-+]?[0-9]+"
+                                        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+.0123456789")]
+    for tag, pattern, first in reversed(core):  # (each inserted first: bool, int, float in that order)
+        for char in first:
+            out.setdefault(char, []).insert(0, (tag, re.compile(pattern)))
+    return out
+
+
+YAML12_RESOLVERS = _yaml12_resolvers()
+
+
 class _NoDuplicateKeys:
     """``construct_mapping`` that refuses a key given twice in one mapping (YAML would keep the
-    last silently)."""
+    last silently); YAML 1.2's booleans and numbers (``YAML12_RESOLVERS``)."""
+
+    yaml_implicit_resolvers = YAML12_RESOLVERS
 
     def construct_mapping(self, node, deep=False):
         seen = set()

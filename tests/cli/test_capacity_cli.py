@@ -48,11 +48,16 @@ def test_headline_writes_every_file_and_the_csv_parses_back(headline):
 def test_the_chosen_point_exports(headline, tmp_path):
     _, out = headline
     chosen = read_capacity_csv(out / "capacity.csv").iloc[0]
-    result = CliRunner().invoke(main, ["export", str(out / "plans.json"), "--to", "megatron", "--hardware",
-                                       chosen["hardware"], "-o", str(tmp_path / "launch.sh")])
+    # the plan's hardware is recorded in plans.json: no --hardware needed
+    result = CliRunner().invoke(main, ["export", str(out / "plans.json"), "--to", "megatron",
+                                       "-o", str(tmp_path / "launch.sh")])
     assert result.exit_code == 0, result.output
     text = (tmp_path / "launch.sh").read_text()
-    assert "--global-batch-size 512" in text and "--seq-length 8192" in text
+    plan = json.loads((out / "plans.json").read_text())["plans"][0]
+    # within --gbs-tolerance 0.05 of 512 sequences (the batch the chosen layout reaches)
+    assert abs(plan["gbs_seqs"] - 512) <= 0.05 * 512
+    assert f"--global-batch-size {plan['gbs_seqs']}" in text and "--seq-length 8192" in text
+    assert f"NPROC_PER_NODE={4 if chosen['hardware'].startswith('gb') else 8}" in text
     recorded = json.loads((out / "plans.json").read_text())["setup"]
     assert recorded["fp8_recipe"] == "tensorwise" and recorded["master_weights"] == "fp32"
 

@@ -208,3 +208,21 @@ def test_csv_with_a_byte_order_mark_reads(work):
                   "--max-evals", "20", "-o", "cal.yaml"], seconds=120)
     assert result.exit_code == 0, result.stderr
     assert "\ufeff" not in result.output + result.stderr
+
+
+# --- issue 48: hostile types and YAML 1.1 readings ---------------------------------------------
+
+@pytest.mark.parametrize("model_type", [["llama"], {"a": 1}, 3])
+def test_a_model_type_that_is_not_a_string_is_one_line(work, model_type):
+    """A list or a mapping as model_type ended in `TypeError: unhashable type`, exit 3."""
+    (work / "m.json").write_text(json.dumps({**GOOD_CONFIG, "model_type": model_type}))
+    check_refused(["estimate", "-m", "m.json", *E8], "m.json: model_type must be a string")
+
+
+@pytest.mark.parametrize("value, shown", [("1:20", "'1:20'"), ("010", "'010'"), ("yes", "'yes'")])
+def test_yaml_1_1_readings_of_numbers_are_refused_not_taken(work, value, shown):
+    """`num_hidden_layers: 1:20` was read as the sexagesimal 80 (a 18.5B-parameter '8B'), `010`
+    as octal 8: YAML 1.2's core schema leaves them strings, which the typed check refuses."""
+    text = "\n".join(f"{k}: {v}" for k, v in {**GOOD_CONFIG, "num_hidden_layers": value}.items())
+    (work / "m.yaml").write_text(text + "\n")
+    check_refused(["estimate", "-m", "m.yaml", *E8], f"num_hidden_layers: expected an integer, got {shown}")

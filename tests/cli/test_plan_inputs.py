@@ -84,3 +84,40 @@ def test_a_calibrated_profile_reaches_the_overlap_flags_the_export_writes(tmp_pa
     assert searched.exit_code == 0, searched.output
     exported = invoke(["export", out / "plans.json", "--to", "megatron"])
     assert exported.exit_code == 0 and "--overlap-grad-reduce" not in exported.stdout
+
+
+def test_compare_writes_the_format_its_output_file_names(tmp_path):
+    """`compare -o c.json` wrote CSV into c.json."""
+    (tmp_path / "in.csv").write_text("tp,pp\n2,1\n", encoding="utf-8")
+    args = ["compare", tmp_path / "in.csv", "-m", "8b", "-g", "64", "--gbs-tokens", "2M"]
+    assert invoke([*args, "-o", tmp_path / "c.json"]).exit_code == 0
+    assert json.loads((tmp_path / "c.json").read_text())[0]["tp"] in (2, "2")
+    mismatch = invoke([*args, "-o", tmp_path / "d.json", "--format", "csv"])
+    assert mismatch.exit_code == 2 and "names a .json file but --format is csv" in mismatch.output
+    assert not (tmp_path / "d.json").exists()
+
+
+def test_a_batch_too_small_for_the_gpus_gets_a_hint_the_options_accept(tmp_path):
+    """`search -m 70b -g 100000 --gbs-tokens 4M` suggested --gbs-tolerance 5.1, which the option
+    refuses (0 <= x < 1)."""
+    result = invoke(["search", "-m", "70b", "-g", "100000", "--gbs-tokens", "4M", "--out", tmp_path / "run"])
+    assert result.exit_code == 1
+    assert "--gbs-tolerance 5.1" not in result.output
+    assert "the batch is too small for 100000 GPUs: try --gbs-seqs 3125 or fewer GPUs" in result.output
+
+
+def test_a_csv_cell_a_spreadsheet_would_run_is_written_as_text(tmp_path):
+    """A cell starting with = + @ or - (a label, a model name, a reason) was written as is: opened
+    in a spreadsheet it is a formula (CSV injection)."""
+    (tmp_path / "in.csv").write_text('name,tp\n"=HYPERLINK(""http://x"")",2\n-1,2\n@SUM(A1),2\n', encoding="utf-8")
+    out = invoke(["compare", tmp_path / "in.csv", "-m", "8b", "-g", "64", "--gbs-tokens", "2M", "--format", "csv"])
+    assert out.exit_code == 0, out.output
+    names = [line.split(",")[0] for line in out.stdout.splitlines()[1:]]
+    assert names == ['"\'=HYPERLINK(""http://x"")"', "-1", "'@SUM(A1)"]  # a number stays a number
+
+
+def test_spreadsheet_safe_leaves_numbers_and_plain_text():
+    from autoplan.report.csv_text import spreadsheet_safe
+
+    assert [spreadsheet_safe(t) for t in ("-0.5", "+3", "abc", "=1+1", "-cmd", "")] == \
+        ["-0.5", "+3", "abc", "'=1+1", "'-cmd", ""]

@@ -88,17 +88,18 @@ def test_trainer_settings_reach_the_memory_model():
     assert peak("--grad-reduce-in-bf16") < default < peak("--attention-kernel", "eager")
 
 
-def test_a_recipe_the_trainer_lacks_is_one_line_and_trainers_lists_them():
+def test_a_recipe_the_trainer_lacks_is_one_line_and_trainers_lists_them(tmp_path):
     runner = CliRunner()
     result = runner.invoke(main, ["search", "--model", "8b", "--gpus", "64", "--gbs-tokens", "4M",
                                   "--trainer", "torchtitan", "--fp8-recipe", "blockwise", "--precision", "fp8",
-                                  "--format", "json"])
+                                  "--format", "json", "--out", str(tmp_path / "a")])
     assert result.exit_code == 1, result.output
     assert result.output.strip().startswith("Error: no feasible plan among")
     assert "(fp8_recipe=blockwise, torchtitan runs tensorwise or rowwise or mxfp8)" in result.output
     # the recipe is a setting of fp8 layouts only: a bf16 search with it runs
     bf16 = runner.invoke(main, ["search", "--model", "8b", "--gpus", "64", "--gbs-tokens", "4M", "--trainer",
-                                "torchtitan", "--fp8-recipe", "blockwise", "--format", "json"])
+                                "torchtitan", "--fp8-recipe", "blockwise", "--format", "json",
+                                "--out", str(tmp_path / "b")])
     assert bf16.exit_code == 0, bf16.output
     listed = json.loads(runner.invoke(main, ["trainers", "--format", "json"]).output)
     assert {t["name"]: t["fp8_recipes"] for t in listed}["torchtitan"] == "tensorwise,rowwise,mxfp8"

@@ -71,3 +71,55 @@ def test_capacity_csv_parses_back_and_plans_json_exports(small_run, tmp_path):
         assert layout_from_record(record, training).describe() == best.layout
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["prices"][chosen["hardware"]]["source"]
+
+
+@pytest.mark.parametrize("deadline_days", [20.0, 40.0])
+def test_a_looser_batch_tolerance_never_gives_a_dearer_answer(deadline_days):
+    """`capacity -m 70b --train-tokens 15T --gbs-tokens 4M --deadline 60d` chose 2,304 GB200 for
+    $9.85M at --gbs-tolerance 0 and 4,176 for $11.06M at 0.05 (2,304 dropped out of its grid); the
+    tolerant run now searches the exact-batch grid too and every count around the cheapest one."""
+    import dataclasses
+
+    from autoplan.capacity import run_capacity
+
+    from tests.unit.capacity.conftest import small_query, small_setup
+
+    costs = {}
+    for tolerance in (0.0, 0.05):
+        setup = dataclasses.replace(small_setup(), gbs_tolerance=tolerance)
+        chosen = chosen_row(run_capacity(setup, small_query(deadline_days=deadline_days)).points)
+        assert chosen is not None
+        costs[tolerance] = float(chosen["cost_usd"])
+    assert costs[0.05] <= costs[0.0], costs
+
+
+def test_the_counts_around_the_cheapest_point_within_the_limits_are_all_tried():
+    """Days and cost saw-tooth from one count to the next: every usable count within a factor √2 of
+    the cheapest point meeting the deadline is searched (at most 16)."""
+    import dataclasses
+
+    from autoplan.capacity import run_capacity
+    from autoplan.capacity.grid import GRID_RATIO
+
+    from tests.unit.capacity.conftest import small_query, small_setup
+
+    result = run_capacity(dataclasses.replace(small_setup(), gbs_tolerance=0.05), small_query(deadline_days=20.0))
+    chosen = chosen_row(result.points)
+    tried = sorted(gpus for hardware, gpus in result.bests if hardware == chosen["hardware"])
+    nearby = [n for n in range(64, 1025, 8) if chosen["gpus"] / GRID_RATIO <= n <= chosen["gpus"] * GRID_RATIO]
+    assert len(set(nearby) & set(tried)) >= min(len(nearby), 16), (chosen["gpus"], tried)
+
+
+def test_a_gpu_type_with_no_point_within_the_limits_does_not_stop_the_run():
+    """With four GPU types and a budget, `capacity` crashed (KeyError: 'h200') when one type had no
+    point within the limits to search around."""
+    import dataclasses
+
+    from autoplan.capacity import run_capacity
+
+    from tests.unit.capacity.conftest import small_query, small_setup
+
+    setup = dataclasses.replace(small_setup(), gbs_tolerance=0.05)
+    result = run_capacity(setup, small_query(overrides={"h200": 1e6}, budget_usd=1e9))
+    chosen = chosen_row(result.points)
+    assert chosen is not None and chosen["hardware"] == "h100-sxm"
