@@ -9,6 +9,7 @@ import sys
 import click
 
 from autoplan.cli.options import (
+    SeqLen,
     SETUP_SETTING_OPTIONS,
     TokenCount,
     allow_uneven_option,
@@ -39,7 +40,8 @@ def capacity_options(func):
         click.option("--gbs-schedule", default=None, metavar="GBS:UNTIL,...,GBS",
                      help="Batch ramp, e.g. 2M:100B,4M:1T,16M: each phase's global batch (binary) until "
                           "that many run tokens (decimal); each phase gets its own best layout."),
-        click.option("--seq-len", type=click.IntRange(1), default=None, help="Sequence length [default: the model's]."),
+        click.option("--seq-len", type=SeqLen(), default=None,
+                     help="Sequence length, e.g. 8192 or 8k (binary: 8·1024) [default: the model's]."),
         click.option("--gbs-tolerance", type=click.FloatRange(0.0, 1.0, max_open=True), default=DEFAULT_GBS_TOLERANCE,
                      show_default=True, help="Accept a global batch within this fraction of the target (as every "
                                              "command; the counts that reach it exactly are searched too, so a "

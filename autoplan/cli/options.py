@@ -54,6 +54,25 @@ class TokenCount(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+class SeqLen(click.ParamType):
+    """A sequence length: '8192', or with a binary suffix as --gbs-tokens reads one ('8k' = 8192,
+    '128K' = 131072); a whole number of tokens from 1 to MAX_SEQ_LEN."""
+
+    name = "TOKENS"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            tokens = float(value)
+        else:
+            try:
+                tokens = parse_count(value, binary=True, what="a sequence length")
+            except UnitError as exc:
+                self.fail(str(exc), param, ctx)
+        if tokens != int(tokens) or not 1 <= tokens <= MAX_SEQ_LEN:
+            self.fail(f"a sequence length is a whole number of tokens from 1 to {MAX_SEQ_LEN:,}, got {value}", param, ctx)
+        return int(tokens)
+
+
 class LayoutText(click.ParamType):
     """'tp=8,pp=2,mbs=1,gbs_seqs=512' -> {'tp': '8', ...} (fields of a layout, checked later)."""
 
@@ -198,8 +217,8 @@ def training_options(func: Callable | None = None, *, model_required: bool = Tru
                      help="Override the GPUs per node (processes per node in exported launch lines)."),
         click.option("--nic", "nic", type=Bandwidth(), default=None,
                      help="Override the NIC bandwidth per GPU per direction, e.g. '400 Gb/s'."),
-        click.option("--seq-len", type=click.IntRange(1, MAX_SEQ_LEN), default=None,
-                     help="Training sequence length [default: the model's]."),
+        click.option("--seq-len", type=SeqLen(), default=None,
+                     help="Training sequence length, e.g. 8192 or 8k (binary: 8·1024) [default: the model's]."),
         click.option("--gbs-seqs", type=click.IntRange(1, MAX_GBS_SEQS), default=None,
                      help="Global batch size in sequences."),
         click.option("--gbs-tokens", type=TokenCount(), default=None,
@@ -250,9 +269,19 @@ def training_from_options(kw: dict, model_seq_len: int, **overrides):
     if kw.get("gpus") is None:
         raise AutoplanError("the GPU count is missing: give --gpus (-g)")
     seq_len, gbs_seqs = resolve_batch(kw["seq_len"], kw["gbs_seqs"], kw["gbs_tokens"], model_seq_len)
-    return build_training(kw["gpus"], seq_len, gbs_seqs, hardware=kw["hardware"], gpus_per_node=kw["gpus_per_node"],
-                          nic=kw["nic"], gbs_tolerance=kw["gbs_tolerance"], flops_convention=kw["flops_convention"],
-                          **setup_settings(kw))
+    training = build_training(kw["gpus"], seq_len, gbs_seqs, hardware=kw["hardware"],
+                              gpus_per_node=kw["gpus_per_node"], nic=kw["nic"], gbs_tolerance=kw["gbs_tolerance"],
+                              flops_convention=kw["flops_convention"], **setup_settings(kw))
+    note_alias("hardware", str(kw["hardware"]), training.cluster.gpu.name)
+    return training
+
+
+def note_alias(what: str, given: str, name: str) -> None:
+    """One line on stderr when a preset was named by an alias ('h100' is h100-sxm): the figures
+    are that preset's."""
+    if given.strip().lower() == name.lower() or "/" in given or given.lower().endswith((".yaml", ".yml", ".json")):
+        return
+    click.echo(f"note: --{what} {given} is the preset {name}", err=True)
 
 
 def context_from_options(kw: dict):

@@ -202,8 +202,8 @@ def pareto_indices(lower: np.ndarray, higher: np.ndarray) -> np.ndarray:
 def infeasible_message(ctx: CostContext, table: CostTable, counts: RecipeCounts,
                        space_values: dict) -> str:
     """One line: why nothing is feasible (reasons with counts) and the closest miss."""
-    top = ", ".join(f"{n} {name}" for name, n in counts.reasons.most_common(4))
-    head = f"no feasible plan among {counts.candidates} candidate layouts ({top})"
+    top = "; ".join(f"{n} x {reason_message(name)}" for name, n in counts.reasons.most_common(4))
+    head = f"no feasible plan among {counts.candidates} candidate layouts (the most common reasons: {top})"
     return f"{head}; {_closest_miss(ctx, table, space_values)}"
 
 

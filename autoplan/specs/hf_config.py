@@ -146,9 +146,16 @@ def _str_list(config: Mapping[str, Any], key: str, where: str) -> tuple[str, ...
 
 # --- readers, one per model_type -----------------------------------------------------------
 
+DECODER_REQUIRED = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
+
+
 def _decoder_fields(config: Mapping[str, Any], where: str, model_type: str, *,
                     head_dim: int | None = None) -> dict[str, Any]:
     """The Llama-shaped fields shared by every decoder type except gpt2."""
+    missing = [key for key in DECODER_REQUIRED if config.get(key) is None]
+    if missing:  # all of them at once, not one per run
+        raise SpecError(where, f"missing required key(s) {', '.join(missing)} (a Hugging Face config.json of "
+                               f"model_type {model_type} has them)")
     hidden = _int(config, "hidden_size", where)
     heads = _int(config, "num_attention_heads", where)
     if head_dim is None:

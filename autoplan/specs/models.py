@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from autoplan.errors import SpecError, UnknownNameError, shown
+from autoplan.errors import AutoplanError, SpecError, UnknownNameError, shown
 from autoplan.files import exists
 from autoplan.paths import data_dir
 from autoplan.specs.hf_config import model_from_hf_config
@@ -34,8 +34,20 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     if not _looks_like_path(text) and text.lower() in index:
         return presets[index[text.lower()]]
     if _looks_like_path(text) or exists(text):
+        if _looks_like_hub_id(text) and not exists(text):
+            raise AutoplanError(f"model {text!r} is not a preset nor a local file: autoplan reads a model's "
+                                "config.json from disk (no download); fetch it with `huggingface-cli download "
+                                f"{text} config.json --local-dir DIR` and give --model DIR/config.json, or use "
+                                "a preset (`autoplan models`)")
         return load_model_file(text)
     raise UnknownNameError("model", text, known_names(presets))
+
+
+def _looks_like_hub_id(text: str) -> bool:
+    """'org/name' with no file suffix: a Hugging Face hub repository id, not a path."""
+    parts = text.split("/")
+    return (len(parts) == 2 and all(parts) and not text.startswith((".", "~"))
+            and not text.lower().endswith((".json", ".yaml", ".yml")))
 
 
 def is_preset(name_or_path: str | Path) -> bool:

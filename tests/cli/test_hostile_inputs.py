@@ -112,7 +112,8 @@ def test_a_long_value_is_cut_in_the_message(work):
 @pytest.mark.parametrize("args, text", [
     (["--gbs-seqs", "100000000000000000000"], "'--gbs-seqs': 100000000000000000000 is not in the range"),
     (["--gbs-tokens", "1e20"], "--gbs-tokens (1e+20) must be at most 1,099,511,627,776 sequences"),
-    (["--gbs-seqs", "8", "--seq-len", "1000000000"], "'--seq-len': 1000000000 is not in the range"),
+    (["--gbs-seqs", "8", "--seq-len", "1000000000"], "'--seq-len': a sequence length is a whole number of tokens "
+                                                    "from 1 to 100,000,000, got 1000000000"),
     (["--gbs-seqs", "8", "--tp", "99999999999"], "values must lie in [1, 1048576], got 99999999999"),
     (["--gbs-seqs", "8", "--zero", "4"], "values must lie in [0, 3], got 4"),
     (["--gbs-seqs", "8", "--seed", "-1"], "'--seed': -1 is not in the range 0<=x<=4294967295"),

@@ -70,7 +70,7 @@ def test_a_trainer_without_this_unequal_split_refuses_it_everywhere(tmp_path):
     assert export.exit_code != 0 and text in export.output
     result = run("search", "-m", "llama3-8b", "-g", 24, "--pp", 3, "--vpp", 4, "--gbs-seqs", 96,
                  "--trainer", "torchtitan", "--zero", 0, "--out", tmp_path / "out")
-    assert result.exit_code != 0 and "trainer_uneven_pp" in result.output
+    assert result.exit_code != 0 and "the trainer cannot run unequal stages here" in result.output
 
 
 def test_deepspeed_runs_unequal_stages_as_costed():

@@ -162,7 +162,8 @@ def test_nothing_feasible_exits_1_and_says_why(tmp_path):
     assert result.exit_code == 1, result.output
     error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert len(error) == 1
-    assert "out_of_memory" in error[0] and "smallest peak" in error[0]
+    assert "x the peak memory per GPU must fit in the usable GPU memory" in error[0] and "smallest peak" in error[0]
+    assert "out_of_memory" not in error[0]  # the reasons in words, not the internal codes
     assert (tmp_path / "out" / "plans.csv").exists()
 
 

@@ -103,3 +103,34 @@ def test_a_recipe_the_trainer_lacks_is_one_line_and_trainers_lists_them(tmp_path
     assert bf16.exit_code == 0, bf16.output
     listed = json.loads(runner.invoke(main, ["trainers", "--format", "json"]).output)
     assert {t["name"]: t["fp8_recipes"] for t in listed}["torchtitan"] == "tensorwise,rowwise,mxfp8"
+
+
+@pytest.mark.parametrize("text, tokens", [("8k", 8192), ("8K", 8192), ("128k", 131072), ("4096", 4096)])
+def test_seq_len_takes_a_binary_suffix_like_the_batch(text, tokens):
+    """`--seq-len 8k` said "not a valid integer range" where --gbs-tokens 4M is read."""
+    result = invoke(["estimate", "-m", "8b", "-g", "8", "--gbs-seqs", "8", "--seq-len", text, "--format", "json"])
+    assert result.exit_code in (0, 1), result.output
+    assert json.loads(result.stdout)[0]["seq_len"] == tokens
+
+
+def test_a_hardware_alias_says_which_preset_it_is():
+    """`--hardware h100` meant h100-sxm without a word."""
+    result = CliRunner().invoke(main, ["estimate", "-m", "8b", "-g", "8", "--gbs-seqs", "8", "--hardware", "h100"])
+    assert "note: --hardware h100 is the preset h100-sxm" in result.stderr
+    exact = CliRunner().invoke(main, ["estimate", "-m", "8b", "-g", "8", "--gbs-seqs", "8", "--hardware", "h100-sxm"])
+    assert "note: --hardware" not in exact.stderr
+
+
+def test_a_hub_id_says_autoplan_reads_local_files_and_how_to_get_one():
+    result = invoke(["estimate", "-m", "meta-llama/Llama-3.1-8B", "-g", "8", "--gbs-seqs", "8"])
+    assert result.exit_code == 2
+    assert "autoplan reads a model's config.json from disk" in result.output
+    assert "huggingface-cli download meta-llama/Llama-3.1-8B config.json" in result.output
+
+
+def test_every_missing_config_key_is_named_at_once(tmp_path):
+    config = {"model_type": "llama", "num_hidden_layers": 2, "intermediate_size": 512}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    result = invoke(["estimate", "-m", str(tmp_path / "c.json"), "-g", "8", "--gbs-seqs", "8"])
+    assert result.exit_code == 2
+    assert "missing required key(s) hidden_size, num_attention_heads, vocab_size" in result.output

@@ -126,7 +126,7 @@ def test_nothing_fits_explains_why(sampler):
     with pytest.raises(NoFeasiblePlanError) as info:
         result.check_feasible()
     message = str(info.value)
-    assert "out_of_memory" in message and "smallest peak" in message and "GiB >" in message
+    assert "the peak memory per GPU must fit" in message and "smallest peak" in message and "GiB >" in message
     assert "\n" not in message
     assert info.value.exit_code == 1
 

@@ -223,7 +223,7 @@ BAD_CONFIGS = [
                                          "supported: llama, mistral, mixtral"]),
     ({**BASE}, ["missing required key 'model_type'"]),
     ({"model_type": "llama", **{k: v for k, v in BASE.items() if k != "hidden_size"}},
-     ["test.json", "missing required key 'hidden_size'"]),
+     ["test.json", "missing required key(s) hidden_size"]),
     ({"model_type": "mixtral", **BASE, "num_experts_per_tok": 2},
      ["missing required key 'num_local_experts'"]),
     ({"model_type": "llama", **BASE, "hidden_size": 0}, ["hidden_size", ">= 1", "got 0"]),
