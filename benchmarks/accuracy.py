@@ -174,6 +174,34 @@ def write_error_bands(seed: int, jobs: int) -> int:
     return 0
 
 
+def print_loso(seed: int) -> int:
+    """The leave-one-source-out table (autoplan/calibration/loso.py) beside the shipped profiles'
+    in-source figures of the same rows."""
+    from autoplan.calibration.loso import fold_fits, pooled_mape, source_figures
+
+    start = time.time()
+    sources = load_sources()
+    print("leave-one-source-out: each source predicted by the FIT_PLAN pairs refitted on every other source "
+          "(shipped: the profiles fitted on 30% of every source, this one included)")
+    print(f"  {'source':<20}{'rows':>6}  {'tokens/s MAPE':>14}{'median':>8}  {'memory |err|':>13}  "
+          f"{'in band':>8}  {'pairs':>5}   shipped: {'MAPE':>6}{'median':>8}{'in band':>9}")
+    loso, shipped, cache = [], [], {}
+    for name, source in sources.items():
+        t0 = time.time()
+        fold = source_figures(name, source, fold_fits(sources, name, seed, cache))
+        base = source_figures(name, source, None)
+        loso.append(fold)
+        shipped.append(base)
+        print(f"  {name:<20}{fold.time_rows:>6}  {fold.tokens_mape:>13.1f}%{fold.tokens_median_signed:>+7.1f}%  "
+              f"{fold.memory_median_abs:>12.1f}%  {fold.band_coverage:>7.0f}%  {fold.pairs_fitted:>5}   "
+              f"{'':>9}{base.tokens_mape:>5.1f}%{base.tokens_median_signed:>+7.1f}%{base.band_coverage:>8.0f}%"
+              f"   ({time.time() - t0:.0f} s)", flush=True)
+    print(f"  pooled tokens/s MAPE over {sum(f.time_rows for f in loso)} rows: LOSO {pooled_mape(loso):.1f}%, "
+          f"shipped {pooled_mape(shipped):.1f}% (target: LOSO <= 10%, no source of >= 8 rows above 20%)")
+    print(f"  took {time.time() - start:.0f} s")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="refit the profiles on the split and report with them")
@@ -183,12 +211,18 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", action="store_true", help="list the row ids fitted on and held out")
     parser.add_argument("--write-bands", action="store_true",
                         help="regenerate the error bands (autoplan/calibration/error_bands.yaml) and stop")
+    parser.add_argument("--loso", action="store_true",
+                        help="leave-one-source-out: every source predicted by profiles fitted on the others "
+                             "(refits each pair once per source: tens of minutes), beside the shipped in-source "
+                             "figures, and stop")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="worker processes for --write-bands and the calibrate check's folds "
                              "(default: every core; the same figures as 1)")
     args = parser.parse_args(argv)
     if args.write_bands:
         return write_error_bands(args.seed, max(1, args.jobs))
+    if args.loso:
+        return print_loso(args.seed)
     start = time.time()
     sources = load_sources()
     fit_ids = fit_split(sources, args.fraction, args.seed)

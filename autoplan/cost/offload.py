@@ -7,7 +7,7 @@ what the host link and the CPU optimizer step cost.
   (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py); FSDP2 ``CPUOffloadPolicy``).
   The host also keeps an fp32 copy of the owned gradient shard (DeepSpeed
   ``stage_1_and_2.py``: the fp32 partition's ``.grad`` on the CPU; Megatron ``--pin-cpu-grads``).
-  Where the trainer streams gradients straight to the host (``GRADIENTS_TO_HOST``) the GPU
+  Where the trainer streams gradients straight to the host (its profile's ``offload_moves_gradients``) the GPU
   gradient buffer goes too: the paper's GPU keeps only its fp16 parameters, 2 of 16 bytes.
 * ``params``: also the ZeRO-3 parameter shards (ZeRO-Infinity, Rajbhandari et al. 2021,
   DeepSpeed ``offload_param``; FSDP2 ``CPUOffloadPolicy`` offloads the sharded parameters). Each
