@@ -5,16 +5,12 @@ Per group (trainer, GPU generation, dense/MoE), the band is the central ``COVERA
 held-out log ratios ``r = log(measured / predicted)``: the ``QUANTILES`` of r, clipped so that
 ``low <= 1 <= high`` (an interval always contains its point).
 
-* **Measured groups** (at least ``MIN_ROWS`` rows with the figure): every row is predicted by a
-  profile that did not see it. Rows of a (trainer, GPU) pair that is calibrated (``FIT_PLAN``)
-  get ``FOLDS``-fold cross-validation (:func:`autoplan.calibration.fit.cross_validate`, the
-  pair's parameters and loss) in which each fold is predicted by a fit on the one fold before
-  it: a fit on 1/``FOLDS`` of the rows, as the shipped profiles are fitted on ``FIT_FRACTION``
-  of them, so a band is the error of a profile fitted the way the shipped one was (a fit on
-  (k-1)/k of the rows errs less: at 5d6219d such bands held 57% of SC'21's held-out rows). A pair
-  with more than ``MAX_CV_ROWS`` rows has a seeded sample of that many predicted (its fits see
-  whole folds). Rows of a pair that is never fitted are predicted by the shipped profile
-  (already out of sample).
+* **Measured groups** (at least ``MIN_ROWS`` rows with the figure): every row is predicted by
+  profiles that never saw a row of its source: leave-one-source-out (:mod:`autoplan.calibration.loso`:
+  each pair of ``FIT_PLAN`` refitted on every other source, a pair left without rows transferred
+  from the fold's other fits). A band is then the error a user's run from a source autoplan never
+  saw meets (another trainer version, cluster or recipe), not the error inside a source (a split
+  inside each source held 88% of the in-source rows and 65% of the LOSO predictions at b3234ab).
 * **Unmeasured groups** (``measured: false``): a pair never measured runs on its profile's
   ``default`` parameters, so its band is the error of those defaults on measured rows, the
   trainer's own rows where it has at least ``MIN_ROWS``, else every row (each group weighted
@@ -37,31 +33,21 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import yaml
 
 from autoplan.calibration.accuracy import (
-    FIT_FRACTION,
-    FIT_LOSS,
     FIT_PLAN,
     NOT_FITTED,
-    Pair,
-    straggler_ids,
-    without_straggler_speeds,
 )
 from autoplan.calibration.fit import (
-    PREDICTED,
-    fit_and_predict,
-    fold_assignment,
     log_errors,
     predict_rows,
-    training_fold_mask,
 )
-from autoplan.calibration.processes import map_in_processes
 from autoplan.calibration.rows import Row, Source, row_context
 from autoplan.calibration.uncertainty import (
     BANDS_FILE,
@@ -76,10 +62,6 @@ from autoplan.specs.hardware import list_gpus
 
 COVERAGE = 0.85
 QUANTILES = ((1 - COVERAGE) / 2, (1 + COVERAGE) / 2)
-# Each fold is predicted by a fit on one other fold: 1/FOLDS of the rows, the shipped share.
-FOLDS = round(1 / FIT_FRACTION)
-TRAIN_ON = "one"
-MAX_CV_ROWS = 2000
 MIN_ROWS = 5
 SCALE_MIN_ROWS = 20  # held-out rows of a scale class for a band of its own
 FIGURES = ("tokens_per_s", "peak_memory")
@@ -104,70 +86,24 @@ def _ratios(pred: Mapping[str, np.ndarray], rows: Sequence[Row]) -> dict[str, np
             "peak_memory": -log_errors(pred["peak_memory_bytes"], memory)}
 
 
-def heldout_ratios(rows: Sequence[Row], seed: int = 0, plan: Mapping[Pair, Sequence[str]] = FIT_PLAN,
-                   jobs: int = 1) -> tuple[list[Row], dict[str, np.ndarray]]:
-    """(rows, their held-out log ratios): cross-validated for the calibrated pairs, the shipped
-    profile's for pairs never fitted. The folds of every pair are fitted in ``jobs`` worker
-    processes (the same figures as one process: each fold's fit is seeded and independent)."""
-    by_pair: dict[Pair, list[Row]] = {}
-    for row in rows:
-        by_pair.setdefault((row.trainer, row.hardware), []).append(row)
-    masked = straggler_ids(rows)  # the folds are fitted as the shipped fits are (accuracy.calibrate_all)
-    chosen: dict[Pair, list[Row]] = {}
-    tasks: list[_FoldTask] = []
-    for pair, members in sorted(by_pair.items()):
-        if pair not in plan:
-            chosen[pair] = members
-            continue
-        folds = fold_assignment(len(members), FOLDS, seed)
-        predicted = np.ones(len(members), dtype=bool)
-        if len(members) > MAX_CV_ROWS:
-            predicted[:] = False
-            predicted[np.random.default_rng(seed).permutation(len(members))[:MAX_CV_ROWS]] = True
-        chosen[pair] = [m for m, p in zip(members, predicted) if p]
-        tasks += [_FoldTask(pair, without_straggler_speeds(members, masked), tuple(plan[pair]), FIT_LOSS.get(pair, "soft_l1"), seed, folds, fold,
-                            predicted) for fold in range(int(folds.max()) + 1)]
-    done = map_in_processes(_run_fold, tasks, jobs)
+def loso_ratios(sources: Mapping[str, Source], rows: Sequence[Row],
+                seed: int = 0) -> tuple[list[Row], dict[str, np.ndarray]]:
+    """(rows, their leave-one-source-out log ratios): every row predicted by the profiles fitted
+    on every source but its own (:mod:`autoplan.calibration.loso`)."""
+    from autoplan.calibration.loso import fold_factory, fold_fits
+
+    wanted = {r.row_id for r in rows}
+    cache: dict = {}
     kept: list[Row] = []
     parts: list[dict[str, np.ndarray]] = []
-    for pair, members in chosen.items():
-        if pair in plan:
-            pred = {name: np.full(len(members), np.nan) for name in PREDICTED}
-            for task, fold_pred in zip(tasks, done):
-                if task.pair == pair:
-                    in_fold = (task.folds == task.fold)[task.predicted]
-                    for name in PREDICTED:
-                        pred[name][in_fold] = fold_pred[name]
-        else:
-            pred = predict_rows(members, row_context)
+    for name, source in sources.items():
+        members = [r for r in source.rows if r.row_id in wanted]
+        if not members:
+            continue
+        pred = predict_rows(members, fold_factory(fold_fits(sources, name, seed, cache)))
         kept += members
         parts.append(_ratios(pred, members))
     return kept, {f: np.concatenate([p[f] for p in parts]) if parts else np.array([]) for f in FIGURES}
-
-
-@dataclass(frozen=True)
-class _FoldTask:
-    """One fold of one pair's cross-validation: fit on the rows ``TRAIN_ON`` picks, predict
-    this fold's rows among ``predicted``."""
-
-    pair: Pair
-    rows: list[Row]
-    params: tuple[str, ...]
-    loss: str
-    seed: int
-    folds: np.ndarray
-    fold: int
-    predicted: np.ndarray
-
-
-def _run_fold(task: _FoldTask) -> dict[str, np.ndarray]:
-    """The held-out predictions of ``task.fold``'s predicted rows (as
-    :func:`autoplan.calibration.fit.cross_validate` makes them, with the shipped fits' options),
-    in the order of those rows."""
-    train = [r for r, t in zip(task.rows, training_fold_mask(task.folds, task.fold, TRAIN_ON)) if t]
-    test = [r for r, f, p in zip(task.rows, task.folds, task.predicted) if f == task.fold and p]
-    options = {"loss": task.loss, "prior_rows": 0.0}
-    return fit_and_predict((train, test, row_context, task.params, task.seed, options))[1]
 
 
 def default_ratios(rows: Sequence[Row]) -> dict[str, np.ndarray]:
@@ -259,18 +195,18 @@ def fingerprint(sources: Mapping[str, Source]) -> str:
     parts = {"rows": {n: sorted(r.row_id for r in s.rows if r.has_time or r.has_memory) for n, s in sources.items()},
              "profiles": {p.name: p.read_text() for p in sorted(profiles.glob("*.yaml"))},
              "plan": {f"{t}/{h}": list(v) for (t, h), v in sorted(FIT_PLAN.items())},
-             "settings": [QUANTILES, FOLDS, TRAIN_ON, MAX_CV_ROWS, MIN_ROWS, SCALE_MIN_ROWS,
+             "settings": ["loso", QUANTILES, MIN_ROWS, SCALE_MIN_ROWS,
                           [[str(bound), label] for bound, label in SCALE_CLASSES]]}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def bands_document(sources: Mapping[str, Source], seed: int = 0, jobs: int = 1) -> dict:
+def bands_document(sources: Mapping[str, Source], seed: int = 0) -> dict:
     """The whole bands file as a mapping (groups, inputs, fingerprint)."""
     rows = measured_rows(sources)
-    cv_rows, heldout = heldout_ratios(rows, seed, jobs=jobs)
-    groups = build_groups(rows, heldout, default_ratios(rows), cv_rows)
-    return {"coverage": COVERAGE, "quantiles": [round(q, 4) for q in QUANTILES], "folds": FOLDS,
-            "train_on": TRAIN_ON, "max_cv_rows": MAX_CV_ROWS, "min_rows": MIN_ROWS,
+    loso_rows, heldout = loso_ratios(sources, rows, seed)
+    groups = build_groups(rows, heldout, default_ratios(rows), loso_rows)
+    return {"coverage": COVERAGE, "quantiles": [round(q, 4) for q in QUANTILES], "errors": "leave-one-source-out",
+            "min_rows": MIN_ROWS,
             "scale_min_rows": SCALE_MIN_ROWS, "scale_classes": {label: str(bound) for bound, label in SCALE_CLASSES},
             "seed": seed,
             "fingerprint": fingerprint(sources),
@@ -290,3 +226,49 @@ def write_bands(document: Mapping, path: Path = BANDS_FILE) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+def fold_ratios(sources: Mapping[str, Source], seed: int = 0, cache: dict | None = None,
+                progress: Callable[[str], None] | None = None) -> dict[str, tuple[list[Row], np.ndarray]]:
+    """Per source: its measured rows and their LOSO tokens/s log ratios log(measured/predicted)."""
+    from autoplan.calibration.loso import fold_factory, fold_fits
+
+    cache = {} if cache is None else cache
+    wanted = {r.row_id for r in measured_rows(sources)}
+    out = {}
+    for name, source in sources.items():
+        rows = [r for r in source.rows if r.row_id in wanted]
+        if not rows:
+            continue
+        if progress:
+            progress(name)
+        pred = predict_rows(rows, fold_factory(fold_fits(sources, name, seed, cache)))
+        out[name] = (rows, _ratios(pred, rows)["tokens_per_s"])
+    return out
+
+
+def nested_band_coverage(ratios: Mapping[str, tuple[list[Row], np.ndarray]]) -> dict[str, float]:
+    """Per source, the share (%) of its time rows whose measurement lies in the band built, the way
+    ``build_groups`` builds it, from the LOSO errors of every *other* source: the coverage a user's
+    run from a new source sees (a band built with the source's own errors would be in-sample)."""
+    every = [r for rows, _ in ratios.values() for r in rows]
+    default = default_ratios(every)
+    offsets = np.cumsum([0] + [len(rows) for rows, _ in ratios.values()])
+    out = {}
+    for k, (name, (rows, r)) in enumerate(ratios.items()):
+        others = np.ones(len(every), dtype=bool)
+        others[offsets[k]:offsets[k + 1]] = False
+        other_rows = [row for row, keep in zip(every, others) if keep]
+        heldout = {"tokens_per_s": np.concatenate([x for n, (_, x) in ratios.items() if n != name]),
+                   "peak_memory": np.full(int(others.sum()), np.nan)}
+        groups = build_groups(other_rows, heldout, {f: v[others] for f, v in default.items()}, other_rows)
+        inside = []
+        for row, ratio in zip(rows, r):
+            if not np.isfinite(ratio):
+                continue
+            entry = groups[row_group(row)]
+            scaled = entry.get("tokens_per_s_by_scale", {}).get(scale_class(row.layout["gpus"]))
+            low, high = (scaled or entry)["tokens_per_s"]
+            inside.append(math.log(low) <= ratio <= math.log(high))
+        out[name] = 100.0 * float(np.mean(inside)) if inside else math.nan
+    return out

@@ -129,7 +129,7 @@ def _print_band(band, record) -> None:
 
     if "tokens_per_s_per_gpu_low" not in record:
         return
-    source = (f"held-out error of {band.num_heldout_rows} measured runs" if band.measured
+    source = (f"leave-one-source-out error of {band.num_heldout_rows} measured runs" if band.measured
               else "unmeasured pair: widened from other groups' errors")
     click.echo(f"  band     tokens/s/GPU {record['tokens_per_s_per_gpu_low']:,.0f}-"
                f"{record['tokens_per_s_per_gpu_high']:,.0f} "

@@ -46,7 +46,7 @@ SEARCH_COLUMNS = {
 # The error band of every prediction (autoplan.calibration.uncertainty): point × the held-out
 # error factors of the plan's (trainer, GPU generation, dense/MoE) group.
 BAND_COLUMNS = {
-    f"{column}_{side}": (kind, unit, (f"{meaning}: {side} end of the error band (the held-out error "
+    f"{column}_{side}": (kind, unit, (f"{meaning}: {side} end of the error band (the leave-one-source-out error "
                                       "of the trainer, GPU generation and dense/MoE group)"))
     for column, kind, unit, meaning in (
         ("tokens_per_s_per_gpu", "rate", "tokens/s", "tokens per second per GPU"),

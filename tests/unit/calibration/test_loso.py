@@ -48,6 +48,7 @@ def test_a_pair_left_without_rows_takes_transferred_parameters(sources, monkeypa
 
 
 def test_pooled_mape_weights_sources_by_their_rows():
-    figures = [loso.SourceFigures("a", 10, 10.0, 0.0, 0, float("nan"), 80.0, 6),
-               loso.SourceFigures("b", 30, 20.0, 0.0, 0, float("nan"), 80.0, 6)]
+    figures = [loso.SourceFigures("sc21", 10, 10.0, 0.0, 0, float("nan"), 80.0, 6),
+               loso.SourceFigures("mpt", 30, 20.0, 0.0, 0, float("nan"), 80.0, 6),
+               loso.SourceFigures("playbook_sweep", 1000, 500.0, 0.0, 0, float("nan"), 80.0, 6)]  # not a time source
     assert loso.pooled_mape(figures) == pytest.approx((10 * 10.0 + 30 * 20.0) / 40)

@@ -12,8 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoplan.calibration import band_fit
-from autoplan.calibration.accuracy import FIT_LOSS
-from autoplan.calibration.fit import cross_validate
 from autoplan.calibration.rows import row_context
 from autoplan.calibration.sources import load_sources
 from autoplan.calibration.uncertainty import (
@@ -69,8 +67,8 @@ def test_measured_flag_follows_the_rows(sources):
     for name, band in load_bands().items():
         n_time = sum(r.has_time for r in rows if band_fit.row_group(r) == name)
         n_memory = sum(r.has_memory for r in rows if band_fit.row_group(r) == name)
-        assert band.num_heldout_rows <= min(n_time, band_fit.MAX_CV_ROWS), name
-        assert band.num_heldout_memory_rows <= min(n_memory, band_fit.MAX_CV_ROWS), name
+        assert band.num_heldout_rows <= n_time, name
+        assert band.num_heldout_memory_rows <= n_memory, name
         assert band.measured == (band.num_heldout_rows >= band_fit.MIN_ROWS), name
         assert band.memory_measured == (band.num_heldout_memory_rows >= band_fit.MIN_ROWS), name
 
@@ -183,21 +181,26 @@ def test_quantile_band_clips_to_contain_one():
     assert band_fit.quantile_band(r, 0.1)[1] == pytest.approx(high * math.exp(0.1), rel=1e-3)
 
 
-@pytest.mark.slow
-def test_cross_validated_ratios_are_the_same_in_worker_processes(sources):
-    """--write-bands --jobs N fits the folds in N processes; the file must not depend on N, and
-    each fold is the fit that :func:`cross_validate` makes."""
-    rows = [r for r in band_fit.measured_rows(sources) if r.source == "korthikanti" and r.has_time][:9]
-    pair = (rows[0].trainer, rows[0].hardware)
-    rows = [r for r in rows if (r.trainer, r.hardware) == pair]
-    plan = {pair: ("gemm_efficiency_max",)}
-    one_rows, one = band_fit.heldout_ratios(rows, seed=3, plan=plan, jobs=1)
-    two_rows, two = band_fit.heldout_ratios(rows, seed=3, plan=plan, jobs=2)
-    assert [r.row_id for r in one_rows] == [r.row_id for r in two_rows]
-    assert np.all(np.isfinite(one["tokens_per_s"]))
-    np.testing.assert_array_equal(one["tokens_per_s"], two["tokens_per_s"])
-    cv = cross_validate(rows, row_context, plan[pair], 3, band_fit.FOLDS, train_on=band_fit.TRAIN_ON,
-                        loss=FIT_LOSS.get(pair, "soft_l1"), prior_rows=0.0)
-    measured = np.array([r.tokens_per_s_per_gpu for r in rows])
-    np.testing.assert_allclose(one["tokens_per_s"], np.log(measured / cv.predicted["tokens_per_s_per_gpu"]),
-                               rtol=0, atol=1e-12)
+def test_band_ratios_are_leave_one_source_out(sources, monkeypatch):
+    """Each row's ratio comes from the fold that left its source out (loso.fold_fits)."""
+    from autoplan.calibration import loso
+
+    calls = []
+
+    def fake_fold(srcs, held, seed=0, cache=None):
+        return {"held": held}
+
+    def fake_factory(fits):
+        def factory(row):  # (called once per row group of one setup)
+            calls.append((row.source, fits["held"]))
+            return row_context(row)
+        return factory
+
+    monkeypatch.setattr(loso, "fold_fits", fake_fold)
+    monkeypatch.setattr(loso, "fold_factory", fake_factory)
+    rows = [r for r in band_fit.measured_rows(sources) if r.source in ("korthikanti", "sc21")]
+    kept, ratios = band_fit.loso_ratios({n: sources[n] for n in ("korthikanti", "sc21")}, rows)
+    assert {r.row_id for r in kept} == {r.row_id for r in rows}
+    assert calls and all(source == held for source, held in calls)
+    assert {held for _, held in calls} == {"korthikanti", "sc21"}
+    assert len(ratios["tokens_per_s"]) == len(kept)
