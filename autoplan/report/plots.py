@@ -321,8 +321,12 @@ def throughput_vs_memory_figure(frame_all, capacity_gib: float, chosen_index):
     """
     memory = frame_all["peak_memory_gib"].to_numpy(dtype=float)
     throughput = frame_all["tokens_per_s_per_gpu"].to_numpy(dtype=float)
-    fits = frame_all["fits"].to_numpy(dtype=bool)
+    # feasible as the recipe line counts it (legal, fits and reaches the batch) where the frame says
+    fits = frame_all["feasible" if "feasible" in frame_all else "fits"].to_numpy(dtype=bool)
     shown = np.isfinite(memory) & np.isfinite(throughput) & (throughput > 0)
+    # a row of plans.csv stands for its twins too (layouts predicted the same, ``variants``)
+    twins = (frame_all["variants"].fillna("").astype(str).map(lambda v: v.count(";") + 1 if v else 0).to_numpy()
+             if "variants" in frame_all else np.zeros(len(frame_all), dtype=int))
     fig = _new_figure(10.0, 6.5)
     ax = fig.add_subplot()
     size = 10.0 if len(frame_all) > 2000 else 22.0
@@ -331,10 +335,10 @@ def throughput_vs_memory_figure(frame_all, capacity_gib: float, chosen_index):
     beyond = int((bad & (memory > x_range[1])).sum()) if x_range else 0
     off_axis = f"; {beyond:,} beyond the axis" if beyond else ""
     ax.scatter(memory[bad], throughput[bad], s=size, marker="x", color="#9e9e9e", alpha=0.6,
-               linewidths=0.8, label=f"does not fit or breaks a rule ({bad.sum():,}{off_axis})",
+               linewidths=0.8, label=f"infeasible ({bad.sum() + twins[bad].sum():,} layouts{off_axis})",
                rasterized=True)
     ax.scatter(memory[good], throughput[good], s=size, color="#4a7fc1", alpha=0.7,
-               label=f"feasible ({good.sum():,})", rasterized=True)
+               label=f"feasible ({good.sum() + twins[good].sum():,} layouts)", rasterized=True)
     if good.any():
         idx = np.flatnonzero(good)
         front = idx[pareto_indices(memory[idx], throughput[idx])]
@@ -351,7 +355,8 @@ def throughput_vs_memory_figure(frame_all, capacity_gib: float, chosen_index):
                     textcoords="offset points", fontsize=8)
     ax.set_xlabel("peak memory per GPU (GiB)")
     ax.set_ylabel("throughput (tokens/s per GPU)")
-    ax.set_title(f"Throughput vs memory of {int(shown.sum()):,} evaluated layouts")
+    ax.set_title(f"Throughput vs memory of {int(shown.sum() + twins[shown].sum()):,} evaluated layouts "
+                 f"({int(shown.sum()):,} points: layouts predicted the same share one)")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8, frameon=False)
     if x_range is not None:

@@ -174,3 +174,17 @@ def test_every_time_and_memory_term_has_a_colour():
 
     assert {t.term for t in time_terms()} <= set(TIME_COLOURS)
     assert set(MEMORY_TERMS) <= set(MEMORY_COLOURS)
+
+
+def test_throughput_vs_memory_counts_the_layouts_the_recipe_line_counts():
+    """The figure said '3,025 evaluated / feasible (420)' where the recipe line says 632 reach the
+    batch: it counted rows of plans.csv (layouts predicted the same fold into one) and `fits`."""
+    from autoplan.api import build_context, build_training
+    from autoplan.search import search
+    from autoplan.space import load_space
+
+    result = search(build_context("70b", build_training(512, 8192, 512)), load_space("default"))
+    fig = plots.throughput_vs_memory_figure(result.to_frame(), 79.6, None)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert f"feasible ({result.counts.reach_batch:,} layouts)" in labels
+    assert fig.axes[0].get_title().startswith(f"Throughput vs memory of {result.counts.candidates:,} evaluated")
