@@ -97,10 +97,13 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: d
     model_ref = model_name or recorded.get("model")
     if not model_ref:
         raise AutoplanError(f"{plan} names no model at top level; give it with --model")
-    other_model = bool(model_name and recorded.get("model") and model_name not in (recorded["model"], data.get("model")))
-    if other_model:
-        click.echo(f"note: using --model {shown(model_name)} instead of the plan's model {shown(str(data['model']))}; "
-                   "the plan's predictions are for its own model and are not shown", err=True)
+    if model_name and recorded.get("model") and model_name not in (recorded["model"], data.get("model")):
+        from autoplan.specs.models import load_model as _load
+
+        if _load(model_name).name != _load(str(recorded["model"])).name:  # (an alias of the same model is fine)
+            raise AutoplanError(f"{plan} holds plans for {data.get('model') or recorded['model']}, not "
+                                f"{model_name}: its layouts were searched (and fit) for that model; search for "
+                                f"{model_name}, or drop --model")
     _recorded_cluster(ctx, recorded, kwargs, plan)
     if recorded.get("profile") and data.get("trainer") == trainer:
         kwargs["recorded_profile"] = recorded["profile"]  # the calibrated profile of the search
@@ -116,7 +119,7 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: d
     settings = _plan_settings(ctx, data.get("setup") or {}, kwargs, plan)
     training = training_from_options({**kwargs, **settings}, model.seq_len, gpus=setup["gpus"],
                                      gbs_seqs=setup["gbs_seqs"], seq_len=setup.get("seq_len"), gbs_tokens=None)
-    prediction = None if other_model else Prediction.from_record(record, str(data.get("trainer") or "searched"))
+    prediction = Prediction.from_record(record, str(data.get("trainer") or "searched"))
     return model, layout_from_record(record, training), training, prediction
 
 

@@ -112,7 +112,7 @@ def search_command(**kw) -> None:
                             seed=kw["seed"], storage=kw["storage"], study_name=kw["study_name"],
                             allow_uneven_pp=kw["allow_uneven_pp"], workers=kw["workers"],
                             allow_idle_gpus=kw["allow_idle_gpus"])
-    _warn_workers(kw["workers"])
+    _warn_workers(kw["workers"], space.size if kw["sampler"] in ("auto", "exhaustive") else None)
     kw["out_dir"] = kw["out_dir"] or str(default_out_dir(kw["model_name"], kw["gpus"]))
     made = not os.path.lexists(kw["out_dir"])
     owned = check_out_dir(kw["out_dir"], study_meta(ctx, space)["key"])  # before the work
@@ -191,15 +191,25 @@ def _caps_note(result) -> None:
         click.echo(f"Note: {note}", err=True)
 
 
-def _warn_workers(workers: int) -> None:
+# An exhaustive space this small searches in about a second in one process (about 1.5 M layouts/s,
+# benchmarks/speed.py), less than a worker process takes to start and open the study.
+SMALL_FOR_WORKERS = 2_000_000
+
+
+def _warn_workers(workers: int, exhaustive_size: int | None = None) -> None:
     """One line when --workers exceeds the CPUs this process may use (each worker then waits
-    for a core, and holds its own copy of the study: slower, not faster)."""
+    for a core, and holds its own copy of the study: slower, not faster), and one when the
+    exhaustive space is too small for workers to pay (``exhaustive_size``: its layouts)."""
     import os
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if workers > cpus:
         click.echo(f"warning: --workers {workers} is more than the {cpus} CPUs available; "
                    f"the search will not run faster than with --workers {cpus}", err=True)
+    if workers > 1 and exhaustive_size is not None and exhaustive_size <= SMALL_FOR_WORKERS:
+        click.echo(f"note: --workers {workers}: this space of {exhaustive_size:,} layouts searches in about a second "
+                   "in one process; each worker's start-up and study traffic cost seconds more (drop --workers)",
+                   err=True)
 
 
 def _costs(result, kw: dict):

@@ -46,13 +46,16 @@ def test_export_reads_a_model_file_the_search_was_given_and_notes_a_later_edit(t
     assert edited.exit_code == 0 and f"note: {config.resolve()} has changed" in edited.output
 
 
-def test_export_with_another_model_shows_no_stale_prediction(tmp_path):
-    """`export plans.json -m 70b` of an 8B plan printed the 8B plan's memory and tokens/s."""
+def test_export_with_another_model_is_refused(tmp_path):
+    """`export plans.json -m 70b` of an 8B plan printed the 8B plan's 62.8 GiB and tokens/s for a
+    70B layout that does not fit (339 GiB); an alias of the plan's own model is fine."""
     out = tmp_path / "run"
     assert invoke(["search", "-m", "8b", "-g", "64", "--gbs-seqs", "512", "--top", "1", "--out", out]).exit_code == 0
     result = invoke(["export", out / "plans.json", "--to", "megatron", "-m", "70b"])
+    assert result.exit_code == 2 and "holds plans for llama3-8b, not 70b" in result.output
     assert "predicted for this plan" not in result.output
-    assert "the plan's predictions are for its own model and are not shown" in result.output
+    same = invoke(["export", out / "plans.json", "--to", "megatron", "-m", "llama3-8b"])
+    assert same.exit_code == 0, same.output
 
 
 def test_compare_refuses_a_knob_column_spelled_as_another_tool_spells_it(tmp_path):

@@ -263,3 +263,15 @@ def test_search_notes_parameters_transferred_from_another_gpu(tmp_path):
     measured = run([*args, "--hardware", "p5"], tmp_path, "p5")
     assert "Note: parameters transferred from h100-sxm-efa (not measured on h100-sxm)" in transferred.stderr
     assert "transferred" not in measured.stderr
+
+
+def test_workers_on_a_small_space_say_they_will_not_pay(capsys):
+    """`--workers 2` on a 0.2 s exhaustive search took 16.7 s with no hint."""
+    from autoplan.cli.search import SMALL_FOR_WORKERS, _warn_workers
+
+    _warn_workers(2, 3240)
+    _warn_workers(2, SMALL_FOR_WORKERS + 1)  # a large space: no note
+    _warn_workers(1, 3240)
+    text = capsys.readouterr().err
+    assert text.count("note: --workers 2: this space of 3,240 layouts searches in about a second") == 1
+    assert text.count("note:") == 1
