@@ -100,6 +100,10 @@ def _print_calibration(cal, measured, out_path, kw) -> None:
         click.echo(f"  flagged: {len(flags)} fitted value(s) on a bound or outside the plausible range: "
                    "they stand in for something the model misses; check them before trusting the profile",
                    err=True)
+    if cal.cv_note and flags:  # no held-out check of values that already look wrong
+        click.echo(f"  warning: UNGUARDED: {', '.join(sorted(flags))} written outside their plausible range from "
+                   f"{len(measured.rows)} rows, with no cross-validation to show they predict anything; measure "
+                   "more runs, or fit fewer parameters (--params)", err=True)
     click.echo(f"wrote {out_path}; use it with: --trainer {r.trainer} --hardware {r.hardware} --profile {out_path}")
 
 

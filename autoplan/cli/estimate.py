@@ -58,6 +58,10 @@ def estimate_command(output_format, **kwargs) -> None:
     else:
         _print_estimate(ctx, batch, record)
         _print_band(band, record)
+        if kwargs.get("profile_path"):
+            from autoplan.cli.search import PROFILE_BAND_NOTE
+
+            click.echo(f"           ({PROFILE_BAND_NOTE})")
         _print_transfer(ctx)
     if not record["fits"]:  # evaluated, does not fit: exit code 1 with the reason, as search
         raise NoFeasiblePlanError(f"the layout does not fit: {reason}")

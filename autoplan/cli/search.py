@@ -147,6 +147,8 @@ def search_command(**kw) -> None:
     _caps_note(result)
     _architecture_note(result)
     _transfer_note(result)
+    if kw["profile_path"]:
+        click.echo(f"Note: {PROFILE_BAND_NOTE}", err=True)
     if result.num_ranked > MAX_CSV_ROWS:
         click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {result.num_ranked} ranked layouts", err=True)
 
@@ -173,6 +175,12 @@ def _architecture_note(result) -> None:
     if problem:
         click.echo(f"Note: {problem}. The plans are costed as if {trainer} could build it; "
                    f"--export {trainer} refuses them.", err=True)
+
+
+# A user's calibrated profile has no error band of its own: the bands are the shipped profiles'.
+PROFILE_BAND_NOTE = ("the error bands are the shipped profiles' (error_bands.yaml), not your --profile's: its own "
+                     "held-out error is what `autoplan calibrate` printed (unguarded where it had too few rows "
+                     "to cross-validate)")
 
 
 def _transfer_note(result) -> None:

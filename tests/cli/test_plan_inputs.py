@@ -124,3 +124,18 @@ def test_spreadsheet_safe_leaves_numbers_and_plain_text():
 
     assert [spreadsheet_safe(t) for t in ("-0.5", "+3", "abc", "=1+1", "-cmd", "")] == \
         ["-0.5", "+3", "abc", "'=1+1", "'-cmd", ""]
+
+
+def test_a_user_profile_says_the_band_is_not_its_own(tmp_path):
+    """A search or estimate with a calibrated --profile showed the shipped band as if it were the
+    profile's (issue 47: a 6-row calibration with no cross-validation)."""
+    profile = tmp_path / "mine.yaml"
+    profile.write_text("trainer: megatron\nhardware: h100-sxm\nfitted_on: 3 rows\n"
+                       "physical_efficiency: {gemm_efficiency_max: 0.7}\n", encoding="utf-8")
+    args = ["-m", "8b", "-g", 16, "--gbs-seqs", 64, "--profile", profile]
+    estimate = invoke(["estimate", *args, "--tp", 2])
+    assert "the error bands are the shipped profiles' (error_bands.yaml), not your --profile's" in estimate.output
+    search = invoke(["search", *args, "--out", tmp_path / "run"])
+    assert search.exit_code == 0 and "not your --profile's" in search.output
+    plain = invoke(["estimate", "-m", "8b", "-g", 16, "--gbs-seqs", 64, "--tp", 2])
+    assert "not your --profile's" not in plain.output
