@@ -201,7 +201,8 @@ def print_loso(seed: int) -> int:
     print("  (the playbook sweep's tokens/s include runs stalled at scale: judged by ranking, not pooled)")
     print(f"  pooled tokens/s MAPE over the time sources' rows: LOSO {pooled_mape(loso):.1f}%, "
           f"shipped {pooled_mape(shipped):.1f}% (target: LOSO <= 10%, no source of >= 8 rows above 20%)")
-    nested = nested_band_coverage(fold_ratios(sources, seed, cache))
+    tokens = {name: (rows, r["tokens_per_s"]) for name, (rows, r) in fold_ratios(sources, seed, cache).items()}
+    nested = nested_band_coverage(tokens)
     print("  band coverage a new source sees (bands built from the other sources' LOSO errors, "
           "target 75-90%): " + ", ".join(f"{name} {value:.0f}%" for name, value in nested.items()))
     timed = [f for f in loso if f.time_rows and f.source in nested and f.source in TIME_SOURCES]

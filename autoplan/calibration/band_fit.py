@@ -89,20 +89,10 @@ def _ratios(pred: Mapping[str, np.ndarray], rows: Sequence[Row]) -> dict[str, np
 def loso_ratios(sources: Mapping[str, Source], rows: Sequence[Row],
                 seed: int = 0) -> tuple[list[Row], dict[str, np.ndarray]]:
     """(rows, their leave-one-source-out log ratios): every row predicted by the profiles fitted
-    on every source but its own (:mod:`autoplan.calibration.loso`)."""
-    from autoplan.calibration.loso import fold_factory, fold_fits
-
-    wanted = {r.row_id for r in rows}
-    cache: dict = {}
-    kept: list[Row] = []
-    parts: list[dict[str, np.ndarray]] = []
-    for name, source in sources.items():
-        members = [r for r in source.rows if r.row_id in wanted]
-        if not members:
-            continue
-        pred = predict_rows(members, fold_factory(fold_fits(sources, name, seed, cache)))
-        kept += members
-        parts.append(_ratios(pred, members))
+    on every source but its own (:func:`fold_ratios`, concatenated over the sources)."""
+    folds = fold_ratios(sources, seed, rows=rows)
+    kept = [r for members, _ in folds.values() for r in members]
+    parts = [ratios for _, ratios in folds.values()]
     return kept, {f: np.concatenate([p[f] for p in parts]) if parts else np.array([]) for f in FIGURES}
 
 
@@ -229,26 +219,29 @@ def write_bands(document: Mapping, path: Path = BANDS_FILE) -> None:
 
 
 def fold_ratios(sources: Mapping[str, Source], seed: int = 0, cache: dict | None = None,
-                progress: Callable[[str], None] | None = None) -> dict[str, tuple[list[Row], np.ndarray]]:
-    """Per source: its measured rows and their LOSO tokens/s log ratios log(measured/predicted)."""
+                rows: Sequence[Row] | None = None,
+                progress: Callable[[str], None] | None = None) -> dict[str, tuple[list[Row], dict[str, np.ndarray]]]:
+    """Per source: its ``rows`` (default: its measured rows) and their log ratios
+    log(measured/predicted) per figure, predicted by the fold that left the source out
+    (:mod:`autoplan.calibration.loso`; ``cache`` shares the fits between calls)."""
     from autoplan.calibration.loso import fold_factory, fold_fits
 
     cache = {} if cache is None else cache
-    wanted = {r.row_id for r in measured_rows(sources)}
+    wanted = {r.row_id for r in (measured_rows(sources) if rows is None else rows)}
     out = {}
     for name, source in sources.items():
-        rows = [r for r in source.rows if r.row_id in wanted]
-        if not rows:
+        members = [r for r in source.rows if r.row_id in wanted]
+        if not members:
             continue
         if progress:
             progress(name)
-        pred = predict_rows(rows, fold_factory(fold_fits(sources, name, seed, cache)))
-        out[name] = (rows, _ratios(pred, rows)["tokens_per_s"])
+        pred = predict_rows(members, fold_factory(fold_fits(sources, name, seed, cache)))
+        out[name] = (members, _ratios(pred, members))
     return out
 
 
 def nested_band_coverage(ratios: Mapping[str, tuple[list[Row], np.ndarray]]) -> dict[str, float]:
-    """Per source, the share (%) of its time rows whose measurement lies in the band built, the way
+    """Per source (``ratios``: its rows and their tokens/s log ratios, :func:`fold_ratios`'), the share (%) of its time rows whose measurement lies in the band built, the way
     ``build_groups`` builds it, from the LOSO errors of every *other* source: the coverage a user's
     run from a new source sees (a band built with the source's own errors would be in-sample)."""
     every = [r for rows, _ in ratios.values() for r in rows]

@@ -9,6 +9,7 @@ import click
 
 from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_values
 from autoplan.cli.options import (
+    PROFILE_BAND_NOTE,
     LayoutText,
     allow_uneven_option,
     context_from_options,
@@ -59,8 +60,6 @@ def estimate_command(output_format, **kwargs) -> None:
         _print_estimate(ctx, batch, record)
         _print_band(band, record)
         if kwargs.get("profile_path"):
-            from autoplan.cli.search import PROFILE_BAND_NOTE
-
             click.echo(f"           ({PROFILE_BAND_NOTE})")
         _print_transfer(ctx)
     if not record["fits"]:  # evaluated, does not fit: exit code 1 with the reason, as search

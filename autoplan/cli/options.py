@@ -276,6 +276,12 @@ def training_from_options(kw: dict, model_seq_len: int, **overrides):
     return training
 
 
+# A user's calibrated profile has no error band of its own: the bands are the shipped profiles'.
+PROFILE_BAND_NOTE = ("the error bands are the shipped profiles' (error_bands.yaml), not your --profile's: its own "
+                     "held-out error is what `autoplan calibrate` printed (unguarded where it had too few rows "
+                     "to cross-validate)")
+
+
 def note_alias(what: str, given: str, name: str) -> None:
     """One line on stderr when a preset was named by an alias ('h100' is h100-sxm): the figures
     are that preset's."""

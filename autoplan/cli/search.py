@@ -9,6 +9,7 @@ import sys
 import click
 
 from autoplan.cli.options import (
+    PROFILE_BAND_NOTE,
     SEED,
     ChoiceList,
     IntList,
@@ -175,12 +176,6 @@ def _architecture_note(result) -> None:
     if problem:
         click.echo(f"Note: {problem}. The plans are costed as if {trainer} could build it; "
                    f"--export {trainer} refuses them.", err=True)
-
-
-# A user's calibrated profile has no error band of its own: the bands are the shipped profiles'.
-PROFILE_BAND_NOTE = ("the error bands are the shipped profiles' (error_bands.yaml), not your --profile's: its own "
-                     "held-out error is what `autoplan calibrate` printed (unguarded where it had too few rows "
-                     "to cross-validate)")
 
 
 def _transfer_note(result) -> None:
