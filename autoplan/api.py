@@ -13,13 +13,13 @@ from autoplan.profiles import load_profile
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
-from autoplan.specs.training import DEFAULT_GBS_TOLERANCE, TrainingSpec
+from autoplan.specs.training import DEFAULT_FLOPS_CONVENTION, DEFAULT_GBS_TOLERANCE, TrainingSpec
 from autoplan.units import parse_bandwidth
 
 
 def build_training(num_gpus: int, seq_len: int, gbs_seqs: int, *, hardware: str = "h100-sxm",
                    gpus_per_node: int | None = None, nic: str | None = None, gbs_tolerance: float = DEFAULT_GBS_TOLERANCE,
-                   flops_convention: str = "playbook", **settings: Any) -> TrainingSpec:
+                   flops_convention: str = DEFAULT_FLOPS_CONVENTION, **settings: Any) -> TrainingSpec:
     """Load the GPU, build its cluster of ``num_gpus`` and the ``TrainingSpec`` around it;
     ``settings`` are the setup's other fields (attention_kernel, fp8_recipe, fp8_param_gather,
     grad_reduce_in_bf16, shard_gradients, moe_capacity_factor)."""
@@ -41,7 +41,7 @@ def build_context(model: str | ModelSpec, training: TrainingSpec, *, trainer: st
 
 
 def plan_from_record(record: Mapping[str, Any], *, hardware: str = "h100-sxm", gpus_per_node: int | None = None,
-                     nic: str | None = None, flops_convention: str = "playbook") -> tuple[Layout, TrainingSpec]:
+                     nic: str | None = None, flops_convention: str = DEFAULT_FLOPS_CONVENTION) -> tuple[Layout, TrainingSpec]:
     """The layout and the training setup of a record that carries gpus, seq_len and gbs_seqs
     (a plans.json or CSV row, or a dict like ``dict(gpus=64, tp=2, seq_len=8192, gbs_seqs=512)``).
     A record's gbs_seqs is the batch its plan trains with, so it must be met exactly."""

@@ -51,7 +51,7 @@ from autoplan.profiles.profile import TrainerProfile
 from autoplan.specs.hardware import GPUSpec, make_cluster
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
-from autoplan.specs.training import TrainingSpec
+from autoplan.specs.training import DEFAULT_FLOPS_CONVENTION, TrainingSpec
 from autoplan.units import GiB
 
 MEASURED_COLUMNS = ("tokens_per_s_per_gpu", "peak_memory_gib")
@@ -76,7 +76,7 @@ class MeasuredContext:
     """Row -> CostContext for one GPU and trainer profile, cached per (model, training setup)."""
 
     def __init__(self, gpu: GPUSpec, profile: TrainerProfile, *, gpus_per_node: int | None = None,
-                 nic_bytes_per_s: float | None = None, flops_convention: str = "playbook"):
+                 nic_bytes_per_s: float | None = None, flops_convention: str = DEFAULT_FLOPS_CONVENTION):
         self.gpu, self.profile = gpu, profile
         self._options = {"gpus_per_node": gpus_per_node, "nic_bytes_per_s": nic_bytes_per_s,
                          "flops_convention": flops_convention}

@@ -21,7 +21,7 @@ from autoplan.search import SearchOptions, SearchResult, search
 from autoplan.space import SearchSpace
 from autoplan.specs.hardware import GPUSpec, make_cluster
 from autoplan.specs.model import ModelSpec
-from autoplan.specs.training import TrainingSpec, resolve_batch
+from autoplan.specs.training import DEFAULT_FLOPS_CONVENTION, TrainingSpec, resolve_batch
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class CapacitySetup:
     profile_path: str | None = None
     seq_len: int | None = None  # None: the model's
     gbs_tolerance: float = 0.0
-    flops_convention: str = "playbook"
+    flops_convention: str = DEFAULT_FLOPS_CONVENTION
     settings: dict[str, Any] = field(default_factory=dict)
     options: SearchOptions = field(default_factory=SearchOptions)
 

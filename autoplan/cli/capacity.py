@@ -18,7 +18,7 @@ from autoplan.cli.options import (
     trainer_options,
 )
 from autoplan.errors import AutoplanError, NoFeasiblePlanError, shown
-from autoplan.specs.training import DEFAULT_GBS_TOLERANCE
+from autoplan.specs.training import DEFAULT_FLOPS_CONVENTION, DEFAULT_GBS_TOLERANCE, FLOPS_CONVENTIONS
 
 DEFAULT_HARDWARE = "h100-sxm,h200,b200,gb200-nvl72"
 
@@ -46,8 +46,8 @@ def capacity_options(func):
                      show_default=True, help="Accept a global batch within this fraction of the target (as every "
                                              "command; the counts that reach it exactly are searched too, so a "
                                              "looser tolerance never gives a dearer answer)."),
-        click.option("--flops-convention", type=click.Choice(["playbook", "causal", "megatron"]),
-                     default="playbook", show_default=True, help="How model FLOPs (for MFU) are counted."),
+        click.option("--flops-convention", type=click.Choice(FLOPS_CONVENTIONS),
+                     default=DEFAULT_FLOPS_CONVENTION, show_default=True, help="How model FLOPs (for MFU) are counted."),
         click.option("--deadline", default=None, metavar="DURATION",
                      help="Wall-clock limit, e.g. 90d, 12w, 2160h."),
         click.option("--budget", default=None, metavar="USD", help="Cost limit in US dollars, e.g. 20M."),

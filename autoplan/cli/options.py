@@ -10,7 +10,9 @@ import click
 from autoplan.errors import AutoplanError, shown
 from autoplan.layout import MAX_DEGREE
 from autoplan.specs.training import (
+    DEFAULT_FLOPS_CONVENTION,
     DEFAULT_GBS_TOLERANCE,
+    FLOPS_CONVENTIONS,
     MAX_GBS_SEQS,
     MAX_GPUS,
     MAX_SEQ_LEN,
@@ -227,8 +229,8 @@ def training_options(func: Callable | None = None, *, model_required: bool = Tru
                      default=DEFAULT_GBS_TOLERANCE, show_default=True,
                      help="Accept the nearest global batch within this fraction of the target "
                           "(0 = exactly the batch asked for)."),
-        click.option("--flops-convention", type=click.Choice(["playbook", "causal", "megatron"]),
-                     default="playbook", show_default=True,
+        click.option("--flops-convention", type=click.Choice(FLOPS_CONVENTIONS),
+                     default=DEFAULT_FLOPS_CONVENTION, show_default=True,
                      help="How model FLOPs (for MFU) are counted; see docs/conventions.md."),
         *(SETUP_SETTING_OPTIONS if settings else []),
     ]

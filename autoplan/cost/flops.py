@@ -50,7 +50,7 @@ def layer_matmul_flops_per_token(ctx: CostContext) -> tuple[float, float]:
 def mfu_params(ctx: CostContext) -> float:
     """N of the model-FLOPs convention (active parameters for MoE)."""
     pc = ctx.params
-    if ctx.flops_convention == "megatron":
+    if ctx.flops_convention in ("megatron", "causal"):
         return float(pc.active - pc.embedding + pc.lm_head_matmul - pc.lm_head)
     tied_head = pc.lm_head_matmul if pc.lm_head == 0 else 0
     return float(pc.active + tied_head)

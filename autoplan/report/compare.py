@@ -16,7 +16,7 @@ from autoplan.layout import (
     LayoutBatch,
 )
 from autoplan.layout_records import check_record_columns, layout_from_record, record_setup
-from autoplan.specs.training import TrainingSpec
+from autoplan.specs.training import DEFAULT_FLOPS_CONVENTION, TrainingSpec
 
 OUTPUT_COLUMNS = ("fits", "fits_with_retries", "infeasible_reason", "peak_memory_bytes", "peak_memory_gib",
                   "peak_stage",
@@ -42,7 +42,7 @@ def read_layouts_csv(path: str):
 
 def compare_layouts(frame, model: str, *, trainer: str = "megatron", profile_path: str | None = None,
                     hardware: str = "h100-sxm", gpus_per_node: int | None = None, nic: str | None = None,
-                    flops_convention: str = "playbook", defaults: Mapping[str, Any] | None = None,
+                    flops_convention: str = DEFAULT_FLOPS_CONVENTION, defaults: Mapping[str, Any] | None = None,
                     allow_uneven: bool = True, settings: Mapping[str, Any] | None = None):
     """Prediction columns appended to ``frame``; a bad row gets fits=False and a reason.
 

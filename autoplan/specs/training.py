@@ -14,7 +14,9 @@ import numpy as np
 from autoplan.errors import AutoplanError, shown
 from autoplan.specs.hardware import Cluster
 
-FLOPS_CONVENTIONS = ("playbook", "causal", "megatron")
+# How model FLOPs (for MFU) are counted (TrainingSpec.flops_convention, docs/conventions.md).
+FLOPS_CONVENTIONS = ("causal", "megatron", "playbook")
+DEFAULT_FLOPS_CONVENTION = "causal"
 # How attention is computed: "flash" (fused kernels that keep only Q, K, V, the output and the
 # softmax log-sum-exp: Transformer Engine's FusedAttention/FlashAttention, PyTorch SDPA) or
 # "eager" (the s×s scores are materialised and saved: Megatron's non-fused softmax of 2021-22).
@@ -135,11 +137,17 @@ class TrainingSpec:
     FLOPs (for MFU) are counted; time always uses the work the kernels really do (causal
     attention does half the score FLOPs):
 
-    * ``playbook`` (default): 6·N·T + 6·L·s·a·(d_qk + d_v)·T, N = every parameter with a tied LM
-      head counted twice, attention not halved; reproduces the Ultra-Scale Playbook's and
+    * ``causal`` (default, :data:`DEFAULT_FLOPS_CONVENTION`): 6·N·T + 3·L·s·a·(d_qk + d_v)·T, N =
+      the matmul parameters (no embedding lookup; a tied LM head counted once, as the head's
+      matmul), the attention scores halved for causal masking: the work a causal model needs
+      (PaLM, Chowdhery et al. 2022, App. B: 6N + 12·L·H·Q·T with N the non-embedding
+      parameters; halved as the kernels run it), so MFU equals HFU without recompute (up to the
+      norm weights).
+    * ``megatron``: Megatron's ``num_floating_point_operations`` (megatron/training/training.py:
+      N without the embedding lookup, attention not halved).
+    * ``playbook``: 6·N·T + 6·L·s·a·(d_qk + d_v)·T, N = every parameter with a tied LM head
+      counted twice, attention not halved; reproduces the Ultra-Scale Playbook's and
       Megatron-Core's published MFU (refdata README).
-    * ``causal``: the same with the attention term halved (causal masking).
-    * ``megatron``: Megatron's ``num_floating_point_operations`` (no embedding lookup in N).
 
     ``attention_kernel`` is the attention kernel (:data:`ATTENTION_KERNELS`; ``eager``
     saves the s×s score activations and moves them through HBM, ``cost.time.attention_s``). ``fp8_recipe`` and ``fp8_param_gather`` say how layouts
@@ -169,7 +177,7 @@ class TrainingSpec:
     seq_len: int
     gbs_seqs: int
     gbs_tolerance: float = DEFAULT_GBS_TOLERANCE
-    flops_convention: str = "playbook"
+    flops_convention: str = DEFAULT_FLOPS_CONVENTION
     # Multi-token-prediction modules in the model FLOPs (MFU): Megatron-LM counts them
     # (training.py num_floating_point_operations); False leaves them to the hardware FLOPs only.
     mtp_in_model_flops: bool = True

@@ -415,15 +415,22 @@ def test_tp_beyond_the_scale_up_domain_is_never_faster(data):
 @FAST
 @given(st.data())
 def test_shrinking_the_scale_up_domain_is_never_faster(data):
-    """Any layout: fewer GPUs per NVLink domain never makes a step faster."""
+    """Any layout: fewer GPUs per NVLink domain never makes a step faster, but for one mechanism:
+    a gradient reduction pushed onto the NICs hides behind the backward's NVLink TP collectives
+    too (cost.time.backward_scale_up_comm_s), so with tp > 1 its exposed part may shrink."""
     model = data.draw(models())
     trainer = data.draw(st.sampled_from(TRAINERS))
     lays = data.draw(st.lists(layouts(model, trainer), min_size=1, max_size=6))
     small, large = sorted(data.draw(st.lists(st.sampled_from([1, 2, 4, 8, 72, 4096]), min_size=2,
                                              max_size=2, unique=True)))
-    slow = table_of(make_ctx(model, trainer, domain=small), lays)["step_time_s"]
-    fast = table_of(make_ctx(model, trainer, domain=large), lays)["step_time_s"]
-    assert np.all(slow >= fast * (1 - 1e-12)), (small, large, slow, fast, lays)
+    slow = table_of(make_ctx(model, trainer, domain=small), lays)
+    fast = table_of(make_ctx(model, trainer, domain=large), lays)
+    tp = np.array([lay.tp for lay in lays])
+    hidden_more = np.where(tp > 1, np.maximum(0.0, fast["time_dp_exposed_s"] - slow["time_dp_exposed_s"]), 0.0)
+    assert np.all(slow["step_time_s"] + hidden_more >= fast["step_time_s"] * (1 - 1e-12)), (small, large, lays)
+    others = [k for k in slow.columns if k.startswith("time_") and k.endswith("_exposed_s") and k != "time_dp_exposed_s"]
+    for name in others:  # every other communication term: never faster on a smaller domain
+        assert np.all(slow[name] >= fast[name] * (1 - 1e-12) - 1e-15), (name, small, large, lays)
 
 
 @FAST

@@ -18,7 +18,7 @@ def test_gpus_and_gpus_per_node_come_from_the_cluster():
     training = TrainingSpec(CLUSTER, seq_len=8192, gbs_seqs=512)
     assert training.gpus == 64 and training.cluster.gpus_per_node == 4
     assert training.gbs_tokens == 512 * 8192
-    assert (training.gbs_tolerance, training.flops_convention) == (0.05, "playbook")  # ±5 % by default
+    assert (training.gbs_tolerance, training.flops_convention) == (0.05, "causal")  # ±5 %, the causal count by default (issue 47)
     with pytest.raises(dataclasses.FrozenInstanceError):
         training.seq_len = 1  # type: ignore[misc]
 
@@ -30,7 +30,7 @@ def test_gpus_and_gpus_per_node_come_from_the_cluster():
     (dict(gbs_seqs=True), "got gbs_seqs=True"),
     (dict(gbs_tolerance=1.0), "0 <= gbs_tolerance < 1 must hold, got gbs_tolerance=1.0"),
     (dict(gbs_tolerance=-0.1), "got gbs_tolerance=-0.1"),
-    (dict(flops_convention="mine"), "flops_convention must be one of playbook, causal, megatron, got 'mine'"),
+    (dict(flops_convention="mine"), "flops_convention must be one of causal, megatron, playbook, got 'mine'"),
     (dict(cluster="gb200"), "cluster must be a Cluster, got str"),
     (dict(optimizer_state_dtype="int4"), "optimizer_state_dtype must be one of fp32, bf16, fp16, fp8, got 'int4'"),
     (dict(master_weights="bf16"), "master_weights must be one of fp32, fp16, remainders, none, got 'bf16'"),
