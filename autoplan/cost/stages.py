@@ -204,23 +204,29 @@ def virtual_stage_layers(num_layers: int, pp: int, vpp: int = 1, embed_loss: boo
     return [max(u, 0) for u in units]
 
 
-def compute_cost_rank_layers(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
-    """Layers on each pipeline rank under nanotron's own assignment: a (max pp, layouts) array.
+def compute_cost_rank_layers(model: ModelSpec, pp: np.ndarray, *, dense_only: bool = False) -> np.ndarray:
+    """Layers on each pipeline rank under nanotron's own assignment: a (max pp, layouts) array
+    (``dense_only``: of them the dense layers, the first ``num_dense_layers`` of an MoE model).
 
     nanotron (``src/nanotron/models/base.py``, ``build_model``) walks its pipeline blocks in
     order (embedding, the L decoder layers, final norm, LM head, fp32 cast, loss), gives each to
     the current rank, and moves to the next rank after a block whose cumulative compute cost
-    exceeds ``total·(rank + 1)/pp``; the costs are ``LlamaForTraining.get_block_compute_costs``:
-    4·a·d_head·h + 3·f·h per decoder layer, V·h for the LM head, 0 for the rest. The head weighs
-    V·h/(4·a·d·h + 3·f·h) layers (4.0 for the playbook's 1B, 2.2 for its 8B), so the early ranks
-    hold more than L/pp layers (1B on pp 2: 11 and 5) and the last one fewer.
+    exceeds ``total·(rank + 1)/pp``; the costs are ``get_block_compute_costs`` of
+    ``LlamaForTraining`` and ``Qwen2ForTraining`` (``src/nanotron/models/llama.py``, ``qwen.py``,
+    the MoE models' class): 4·a·(h/a)·h + 3·f·h per decoder layer with f the config's
+    ``intermediate_size`` (an MoE layer weighs as a dense one: its experts are not counted), V·h
+    for the LM head, 0 for the rest. The head weighs V·h/(4·h² + 3·f·h) layers (4.0 for the
+    playbook's 1B, 2.2 for its 8B, 0.54 for Mixtral 8x7B), so the early ranks hold more than
+    L/pp layers (1B on pp 2: 11 and 5; Mixtral on pp 16: 3, 2, ..., 2, 1) and the last one fewer.
     """
     pp = np.asarray(pp, dtype=np.float64)
     h = float(model.hidden_size)
-    layer_cost = 4.0 * model.num_attention_heads * model.head_dim * h + 3.0 * model.ffn_hidden_size * h
+    layer_cost = 4.0 * model.num_attention_heads * (model.hidden_size // model.num_attention_heads) * h \
+        + 3.0 * model.ffn_hidden_size * h
     head_cost = float(model.vocab_size) * h
     total = model.num_layers * layer_cost + head_cost
     costs = [0.0] + [layer_cost] * model.num_layers + [0.0, head_cost, 0.0, 0.0]
+    counted = model.num_layers - model.num_moe_layers if dense_only else model.num_layers
     max_pp = int(np.max(pp, initial=1.0))
     counts = np.zeros((max_pp, pp.size))
     rank = np.zeros(pp.size)
@@ -228,33 +234,40 @@ def compute_cost_rank_layers(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
     columns = np.arange(pp.size)
     for i, cost in enumerate(costs):
         cumulative += cost
-        if 1 <= i <= model.num_layers:
+        if 1 <= i <= counted:
             counts[rank.astype(int), columns] += 1.0
         rank = np.minimum(np.where(cumulative > total * (rank + 1.0) / pp.ravel(), rank + 1.0, rank), pp.ravel() - 1.0)
     return counts.reshape(max_pp, *np.shape(pp))
 
 
 def _compute_cost_stage_layers(model: ModelSpec, pp: np.ndarray) -> StageLayers:
-    """``StageLayers`` of nanotron's assignment (``compute_cost_rank_layers``; one chunk per rank,
-    dense layers): rank 0, rank pp − 1, and of the interior ranks the one with the most layers."""
+    """``StageLayers`` of nanotron's assignment (``compute_cost_rank_layers``; one chunk per rank):
+    rank 0, rank pp − 1, and of the interior ranks the one with the most MoE layers, then the most
+    layers (as ``_middle_rank`` picks)."""
     counts = compute_cost_rank_layers(model, pp)
+    dense = compute_cost_rank_layers(model, pp, dense_only=True)
     pp = np.asarray(pp, dtype=np.float64)
     ranks = np.arange(counts.shape[0]).reshape(-1, *([1] * pp.ndim))
-    first = counts[0]
-    last = np.take_along_axis(counts, (pp - 1.0).astype(int)[None], axis=0)[0]
-    interior = np.where((ranks >= 1) & (ranks <= pp - 2.0), counts, -1.0)
-    middle_rank = np.where(pp >= 3, np.argmax(interior, axis=0).astype(float), 1.0)
-    middle = np.where(pp >= 3, np.max(interior, axis=0), 0.0)
-    return StageLayers(first=first, last=last, first_dense=first, last_dense=last,
+    last_index = (pp - 1.0).astype(int)[None]
+    first, last = counts[0], np.take_along_axis(counts, last_index, axis=0)[0]
+    interior = (ranks >= 1) & (ranks <= pp - 2.0)
+    order = np.where(interior, (counts - dense) * (model.num_layers + 1.0) + counts, -1.0)
+    middle_rank = np.where(pp >= 3, np.argmax(order, axis=0), 1)
+    held = np.minimum(middle_rank, counts.shape[0] - 1)[None]  # (pp < 3: no middle stage)
+    middle = np.where(pp >= 3, np.take_along_axis(counts, held, axis=0)[0], 0.0)
+    middle_dense = np.where(pp >= 3, np.take_along_axis(dense, held, axis=0)[0], 0.0)
+    return StageLayers(first=first, last=last, first_dense=dense[0],
+                       last_dense=np.take_along_axis(dense, last_index, axis=0)[0],
                        first_chunks=first[None], last_chunks=last[None], middle=middle,
-                       middle_dense=middle, middle_chunks=middle[None], middle_rank=middle_rank)
+                       middle_dense=middle_dense, middle_chunks=middle[None], middle_rank=middle_rank.astype(float))
 
 
 def trainer_stage_layers(model: ModelSpec, split_rule: str, pp: np.ndarray, vpp: np.ndarray | None = None,
                          pp_split: np.ndarray | None = None) -> StageLayers:
     """The stages as the trainer builds them: ``stage_layers`` (the layout's ``pp_split``), or
     for a profile whose ``pp_split_rule`` is 'compute_cost' (nanotron, which has no option for
-    the split) its own cost-balanced assignment, for dense models without MTP."""
-    if split_rule == "compute_cost" and model.num_moe_layers == 0 and not model.num_mtp_layers:
+    the split) its own cost-balanced assignment, for models without MTP or MLA (nanotron builds
+    DeepSeek-V3's layers with another cost)."""
+    if split_rule == "compute_cost" and not model.num_mtp_layers and model.mla is None:
         return _compute_cost_stage_layers(model, pp)
     return stage_layers(model, pp, vpp, pp_split)

@@ -66,6 +66,21 @@ def test_nanotron_cost_split_by_hand():
     assert counts[:, 1].tolist() == [6, 5, 5, 0]
 
 
+def test_nanotron_cost_split_of_an_moe_model_by_hand():
+    # Issue 46: nanotron's own build_model puts [3, 2, ..., 2, 1] Mixtral-8x7B layers on pp 16
+    # (Qwen2ForTraining.get_block_compute_costs: an MoE layer weighs as a dense one). By hand: a
+    # layer costs 4·32·128·4096 + 3·14336·4096 = 243,269,632, the head 32000·4096 = 131,072,000;
+    # per rank (32 layers + head)/16 = 494,737,408: rank 0 passes it with its third layer
+    # (729,808,896), every later rank with its second, the last holds one layer and the head.
+    from autoplan.cost.stages import compute_cost_rank_layers, trainer_stage_layers
+    from autoplan.specs.models import load_model
+
+    model = load_model("mixtral-8x7b")
+    assert compute_cost_rank_layers(model, np.array([16.0]))[:, 0].tolist() == [3] + [2] * 14 + [1]
+    stages = trainer_stage_layers(model, load_profile("nanotron").pp_split_rule, np.array([16.0]))
+    assert (stages.first[0], stages.first_moe[0], stages.middle[0], stages.last[0]) == (3, 3, 2, 1)
+
+
 def test_nanotron_stages_follow_its_split_and_others_the_layout():
     from autoplan.cost.stages import trainer_stage_layers
     from autoplan.specs.models import load_model
