@@ -161,12 +161,16 @@ def cv_report(sources, fit_ids, seed: int, k: int = 5) -> None:
 def write_error_bands(seed: int) -> int:
     """Regenerate the error-band file (autoplan.calibration.band_fit) and print its groups."""
     from autoplan.calibration.band_fit import bands_document, write_bands
+    from autoplan.calibration.loso import FOLDS_FILE, all_fold_fits, folds_document, write_folds
     from autoplan.calibration.uncertainty import BANDS_FILE
 
     start = time.time()
-    document = bands_document(load_sources(), seed)
+    sources = load_sources()
+    folds = all_fold_fits(sources, seed, progress=lambda name: print(f"  fitting the fold without {name}", flush=True))
+    document = bands_document(sources, seed, folds)
     write_bands(document)
-    print(f"wrote {BANDS_FILE} ({time.time() - start:.0f} s); measured groups:")
+    write_folds(folds_document(folds, document["fingerprint"], seed))
+    print(f"wrote {BANDS_FILE} and {FOLDS_FILE} ({time.time() - start:.0f} s); measured groups:")
     for name, g in document["groups"].items():
         if g["measured"] or g["memory_measured"]:
             print(f"  {name:<28} tokens/s {g['tokens_per_s']} ({g['num_heldout_rows']} rows)  "

@@ -8,3 +8,8 @@
 * ``accuracy`` / ``accuracy_report``: prediction error on measured rows, as tables (`autoplan validate`);
 * ``profile_file``: calibrated profile files (``--profile``).
 """
+
+# The sections of `autoplan validate` (``accuracy_report``), in their order; the ones that refit
+# parameters (minutes each) run only under ``--full``.
+SECTIONS = ("rows", "loso", "memory", "memory-unit", "time", "intervals", "ranking", "sweep-refit", "golden")
+REFIT_SECTIONS = ("memory-unit", "sweep-refit")

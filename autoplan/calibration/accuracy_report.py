@@ -5,6 +5,10 @@
 
 * ``rows``: rows per source, fitted on / held out / left out (the seeded split of the shipped
   profiles, :func:`autoplan.calibration.accuracy.fit_split`).
+* ``loso``: every source predicted by the profiles fitted on all the others
+  (:mod:`autoplan.calibration.loso`, the fold fits stored with the bands): per source and pooled
+  tokens/s MAPE, median signed error, memory error, and the share of rows in the band built from
+  the other sources' errors (the headline figures).
 * ``memory`` (:mod:`autoplan.calibration.memory_report`): median and p90 absolute % error of peak
   memory over the playbook sweep's ``ok`` runs, ``fits`` agreement with ok / crashed_or_oom, ``ok``
   runs predicted > 3% over capacity and not to fit even with the allocator's retries, the runs
@@ -52,6 +56,7 @@ from autoplan.calibration.fit import (
     predict_rows,
     split_rows,
 )
+from autoplan.calibration import REFIT_SECTIONS, SECTIONS  # noqa: F401 (REFIT_SECTIONS: re-exported)
 from autoplan.calibration.band_fit import COVERAGE
 from autoplan.calibration.guard import cross_validated_fit
 from autoplan.calibration.memory_report import memory_figures, unit_figures
@@ -261,17 +266,61 @@ def golden_figures() -> list[Figure]:
             for stage, (e, g) in enumerate(zip(expected, zero_figure1_gb()))]
 
 
-SECTIONS = ("rows", "memory", "memory-unit", "time", "intervals", "ranking", "sweep-refit", "golden")
-REFIT_SECTIONS = ("memory-unit", "sweep-refit")
+def loso_section(sources: Mapping[str, Source], seed: int = 0, refit: bool = False,
+                 progress: Progress | None = None) -> list[Figure]:
+    """Per source and pooled: tokens/s MAPE and median signed error, memory median |error| and
+    the band coverage a new source sees (bands built from the other sources' LOSO errors,
+    ``band_fit.nested_band_coverage``), every source predicted by the fold fitted without it:
+    the stored fits (``loso.stored_folds``, written with the bands) unless ``refit``."""
+    from autoplan.calibration.band_fit import fingerprint, fold_ratios, nested_band_coverage
+    from autoplan.calibration.loso import all_fold_fits, pooled_mape, source_figures, stored_folds
+
+    folds = None if refit else stored_folds(fingerprint(sources))
+    if folds is None and not refit:
+        return [Figure("loso", "stored fold fits are stale (profiles, rows or settings changed since "
+                       "`python benchmarks/accuracy.py --write-bands`): `autoplan validate --full` refits them",
+                       "all", 0, math.nan, target="current", met=False)]
+    if folds is None:
+        folds = all_fold_fits(sources, seed, progress=lambda name: progress and progress(f"fitting the fold without {name}"))
+    figures = [source_figures(name, source, folds[name]) for name, source in sources.items()]
+    ratios = fold_ratios(sources, seed, folds=folds)
+    nested = nested_band_coverage({name: (rows, r["tokens_per_s"]) for name, (rows, r) in ratios.items()})
+    out = []
+    for f in figures:
+        if not f.time_rows and not f.memory_rows:
+            continue
+        judged = f.time_rows >= 8 and f.source in TIME_SOURCES
+        out += [Figure("loso", f"{f.source} tokens/s MAPE", "LOSO", f.time_rows, f.tokens_mape,
+                       target="<= 20" if judged else "", met=f.tokens_mape <= 20.0 if judged else None),
+                Figure("loso", f"{f.source} tokens/s median signed error", "LOSO", f.time_rows,
+                       f.tokens_median_signed, unit="pt"),
+                Figure("loso", f"{f.source} peak memory median |error|", "LOSO", f.memory_rows, f.memory_median_abs)]
+        if f.source in nested and not math.isnan(nested[f.source]):
+            coverage = nested[f.source]
+            out.append(Figure("loso", f"{f.source} in the band a new source sees", "LOSO", f.time_rows, coverage,
+                              target="75-90", met=75.0 <= coverage <= 90.0))
+    pooled = pooled_mape(figures)
+    timed = [f for f in figures if f.time_rows and f.source in TIME_SOURCES and f.source in nested]
+    rows = sum(f.time_rows for f in timed)
+    covered = sum(nested[f.source] * f.time_rows for f in timed) / rows if rows else math.nan
+    out += [Figure("loso", "pooled tokens/s MAPE (time sources)", "LOSO",
+                   sum(f.time_rows for f in figures if f.source in TIME_SOURCES), pooled,
+                   target="<= 10", met=pooled <= 10.0),
+            Figure("loso", "pooled share in the band a new source sees", "LOSO", rows, covered,
+                   target="75-90", met=75.0 <= covered <= 90.0)]
+    return out
+
+
 
 
 def accuracy_report(sections: Sequence[str] = SECTIONS, *, seed: int = 0, split_seed: int = 0,
                     fraction: float = FIT_FRACTION, eff: Mapping[Pair, CalibratedParameters] | None = None,
-                    progress: Progress | None = None, jobs: int = 1) -> list[Figure]:
+                    progress: Progress | None = None, jobs: int = 1, refit_folds: bool = False) -> list[Figure]:
     """The figures of ``sections``: with the shipped profiles, or ``eff`` where given (e.g.
     profiles refitted by ``benchmarks/accuracy.py --fit``). ``split_seed`` and ``fraction`` give
     the fit / held-out split (the shipped profiles were fitted on seed 0, 30%); ``seed`` is the
-    sweep refit check's. ``memory-unit`` and ``sweep-refit`` fit parameters (~95% of the run time)."""
+    sweep refit check's. ``memory-unit`` and ``sweep-refit`` fit parameters (~95% of the run time);
+    ``loso`` predicts with the stored fold fits, or refits them (minutes) where ``refit_folds``."""
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown:
         raise AutoplanError(f"unknown section(s) {unknown}; known: {', '.join(SECTIONS)}")
@@ -281,6 +330,8 @@ def accuracy_report(sections: Sequence[str] = SECTIONS, *, seed: int = 0, split_
     fit_ids = fit_split(sources, fraction, split_seed)
     steps: dict[str, tuple[str, Callable[[], list[Figure]]]] = {
         "rows": ("", lambda: rows_figures(sources, fit_ids)),
+        "loso": ("predicting every source with the profiles fitted without it (leave one source out)",
+                 lambda: loso_section(sources, seed, refit_folds, note)),
         "memory": ("predicting peak memory", lambda: memory_figures(sources, fit_ids, eff)),
         "memory-unit": ("refitting the memory parameters with the playbook memory read as GB and as GiB",
                         lambda: unit_figures(fit_ids, eff)),

@@ -48,6 +48,7 @@ from autoplan.calibration.fit import (
     log_errors,
     predict_rows,
 )
+from autoplan.calibration.loso import Folds, fold_factory, fold_fits
 from autoplan.calibration.rows import Row, Source, row_context
 from autoplan.calibration.uncertainty import (
     BANDS_FILE,
@@ -86,11 +87,11 @@ def _ratios(pred: Mapping[str, np.ndarray], rows: Sequence[Row]) -> dict[str, np
             "peak_memory": -log_errors(pred["peak_memory_bytes"], memory)}
 
 
-def loso_ratios(sources: Mapping[str, Source], rows: Sequence[Row],
-                seed: int = 0) -> tuple[list[Row], dict[str, np.ndarray]]:
+def loso_ratios(sources: Mapping[str, Source], rows: Sequence[Row], seed: int = 0,
+                folds: Folds | None = None) -> tuple[list[Row], dict[str, np.ndarray]]:
     """(rows, their leave-one-source-out log ratios): every row predicted by the profiles fitted
     on every source but its own (:func:`fold_ratios`, concatenated over the sources)."""
-    folds = fold_ratios(sources, seed, rows=rows)
+    folds = fold_ratios(sources, seed, rows=rows, folds=folds)
     kept = [r for members, _ in folds.values() for r in members]
     parts = [ratios for _, ratios in folds.values()]
     return kept, {f: np.concatenate([p[f] for p in parts]) if parts else np.array([]) for f in FIGURES}
@@ -190,10 +191,11 @@ def fingerprint(sources: Mapping[str, Source]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def bands_document(sources: Mapping[str, Source], seed: int = 0) -> dict:
-    """The whole bands file as a mapping (groups, inputs, fingerprint)."""
+def bands_document(sources: Mapping[str, Source], seed: int = 0, folds: Folds | None = None) -> dict:
+    """The whole bands file as a mapping (groups, inputs, fingerprint); ``folds``: the sources'
+    fold fits where already made (``loso.all_fold_fits``)."""
     rows = measured_rows(sources)
-    loso_rows, heldout = loso_ratios(sources, rows, seed)
+    loso_rows, heldout = loso_ratios(sources, rows, seed, folds)
     groups = build_groups(rows, heldout, default_ratios(rows), loso_rows)
     return {"coverage": COVERAGE, "quantiles": [round(q, 4) for q in QUANTILES], "errors": "leave-one-source-out",
             "min_rows": MIN_ROWS,
@@ -219,13 +221,12 @@ def write_bands(document: Mapping, path: Path = BANDS_FILE) -> None:
 
 
 def fold_ratios(sources: Mapping[str, Source], seed: int = 0, cache: dict | None = None,
-                rows: Sequence[Row] | None = None,
-                progress: Callable[[str], None] | None = None) -> dict[str, tuple[list[Row], dict[str, np.ndarray]]]:
+                rows: Sequence[Row] | None = None, progress: Callable[[str], None] | None = None,
+                folds: Folds | None = None) -> dict[str, tuple[list[Row], dict[str, np.ndarray]]]:
     """Per source: its ``rows`` (default: its measured rows) and their log ratios
     log(measured/predicted) per figure, predicted by the fold that left the source out
-    (:mod:`autoplan.calibration.loso`; ``cache`` shares the fits between calls)."""
-    from autoplan.calibration.loso import fold_factory, fold_fits
-
+    (:mod:`autoplan.calibration.loso`; ``cache`` shares the fits between calls; ``folds``: the
+    fits already made, by source, e.g. ``loso.stored_folds``)."""
     cache = {} if cache is None else cache
     wanted = {r.row_id for r in (measured_rows(sources) if rows is None else rows)}
     out = {}
@@ -235,7 +236,8 @@ def fold_ratios(sources: Mapping[str, Source], seed: int = 0, cache: dict | None
             continue
         if progress:
             progress(name)
-        pred = predict_rows(members, fold_factory(fold_fits(sources, name, seed, cache)))
+        fits = folds[name] if folds is not None else fold_fits(sources, name, seed, cache)
+        pred = predict_rows(members, fold_factory(fits))
         out[name] = (members, _ratios(pred, members))
     return out
 

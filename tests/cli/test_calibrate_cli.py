@@ -307,12 +307,17 @@ def test_rows_breaking_a_rule_are_left_out_with_the_reason(tmp_path, measured_cs
 
 # --- validate ---------------------------------------------------------------------------------
 
-def test_validate_quick_reports_every_evaluation_section():
-    result = run(["validate", "--quick", "--format", "json"])
+def test_validate_reports_every_evaluation_section_by_default():
+    """The default run (issue 44: a user can run it, minutes not 22) is every section but the two
+    refits, the leave-one-source-out table first, with step counters on stderr."""
+    result = run(["validate", "--format", "json"])
     figures = json.loads(result.stdout)["figures"]
     sections = {f["section"] for f in figures}
-    assert sections == {"rows", "memory", "time", "intervals", "ranking", "golden"}
-    assert "[validate]" in result.stderr  # progress notes go to stderr
+    assert sections == {"rows", "loso", "memory", "time", "intervals", "ranking", "golden"}
+    assert "[validate" in result.stderr and " 2/8 " in result.stderr  # progress notes go to stderr
+    loso = {f["figure"]: f for f in figures if f["section"] == "loso"}
+    pooled = loso["pooled tokens/s MAPE (time sources)"]
+    assert pooled["n"] > 300 and pooled["target"] == "<= 10" and 0 < pooled["value"] < 50
     by_name = {(f["section"], f["figure"], f["subset"]): f for f in figures}
     from autoplan.calibration.accuracy import TIME_SOURCES
 
@@ -323,15 +328,15 @@ def test_validate_quick_reports_every_evaluation_section():
 
 @pytest.mark.slow  # a few seconds; `pytest -m slow`
 def test_validate_table_and_csv():
-    table = run(["validate", "--quick"]).stdout
+    table = run(["validate"]).stdout
     assert "memory" in table and "ranking" in table and "targets met" in table
-    rows = list(csv.DictReader(io.StringIO(run(["validate", "--quick", "--format", "csv"]).stdout)))
+    rows = list(csv.DictReader(io.StringIO(run(["validate", "--format", "csv"]).stdout)))
     assert {"section", "figure", "subset", "n", "value", "unit", "target", "met"} <= set(rows[0])
 
 
 @pytest.mark.slow
 def test_validate_full_includes_the_refits_and_the_sweep_refit_check():
-    figures = json.loads(run(["validate", "--format", "json"]).stdout)["figures"]
+    figures = json.loads(run(["validate", "--full", "--format", "json"]).stdout)["figures"]
     refit = [f for f in figures if f["section"] == "sweep-refit"]
     verdicts = [f for f in refit if f["target"] == "<= 0"]
     assert {f["subset"] for f in refit} == {"held-out 80%", "held-out 80%, not in the shipped fit"}

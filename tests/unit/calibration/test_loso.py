@@ -52,3 +52,21 @@ def test_pooled_mape_weights_sources_by_their_rows():
                loso.SourceFigures("mpt", 30, 20.0, 0.0, 0, float("nan"), 80.0, 6),
                loso.SourceFigures("playbook_sweep", 1000, 500.0, 0.0, 0, float("nan"), 80.0, 6)]  # not a time source
     assert loso.pooled_mape(figures) == pytest.approx((10 * 10.0 + 30 * 20.0) / 40)
+
+
+def test_stored_folds_give_back_the_fits_they_were_written_from(tmp_path):
+    """`validate` predicts with the stored fold fits: every value, the fitted names and their origin
+    come back exactly (YAML floats round-trip), and a file written for other inputs is not used."""
+    base = load_profile("megatron").parameters_for("h100-sxm")
+    fitted = base.with_values({"dp_overlap": 0.123456789012345, "gemm_efficiency_max": 0.7}, fitted_on="fold test")
+    folds = {"some_source": {("megatron", "h100-sxm"): fitted}, "empty_fold": {}}
+    path = tmp_path / "folds.yaml"
+    loso.write_folds(loso.folds_document(folds, "abc", seed=0), path)
+    back = loso.stored_folds("abc", path)
+    got = back["some_source"][("megatron", "h100-sxm")]
+    assert got.values() == fitted.values()
+    assert (got.fitted, got.fitted_on) == (fitted.fitted, "fold test")
+    assert back["empty_fold"] == {}
+    assert loso.stored_folds("another fingerprint", path) is None
+    assert loso.stored_folds("abc", tmp_path / "missing.yaml") is None
+    assert not list(tmp_path.glob("*.tmp"))
