@@ -10,12 +10,12 @@ import time
 
 import click
 
+from autoplan.calibration.log_import import LOG_FORMATS
 from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options
 from autoplan.cli.options import SEED, LayoutText, output_format_option, training_options
 from autoplan.cli.render import emit_records
 from autoplan.errors import AutoplanError
 
-LOG_FORMATS = ("megatron", "torchtitan", "nanotron")
 LOSSES = ("soft_l1", "cauchy", "trimmed")
 SECTIONS = ("rows", "memory", "memory-unit", "time", "intervals", "ranking", "sweep-refit", "golden")  # accuracy_report.SECTIONS
 
@@ -239,7 +239,7 @@ def calibrate_command(ctx: click.Context, **kw) -> None:
         if kw["measured_csv"]:
             raise click.UsageError("give either MEASURED.csv or --from-log, not both")
         if not kw["log_format"]:
-            raise click.UsageError("--from-log needs --log-format megatron|torchtitan|nanotron")
+            raise click.UsageError(f"--from-log needs --log-format {'|'.join(LOG_FORMATS)}")
         _import_log(ctx, kw)
         return
     if kw["append_to"] or kw["log_format"]:
