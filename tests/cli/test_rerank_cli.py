@@ -15,15 +15,6 @@ from autoplan.cli import main
 REVERSAL = Path(__file__).parents[1] / "unit" / "calibration" / "logs" / "reversal"
 
 
-@pytest.fixture(scope="module")
-def plans(tmp_path_factory):
-    out = tmp_path_factory.mktemp("search") / "s"
-    result = CliRunner().invoke(main, ["search", "-m", "8b", "-g", "16", "--gbs-tokens", "1M", "--hardware",
-                                       "h100-sxm", "--out", str(out)])
-    assert result.exit_code == 0, result.output + result.stderr
-    return out / "plans.json"
-
-
 def test_the_logs_reverse_a_near_tied_pair(plans):
     data = json.loads(plans.read_text())
     first, second = data["plans"][0], data["plans"][1]

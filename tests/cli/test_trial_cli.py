@@ -7,21 +7,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from autoplan.cli import main
 
 REVERSAL = Path(__file__).parents[1] / "unit" / "calibration" / "logs" / "reversal"
-
-
-@pytest.fixture(scope="module")
-def plans(tmp_path_factory):
-    out = tmp_path_factory.mktemp("search") / "s"
-    result = CliRunner().invoke(main, ["search", "-m", "8b", "-g", "16", "--gbs-tokens", "1M", "--hardware",
-                                       "h100-sxm", "--out", str(out)])
-    assert result.exit_code == 0, result.output + result.stderr
-    return out / "plans.json"
 
 
 def test_trial_writes_the_plans_the_model_cannot_order(plans, tmp_path):
