@@ -3,7 +3,7 @@
 * ``rows``: a measured run as a typed row, and the cost context it is predicted in;
 * ``validation``: the published runs in ``validation/`` as rows, one loader per reference file;
 * ``measured``: a user's measured runs (MEASURED.csv) as rows, and the calibrated profile;
-* ``log_import``: rows from Megatron, torchtitan and nanotron training logs;
+* ``log_import``: rows from Megatron(-Bridge), torchtitan, nanotron and DeepSpeed training logs;
 * ``fit``: robust bounded fitting of a profile's efficiency parameters, k-fold held-out error;
 * ``accuracy`` / ``accuracy_report``: prediction error on measured rows, as tables (`autoplan validate`);
 * ``profile_file``: calibrated profile files (``--profile``).

@@ -34,6 +34,8 @@ _COMMAND_MODULES = [
     ("autoplan.cli.capacity", ("capacity",)),
     ("autoplan.cli.export", ("export",)),
     ("autoplan.cli.calibrate", ("calibrate", "validate")),
+    ("autoplan.cli.rerank", ("rerank",)),
+    ("autoplan.cli.trial", ("trial",)),
 ]
 
 

@@ -10,13 +10,13 @@ import time
 
 import click
 
+from autoplan.calibration.log_import import LOG_FORMATS
 from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options
 from autoplan.cli.options import SEED, LayoutText, output_format_option, training_options
 from autoplan.cli.render import emit_records
 from autoplan.calibration import REFIT_SECTIONS, SECTIONS
 from autoplan.errors import AutoplanError
 
-LOG_FORMATS = ("megatron", "torchtitan", "nanotron")
 LOSSES = ("soft_l1", "cauchy", "trimmed")
 
 
@@ -185,6 +185,60 @@ def _import_log(ctx: click.Context, kw: dict) -> None:
         emit_records([record], "csv", columns=list(record))
 
 
+def _plan_logs(kw: dict) -> bool:
+    """Whether --from-log names the runs of plans (a refit) rather than one log to a CSV row."""
+    from pathlib import Path
+
+    logs = kw["from_log"]
+    return bool(kw["plans_path"]) or len(logs) > 1 or Path(logs[0]).is_dir() or Path(logs[0]).name == "manifest.json"
+
+
+def fit_options(kw: dict) -> dict:
+    """The fit settings of `calibrate` (shared by `rerank`)."""
+    return {"seed": kw["seed"], "folds": kw["folds"], "jobs": kw["jobs"], "loss": kw["loss"], "starts": kw["starts"],
+            "max_evals": kw["max_evals"], "prior_rows": kw["prior_rows"]}
+
+
+def calibrate_logs(ctx: click.Context, kw: dict):
+    """The trial runs of --from-log measured and refitted (a LogCalibration); one line per log."""
+    from click.core import ParameterSource
+
+    from autoplan.calibration.measured import check_params
+    from autoplan.calibration.trial_runs import calibrate_from_logs
+
+    if kw["append_to"]:
+        raise click.UsageError("--append-to takes one log and its --layout, not the runs of plans")
+    trainer = kw["trainer"] if ctx.get_parameter_source("trainer") == ParameterSource.COMMANDLINE else None
+    click.echo(f"[calibrate] reading {len(kw['from_log'])} log argument(s) ...", err=True)
+    result = calibrate_from_logs(list(kw["from_log"]), kw["plans_path"], fmt=kw["log_format"], trainer=trainer,
+                                 skip_steps=kw["skip_steps"], params=check_params(list(kw["params"])) if kw["params"]
+                                 else None, **fit_options(kw))
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    for m in result.measured:
+        low, high = m.summary.tokens_range
+        click.echo(f"  rank {m.run.rank}: {m.run.log_path}: {len(m.summary.used)} steps, median "
+                   f"{m.summary.tokens_per_s_per_gpu:,.0f} tokens/s/GPU ({low:,.0f}-{high:,.0f})"
+                   + "".join(f"; {note}" for note in m.summary.notes), err=True)
+    return result
+
+
+def _calibrate_logs(ctx: click.Context, kw: dict) -> None:
+    from autoplan.calibration.measured import Measured, write_profile
+    from autoplan.calibration.trial_runs import log_profile_mapping
+
+    result = calibrate_logs(ctx, kw)
+    context = result.context
+    out = kw["output_path"] or f"results/calibrated-{context.profile.name}-{context.gpu.name}.yaml"
+    mapping = log_profile_mapping(result, kw["loss"])
+    path = write_profile(out, mapping)
+    rows = [m.row for m in result.measured]
+    if kw["output_format"] == "json":
+        click.echo(json.dumps({"profile_path": str(path), **mapping}, indent=2))
+    else:
+        _print_calibration(result.calibration, Measured(result.plans_path, rows, [], len(rows)), path, kw)
+
+
 @click.command("calibrate")
 @click.argument("measured_csv", required=False, type=click.Path(dir_okay=False))
 @training_options(model_required=False, gpus_required=False, settings=False)
@@ -210,8 +264,12 @@ def _import_log(ctx: click.Context, kw: dict) -> None:
               help="Shrinkage toward the starting values, weighted as this many rows (0 = none).")
 @click.option("--max-evals", type=click.IntRange(20, 100000), default=300, show_default=True,
               help="Simplex evaluations per start (each costs one prediction of every row).")
-@click.option("--from-log", type=click.Path(dir_okay=False), default=None,
-              help="Read a training log instead: print (or --append-to) its MEASURED.csv row.")
+@click.option("--from-log", "from_log", multiple=True, type=click.Path(),
+              help="Read training logs instead (repeatable). One log with --layout: print (or --append-to) "
+                   "its MEASURED.csv row. Logs of plans (with --plans; each path naming its plan's rank, "
+                   "rank-<N>/train.log) or a trial folder (its manifest.json): refit and write a profile.")
+@click.option("--plans", "plans_path", type=click.Path(dir_okay=False), default=None,
+              help="plans.json the --from-log runs are plans of (default: the one the trial manifest names).")
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), default=None, help="Trainer that wrote --from-log.")
 @click.option("--skip-steps", type=click.IntRange(0, 10**6), default=2, show_default=True,
               help="Warm-up: logged steps dropped before the median (the first N step numbers).")
@@ -230,6 +288,8 @@ def calibrate_command(ctx: click.Context, **kw) -> None:
     autoplan calibrate MEASURED.csv --model 8b --hardware h100-sxm --trainer nanotron
     autoplan calibrate --from-log train.log --log-format megatron --model 8b \\
         --layout "gpus=64,tp=2,pp=2,mbs=1,gbs_seqs=512" --append-to MEASURED.csv
+    autoplan calibrate --from-log trial/ -o fitted.yaml      (the folder `autoplan trial` wrote)
+    autoplan calibrate --from-log rank-1/train.log --from-log rank-3/train.log --plans plans.json
 
     MEASURED.csv has the layout columns of `autoplan compare` plus tokens_per_s_per_gpu and/or
     peak_memory_gib (either may be empty). The errors printed for the calibrated profile are
@@ -238,12 +298,16 @@ def calibrate_command(ctx: click.Context, **kw) -> None:
     if kw["from_log"]:
         if kw["measured_csv"]:
             raise click.UsageError("give either MEASURED.csv or --from-log, not both")
+        if _plan_logs(kw):
+            _calibrate_logs(ctx, kw)
+            return
+        kw["from_log"] = kw["from_log"][0]
         if not kw["log_format"]:
-            raise click.UsageError("--from-log needs --log-format megatron|torchtitan|nanotron")
+            raise click.UsageError(f"--from-log needs --log-format {'|'.join(LOG_FORMATS)}")
         _import_log(ctx, kw)
         return
-    if kw["append_to"] or kw["log_format"]:
-        raise click.UsageError("--append-to and --log-format go with --from-log")
+    if kw["append_to"] or kw["log_format"] or kw["plans_path"]:
+        raise click.UsageError("--append-to, --log-format and --plans go with --from-log")
     if not kw["measured_csv"]:
         raise click.UsageError("give MEASURED.csv (or --from-log FILE --log-format ...)")
     _calibrate_csv(ctx, kw)

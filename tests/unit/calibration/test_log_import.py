@@ -153,8 +153,8 @@ def test_every_step_skipped_is_refused_with_the_counts(log):
 
 
 def test_unknown_format_and_missing_file(log, tmp_path):
-    with pytest.raises(LogImportError, match="unknown log format 'deepspeed'; known: megatron"):
-        parse_log(log(MEGATRON), "deepspeed")
+    with pytest.raises(LogImportError, match="unknown log format 'maxtext'; known: megatron"):
+        parse_log(log(MEGATRON), "maxtext")
     with pytest.raises(AutoplanError, match="missing.log: cannot read file"):
         parse_log(tmp_path / "missing.log", "megatron", gpus=8, seq_len=4096, gbs_seqs=8)
 

@@ -1,0 +1,182 @@
+"""Trial runs of the plans the model cannot tell apart: one folder per plan with the trainer's
+files (the export API, :func:`autoplan.export.export_plan`) set to a few steps with timing and
+memory logging on, a run script, and the ``manifest.json`` that ``autoplan calibrate
+--from-log`` and ``autoplan rerank`` read (:mod:`autoplan.calibration.trial_runs`).
+
+Which plans: by default the plans ``search`` re-orders by robustness, those near-tied with the
+best *and* predicted within ``REORDER_WITHIN`` of it (:func:`autoplan.search.ranking.reordered_count`,
+:mod:`autoplan.report.near_ties`): below that gap the model's order is not evidence, so a
+measurement decides. ``top`` overrides the count.
+
+Logging per trainer: Megatron-LM already logs every iteration (``--log-interval 1`` in the
+export) and prints ``report_memory`` after the first; the run script adds ``--log-throughput``.
+torchtitan: ``--metrics.log_freq 1`` on the command line. nanotron: the export's
+``iteration_step_info_interval`` is already 1. DeepSpeed: the export's ``steps_per_print`` is
+already 1; ``wall_clock_breakdown`` is switched on in its JSON (the fwd/bwd/step breakdown).
+
+The launch line comes from one function, :func:`node_command`, written for torchrun (the
+exporters' own line) or Slurm; it is the single place to point at the exporters' launcher API
+once they take one. Every path the user must give is a ``${NAME:?...}`` that fails loudly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoplan.calibration.trial_runs import MANIFEST, MANIFEST_KIND
+from autoplan.errors import AutoplanError
+
+LAUNCHERS = ("torchrun", "slurm")
+LOG_FILE = "train.log"
+RUN_FILE = "run.sh"
+# what each exported trainer needs from the user, as environment variables (checked by the script)
+USER_PATHS = {"megatron": {"MEGATRON_LM": "your Megatron-LM checkout"},
+              "torchtitan": {},
+              "nanotron": {"NANOTRON": "your nanotron checkout (its run_train.py)"},
+              "deepspeed": {}}
+
+
+def trial_count(data: Mapping[str, Any]) -> int:
+    """How many leading plans of a plans.json the model cannot order: those near-tied with the
+    best (the search's ``near_ties``) and predicted within ``REORDER_WITHIN`` of it."""
+    from autoplan.search.ranking import reordered_count
+
+    plans = data["plans"]
+    tokens = np.array([float(p.get("tokens_per_s_per_gpu", np.nan)) for p in plans])
+    near = int((data.get("near_ties") or {}).get("num_plans") or 1)
+    return max(1, min(len(plans), reordered_count(tokens, min(near, len(plans)))))
+
+
+def node_command(trainer: str, files: list[str], launcher: str) -> str:
+    """The command that runs one node's share of the plan, from the exported files. (The one
+    place to call the exporters' launcher API once they take ``--launcher``.)"""
+    if trainer == "megatron":
+        return "bash megatron_pretrain_gpt.sh --log-throughput"
+    if trainer == "deepspeed":
+        return "bash deepspeed_launch.sh"
+    torchrun = ('torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "$NODE_RANK" '
+                '--master-addr "$MASTER_ADDR" --master-port "${MASTER_PORT:-29500}"')
+    if trainer == "torchtitan":
+        toml = next((f for f in files if f.endswith(".toml")), None)
+        if toml is None:
+            raise AutoplanError("torchtitan wrote no TOML job for this plan (see the export's warning): "
+                                "run its Python config module by hand")
+        return f"{torchrun} -m torchtitan.train --job.config_file {shlex.quote(toml)} --metrics.log_freq 1"
+    config = next(f for f in files if f.endswith((".yaml", ".yml")))
+    return f'CUDA_DEVICE_MAX_CONNECTIONS=1 {torchrun} "$NANOTRON/run_train.py" --config-file {shlex.quote(config)}'
+
+
+def run_script(trainer: str, rank: int, files: list[str], launcher: str, gpus_per_node: int, nodes: int) -> str:
+    """run.sh of one plan: checks the paths, launches every node (Slurm) or this one (torchrun),
+    and tees the output into train.log next to it."""
+    checks = "".join(f'export {name}="${{{name}:?set {name} to {what}}}"\n'
+                     for name, what in USER_PATHS[trainer].items())
+    node = node_command(trainer, files, launcher)
+    head = ("#!/usr/bin/env bash\n"
+            f"# autoplan trial: plan rank {rank} for {trainer}; output -> {LOG_FILE} (read by autoplan calibrate "
+            "--from-log / rerank)\n" "set -euo pipefail\n" 'cd "$(dirname "$0")"\n' + checks
+            + f"export NPROC_PER_NODE={gpus_per_node} NNODES={nodes}\n")
+    if launcher == "slurm":
+        return (head + f"# submit with: sbatch --nodes={nodes} --ntasks-per-node=1 --gpus-per-node={gpus_per_node} "
+                f"{RUN_FILE}\n"
+                'MASTER_ADDR="$(scontrol show hostnames "${SLURM_JOB_NODELIST:?run under sbatch or salloc}" '
+                '| head -n 1)"\nexport MASTER_ADDR\n'
+                f"srun --nodes={nodes} --ntasks-per-node=1 bash -c "
+                + shlex.quote(f'export NODE_RANK="$SLURM_NODEID"; {node}') + f" 2>&1 | tee {LOG_FILE}\n")
+    master = ('export MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to node 0 (and NODE_RANK on each node)}"\n'
+              if nodes > 1 else 'export MASTER_ADDR="${MASTER_ADDR:-localhost}"\n')
+    return (head + master + 'export NODE_RANK="${NODE_RANK:-0}"\n'
+            + f"{node} 2>&1 | tee {LOG_FILE}\n")
+
+
+def _logging_on(trainer: str, folder: Path) -> None:
+    """What the trainer's logging needs beyond the export (the module docstring)."""
+    if trainer == "deepspeed":
+        path = folder / "deepspeed_config.json"
+        config = json.loads(path.read_text(encoding="utf-8"))
+        config["wall_clock_breakdown"] = True
+        path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def plan_training(data: Mapping[str, Any], record: Mapping[str, Any], model):
+    """The TrainingSpec of a plan record with the plans.json's recorded cluster and setup."""
+    from autoplan.report.plan_inputs import recorded_inputs
+    from autoplan.specs.hardware import load_gpu, make_cluster
+    from autoplan.specs.training import TrainingSpec
+
+    recorded, _ = recorded_inputs(data)
+    cluster = make_cluster(load_gpu(str(recorded["hardware"])), int(record["gpus"]),
+                           gpus_per_node=recorded.get("gpus_per_node"), nic_bytes_per_s=recorded.get("nic_bytes_per_s"))
+    names = {f.name for f in dataclasses.fields(TrainingSpec)}
+    setup = {k: v for k, v in (data.get("setup") or {}).items() if k in names and v is not None}
+    return TrainingSpec(cluster, int(record.get("seq_len") or model.seq_len), int(record["gbs_seqs"]),
+                        flops_convention=recorded.get("flops_convention", "playbook"), **setup)
+
+
+def _check_runnable(chosen, model, trainer: str, data: Mapping[str, Any]) -> None:
+    """Every chosen plan renders for ``trainer`` (its rules), or one error naming the plan."""
+    from autoplan.export import render
+    from autoplan.export import plan_training as batch_training
+    from autoplan.layout_records import layout_from_record
+
+    for rank, record, training in chosen:
+        layout = layout_from_record(record, training)
+        try:
+            render(trainer, model, layout, batch_training(layout, training))
+        except AutoplanError as exc:
+            searched = data.get("trainer") or "another trainer"
+            raise AutoplanError(f"plan rank {rank}: {exc}; the plans were searched for {searched}: search with "
+                                f"--trainer {trainer} for plans {trainer} runs, or pick others with --top") from None
+
+
+def write_trial(plans_path: str | Path, trainer: str, out_dir: str | Path, *, steps: int = 20,
+                top: int | None = None, launcher: str = "torchrun", skip_steps: int = 2) -> dict[str, Any]:
+    """Write the trial folders and the manifest; returns the manifest."""
+    from autoplan.export import LaunchOptions, export_plan, parse_trainers, read_plans
+    from autoplan.specs.models import load_model
+
+    trainer = parse_trainers(trainer)[0]
+    if launcher not in LAUNCHERS:
+        raise AutoplanError(f"unknown launcher {launcher!r}; known: {', '.join(LAUNCHERS)}")
+    if steps <= skip_steps:
+        raise AutoplanError(f"--steps {steps} must exceed the {skip_steps} warm-up steps the logs' median drops")
+    data = read_plans(plans_path)
+    model = load_model(str(data.get("model") or (data.get("inputs") or {}).get("model", {}).get("ref")))
+    count = min(top, len(data["plans"])) if top else trial_count(data)
+    out = Path(out_dir)
+    chosen = [(int(r.get("rank", i + 1)), r, plan_training(data, r, model)) for i, r in enumerate(data["plans"][:count])]
+    _check_runnable(chosen, model, trainer, data)  # before anything is written
+    runs = []
+    for rank, record, training in chosen:
+        folder = out / f"rank-{rank}"
+        launch = LaunchOptions(train_steps=steps, warmup_steps=max(1, steps // 4))  # Megatron: warmup < decay
+        written = export_plan(record, model, trainer, folder, training, launch)
+        _logging_on(trainer, folder)
+        files = [p.name for p in written]
+        per_node = training.cluster.gpus_per_node
+        script = run_script(trainer, rank, files, launcher, per_node, max(1, training.gpus // per_node))
+        from autoplan.report.destination import write_text
+
+        write_text(folder / RUN_FILE, script, executable=True)
+        runs.append({"rank": rank, "folder": folder.name, "script": f"{folder.name}/{RUN_FILE}",
+                     "log": f"{folder.name}/{LOG_FILE}", "files": files,
+                     "predicted": {k: record.get(k) for k in ("step_time_s", "tokens_per_s_per_gpu", "peak_memory_gib")},
+                     "plan": dict(record)})
+    manifest = {"kind": MANIFEST_KIND, "plans": str(Path(plans_path).resolve()), "trainer": trainer,
+                "log_format": trainer, "launcher": launcher, "steps": steps, "skip_steps": skip_steps,
+                "model": model.name, "hardware": data.get("hardware"),
+                "next": [f"bash {r['script']}" for r in runs]
+                + [f"autoplan calibrate --from-log {shlex.quote(str(out))} -o fitted.yaml",
+                   f"autoplan rerank {shlex.quote(str(plans_path))} --logs {shlex.quote(str(out))}"],
+                "runs": runs}
+    from autoplan.calibration.trial_runs import write_json
+
+    write_json(out / MANIFEST, manifest)
+    return manifest
