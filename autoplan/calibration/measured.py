@@ -25,6 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from autoplan.calibration.fit import (
     DEFAULT_PARAMS,
     MEMORY_PARAMS,
@@ -35,6 +37,7 @@ from autoplan.calibration.fit import (
     prepare,
 )
 from autoplan.calibration.guard import cross_validated_fit
+from autoplan.calibration.own_band import own_band
 from autoplan.calibration.rows import Row
 from autoplan.cost.context import CostContext
 from autoplan.errors import AutoplanError, LayoutError, SpecError
@@ -230,6 +233,7 @@ class Calibration:
     errors_held_out: dict[str, float]
     folds: int
     cv_note: str = ""
+    band: dict | None = None  # the calibration's own error band (calibration.own_band), if it has one
 
     @property
     def flags(self) -> list[Flag]:
@@ -250,7 +254,12 @@ def calibrate_measured(rows: list[Row], context: MeasuredContext, params: tuple[
                        errors_base=error_summary(predict(prepared), prepared),
                        errors_fit_rows=error_summary(predict(prepared, fitted), prepared), errors_held_out=held,
                        folds=min(folds, len(rows)),
-                       cv_note=note)
+                       cv_note=note, band=None if cv is None else own_band(_measured_figures(cv.rows), cv.predicted))
+
+
+def _measured_figures(rows: list[Row]) -> dict[str, np.ndarray]:
+    return {"tokens_per_s_per_gpu": np.array([r.tokens_per_s_per_gpu for r in rows], dtype=float),
+            "peak_memory_bytes": np.array([r.peak_memory_bytes for r in rows], dtype=float)}
 
 
 def _clean(value: float) -> float | None:
@@ -279,6 +288,7 @@ def profile_mapping(cal: Calibration, measured: Measured, *, loss: str) -> dict[
                 "errors_pct": {name: {k: _clean(v) for k, v in errs.items()} for name, errs in
                                (("starting_profile", cal.errors_base), ("fit_rows", cal.errors_fit_rows),
                                 ("held_out_cv", cal.errors_held_out))}},
+        **({"band": cal.band} if cal.band else {}),
         "sources": [f"{measured.path} (sha256 {digest}..., {measured.num_lines} lines, "
                     f"{len(measured.rows)} usable)"],
     }

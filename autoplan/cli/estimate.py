@@ -9,10 +9,10 @@ import click
 
 from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_values
 from autoplan.cli.options import (
-    PROFILE_BAND_NOTE,
     LayoutText,
     allow_uneven_option,
     context_from_options,
+    profile_band_note,
     output_format_option,
     setup_settings,
     trainer_options,
@@ -60,7 +60,7 @@ def estimate_command(output_format, **kwargs) -> None:
         _print_estimate(ctx, batch, record)
         _print_band(band, record)
         if kwargs.get("profile_path"):
-            click.echo(f"           ({PROFILE_BAND_NOTE})")
+            click.echo(f"           ({profile_band_note(ctx)})")
         _print_transfer(ctx)
     if not record["fits"]:  # evaluated, does not fit: exit code 1 with the reason, as search
         raise NoFeasiblePlanError(f"the layout does not fit: {reason}")

@@ -278,10 +278,16 @@ def training_from_options(kw: dict, model_seq_len: int, **overrides):
     return training
 
 
-# A user's calibrated profile has no error band of its own: the bands are the shipped profiles'.
-PROFILE_BAND_NOTE = ("the error bands are the shipped profiles' (error_bands.yaml), not your --profile's: its own "
-                     "held-out error is what `autoplan calibrate` printed (unguarded where it had too few rows "
-                     "to cross-validate)")
+def profile_band_note(ctx) -> str:
+    """What the band of a ``--profile`` run is: the calibration's own (its file's ``band:``,
+    ``calibration.own_band``) or, for a file without one, the shipped profiles'."""
+    own = ctx.profile.own_bands.get(ctx.cluster.gpu.name)
+    if own is not None:
+        return (f"the error band is your --profile's: the prediction interval of its {own['rows']} "
+                "cross-validated runs (autoplan calibrate)")
+    return ("the error bands are the shipped profiles' (error_bands.yaml), not your --profile's: it has no band "
+            "(fewer than 5 cross-validated runs; its held-out error is what `autoplan calibrate` printed, "
+            "unguarded where it had too few rows to cross-validate)")
 
 
 def note_alias(what: str, given: str, name: str) -> None:

@@ -9,7 +9,6 @@ import sys
 import click
 
 from autoplan.cli.options import (
-    PROFILE_BAND_NOTE,
     SEED,
     ChoiceList,
     IntList,
@@ -17,6 +16,7 @@ from autoplan.cli.options import (
     allow_uneven_option,
     context_from_options,
     fail,
+    profile_band_note,
     output_format_option,
     trainer_options,
     training_options,
@@ -149,7 +149,7 @@ def search_command(**kw) -> None:
     _architecture_note(result)
     _transfer_note(result)
     if kw["profile_path"]:
-        click.echo(f"Note: {PROFILE_BAND_NOTE}", err=True)
+        click.echo(f"Note: {profile_band_note(result.ctx)}", err=True)
     if result.num_ranked > MAX_CSV_ROWS:
         click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {result.num_ranked} ranked layouts", err=True)
 

@@ -144,6 +144,9 @@ class TrainerProfile:
     offload_moves_gradients: bool = False
     sources: tuple[str, ...] = ()
     parameters: dict[str, CalibratedParameters] = field(default_factory=dict)
+    # The error band of a user's own calibration, by GPU (the ``band:`` block a ``--profile`` file
+    # of ``autoplan calibrate`` holds: calibration.own_band); search.ranking.context_band reads it.
+    own_bands: dict[str, dict] = field(default_factory=dict)
     options: TrainerOptions = field(default_factory=TrainerOptions)  # see trainer_options.py
 
     def parameters_for(self, gpu_name: str) -> CalibratedParameters:
@@ -176,7 +179,7 @@ class TrainerProfile:
 PP_SPLIT_RULES = ("layout", "compute_cost")
 HYBRID_STYLES = ("none", "replicate", "secondary")  # how a trainer shards hybrid (autoplan.cost.hybrid_shard)
 _COEF_KEYS = [f.name for f in fields(ActivationCoefficients)]
-_PROFILE_KEYS = [f.name for f in fields(TrainerProfile)]
+_PROFILE_KEYS = [f.name for f in fields(TrainerProfile) if f.name != "own_bands"]  # (own_bands: from a --profile file)
 _OPTIONAL_KEYS = ["dp_bucket_params", "param_gather_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
                   "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes", "ddp_bucket_grad_bytes",

@@ -41,8 +41,20 @@ def result_band(result) -> ErrorBand:
 
 def context_band(ctx) -> ErrorBand:
     """The error band of predictions in ``ctx`` (a ``CostContext``: its trainer, GPU, model kind
-    and GPU count)."""
-    return error_band(ctx.profile.name, ctx.cluster.gpu, ctx.model.is_moe, gpus=ctx.training.gpus)
+    and GPU count); a ``--profile`` calibrated with its own band for this GPU
+    (``calibration.own_band``) gives that band, its memory side the shipped one where the
+    calibration had too few memory rows."""
+    shipped = error_band(ctx.profile.name, ctx.cluster.gpu, ctx.model.is_moe, gpus=ctx.training.gpus)
+    own = ctx.profile.own_bands.get(ctx.cluster.gpu.name)
+    if own is None:
+        return shipped
+    memory = own.get("peak_memory")
+    return replace(shipped, group=f"your calibration ({own['rows']} cross-validated runs)", measured=True,
+                   num_heldout_rows=own["rows"], tokens_low_factor=own["tokens_per_s"][0],
+                   tokens_high_factor=own["tokens_per_s"][1],
+                   **({} if memory is None else {"memory_low_factor": memory[0], "memory_high_factor": memory[1],
+                                                 "memory_measured": True,
+                                                 "num_heldout_memory_rows": own.get("memory_rows", 0)}))
 
 
 def near_tied_count(tokens_per_s: np.ndarray, band: ErrorBand) -> int:

@@ -351,3 +351,17 @@ def test_validate_jobs_takes_a_process_count():
     assert figures and all(f["section"] == "golden" and f["met"] for f in figures)
     result = run(["validate", "--section", "golden", "--jobs", "0"], code=2)
     assert "'--jobs'" in result.output and "x>=1" in result.output
+
+
+@pytest.mark.slow  # a few seconds beside the fixture's fit
+def test_a_calibration_with_enough_runs_brings_its_own_band(calibrated):
+    """Issue 47: a search with a calibrated profile showed the shipped band. Ten cross-validated
+    exact runs: the file's band holds 1 and is far narrower than the shipped one, and estimate
+    --profile prints it as the calibration's."""
+    _, profile, path = calibrated
+    band = profile["band"]
+    assert band["rows"] == 10 and band["tokens_per_s"][0] <= 1.0 <= band["tokens_per_s"][1]
+    layout = ["--gpus", "16", "--tp", "4", "--pp", "2", "--mbs", "2", "--gbs-seqs", "64", "--seq-len", "4096"]
+    out = run(["estimate", *CONTEXT, *layout, "--profile", str(path)]).stdout
+    assert "your --profile's: the prediction interval of its 10 cross-validated runs" in out
+    assert band["tokens_per_s"][1] - band["tokens_per_s"][0] < 0.05
