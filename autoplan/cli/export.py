@@ -34,13 +34,17 @@ TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
                    "flags follow it [default: the one PLAN records for this trainer, else the built-in].")
 @training_options(model_required=False, gpus_required=False)
 @layout_options
+@click.option("--trainer-version", default=None,
+              help="Trainer version to write for, as its profile's capabilities name it (megatron: core_v0.15.3, "
+                   "core_v0.16.0, core_v0.17.0) [default: the pinned one]; a plan needing a later version is refused "
+                   "with the version that has it.")
 @click.option("--train-steps", type=click.IntRange(1), default=1000, show_default=True, help="Training steps.")
 @click.option("--tokenizer", default=None, help="Hugging Face tokenizer name or path (default: a placeholder).")
 @click.option("--data-path", default=None, help="Training data location, in the trainer's own form.")
 @allow_uneven_option
 @click.pass_context
-def export_command(ctx: click.Context, plan, trainer, output, rank, profile_path, train_steps, tokenizer,
-                   data_path, allow_uneven_pp, **kwargs) -> None:
+def export_command(ctx: click.Context, plan, trainer, output, rank, profile_path, trainer_version, train_steps,
+                   tokenizer, data_path, allow_uneven_pp, **kwargs) -> None:
     """Write the config that TRAINER launches from, for one plan.
 
     \b
@@ -68,7 +72,7 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, profile_path
     if prediction is not None:
         click.echo(f"predicted for this plan: {prediction.describe()}", err=True)
     result = render(trainer, model, layout, training, launch, allow_uneven_pp=allow_uneven_pp,
-                    profile=_profile(trainer, training, profile_path))
+                    profile=_profile(trainer, training, profile_path), trainer_version=trainer_version)
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     _emit(result.files, output, trainer)

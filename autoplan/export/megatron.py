@@ -1,7 +1,9 @@
 """Megatron-LM: a bash launch script for ``pretrain_gpt.py`` (torchrun), pinned to core_v0.15.3.
 
 Every flag below exists in ``megatron/training/arguments.py`` at tag core_v0.15.3 (checked
-against that file); every value is shell-quoted. Mapping of the layout:
+against that file), but those the megatron profile's ``later_versions`` give to a newer tag
+(``--optimizer muon``: core_v0.16.0), which the rules refuse unless the export names that version
+(``--trainer-version``, written in the header); every value is shell-quoted. Mapping of the layout:
 
 =================  ===========================================================================
 tp, pp, cp         --tensor-model-parallel-size, --pipeline-model-parallel-size,
@@ -13,8 +15,9 @@ ep, etp            --expert-model-parallel-size, --expert-tensor-parallel-size (
                    Megatron's default etp is tp)
 sp                 --sequence-parallel
 zero 1             --use-distributed-optimizer
-hsdp               --num-distributed-optimizer-instances dp·cp/hsdp (+ --outer-dp-sharding-strategy
-                   no_shard under zero 3: Megatron-FSDP HSDP)
+hsdp               --num-distributed-optimizer-instances dp·cp/hsdp (under zero 3 Megatron-FSDP
+                   HSDP: replicated across instances, its outer_dp_sharding_strategy default
+                   no_shard; core_v0.15.3 has no flag for it, mcore_fsdp_adapter.py enable_hsdp)
 zero 3             Megatron-FSDP: --use-megatron-fsdp --data-parallel-sharding-strategy
                    optim_grads_params (+ the flags its docs require) and
                    --init-model-with-meta-device (each rank builds only its shard: a 70B at
@@ -36,7 +39,7 @@ recompute          selective: --recompute-granularity selective (Megatron's defa
                    --recompute-num-layers N (N layers of each virtual stage)
 offload_layers     refused by the rules: core_v0.15.3 has no --cpu-offloading-num-layers
 optimizer          --optimizer sgd|muon|lion (adam, Megatron's AdamW, is the default; muon needs
-                   core_v0.16.0, lion core_v0.17.1: a header warning)
+                   core_v0.16.0, lion core_v0.17.0: the profile's later_versions)
 offload            optimizer: --optimizer-cpu-offload --optimizer-offload-fraction 1.0
                    --overlap-cpu-optimizer-d2h-h2d --use-precision-aware-optimizer
 precision          --bf16, and --fp8-format hybrid for fp8
@@ -69,7 +72,7 @@ from autoplan.profiles.efficiency import PhysicalEfficiency
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import TrainingSpec
 
-VERSION = "Megatron-LM core_v0.15.3 (pretrain_gpt.py)"
+TRAINER = "Megatron-LM"
 FILE_NAME = "megatron_pretrain_gpt.sh"
 ORDERS = {"default": "tp-cp-dp-pp", "--use-tp-pp-dp-mapping": "tp-cp-pp-dp"}
 
@@ -90,7 +93,8 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
             + data_args(launch) + schedule_args(launch))
     commands = [f"MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..{nodes - 1}> MASTER_ADDR=<node 0> "
               f"bash {FILE_NAME}  (on each of the {nodes} node(s))"]
-    head = header_lines(VERSION, model, layout, training, launch=commands, warnings=warnings,
+    version = f"{TRAINER} {profile.capabilities.version} (pretrain_gpt.py)"
+    head = header_lines(version, model, layout, training, launch=commands, warnings=warnings,
                         prediction=launch.prediction,
                         notes=_notes(model, layout, training, launch))
     env = ""
@@ -120,16 +124,14 @@ def parallel_args(lay: Layout) -> Args:
                  ("--ckpt-format", "fsdp_dtensor"), ("--init-model-with-meta-device", None)]
     if lay.hsdp:  # hybrid sharding: G/hsdp optimizer instances; Megatron-FSDP replicates across them
         args.append(("--num-distributed-optimizer-instances", lay.dp * lay.cp // lay.hsdp))
-        if lay.zero == 3:
-            args.append(("--outer-dp-sharding-strategy", "no_shard"))
     if matching_order(ORDERS, lay) == "--use-tp-pp-dp-mapping":  # the default order is tried first
         args.append(("--use-tp-pp-dp-mapping", None))
     return args
 
 
-# autoplan's optimizer -> Megatron --optimizer, with the first tag that has it (arguments.py).
-MEGATRON_OPTIMIZERS = {"adamw": ("adam", "core_v0.15.3"), "sgd": ("sgd", "core_v0.15.3"),
-                       "muon": ("muon", "core_v0.16.0"), "lion": ("lion", "core_v0.17.1")}
+# autoplan's optimizer -> Megatron --optimizer (arguments.py; the tag that has each: the profile's
+# capabilities and later_versions).
+MEGATRON_OPTIMIZERS = {"adamw": "adam", "sgd": "sgd", "muon": "muon", "lion": "lion"}
 
 
 def optimizer_args(lay: Layout, training: TrainingSpec) -> Args:
@@ -141,7 +143,7 @@ def optimizer_args(lay: Layout, training: TrainingSpec) -> Args:
     (``optimizer_precision.megatron_args``), the precision-aware flag once."""
     args: Args = []
     if lay.optimizer != "adamw":
-        args.append(("--optimizer", MEGATRON_OPTIMIZERS[lay.optimizer][0]))
+        args.append(("--optimizer", MEGATRON_OPTIMIZERS[lay.optimizer]))
     if lay.offload == "optimizer":
         args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", 1.0),
                  ("--overlap-cpu-optimizer-d2h-h2d", None), ("--use-precision-aware-optimizer", None)]
@@ -273,10 +275,6 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
         warnings.append(f"the embedding and output layer are padded from {m.vocab_size} to {padded} rows "
                         f"so that tp={lay.tp} divides them (+{(padded - m.vocab_size) * m.hidden_size} "
                         "parameters per matrix)")
-    since = MEGATRON_OPTIMIZERS[lay.optimizer][1]
-    if since != "core_v0.15.3":
-        warnings.append(f"--optimizer {MEGATRON_OPTIMIZERS[lay.optimizer][0]} needs Megatron-LM {since} or later "
-                        "(arguments.py at core_v0.15.3 offers adam and sgd); run this script with such a version")
     return warnings
 
 

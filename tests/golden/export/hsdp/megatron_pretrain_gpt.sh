@@ -20,7 +20,6 @@ ARGS=(
     --ckpt-format fsdp_dtensor
     --init-model-with-meta-device
     --num-distributed-optimizer-instances 8
-    --outer-dp-sharding-strategy no_shard
     --overlap-grad-reduce
     --overlap-param-gather
     --micro-batch-size 1
