@@ -57,13 +57,13 @@ from autoplan.export.common import (
     ExportResult,
     LaunchOptions,
     bash_array,
-    commented,
     header_lines,
     launch_shape,
     padded_vocab,
     shell_args,
 )
 from autoplan.export import optimizer_precision
+from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
 from autoplan.export.megatron_model import model_args, model_warnings
 from autoplan.export.placement import matching_order, placement_warning
 from autoplan.layout import Layout
@@ -91,8 +91,7 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
             + recompute_args(layout) + optimizer_args(layout, training)
             + precision_args(layout, training) + model_args(model, layout, training) + vocab_args(model, layout, launch)
             + data_args(launch) + schedule_args(launch))
-    commands = [f"MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..{nodes - 1}> MASTER_ADDR=<node 0> "
-              f"bash {FILE_NAME}  (on each of the {nodes} node(s))"]
+    commands = [how_to_run(FILE_NAME, launch.launcher, nodes, "MEGATRON_LM=/path/to/Megatron-LM")]
     version = f"{TRAINER} {profile.capabilities.version} (pretrain_gpt.py)"
     head = header_lines(version, model, layout, training, launch=commands, warnings=warnings,
                         prediction=launch.prediction,
@@ -100,14 +99,10 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     env = ""
     if (layout.tp > 1 or layout.cp > 1) and layout.zero != 3:
         env = "export CUDA_DEVICE_MAX_CONNECTIONS=1  # required with TP or CP before Blackwell\n"
-    script = ("#!/usr/bin/env bash\n" + commented(head) + "set -euo pipefail\n" + env
-              + 'MEGATRON_LM="${MEGATRON_LM:-.}"\n'
-              + f"NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"
-              + bash_array("ARGS", shell_args(args))
-              + 'exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" '
-              + '--node-rank "${NODE_RANK:-0}" \\\n'
-              + '    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \\\n'
-              + '    "$MEGATRON_LM/pretrain_gpt.py" "${ARGS[@]}" "$@"\n')
+    words = shell_args(args) + path_words(launch)
+    setup = (env + 'MEGATRON_LM="${MEGATRON_LM:-.}"\n' + path_lines(launch) + bash_array("ARGS", words))
+    entry = Entry('"$MEGATRON_LM/pretrain_gpt.py"', setup, '"${ARGS[@]}" "$@"')
+    script = launch_script(LaunchShape(per_node, nodes), entry, launch.launcher, head, "autoplan-megatron")
     return ExportResult({FILE_NAME: script}, warnings)
 
 
@@ -227,22 +222,49 @@ def precision_args(lay: Layout, training: TrainingSpec) -> Args:
 
 
 def vocab_args(m: ModelSpec, lay: Layout, launch: LaunchOptions) -> Args:
-    """Tokenizer flags and ``--padded-vocab-size`` (the embedding rows; tp must divide them)."""
+    """Tokenizer flags and ``--padded-vocab-size`` (the embedding rows; tp must divide them): a
+    Hugging Face tokenizer (the export's, else the script's required ``TOKENIZER``:
+    ``path_words``), NullTokenizer only with mock data and no tokenizer."""
     padded = padded_vocab(m.vocab_size, lay.tp)
     if launch.tokenizer:
         args: Args = [("--tokenizer-type", "HuggingFaceTokenizer"), ("--tokenizer-model", launch.tokenizer)]
-    else:  # NullTokenizer adds one EOD id to --vocab-size
+    elif launch.synthetic:  # NullTokenizer adds one EOD id to --vocab-size
         args = [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size - 1)]
+    else:
+        args = [("--tokenizer-type", "HuggingFaceTokenizer")]
     return args + [("--padded-vocab-size", padded)]
 
 
 def data_args(launch: LaunchOptions) -> Args:
     """``--data-path`` takes several words (``nargs='*'``; a blend is 'weight prefix weight
     prefix ...'), so a blend given as one string becomes its words; any other value (a path with
-    spaces) stays one word."""
+    spaces) stays one word. ``--mock-data`` only when asked; else the script's required
+    ``DATA_PATH`` (``path_words``)."""
     if launch.data_path:
         return [("--data-path", data_words(launch.data_path)), ("--split", "99,1,0")]
-    return [("--mock-data", None)]
+    if launch.synthetic:
+        return [("--mock-data", None)]
+    return [("--split", "99,1,0")]
+
+
+def path_lines(launch: LaunchOptions) -> str:
+    """The script's required paths that the export was not given (``launch.required``)."""
+    lines = ""
+    if not launch.data_path and not launch.synthetic:
+        lines += required("DATA_PATH", "a Megatron .bin/.idx prefix or blend (or export with --mock-data)")
+    if not launch.tokenizer and not launch.synthetic:
+        lines += required("TOKENIZER", "a Hugging Face tokenizer name or path (or export with --tokenizer)")
+    return lines
+
+
+def path_words(launch: LaunchOptions) -> list[str]:
+    """The ARGS words that read ``path_lines``' variables (a blend in DATA_PATH splits on spaces)."""
+    words = []
+    if not launch.data_path and not launch.synthetic:
+        words.append("--data-path $DATA_PATH")
+    if not launch.tokenizer and not launch.synthetic:
+        words.append('--tokenizer-model "$TOKENIZER"')
+    return words
 
 
 def data_words(data_path: str) -> list[str]:
@@ -280,9 +302,9 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
 
 def _notes(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOptions) -> list[str]:
     notes = []
-    if not launch.tokenizer:
-        notes.append(f"NullTokenizer adds one EOD token: --vocab-size {m.vocab_size - 1} gives "
-                     f"{m.vocab_size} token ids; pass a real tokenizer for real data")
+    if not launch.tokenizer and launch.synthetic:
+        notes.append(f"--mock-data: synthetic tokens, as asked at export; NullTokenizer adds one EOD token: "
+                     f"--vocab-size {m.vocab_size - 1} gives {m.vocab_size} token ids")
     if training.seq_len > m.max_position_embeddings:
         notes.append(f"--max-position-embeddings raised to seq_len {training.seq_len} "
                      f"(the model's is {m.max_position_embeddings})")
