@@ -45,6 +45,7 @@ ARGS=(
     --mscale 1.0
     --mscale-all-dim 1.0
     --multi-latent-attention
+    --qk-layernorm
     --q-lora-rank 1536
     --kv-lora-rank 512
     --qk-head-dim 128
