@@ -30,11 +30,12 @@ def build_training(num_gpus: int, seq_len: int, gbs_seqs: int, *, hardware: str 
 
 
 def build_context(model: str | ModelSpec, training: TrainingSpec, *, trainer: str = "megatron",
-                  profile_path: str | None = None) -> CostContext:
-    """Load the model and trainer profile into a ``CostContext`` for ``training``."""
+                  profile_path: str | None = None, trainer_version: str | None = None) -> CostContext:
+    """Load the model and trainer profile into a ``CostContext`` for ``training``; the trainer's
+    capabilities are those of ``trainer_version`` (default its pinned one)."""
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     gpu = training.cluster.gpu
-    profile = load_profile(trainer)
+    profile = load_profile(trainer).at_version(trainer_version)
     if profile_path:
         profile = apply_profile_file(profile, gpu.name, profile_path)
     return CostContext(model=spec, training=training, profile=profile, parameters=profile.parameters_for(gpu.name))

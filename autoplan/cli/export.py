@@ -34,13 +34,23 @@ TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
                    "flags follow it [default: the one PLAN records for this trainer, else the built-in].")
 @training_options(model_required=False, gpus_required=False)
 @layout_options
+@click.option("--trainer-version", default=None,
+              help="Trainer version to write for, as its profile's capabilities name it (megatron: core_v0.15.3, "
+                   "core_v0.16.0, core_v0.17.0) [default: the pinned one]; a plan needing a later version is refused "
+                   "with the version that has it.")
 @click.option("--train-steps", type=click.IntRange(1), default=1000, show_default=True, help="Training steps.")
-@click.option("--tokenizer", default=None, help="Hugging Face tokenizer name or path (default: a placeholder).")
-@click.option("--data-path", default=None, help="Training data location, in the trainer's own form.")
+@click.option("--tokenizer", default=None, help="Hugging Face tokenizer name or path (default: the launch script "
+                                                 "requires TOKENIZER; a placeholder only with --mock-data).")
+@click.option("--data-path", default=None, help="Training data location, in the trainer's own form (default: the "
+                                                 "launch script requires DATA_PATH).")
+@click.option("--mock-data", is_flag=True, help="Train on the trainer's synthetic or demo data where no --data-path "
+                                                "is given (never without this flag).")
+@click.option("--launcher", type=click.Choice(("torchrun", "slurm")), default="torchrun", show_default=True,
+              help="Launch script kind: torchrun on each node, or an sbatch script (srun + torchrun c10d rendezvous).")
 @allow_uneven_option
 @click.pass_context
-def export_command(ctx: click.Context, plan, trainer, output, rank, profile_path, train_steps, tokenizer,
-                   data_path, allow_uneven_pp, **kwargs) -> None:
+def export_command(ctx: click.Context, plan, trainer, output, rank, profile_path, trainer_version, train_steps,
+                   tokenizer, data_path, mock_data, launcher, allow_uneven_pp, **kwargs) -> None:
     """Write the config that TRAINER launches from, for one plan.
 
     \b
@@ -64,11 +74,11 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, profile_path
     else:
         model, layout, training = _from_options(kwargs)
     launch = LaunchOptions(train_steps=train_steps, tokenizer=tokenizer, data_path=data_path,
-                           prediction=prediction)
+                           prediction=prediction, launcher=launcher, mock_data=mock_data)
     if prediction is not None:
         click.echo(f"predicted for this plan: {prediction.describe()}", err=True)
     result = render(trainer, model, layout, training, launch, allow_uneven_pp=allow_uneven_pp,
-                    profile=_profile(trainer, training, profile_path))
+                    profile=_profile(trainer, training, profile_path), trainer_version=trainer_version)
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     _emit(result.files, output, trainer)

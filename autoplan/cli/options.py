@@ -257,6 +257,9 @@ def trainer_options(func: Callable) -> Callable:
                      help="Trainer profile: megatron, torchtitan, nanotron, deepspeed, hf."),
         click.option("--profile", "profile_path", default=None, type=click.Path(dir_okay=False),
                      help="Calibrated profile YAML written by `autoplan calibrate`."),
+        click.option("--trainer-version", default=None,
+                     help="Trainer version whose capabilities apply, as its profile names it (megatron: "
+                          "core_v0.15.3, core_v0.16.0, core_v0.17.0) [default: the pinned one]."),
     ]
     return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
 
@@ -306,7 +309,8 @@ def context_from_options(kw: dict):
     model = load_model(kw["model_name"])
     training = training_from_options(kw, model.seq_len)
     note_model_file(kw, model, training.seq_len)
-    return build_context(model, training, trainer=kw["trainer"], profile_path=kw["profile_path"])
+    return build_context(model, training, trainer=kw["trainer"], profile_path=kw["profile_path"],
+                         trainer_version=kw.get("trainer_version"))
 
 
 def note_model_file(kw: dict, model, seq_len: int) -> None:

@@ -49,19 +49,21 @@ VERSIONS = {
 
 def render(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSpec,
            launch: LaunchOptions | None = None, *, allow_uneven_pp: bool = True,
-           profile: TrainerProfile | None = None) -> ExportResult:
+           profile: TrainerProfile | None = None, trainer_version: str | None = None) -> ExportResult:
     """The files of ``layout`` for ``trainer``; refuses a plan that breaks the trainer's rules.
 
     The rules are those the search applies (``autoplan.rules``, on a batch of one);
     ``allow_uneven_pp`` is False under --even-stages-only. ``profile`` is the trainer profile the
     plan was priced with (a user's calibrated one, ``--profile``; default the built-in): the
-    exporters write the overlap it assumed. Raises ``TrainerRuleError``.
+    exporters write the overlap it assumed. ``trainer_version`` is the trainer version to write
+    for (default the profile's pinned one; ``TrainerProfile.at_version``): a plan that needs a later
+    version is refused with the version that has it. Raises ``TrainerRuleError``.
     """
     names = parse_trainers(trainer)
     if len(names) != 1:
         raise AutoplanError(f"render takes one trainer, got {names}; use export_plan for several")
     trainer = names[0]
-    profile = profile or load_profile(trainer)
+    profile = (profile or load_profile(trainer)).at_version(trainer_version)
     if profile.name != trainer:
         raise AutoplanError(f"the profile is {profile.name}'s, not {trainer}'s: export with that trainer's profile")
     check_layout(RuleContext(model, profile, training, allow_uneven_pp=allow_uneven_pp), layout)

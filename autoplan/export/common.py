@@ -57,9 +57,10 @@ class LaunchOptions:
     sequence length and batch of :class:`~autoplan.specs.training.TrainingSpec`); every field
     has a stated default.
 
-    ``tokenizer`` is a Hugging Face name or local path (default: each trainer's placeholder, with
-    the model's vocabulary size); ``data_path`` is the trainer's data location (default: mock or
-    the trainer's demo data set).
+    ``tokenizer`` is a Hugging Face name or local path and ``data_path`` the trainer's data
+    location; left unset, the launch script requires them (``TOKENIZER``, ``DATA_PATH``) where the
+    trainer reads them from its command line, and synthetic data (each trainer's mock data set,
+    a placeholder tokenizer with the model's vocabulary size) runs only with ``mock_data``.
     """
 
     train_steps: int = 1000
@@ -72,6 +73,13 @@ class LaunchOptions:
     tokenizer: str | None = None
     data_path: str | None = None
     prediction: Prediction | None = None  # written in the header when known
+    launcher: str = "torchrun"  # the launch script's kind: launch.LAUNCHERS
+    mock_data: bool = False  # synthetic data (and a placeholder tokenizer) where no data path is given
+
+    @property
+    def synthetic(self) -> bool:
+        """Mock data asked for and no data path given: the trainer's synthetic data set."""
+        return self.mock_data and not self.data_path
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ header (shape, warnings) is in the launch script.
 from __future__ import annotations
 
 import json
-import shlex
 
 from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.common import (
@@ -21,12 +20,12 @@ from autoplan.export.common import (
     ExportResult,
     LaunchOptions,
     bash_array,
-    commented,
     header_lines,
     launch_shape,
     padded_vocab,
     shell_args,
 )
+from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
@@ -145,7 +144,7 @@ def megatron_deepspeed_args(m: ModelSpec, lay: Layout, training: TrainingSpec, l
         args += [("--checkpoint-activations", None), ("--deepspeed-activation-checkpointing", None)]
     elif lay.recompute == "selective" and training.attention_kernel != "flash":
         args.append(("--recompute-granularity", "selective"))
-    return args + _mds_model_args(m, lay, training) + _mds_moe_args(m, lay) + _mds_schedule_args(m, launch)
+    return args + _mds_model_args(m, lay, training) + _mds_moe_args(m, lay, training.moe_capacity_factor) + _mds_schedule_args(m, launch)
 
 
 def _mds_model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
@@ -172,7 +171,7 @@ def _mds_model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
     return args + [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
 
 
-def _mds_moe_args(m: ModelSpec, lay: Layout) -> Args:
+def _mds_moe_args(m: ModelSpec, lay: Layout, capacity_factor: float | None) -> Args:
     if m.moe is None:
         return []
     args: Args = [("--num-experts", m.moe.num_experts), ("--moe-expert-parallel-size", lay.ep),
@@ -180,13 +179,18 @@ def _mds_moe_args(m: ModelSpec, lay: Layout) -> Args:
                   ("--moe-loss-coeff", m.moe.aux_loss_coeff)]
     if lay.etp > 1:
         args.append(("--enable-expert-tensor-parallelism", None))
-    return args
+    # The plan's routing: dropless (no capacity factor) -> drop_tokens=False in DeepSpeed's MoE
+    # (megatron/model/transformer.py passes args.moe_token_dropping, default True with
+    # --moe-train-capacity-factor 1.0, megatron/arguments.py); else the plan's capacity factor.
+    if capacity_factor is None:
+        return args + [("--disable-moe-token-dropping", None)]
+    return args + [("--moe-train-capacity-factor", float(capacity_factor))]
 
 
 def _mds_schedule_args(m: ModelSpec, launch: LaunchOptions) -> Args:
     tokenizer: Args = ([("--tokenizer-type", "HFTokenizer"), ("--tokenizer-model", launch.tokenizer)]
                        if launch.tokenizer else
-                       [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size - 1)])
+                       [("--tokenizer-type", "HFTokenizer")])  # --tokenizer-model: the script's TOKENIZER
     return tokenizer + [
         ("--make-vocab-size-divisible-by", 1), ("--split", "99,1,0"),
         ("--train-iters", launch.train_steps), ("--lr", launch.lr), ("--min-lr", launch.min_lr),
@@ -197,31 +201,28 @@ def _mds_schedule_args(m: ModelSpec, launch: LaunchOptions) -> Args:
 
 def _script(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOptions, per_node: int, nodes: int,
             warnings: list[str]) -> str:
-    torchrun = ('exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" '
-                '--node-rank "${NODE_RANK:-0}" \\\n'
-                '    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \\\n')
-    shape = f"NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"
     if uses_megatron(lay):
-        data = (f"DATA_PATH={shlex.quote(launch.data_path)}\n" if launch.data_path else
-                'DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix}"\n')
+        # Megatron-DeepSpeed has no synthetic data set (no --mock-data in megatron/arguments.py)
+        data = required("DATA_PATH", "a Megatron .bin/.idx prefix", launch.data_path)
+        if not launch.tokenizer:
+            data += required("TOKENIZER", "a Hugging Face tokenizer name or path (or export with --tokenizer)")
         words = shell_args(megatron_deepspeed_args(m, lay, training, launch)) + ['--data-path "$DATA_PATH"']
-        commands = [f"MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..{nodes - 1}> "
-                  f"MASTER_ADDR=<node 0> bash {SCRIPT_FILE}   (on each node, next to {CONFIG_FILE})"]
-        body = ('MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"\n' + shape + data + bash_array("ARGS", words)
-                + torchrun + '    "$MEGATRON_DEEPSPEED/pretrain_gpt.py" "${ARGS[@]}" "$@"\n')
+        words += [] if launch.tokenizer else ['--tokenizer-model "$TOKENIZER"']
+        commands = [how_to_run(SCRIPT_FILE, launch.launcher, nodes, "MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed")]
+        setup = 'MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"\n' + data + bash_array("ARGS", words)
+        entry = Entry('"$MEGATRON_DEEPSPEED/pretrain_gpt.py"', setup, '"${ARGS[@]}" "$@"')
         version = MDS_VERSION
     else:
-        commands = [f"TRAIN_SCRIPT=your_train.py NODE_RANK=<0..{nodes - 1}> MASTER_ADDR=<node 0> bash {SCRIPT_FILE}",
-                  "the script must call deepspeed.initialize(config=...) with its model, or be a Hugging "
-                  f"Face Trainer script given --deepspeed {CONFIG_FILE}"]
-        body = ('TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}"\n'
-                + shape + bash_array("ARGS", shell_args([("--deepspeed", None),
-                                                         ("--deepspeed_config", CONFIG_FILE)]))
-                + torchrun + '    "$TRAIN_SCRIPT" "${ARGS[@]}" "$@"\n')
+        commands = [how_to_run(SCRIPT_FILE, launch.launcher, nodes, "TRAIN_SCRIPT=your_train.py"),
+                    "the script must call deepspeed.initialize(config=...) with its model, or be a Hugging "
+                    f"Face Trainer script given --deepspeed {CONFIG_FILE}"]
+        setup = (required("TRAIN_SCRIPT", "your DeepSpeed training script")
+                 + bash_array("ARGS", shell_args([("--deepspeed", None), ("--deepspeed_config", CONFIG_FILE)])))
+        entry = Entry('"$TRAIN_SCRIPT"', setup, '"${ARGS[@]}" "$@"')
         version = VERSION
     head = header_lines(version, m, lay, training, launch=commands, warnings=warnings,
                         notes=_notes(lay, training) + _stage_notes(m, lay), prediction=launch.prediction)
-    return "#!/usr/bin/env bash\n" + commented(head) + "set -euo pipefail\n" + body
+    return launch_script(LaunchShape(per_node, nodes), entry, launch.launcher, head, "autoplan-deepspeed")
 
 
 def _stage_notes(m: ModelSpec, lay: Layout) -> list[str]:

@@ -1,7 +1,9 @@
 """Megatron-LM: a bash launch script for ``pretrain_gpt.py`` (torchrun), pinned to core_v0.15.3.
 
 Every flag below exists in ``megatron/training/arguments.py`` at tag core_v0.15.3 (checked
-against that file); every value is shell-quoted. Mapping of the layout:
+against that file), but those the megatron profile's ``later_versions`` give to a newer tag
+(``--optimizer muon``: core_v0.16.0), which the rules refuse unless the export names that version
+(``--trainer-version``, written in the header); every value is shell-quoted. Mapping of the layout:
 
 =================  ===========================================================================
 tp, pp, cp         --tensor-model-parallel-size, --pipeline-model-parallel-size,
@@ -13,8 +15,9 @@ ep, etp            --expert-model-parallel-size, --expert-tensor-parallel-size (
                    Megatron's default etp is tp)
 sp                 --sequence-parallel
 zero 1             --use-distributed-optimizer
-hsdp               --num-distributed-optimizer-instances dp·cp/hsdp (+ --outer-dp-sharding-strategy
-                   no_shard under zero 3: Megatron-FSDP HSDP)
+hsdp               --num-distributed-optimizer-instances dp·cp/hsdp (under zero 3 Megatron-FSDP
+                   HSDP: replicated across instances, its outer_dp_sharding_strategy default
+                   no_shard; core_v0.15.3 has no flag for it, mcore_fsdp_adapter.py enable_hsdp)
 zero 3             Megatron-FSDP: --use-megatron-fsdp --data-parallel-sharding-strategy
                    optim_grads_params (+ the flags its docs require) and
                    --init-model-with-meta-device (each rank builds only its shard: a 70B at
@@ -36,7 +39,7 @@ recompute          selective: --recompute-granularity selective (Megatron's defa
                    --recompute-num-layers N (N layers of each virtual stage)
 offload_layers     refused by the rules: core_v0.15.3 has no --cpu-offloading-num-layers
 optimizer          --optimizer sgd|muon|lion (adam, Megatron's AdamW, is the default; muon needs
-                   core_v0.16.0, lion core_v0.17.1: a header warning)
+                   core_v0.16.0, lion core_v0.17.0: the profile's later_versions)
 offload            optimizer: --optimizer-cpu-offload --optimizer-offload-fraction 1.0
                    --overlap-cpu-optimizer-d2h-h2d --use-precision-aware-optimizer
 precision          --bf16, and --fp8-format hybrid for fp8
@@ -54,13 +57,13 @@ from autoplan.export.common import (
     ExportResult,
     LaunchOptions,
     bash_array,
-    commented,
     header_lines,
     launch_shape,
     padded_vocab,
     shell_args,
 )
 from autoplan.export import optimizer_precision
+from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
 from autoplan.export.megatron_model import model_args, model_warnings
 from autoplan.export.placement import matching_order, placement_warning
 from autoplan.layout import Layout
@@ -69,7 +72,7 @@ from autoplan.profiles.efficiency import PhysicalEfficiency
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import TrainingSpec
 
-VERSION = "Megatron-LM core_v0.15.3 (pretrain_gpt.py)"
+TRAINER = "Megatron-LM"
 FILE_NAME = "megatron_pretrain_gpt.sh"
 ORDERS = {"default": "tp-cp-dp-pp", "--use-tp-pp-dp-mapping": "tp-cp-pp-dp"}
 
@@ -88,22 +91,18 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
             + recompute_args(layout) + optimizer_args(layout, training)
             + precision_args(layout, training) + model_args(model, layout, training) + vocab_args(model, layout, launch)
             + data_args(launch) + schedule_args(launch))
-    commands = [f"MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..{nodes - 1}> MASTER_ADDR=<node 0> "
-              f"bash {FILE_NAME}  (on each of the {nodes} node(s))"]
-    head = header_lines(VERSION, model, layout, training, launch=commands, warnings=warnings,
+    commands = [how_to_run(FILE_NAME, launch.launcher, nodes, "MEGATRON_LM=/path/to/Megatron-LM")]
+    version = f"{TRAINER} {profile.capabilities.version} (pretrain_gpt.py)"
+    head = header_lines(version, model, layout, training, launch=commands, warnings=warnings,
                         prediction=launch.prediction,
                         notes=_notes(model, layout, training, launch))
     env = ""
     if (layout.tp > 1 or layout.cp > 1) and layout.zero != 3:
         env = "export CUDA_DEVICE_MAX_CONNECTIONS=1  # required with TP or CP before Blackwell\n"
-    script = ("#!/usr/bin/env bash\n" + commented(head) + "set -euo pipefail\n" + env
-              + 'MEGATRON_LM="${MEGATRON_LM:-.}"\n'
-              + f"NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"
-              + bash_array("ARGS", shell_args(args))
-              + 'exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" '
-              + '--node-rank "${NODE_RANK:-0}" \\\n'
-              + '    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \\\n'
-              + '    "$MEGATRON_LM/pretrain_gpt.py" "${ARGS[@]}" "$@"\n')
+    words = shell_args(args) + path_words(launch)
+    setup = (env + 'MEGATRON_LM="${MEGATRON_LM:-.}"\n' + path_lines(launch) + bash_array("ARGS", words))
+    entry = Entry('"$MEGATRON_LM/pretrain_gpt.py"', setup, '"${ARGS[@]}" "$@"')
+    script = launch_script(LaunchShape(per_node, nodes), entry, launch.launcher, head, "autoplan-megatron")
     return ExportResult({FILE_NAME: script}, warnings)
 
 
@@ -120,16 +119,14 @@ def parallel_args(lay: Layout) -> Args:
                  ("--ckpt-format", "fsdp_dtensor"), ("--init-model-with-meta-device", None)]
     if lay.hsdp:  # hybrid sharding: G/hsdp optimizer instances; Megatron-FSDP replicates across them
         args.append(("--num-distributed-optimizer-instances", lay.dp * lay.cp // lay.hsdp))
-        if lay.zero == 3:
-            args.append(("--outer-dp-sharding-strategy", "no_shard"))
     if matching_order(ORDERS, lay) == "--use-tp-pp-dp-mapping":  # the default order is tried first
         args.append(("--use-tp-pp-dp-mapping", None))
     return args
 
 
-# autoplan's optimizer -> Megatron --optimizer, with the first tag that has it (arguments.py).
-MEGATRON_OPTIMIZERS = {"adamw": ("adam", "core_v0.15.3"), "sgd": ("sgd", "core_v0.15.3"),
-                       "muon": ("muon", "core_v0.16.0"), "lion": ("lion", "core_v0.17.1")}
+# autoplan's optimizer -> Megatron --optimizer (arguments.py; the tag that has each: the profile's
+# capabilities and later_versions).
+MEGATRON_OPTIMIZERS = {"adamw": "adam", "sgd": "sgd", "muon": "muon", "lion": "lion"}
 
 
 def optimizer_args(lay: Layout, training: TrainingSpec) -> Args:
@@ -141,7 +138,7 @@ def optimizer_args(lay: Layout, training: TrainingSpec) -> Args:
     (``optimizer_precision.megatron_args``), the precision-aware flag once."""
     args: Args = []
     if lay.optimizer != "adamw":
-        args.append(("--optimizer", MEGATRON_OPTIMIZERS[lay.optimizer][0]))
+        args.append(("--optimizer", MEGATRON_OPTIMIZERS[lay.optimizer]))
     if lay.offload == "optimizer":
         args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", 1.0),
                  ("--overlap-cpu-optimizer-d2h-h2d", None), ("--use-precision-aware-optimizer", None)]
@@ -225,22 +222,49 @@ def precision_args(lay: Layout, training: TrainingSpec) -> Args:
 
 
 def vocab_args(m: ModelSpec, lay: Layout, launch: LaunchOptions) -> Args:
-    """Tokenizer flags and ``--padded-vocab-size`` (the embedding rows; tp must divide them)."""
+    """Tokenizer flags and ``--padded-vocab-size`` (the embedding rows; tp must divide them): a
+    Hugging Face tokenizer (the export's, else the script's required ``TOKENIZER``:
+    ``path_words``), NullTokenizer only with mock data and no tokenizer."""
     padded = padded_vocab(m.vocab_size, lay.tp)
     if launch.tokenizer:
         args: Args = [("--tokenizer-type", "HuggingFaceTokenizer"), ("--tokenizer-model", launch.tokenizer)]
-    else:  # NullTokenizer adds one EOD id to --vocab-size
+    elif launch.synthetic:  # NullTokenizer adds one EOD id to --vocab-size
         args = [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size - 1)]
+    else:
+        args = [("--tokenizer-type", "HuggingFaceTokenizer")]
     return args + [("--padded-vocab-size", padded)]
 
 
 def data_args(launch: LaunchOptions) -> Args:
     """``--data-path`` takes several words (``nargs='*'``; a blend is 'weight prefix weight
     prefix ...'), so a blend given as one string becomes its words; any other value (a path with
-    spaces) stays one word."""
+    spaces) stays one word. ``--mock-data`` only when asked; else the script's required
+    ``DATA_PATH`` (``path_words``)."""
     if launch.data_path:
         return [("--data-path", data_words(launch.data_path)), ("--split", "99,1,0")]
-    return [("--mock-data", None)]
+    if launch.synthetic:
+        return [("--mock-data", None)]
+    return [("--split", "99,1,0")]
+
+
+def path_lines(launch: LaunchOptions) -> str:
+    """The script's required paths that the export was not given (``launch.required``)."""
+    lines = ""
+    if not launch.data_path and not launch.synthetic:
+        lines += required("DATA_PATH", "a Megatron .bin/.idx prefix or blend (or export with --mock-data)")
+    if not launch.tokenizer and not launch.synthetic:
+        lines += required("TOKENIZER", "a Hugging Face tokenizer name or path (or export with --tokenizer)")
+    return lines
+
+
+def path_words(launch: LaunchOptions) -> list[str]:
+    """The ARGS words that read ``path_lines``' variables (a blend in DATA_PATH splits on spaces)."""
+    words = []
+    if not launch.data_path and not launch.synthetic:
+        words.append("--data-path $DATA_PATH")
+    if not launch.tokenizer and not launch.synthetic:
+        words.append('--tokenizer-model "$TOKENIZER"')
+    return words
 
 
 def data_words(data_path: str) -> list[str]:
@@ -273,18 +297,14 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
         warnings.append(f"the embedding and output layer are padded from {m.vocab_size} to {padded} rows "
                         f"so that tp={lay.tp} divides them (+{(padded - m.vocab_size) * m.hidden_size} "
                         "parameters per matrix)")
-    since = MEGATRON_OPTIMIZERS[lay.optimizer][1]
-    if since != "core_v0.15.3":
-        warnings.append(f"--optimizer {MEGATRON_OPTIMIZERS[lay.optimizer][0]} needs Megatron-LM {since} or later "
-                        "(arguments.py at core_v0.15.3 offers adam and sgd); run this script with such a version")
     return warnings
 
 
 def _notes(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOptions) -> list[str]:
     notes = []
-    if not launch.tokenizer:
-        notes.append(f"NullTokenizer adds one EOD token: --vocab-size {m.vocab_size - 1} gives "
-                     f"{m.vocab_size} token ids; pass a real tokenizer for real data")
+    if not launch.tokenizer and launch.synthetic:
+        notes.append(f"--mock-data: synthetic tokens, as asked at export; NullTokenizer adds one EOD token: "
+                     f"--vocab-size {m.vocab_size - 1} gives {m.vocab_size} token ids")
     if training.seq_len > m.max_position_embeddings:
         notes.append(f"--max-position-embeddings raised to seq_len {training.seq_len} "
                      f"(the model's is {m.max_position_embeddings})")

@@ -11,6 +11,7 @@ rope_scaling yarn      MLA: --rotary-scaling-factor, --mscale, --mscale-all-dim 
                        default rope type); beta_fast/beta_slow/original length are
                        MLATransformerConfig's defaults 32/1/4096 (others warn)
 norm_eps               --norm-epsilon
+MLA norms              --qk-layernorm (MLA's compressed q/kv RMSNorms; without it identity)
 MoE routing            --moe-router-score-function, --moe-router-pre-softmax (softmax without
                        renormalised top-k), --moe-router-topk-scaling-factor,
                        --moe-router-num-groups/--moe-router-group-topk, load balancing type
@@ -121,6 +122,11 @@ def mla_args(m: ModelSpec) -> Args:
         return []
     mla = m.mla
     args: Args = [("--multi-latent-attention", None)]
+    # MLA's RMSNorms on the compressed q and kv (DeepSeek-V2/V3 q_a_layernorm, kv_a_layernorm) exist in
+    # Megatron only with --qk-layernorm: core_v0.15.3 gpt_layer_specs.py fuses them into the up
+    # projections (LayerNormLinear) if qk_layernorm, else plain linears (the norms become identity).
+    if not m.qk_norm:
+        args.append(("--qk-layernorm", None))
     if mla.q_lora_rank > 0:
         args.append(("--q-lora-rank", mla.q_lora_rank))
     return args + [("--kv-lora-rank", mla.kv_lora_rank), ("--qk-head-dim", mla.qk_nope_head_dim),

@@ -24,6 +24,7 @@ from autoplan.export.common import (
     launch_shape,
     padded_vocab,
 )
+from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
@@ -31,6 +32,7 @@ from autoplan.specs.training import TrainingSpec
 
 VERSION = "nanotron main @ 2411b022 (2026-04-07; package version 0.4)"
 FILE_NAME = "nanotron_config.yaml"
+LAUNCH_FILE = "nanotron_launch.sh"
 ORDERS = {"context": "tp-cp-dp-pp"}  # ParallelContext: ranks reshaped as (ep, pp, dp, cp, tp)
 DEFAULT_TOKEN_IDS = (1, 2)  # LlamaConfig/Qwen2Config defaults, used when the model gives none
 
@@ -59,15 +61,23 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
         "profiler": None,
         "lighteval": None,
     }
-    commands = [f"CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nproc-per-node {per_node} --nnodes {nodes} "
-              f"--node-rank <0..{nodes - 1}> --master-addr <node 0> run_train.py --config-file {FILE_NAME}"]
-    notes = ["nanotron assigns layers to pipeline stages itself, balancing the embedding and LM head too",
-             "dataset null = nanotron's dummy data generator" if not launch.data_path else
-             "the data set is read with Hugging Face datasets (text column 'text')"]
+    commands = [how_to_run(LAUNCH_FILE, launch.launcher, nodes, "NANOTRON=/path/to/nanotron")]
+    notes = ["nanotron assigns layers to pipeline stages itself, balancing the embedding and LM head too"]
+    if launch.data_path:
+        notes.append("the data set is read with Hugging Face datasets (text column 'text')")
+    elif launch.synthetic:
+        notes.append("dataset null = nanotron's dummy data generator (--mock-data)")
+    if not launch.data_path and not launch.mock_data:
+        warnings.append("no --data-path: dataset null is nanotron's dummy data generator; give --data-path "
+                        "(a Hugging Face dataset) and --tokenizer, or --mock-data to train on dummy data")
     head = header_lines(VERSION, model, layout, training, launch=commands, notes=notes, warnings=warnings,
                         prediction=launch.prediction)
     text = commented(head) + yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
-    return ExportResult({FILE_NAME: text}, warnings)
+    setup = ("export CUDA_DEVICE_MAX_CONNECTIONS=1  # as nanotron's README launches run_train.py\n"
+             'NANOTRON="${NANOTRON:-.}"\n')
+    entry = Entry('"$NANOTRON/run_train.py"', setup, f'--config-file "${{EXPORT_DIR:-$PWD}}/{FILE_NAME}" "$@"')
+    script = launch_script(LaunchShape(per_node, nodes), entry, launch.launcher, head, "autoplan-nanotron")
+    return ExportResult({FILE_NAME: text, LAUNCH_FILE: script}, warnings)
 
 
 def parallelism(lay: Layout) -> dict[str, object]:

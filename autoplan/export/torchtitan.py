@@ -31,6 +31,7 @@ from autoplan.export.common import (
     launch_shape,
     toml_tables,
 )
+from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
@@ -39,6 +40,7 @@ from autoplan.specs.training import TrainingSpec
 VERSION = "torchtitan 0.3.0 (Python config module)"
 TOML_VERSION = "torchtitan 0.2.2 (TOML job file)"
 MODULE_FILE = "torchtitan_autoplan.py"
+LAUNCH_FILE = "torchtitan_launch.sh"  # runs the 0.3.0 module
 TOML_FILE = "torchtitan_job.toml"
 FLAVOR_MODULE = "autoplan_torchtitan_flavor"
 CUSTOM_FLAVOR = "autoplan"
@@ -69,16 +71,29 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
                         "of the tensorwise gain (measured on an H100 and an H200, validation/*_fp8_recipes.csv) and which the "
                         "plan was not costed with: plan with --fp8-recipe rowwise, or run the 0.2.2 TOML "
                         "(recipe_name tensorwise)")
+    if not launch.tokenizer and not launch.synthetic:
+        toml_warnings.append(f"no --tokenizer: {TOML_FILE}'s hf_assets_path is torchtitan's test tokenizer "
+                             f"({TEST_TOKENIZER}); give --tokenizer, or override --model.hf_assets_path")
+    if not launch.data_path and not launch.synthetic:
+        toml_warnings.append(f"no --data-path: {TOML_FILE}'s dataset 'c4' streams allenai/c4 from the Hugging Face "
+                             "Hub; give --data-path (a local copy), or override --training.dataset_path")
     if toml_flavor == CUSTOM_FLAVOR and model.tied_embeddings:
         toml_warnings.append("torchtitan 0.2.2's llama3 has no weight tying: the exported flavor "
                              f"has a separate output layer (+{model.vocab_size * model.hidden_size} "
                              "parameters)")
-    commands = [f"torchrun --nproc-per-node {per_node} --nnodes {nodes} --node-rank <0..{nodes - 1}> "
-              f"--master-addr <node 0> -m torchtitan.train --module torchtitan_autoplan "
-              f"--config autoplan_config   (with this folder on PYTHONPATH)",
-              f"dry run without GPUs: NGPU={training.gpus} COMM_MODE=fake_backend MODULE=torchtitan_autoplan "
-              "CONFIG=autoplan_config ./run_train.sh"]
+    commands = [how_to_run(LAUNCH_FILE, launch.launcher, nodes),
+                f"dry run without GPUs: NGPU={training.gpus} COMM_MODE=fake_backend MODULE=torchtitan_autoplan "
+                "CONFIG=autoplan_config ./run_train.sh   (with this folder on PYTHONPATH)"]
     files = {MODULE_FILE: _module(model, layout, training, launch, family, flavor, commands, warnings)}
+    head = header_lines(VERSION, model, layout, training, launch=commands[:1], warnings=warnings,
+                        prediction=launch.prediction)
+    setup = 'export PYTHONPATH="${EXPORT_DIR:-$PWD}${PYTHONPATH:+:$PYTHONPATH}"\n'
+    if not launch.data_path and not launch.synthetic:  # read by the module's _required
+        setup += required("DATA_PATH", "a local copy of allenai/c4 (or export with --mock-data)") + "export DATA_PATH\n"
+    if not launch.tokenizer and not launch.synthetic:
+        setup += required("TOKENIZER", "the Hugging Face tokenizer folder (or export with --tokenizer)") + "export TOKENIZER\n"
+    entry = Entry("-m torchtitan.train", setup, '--module torchtitan_autoplan --config autoplan_config "$@"')
+    files[LAUNCH_FILE] = launch_script(LaunchShape(per_node, nodes), entry, launch.launcher, head, "autoplan-torchtitan")
     toml_launch = [f"torchrun --nproc-per-node {per_node} --nnodes {nodes} -m torchtitan.train "
                    f"--job.config_file {TOML_FILE}"]
     if family == "deepseek_v3" and layout.cp > 1:  # 0.2.2's deepseek_v3 attends with flex attention
@@ -203,7 +218,7 @@ def _module(model, lay, training, launch, family, flavor, commands, warnings) ->
     train = ",\n".join(f"            {k}={v!r}" for k, v in batch(lay, training).items())
     registry = f"_{family}.model_registry"
     return (commented(head) + '"""torchtitan Trainer.Config for this plan: --config autoplan_config."""\n\n'
-            + _imports(family, flavor, fp8, training.fp8_recipe)
+            + _imports(family, flavor, fp8, training.fp8_recipe) + _required_helper(launch)
             + (_v03_flavor(model, lay, training) if flavor == CUSTOM_FLAVOR else "")
             + f"\nPLAN = {lay.to_record(training)!r}\n\n\n"
             + "def autoplan_config() -> Trainer.Config:\n"
@@ -212,19 +227,62 @@ def _module(model, lay, training, launch, family, flavor, commands, warnings) ->
             + "        model_spec=model_spec,\n"
             + "        loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(\n"
             + "            global_vocab_size=decoder_vocab_size(model_spec))),\n"
-            + f"        hf_assets_path={launch.tokenizer or './tests/assets/tokenizer'!r},\n"
+            + f"        hf_assets_path={_module_path(launch.tokenizer, 'TOKENIZER', launch)},\n"
             + f"        optimizer=default_adamw(lr={launch.lr!r}, weight_decay={launch.weight_decay!r}),\n"
             + f"        lr_scheduler=LRSchedulersContainer.Config(warmup_steps={launch.warmup_steps!r}, "
             + f"decay_type='cosine', min_lr_factor={launch.min_lr / launch.lr!r}),\n"
             + f"        training=TrainingConfig(\n{train},\n"
             + f"            steps={launch.train_steps!r}, max_norm={launch.grad_clip!r},\n"
             + f"            disable_cuda_graphs={lay.pp > 1 or lay.ep > 1!r}),\n"
-            + f"        dataloader=HuggingFaceTextDataLoader.Config(dataset={launch.data_path or 'c4'!r}),\n"
+            + f"        dataloader=HuggingFaceTextDataLoader.Config({_module_data(launch)}),\n"
             + f"        parallelism=ParallelismConfig(\n{parallel}),\n"
             + f"        activation_checkpoint={ac},\n"
             + f"        compile=CompileConfig(enable={fp8!r}, components=['model', 'loss']),\n"
             + f"        debug=DebugConfig(seed={launch.seed!r}),\n"
             + "    )\n")
+
+
+# Data: torchtitan's registered data sets (torchtitan/hf_datasets/text_datasets.py DATASETS):
+# 'c4' streams allenai/c4 (load_dataset(path, name='en', split='train', streaming=True)) from
+# ``dataset_path`` when given (a local copy), 'c4_test' is the sample a torchtitan checkout holds in
+# tests/assets/c4_test; ``dataset`` must be a registered name (_validate_dataset).
+DATA_SET, DEMO_DATA_SET, TEST_TOKENIZER = "c4", "c4_test", "./tests/assets/tokenizer"
+
+
+def _module_data(launch: LaunchOptions) -> str:
+    """The dataloader's arguments: the export's data path, the demo set with --mock-data, else
+    the required environment variable DATA_PATH."""
+    if launch.synthetic:
+        return f"dataset={DEMO_DATA_SET!r}"
+    return f"dataset={DATA_SET!r}, dataset_path={_module_path(launch.data_path, 'DATA_PATH', launch)}"
+
+
+def _module_path(given: str | None, name: str, launch: LaunchOptions) -> str:
+    """A path literal: the export's, the test tokenizer with --mock-data, else ``_required(name)``."""
+    if given:
+        return repr(given)
+    if launch.synthetic and name == "TOKENIZER":
+        return repr(TEST_TOKENIZER)
+    return f"_required({name!r})"
+
+
+def _required_helper(launch: LaunchOptions) -> str:
+    """``_required``: the module stops with what to set, before torchtitan builds anything."""
+    if not ("_required(" in _module_data(launch) or "_required(" in _module_path(launch.tokenizer, "TOKENIZER", launch)):
+        return ""
+    return ("\nimport os\n\n\ndef _required(name: str) -> str:\n"
+            "    if not os.environ.get(name):\n"
+            "        raise SystemExit(f'set {name}: DATA_PATH a local copy of allenai/c4, TOKENIZER the Hugging Face '\n"
+            "                         'tokenizer folder (or export with --data-path, --tokenizer or --mock-data)')\n"
+            "    return os.environ[name]\n")
+
+
+def _toml_data(launch: LaunchOptions) -> list[tuple[str, object]]:
+    """0.2.2's [training] dataset (and dataset_path); without a path, 'c4' streams allenai/c4
+    from the Hugging Face Hub (a header note)."""
+    if launch.synthetic:
+        return [("dataset", DEMO_DATA_SET)]
+    return [("dataset", DATA_SET)] + ([("dataset_path", launch.data_path)] if launch.data_path else [])
 
 
 def _imports(family: str, flavor: str, fp8: bool, recipe: str) -> str:
@@ -275,7 +333,7 @@ def _toml(model, lay, training, launch, family, flavor, commands, warnings) -> s
                         prediction=launch.prediction)
     model_items: list[tuple[str, object]] = [
         ("name", family), ("flavor", flavor),
-        ("hf_assets_path", launch.tokenizer or "./tests/assets/tokenizer")]
+        ("hf_assets_path", launch.tokenizer or TEST_TOKENIZER)]
     mx = lay.precision == "fp8" and training.fp8_recipe == "mxfp8"
     if lay.precision == "fp8":
         model_items.append(("converters", ["quantize.linear.mx" if mx else "quantize.linear.float8"]))
@@ -291,7 +349,7 @@ def _toml(model, lay, training, launch, family, flavor, commands, warnings) -> s
                                 ("min_lr_factor", launch.min_lr / launch.lr)]),
               ("training", list(batch(lay, training).items()) + [
                   ("steps", launch.train_steps), ("max_norm", launch.grad_clip),
-                  ("dataset", launch.data_path or "c4")]),
+                  *_toml_data(launch)]),
               ("parallelism", par + [("expert_tensor_parallel_degree", lay.etp)]),
               ("activation_checkpoint", ac),
               ("compile", [("enable", lay.precision == "fp8"), ("components", ["model", "loss"])]),

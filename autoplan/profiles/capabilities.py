@@ -7,6 +7,11 @@ A setting the block does not name is allowed at its default only, so a new train
 nothing it was not said to run (STYLE.md, "capabilities are allow-lists"). The rule table
 (``autoplan.rules.capabilities``) is the one place that enforces these facts, for search,
 estimate, compare, capacity and export alike; each YAML cites the trainer source of its entries.
+
+``version`` names the trainer version the lists describe (the one autoplan pins) and
+``later_versions`` what each newer version adds, in order (Megatron-LM core_v0.16.0 adds Muon):
+:meth:`Capabilities.at_version` gives the lists of a later version, and
+:meth:`Capabilities.first_version_with` the version a refused value needs.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from autoplan.errors import SpecError, shown
+from autoplan.errors import AutoplanError, SpecError, shown
 from autoplan.layout import OFFLOADS, OPTIMIZERS, PP_SCHEDULES, PP_SPLITS, PRECISIONS
 from autoplan.specs.training import FP8_RECIPES, TRAINER_SETTINGS, setting_choice, setting_choices
 from autoplan.specs.yaml_io import check_keys
@@ -46,6 +51,39 @@ class Capabilities:
     # setting -> the values it may take (as specs.training.setting_choice spells them); a
     # setting not named runs at its default only.
     settings: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    version: str = ""  # the trainer version these lists describe ('' : one unnamed version)
+    # (version, {list field: values it adds, or bool field: True}) for each newer version, oldest first
+    later_versions: tuple[tuple[str, dict[str, Any]], ...] = ()
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        """The versions these capabilities know, the described (pinned) one first."""
+        return (self.version, *(name for name, _ in self.later_versions)) if self.version else ()
+
+    def at_version(self, version: str | None) -> Capabilities:
+        """The capabilities of ``version`` (None or the pinned one: these): each later version's
+        additions up to it merged in, the versions after it still later; an unknown version is an
+        error naming the known ones."""
+        if not version or version == self.version:
+            return self
+        if version not in self.versions[1:]:
+            known = ", ".join(self.versions) or "none named"
+            raise AutoplanError(f"unknown trainer version {shown(version)}; the capabilities know {known}")
+        merged, names = {}, [name for name, _ in self.later_versions]
+        reached = names.index(version) + 1
+        for _, added in self.later_versions[:reached]:
+            for key, values in added.items():
+                merged[key] = True if values is True else (*merged.get(key, getattr(self, key)), *values)
+        return replace(self, version=version, later_versions=self.later_versions[reached:], **merged)
+
+    def first_version_with(self, key: str, value: Any) -> str:
+        """The first later version whose additions to ``key`` hold ``value`` (True for a yes/no
+        field), '' when none does."""
+        for name, added in self.later_versions:
+            values = added.get(key, ())
+            if values is True and value is True or values is not True and value in values:
+                return name
+        return ""
 
     def allows_setting(self, name: str, value: Any) -> bool:
         """Whether the trainer runs setup setting ``name`` at ``value`` (its default always)."""
@@ -101,9 +139,35 @@ def capabilities_from_mapping(data: Any, where: str) -> Capabilities:
     max_zero = data["max_zero_with_pp"]
     if isinstance(max_zero, bool) or not isinstance(max_zero, int) or not 0 <= max_zero <= 3:
         raise SpecError(where, f"max_zero_with_pp must be a ZeRO stage 0..3, got {shown(max_zero)}")
+    version = data.get("version", "")
+    if not isinstance(version, str):
+        raise SpecError(where, f"version must be the trainer version's name (text), got {shown(version)}")
     return Capabilities(zero_stages=zero, max_zero_with_pp=max_zero, precisions=precisions, fp8_recipes=recipes,
                         settings=allowed, uneven_stages_max_vpp=float(uneven), **lists,
-                        **{k: data.get(k, False) for k in _BOOL_KEYS})
+                        **{k: data.get(k, False) for k in _BOOL_KEYS}, version=version,
+                        later_versions=_later_versions(data.get("later_versions"), bool(version), where))
+
+
+def _later_versions(data: Any, named: bool, where: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """``later_versions:`` (version -> {list field: added values, or yes/no field: true}), in the
+    YAML's order; it needs the pinned ``version`` named."""
+    if data is None:
+        return ()
+    if not isinstance(data, dict) or not named:
+        raise SpecError(where, "later_versions must be a mapping of version -> what it adds, under a named "
+                               f"version, got {shown(data)}")
+    out = []
+    for name, added in data.items():
+        here = f"{where}.later_versions.{name}"
+        if not isinstance(added, dict):
+            raise SpecError(here, f"expected a mapping of capability -> what it adds, got {shown(added)}")
+        check_keys(added, here, required=[], optional=[*_LISTS, *_BOOL_KEYS])
+        for key in _BOOL_KEYS:
+            if key in added and added[key] is not True:
+                raise SpecError(here, f"{key}: a later version can only add it (true), got {shown(added[key])}")
+        values = {key: _choices(added, key, _LISTS[key][0], here) for key in added if key in _LISTS}
+        out.append((str(name), {**values, **{key: True for key in added if key in _BOOL_KEYS}}))
+    return tuple(out)
 
 
 def _choices(data: dict, key: str, allowed: tuple, where: str) -> tuple:

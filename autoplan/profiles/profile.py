@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from autoplan.errors import SpecError, UnknownNameError, shown
+from autoplan.errors import AutoplanError, SpecError, UnknownNameError, shown
 from autoplan.profiles.capabilities import KEYS as CAPABILITY_KEYS
 from autoplan.profiles.capabilities import Capabilities, capabilities_from_mapping
 from autoplan.profiles.efficiency import CalibratedParameters
@@ -160,6 +160,15 @@ class TrainerProfile:
 
     def with_parameters(self, gpu_name: str, params: CalibratedParameters) -> TrainerProfile:
         return replace(self, parameters={**self.parameters, gpu_name: params})
+
+    def at_version(self, version: str | None) -> TrainerProfile:
+        """This profile with the capabilities of trainer ``version`` (None: the pinned one,
+        ``Capabilities.at_version``)."""
+        known = self.capabilities.versions
+        if version and version not in known:
+            raise AutoplanError(f"unknown {self.name} version {shown(version)}; autoplan knows "
+                                + (", ".join(known) if known else f"one {self.name} version (unnamed): drop --trainer-version"))
+        return replace(self, capabilities=self.capabilities.at_version(version))
 
     def with_overrides(self, overrides: Iterable[tuple[str, Any]]) -> TrainerProfile:
         """This profile with a measured run's own departures from it: (field, value) pairs of

@@ -70,8 +70,21 @@ def _listed(name: str, knob: str, field: str, codes, invariant: str, verb: str, 
     <trainer> <verb> <the list>'."""
     return Rule(name, ALL, invariant,
                 lambda c, b: ~np.isin(getattr(b, knob), listed(getattr(caps(c), field), codes)),
-                lambda c, x: f"{knob}={getattr(x, knob)}, {c.profile.name} {verb} {_names(getattr(caps(c), field))}",
-                PROFILES + f" ({field}{source})", fix=lambda c, x: fix)
+                lambda c, x: f"{knob}={getattr(x, knob)}, {c.profile.name} {_at_version(c)}{verb} "
+                             f"{_names(getattr(caps(c), field))}{_later(c, field, getattr(x, knob))}",
+                PROFILES + f" ({field}{source}; later_versions)", fix=lambda c, x: fix)
+
+
+def _at_version(ctx: RuleContext) -> str:
+    """'core_v0.15.3 ' where the capabilities name their version, else ''."""
+    return f"{caps(ctx).version} " if caps(ctx).version else ""
+
+
+def _later(ctx: RuleContext, field: str, value) -> str:
+    """'; megatron core_v0.16.0 has it (--trainer-version core_v0.16.0)' where a later
+    version of the trainer runs ``value`` (``Capabilities.first_version_with``), else ''."""
+    version = caps(ctx).first_version_with(field, value)
+    return f"; {ctx.profile.name} {version} has it (--trainer-version {version})" if version else ""
 
 
 RULES = [

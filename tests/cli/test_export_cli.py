@@ -121,7 +121,8 @@ def test_output_folder_and_file(tmp_path):
     folder = tmp_path / "configs"
     result = run("export", "--to", "torchtitan", *LAYOUT, "--zero", "3", "-o", str(folder))
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in folder.iterdir()) == ["torchtitan_autoplan.py", "torchtitan_job.toml"]
+    assert sorted(p.name for p in folder.iterdir()) == ["torchtitan_autoplan.py", "torchtitan_job.toml",
+                                                        "torchtitan_launch.sh"]
     script = tmp_path / "sub" / "launch.sh"
     result = run("export", "--to", "megatron", *LAYOUT, "-o", str(script))
     assert result.exit_code == 0 and script.read_text().startswith("#!/usr/bin/env bash")
@@ -181,7 +182,7 @@ def test_python_and_toml_outputs_quote_hostile_values(tmp_path):
     tree = ast.parse(module)
     assert EVIL in [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)]
     job = tomllib.loads((tmp_path / "tt" / "torchtitan_job.toml").read_text())
-    assert job["training"]["dataset"] == EVIL
+    assert job["training"]["dataset_path"] == EVIL
     assert EVIL + " touch pwned_by_name" in job["job"]["description"]
 
 
@@ -222,7 +223,8 @@ def test_export_plan_writes_every_trainer_into_the_folder(tmp_path):
     paths = export_plan({**PLAN_A, "zero": 0}, "llama3-8b", "megatron,torchtitan,nanotron,deepspeed", out, training)
     assert {p.parent for p in paths} == {out}
     assert {p.name for p in paths} == {"megatron_pretrain_gpt.sh", "torchtitan_autoplan.py", "torchtitan_job.toml",
-                                       "nanotron_config.yaml", "deepspeed_config.json", "deepspeed_launch.sh"}
+                                       "torchtitan_launch.sh", "nanotron_config.yaml", "nanotron_launch.sh",
+                                       "deepspeed_config.json", "deepspeed_launch.sh"}
 
 
 def test_export_plan_is_all_or_nothing(tmp_path):

@@ -20,7 +20,8 @@ def run(*args):
 
 def test_estimate_costs_muon_and_the_offloaded_step():
     rows = {}
-    for name, extra in (("adamw", ()), ("muon", ("--optimizer", "muon")), ("offload", ("--offload", "optimizer"))):
+    for name, extra in (("adamw", ()), ("muon", ("--optimizer", "muon", "--trainer-version", "core_v0.16.0")),
+                        ("offload", ("--offload", "optimizer"))):
         result = run("estimate", *PLAN, *extra)
         assert result.exit_code == 0, result.output
         (rows[name],) = json.loads(result.stdout)
@@ -38,7 +39,21 @@ def test_estimate_refuses_an_optimizer_the_trainer_lacks():
     result = run("estimate", *PLAN, "--optimizer", "adamw8bit")
     assert result.exit_code == 2
     assert "the trainer must implement the optimizer" in result.output
-    assert "megatron runs adamw, sgd, muon, lion" in result.output and "try --optimizer adamw" in result.output
+    assert "megatron core_v0.15.3 runs adamw, sgd" in result.output and "try --optimizer adamw" in result.output
+
+
+def test_an_optimizer_of_a_later_version_is_refused_with_that_version():
+    """Muon: not among --optimizer's choices in Megatron-LM core_v0.15.3's arguments.py (adam, sgd),
+    among them from core_v0.16.0 (adam, sgd, muon, dist_muon); lion from core_v0.17.0."""
+    pinned = run("estimate", *PLAN, "--optimizer", "muon")
+    assert pinned.exit_code == 2
+    assert "megatron core_v0.16.0 has it (--trainer-version core_v0.16.0)" in pinned.output
+    assert "megatron core_v0.17.0 has it" in run("estimate", *PLAN, "--optimizer", "lion").output
+    assert run("estimate", *PLAN, "--optimizer", "lion", "--trainer-version", "core_v0.17.0").exit_code == 0
+    later = run("estimate", *PLAN, "--optimizer", "lion", "--trainer-version", "core_v0.16.0")
+    assert later.exit_code == 2 and "megatron core_v0.16.0 runs adamw, sgd, muon;" in later.output
+    unknown = run("estimate", *PLAN, "--trainer-version", "core_v0.14.0")
+    assert unknown.exit_code == 2 and "core_v0.15.3, core_v0.16.0, core_v0.17.0" in unknown.output
 
 
 def test_explain_shows_the_host_memory_row():

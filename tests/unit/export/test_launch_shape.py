@@ -11,8 +11,8 @@ from autoplan.specs.models import load_model
 # What each trainer's files state about processes per node (and the node count).
 PER_NODE_TEXT = {
     "megatron": ("megatron_pretrain_gpt.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),
-    "torchtitan": ("torchtitan_autoplan.py", "torchrun --nproc-per-node {per_node} --nnodes {nodes} "),
-    "nanotron": ("nanotron_config.yaml", "torchrun --nproc-per-node {per_node} --nnodes {nodes} "),
+    "torchtitan": ("torchtitan_launch.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),
+    "nanotron": ("nanotron_launch.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),
     "deepspeed": ("deepspeed_launch.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),
 }
 

@@ -178,3 +178,13 @@ def test_megatron_writes_nemotron_architecture_and_deepspeed_refuses_it():
     with pytest.raises(ExportError, match="relu2 MLP"):
         training = build_training(8, 4096, 8)
         _mds_model_args(model, resolve_layout({}, training), training)
+
+
+def test_mla_keeps_its_q_and_kv_norms_in_megatron():
+    """DeepSeek-V3's q_a_layernorm and kv_a_layernorm: Megatron-LM core_v0.15.3 builds MLA's
+    linear_q_up_proj / linear_kv_up_proj as LayerNormLinear only with --qk-layernorm
+    (gpt_layer_specs.py); without it the norms are identity."""
+    model = load_model("deepseek-v3")
+    assert model.mla is not None and not model.qk_norm
+    _, words = _megatron_flags(model, dict(gpus=256, tp=2, ep=32, zero=1, seq_len=4096, gbs_seqs=1024))
+    assert words.count("--qk-layernorm") == 1

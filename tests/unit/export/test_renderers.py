@@ -32,7 +32,8 @@ def case_model(case):
 
 
 def _render(case, trainer):
-    return render(trainer, case_model(case), *plan_from_record(case["layout"]), LaunchOptions())
+    return render(trainer, case_model(case), *plan_from_record(case["layout"]), LaunchOptions(),
+                  trainer_version=case.get("trainer_version", {}).get(trainer))
 
 
 @pytest.mark.parametrize(("case", "trainer"), RUNS, ids=[f"{c['name']}-{t}" for c, t in RUNS])

@@ -42,6 +42,7 @@ EXTRA = [
      ["megatron", "torchtitan", "nanotron"]),
     ("llama3-8b", {"gpus": 24, "pp": 3, "vpp": 2, "zero": 1, "gbs_seqs": 96, "seq_len": 4096}, ["megatron"]),
 ]
+VERSIONS = {(c["model"], str(c["layout"]), t): v for c in CASES for t, v in c.get("trainer_version", {}).items()}
 RUNS = ([(c["model"], c["layout"], t) for c in CASES for t in c["trainers"]]
         + [(m, lay, t) for m, lay, ts in EXTRA for t in ts])
 IDS = [f"{m}-{t}-{i}" for i, (m, _, t) in enumerate(RUNS)]
@@ -232,7 +233,8 @@ def from_deepspeed(files, model) -> dict:
 def test_files_parse_back_to_the_layout(model_name, values, trainer):
     model = load_model(GOLDEN / model_name if model_name.endswith(".json") else model_name)
     layout, training = plan_from_record(values)
-    files = render(trainer, model, layout, training, LaunchOptions(), allow_uneven_pp=True).files
+    files = render(trainer, model, layout, training, LaunchOptions(), allow_uneven_pp=True,
+                   trainer_version=VERSIONS.get((model_name, str(values), trainer))).files
     expected = layout.to_record(training)
     if trainer == "megatron":
         recovered = [(from_megatron(files, model), expected)]

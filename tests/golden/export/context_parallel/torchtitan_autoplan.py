@@ -2,8 +2,8 @@
 # Model: llama3-8b (llama): 32 layers, hidden 4096, ffn 14336, 32 heads, 8 KV heads, head dim 128, vocab 128256, swiglu, rmsnorm, rope positions (theta 500000), norm eps 1e-05, untied embeddings
 # Layout: tp=2 pp=1 cp=4 dp=8 zero=0 mbs=1 ga=16 rc=full on 64 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 128 sequences x 32768 tokens = 4194304 tokens per step (dp 8 x mbs 1 x grad_acc 16); precision bf16
-# Launch: torchrun --nproc-per-node 8 --nnodes 8 --node-rank <0..7> --master-addr <node 0> -m torchtitan.train --module torchtitan_autoplan --config autoplan_config   (with this folder on PYTHONPATH)
-#         dry run without GPUs: NGPU=64 COMM_MODE=fake_backend MODULE=torchtitan_autoplan CONFIG=autoplan_config ./run_train.sh
+# Launch: NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash torchtitan_launch.sh   (on each of the 8 node(s), from this folder)
+#         dry run without GPUs: NGPU=64 COMM_MODE=fake_backend MODULE=torchtitan_autoplan CONFIG=autoplan_config ./run_train.sh   (with this folder on PYTHONPATH)
 # Note: the model is torchtitan's own flavor
 # WARNING: torchtitan shards parameters over the cp group (FSDP over dp_shard·cp = 4) even with zero=0; memory is lower than predicted
 # WARNING: torchtitan's 8B flavor applies Llama-3 RoPE scaling x8; the model's is none
@@ -19,6 +19,15 @@ from torchtitan.models import llama3 as _llama3
 from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.trainer import Trainer
 
+import os
+
+
+def _required(name: str) -> str:
+    if not os.environ.get(name):
+        raise SystemExit(f'set {name}: DATA_PATH a local copy of allenai/c4, TOKENIZER the Hugging Face '
+                         'tokenizer folder (or export with --data-path, --tokenizer or --mock-data)')
+    return os.environ[name]
+
 PLAN = {'gpus': 64, 'dp': 8, 'tp': 2, 'pp': 1, 'vpp': 1, 'cp': 4, 'ep': 1, 'etp': 1, 'zero': 0, 'mbs': 1, 'grad_acc': 16, 'seq_len': 32768, 'gbs_seqs': 128, 'sp': True, 'recompute': 'full', 'precision': 'bf16', 'placement': 'tp-cp-dp-pp', 'recompute_layers': 0, 'recompute_modules': '', 'offload_layers': 0, 'hsdp': 0, 'pp_schedule': 'default', 'pp_split': 'balanced', 'optimizer': 'adamw', 'offload': 'none'}
 
 
@@ -28,7 +37,7 @@ def autoplan_config() -> Trainer.Config:
         model_spec=model_spec,
         loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(
             global_vocab_size=decoder_vocab_size(model_spec))),
-        hf_assets_path='./tests/assets/tokenizer',
+        hf_assets_path=_required('TOKENIZER'),
         optimizer=default_adamw(lr=0.0003, weight_decay=0.1),
         lr_scheduler=LRSchedulersContainer.Config(warmup_steps=100, decay_type='cosine', min_lr_factor=0.1),
         training=TrainingConfig(
@@ -37,7 +46,7 @@ def autoplan_config() -> Trainer.Config:
             seq_len=32768,
             steps=1000, max_norm=1.0,
             disable_cuda_graphs=False),
-        dataloader=HuggingFaceTextDataLoader.Config(dataset='c4'),
+        dataloader=HuggingFaceTextDataLoader.Config(dataset='c4', dataset_path=_required('DATA_PATH')),
         parallelism=ParallelismConfig(
             data_parallel_replicate_degree=8,
             data_parallel_shard_degree=1,

@@ -2,8 +2,8 @@
 # Model: usp-8b (llama): 32 layers, hidden 4096, ffn 14336, 32 heads, 32 KV heads, head dim 128, vocab 131072, swiglu, rmsnorm, rope positions (theta 500000), norm eps 1e-05, untied embeddings
 # Layout: tp=2 pp=1 dp=8 zero=3 mbs=1 ga=8 rc=selective on 16 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 64 sequences x 4096 tokens = 262144 tokens per step (dp 8 x mbs 1 x grad_acc 8); precision bf16
-# Launch: torchrun --nproc-per-node 8 --nnodes 2 --node-rank <0..1> --master-addr <node 0> -m torchtitan.train --module torchtitan_autoplan --config autoplan_config   (with this folder on PYTHONPATH)
-#         dry run without GPUs: NGPU=16 COMM_MODE=fake_backend MODULE=torchtitan_autoplan CONFIG=autoplan_config ./run_train.sh
+# Launch: NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash torchtitan_launch.sh   (on each of the 2 node(s), from this folder)
+#         dry run without GPUs: NGPU=16 COMM_MODE=fake_backend MODULE=torchtitan_autoplan CONFIG=autoplan_config ./run_train.sh   (with this folder on PYTHONPATH)
 # Note: the model is a Llama-3 flavor registered below (RoPE theta 500000, no RoPE scaling from the model)
 """torchtitan Trainer.Config for this plan: --config autoplan_config."""
 
@@ -17,6 +17,15 @@ from torchtitan.models import llama3 as _llama3
 from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.trainer import Trainer
 from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+
+import os
+
+
+def _required(name: str) -> str:
+    if not os.environ.get(name):
+        raise SystemExit(f'set {name}: DATA_PATH a local copy of allenai/c4, TOKENIZER the Hugging Face '
+                         'tokenizer folder (or export with --data-path, --tokenizer or --mock-data)')
+    return os.environ[name]
 
 
 def _autoplan_flavor(attn_backend: str, tp_gemm_backend: str = 'default'):
@@ -49,7 +58,7 @@ def autoplan_config() -> Trainer.Config:
         model_spec=model_spec,
         loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(
             global_vocab_size=decoder_vocab_size(model_spec))),
-        hf_assets_path='./tests/assets/tokenizer',
+        hf_assets_path=_required('TOKENIZER'),
         optimizer=default_adamw(lr=0.0003, weight_decay=0.1),
         lr_scheduler=LRSchedulersContainer.Config(warmup_steps=100, decay_type='cosine', min_lr_factor=0.1),
         training=TrainingConfig(
@@ -58,7 +67,7 @@ def autoplan_config() -> Trainer.Config:
             seq_len=4096,
             steps=1000, max_norm=1.0,
             disable_cuda_graphs=False),
-        dataloader=HuggingFaceTextDataLoader.Config(dataset='c4'),
+        dataloader=HuggingFaceTextDataLoader.Config(dataset='c4', dataset_path=_required('DATA_PATH')),
         parallelism=ParallelismConfig(
             data_parallel_replicate_degree=1,
             data_parallel_shard_degree=8,

@@ -3,13 +3,14 @@
 # Model: deepseek-v3 (deepseek_v3): 61 layers, hidden 7168, ffn 18432, 128 heads, 128 KV heads, head dim 192, vocab 129280, swiglu, rmsnorm, rope positions (theta 10000, scaling {'beta_fast': 32, 'beta_slow': 1, 'factor': 40, 'mscale': 1.0, 'mscale_all_dim': 1.0, 'original_max_position_embeddings': 4096, 'type': 'yarn'}), norm eps 1e-06, untied embeddings, MoE 256 experts top-8 of width 2048, 1 shared, 3 dense layers first, MLA q_lora 1536, kv_lora 512, qk 128+64, v 128
 # Layout: tp=1 pp=16 vpp=2 ep=8 etp=1 dp=16 zero=1 mbs=1 ga=16 rc=full on 256 GPUs; sp=false, placement=tp-cp-dp-pp
 # Batch: 256 sequences x 4096 tokens = 1048576 tokens per step (dp 16 x mbs 1 x grad_acc 16); precision bf16
-# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..31> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh  (on each of the 32 node(s))
-# Note: NullTokenizer adds one EOD token: --vocab-size 129279 gives 129280 token ids; pass a real tokenizer for real data
+# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..31> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 32 node(s), from this folder)
 # WARNING: --mtp-num-layers 1: a --pipeline-model-parallel-layout, where one is written, places the MTP layer(s) as 'm' before the loss; Megatron versions whose layout parser predates 'm' refuse that layout
 set -euo pipefail
-MEGATRON_LM="${MEGATRON_LM:-.}"
 NPROC_PER_NODE=8
 NNODES=32
+MEGATRON_LM="${MEGATRON_LM:-.}"
+DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix or blend (or export with --mock-data)}"
+TOKENIZER="${TOKENIZER:?set TOKENIZER to a Hugging Face tokenizer name or path (or export with --tokenizer)}"
 ARGS=(
     --tensor-model-parallel-size 1
     --pipeline-model-parallel-size 16
@@ -44,6 +45,7 @@ ARGS=(
     --mscale 1.0
     --mscale-all-dim 1.0
     --multi-latent-attention
+    --qk-layernorm
     --q-lora-rank 1536
     --kv-lora-rank 512
     --qk-head-dim 128
@@ -65,10 +67,9 @@ ARGS=(
     --moe-aux-loss-coeff 0.001
     --moe-shared-expert-intermediate-size 2048
     --moe-layer-freq '([0]*3+[1]*58)'
-    --tokenizer-type NullTokenizer
-    --vocab-size 129279
+    --tokenizer-type HuggingFaceTokenizer
     --padded-vocab-size 129280
-    --mock-data
+    --split 99,1,0
     --train-iters 1000
     --lr 0.0003
     --min-lr 3e-05
@@ -78,7 +79,9 @@ ARGS=(
     --clip-grad 1.0
     --seed 1234
     --log-interval 1
+    --data-path $DATA_PATH
+    --tokenizer-model "$TOKENIZER"
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$MEGATRON_LM/pretrain_gpt.py" "${ARGS[@]}" "$@"

@@ -3,13 +3,14 @@
 # Model: llama2-7b (llama): 32 layers, hidden 4096, ffn 11008, 32 heads, 32 KV heads, head dim 128, vocab 32000, swiglu, rmsnorm, rope positions (theta 10000), norm eps 1e-05, untied embeddings
 # Layout: tp=2 pp=4 dp=4 zero=1 mbs=2 ga=32 rc=full on 32 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 256 sequences x 4096 tokens = 1048576 tokens per step (dp 4 x mbs 2 x grad_acc 32); precision bf16
-# Launch: MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each node, next to deepspeed_config.json)
+# Launch: MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each of the 4 node(s), from this folder)
 # Note: the optimizer comes from Megatron-DeepSpeed's flags, so the JSON has none
 set -euo pipefail
-MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"
 NPROC_PER_NODE=8
 NNODES=4
+MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"
 DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix}"
+TOKENIZER="${TOKENIZER:?set TOKENIZER to a Hugging Face tokenizer name or path (or export with --tokenizer)}"
 ARGS=(
     --tensor-model-parallel-size 2
     --pipeline-model-parallel-size 4
@@ -39,8 +40,7 @@ ARGS=(
     --untie-embeddings-and-output-weights
     --attention-dropout 0.0
     --hidden-dropout 0.0
-    --tokenizer-type NullTokenizer
-    --vocab-size 31999
+    --tokenizer-type HFTokenizer
     --make-vocab-size-divisible-by 1
     --split 99,1,0
     --train-iters 1000
@@ -54,7 +54,8 @@ ARGS=(
     --log-interval 1
     --distributed-backend nccl
     --data-path "$DATA_PATH"
+    --tokenizer-model "$TOKENIZER"
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$MEGATRON_DEEPSPEED/pretrain_gpt.py" "${ARGS[@]}" "$@"

@@ -3,14 +3,15 @@
 # Model: llama2-7b (llama): 32 layers, hidden 4096, ffn 11008, 32 heads, 32 KV heads, head dim 128, vocab 32000, swiglu, rmsnorm, rope positions (theta 10000), norm eps 1e-05, untied embeddings
 # Layout: tp=2 pp=4 dp=4 zero=1 mbs=2 ga=32 rc=full on 32 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 256 sequences x 4096 tokens = 1048576 tokens per step (dp 4 x mbs 2 x grad_acc 32); precision bf16
-# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh  (on each of the 4 node(s))
-# Note: NullTokenizer adds one EOD token: --vocab-size 31999 gives 32000 token ids; pass a real tokenizer for real data
+# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 4 node(s), from this folder)
 # WARNING: the prediction hides 50% of pipeline sends, but Megatron overlaps them only with the interleaved schedule (vpp > 1)
 set -euo pipefail
-export CUDA_DEVICE_MAX_CONNECTIONS=1  # required with TP or CP before Blackwell
-MEGATRON_LM="${MEGATRON_LM:-.}"
 NPROC_PER_NODE=8
 NNODES=4
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # required with TP or CP before Blackwell
+MEGATRON_LM="${MEGATRON_LM:-.}"
+DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix or blend (or export with --mock-data)}"
+TOKENIZER="${TOKENIZER:?set TOKENIZER to a Hugging Face tokenizer name or path (or export with --tokenizer)}"
 ARGS=(
     --tensor-model-parallel-size 2
     --pipeline-model-parallel-size 4
@@ -40,10 +41,9 @@ ARGS=(
     --attention-dropout 0.0
     --hidden-dropout 0.0
     --rotary-base 10000
-    --tokenizer-type NullTokenizer
-    --vocab-size 31999
+    --tokenizer-type HuggingFaceTokenizer
     --padded-vocab-size 32000
-    --mock-data
+    --split 99,1,0
     --train-iters 1000
     --lr 0.0003
     --min-lr 3e-05
@@ -53,7 +53,9 @@ ARGS=(
     --clip-grad 1.0
     --seed 1234
     --log-interval 1
+    --data-path $DATA_PATH
+    --tokenizer-model "$TOKENIZER"
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$MEGATRON_LM/pretrain_gpt.py" "${ARGS[@]}" "$@"

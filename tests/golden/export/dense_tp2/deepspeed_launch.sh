@@ -3,14 +3,15 @@
 # Model: llama3-8b (llama): 32 layers, hidden 4096, ffn 14336, 32 heads, 8 KV heads, head dim 128, vocab 128256, swiglu, rmsnorm, rope positions (theta 500000), norm eps 1e-05, untied embeddings
 # Layout: tp=2 pp=1 dp=32 zero=1 mbs=1 ga=16 rc=selective on 64 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 512 sequences x 8192 tokens = 4194304 tokens per step (dp 32 x mbs 1 x grad_acc 16); precision bf16
-# Launch: MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each node, next to deepspeed_config.json)
+# Launch: MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each of the 8 node(s), from this folder)
 # Note: the optimizer comes from Megatron-DeepSpeed's flags, so the JSON has none
 # Note: recompute=selective: with flash attention Megatron-DeepSpeed's selective recompute checkpoints nothing (megatron/model/transformer.py sets checkpoint_core_attention only for unfused attention), as the prediction assumes; no flag is written
 set -euo pipefail
-MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"
 NPROC_PER_NODE=8
 NNODES=8
+MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"
 DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix}"
+TOKENIZER="${TOKENIZER:?set TOKENIZER to a Hugging Face tokenizer name or path (or export with --tokenizer)}"
 ARGS=(
     --tensor-model-parallel-size 2
     --pipeline-model-parallel-size 1
@@ -39,8 +40,7 @@ ARGS=(
     --untie-embeddings-and-output-weights
     --attention-dropout 0.0
     --hidden-dropout 0.0
-    --tokenizer-type NullTokenizer
-    --vocab-size 128255
+    --tokenizer-type HFTokenizer
     --make-vocab-size-divisible-by 1
     --split 99,1,0
     --train-iters 1000
@@ -54,7 +54,8 @@ ARGS=(
     --log-interval 1
     --distributed-backend nccl
     --data-path "$DATA_PATH"
+    --tokenizer-model "$TOKENIZER"
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$MEGATRON_DEEPSPEED/pretrain_gpt.py" "${ARGS[@]}" "$@"

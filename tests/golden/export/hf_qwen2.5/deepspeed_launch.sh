@@ -3,14 +3,15 @@
 # Model: qwen2.5-7b (qwen2): 28 layers, hidden 3584, ffn 18944, 28 heads, 4 KV heads, head dim 128, vocab 152064, swiglu, rmsnorm, rope positions (theta 1e+06), norm eps 1e-06, untied embeddings
 # Layout: tp=2 pp=1 dp=16 zero=1 mbs=1 ga=8 rc=none on 32 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 128 sequences x 4096 tokens = 524288 tokens per step (dp 16 x mbs 1 x grad_acc 8); precision bf16
-# Launch: MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each node, next to deepspeed_config.json)
+# Launch: MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each of the 4 node(s), from this folder)
 # Note: the optimizer comes from Megatron-DeepSpeed's flags, so the JSON has none
 # WARNING: Megatron-DeepSpeed's GPT model has no latent attention, q/k norms or q/k/v-only biases; those parts of the model are not expressed
 set -euo pipefail
-MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"
 NPROC_PER_NODE=8
 NNODES=4
+MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"
 DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix}"
+TOKENIZER="${TOKENIZER:?set TOKENIZER to a Hugging Face tokenizer name or path (or export with --tokenizer)}"
 ARGS=(
     --tensor-model-parallel-size 2
     --pipeline-model-parallel-size 1
@@ -39,8 +40,7 @@ ARGS=(
     --untie-embeddings-and-output-weights
     --attention-dropout 0.0
     --hidden-dropout 0.0
-    --tokenizer-type NullTokenizer
-    --vocab-size 152063
+    --tokenizer-type HFTokenizer
     --make-vocab-size-divisible-by 1
     --split 99,1,0
     --train-iters 1000
@@ -54,7 +54,8 @@ ARGS=(
     --log-interval 1
     --distributed-backend nccl
     --data-path "$DATA_PATH"
+    --tokenizer-model "$TOKENIZER"
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$MEGATRON_DEEPSPEED/pretrain_gpt.py" "${ARGS[@]}" "$@"

@@ -3,13 +3,14 @@
 # Model: qwen2.5-7b (qwen2): 28 layers, hidden 3584, ffn 18944, 28 heads, 4 KV heads, head dim 128, vocab 152064, swiglu, rmsnorm, rope positions (theta 1e+06), norm eps 1e-06, untied embeddings
 # Layout: tp=2 pp=1 dp=16 zero=1 mbs=1 ga=8 rc=none on 32 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 128 sequences x 4096 tokens = 524288 tokens per step (dp 16 x mbs 1 x grad_acc 8); precision bf16
-# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh  (on each of the 4 node(s))
-# Note: NullTokenizer adds one EOD token: --vocab-size 152063 gives 152064 token ids; pass a real tokenizer for real data
+# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 4 node(s), from this folder)
 set -euo pipefail
-export CUDA_DEVICE_MAX_CONNECTIONS=1  # required with TP or CP before Blackwell
-MEGATRON_LM="${MEGATRON_LM:-.}"
 NPROC_PER_NODE=8
 NNODES=4
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # required with TP or CP before Blackwell
+MEGATRON_LM="${MEGATRON_LM:-.}"
+DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix or blend (or export with --mock-data)}"
+TOKENIZER="${TOKENIZER:?set TOKENIZER to a Hugging Face tokenizer name or path (or export with --tokenizer)}"
 ARGS=(
     --tensor-model-parallel-size 2
     --pipeline-model-parallel-size 1
@@ -39,10 +40,9 @@ ARGS=(
     --attention-dropout 0.0
     --hidden-dropout 0.0
     --rotary-base 1000000
-    --tokenizer-type NullTokenizer
-    --vocab-size 152063
+    --tokenizer-type HuggingFaceTokenizer
     --padded-vocab-size 152064
-    --mock-data
+    --split 99,1,0
     --train-iters 1000
     --lr 0.0003
     --min-lr 3e-05
@@ -52,7 +52,9 @@ ARGS=(
     --clip-grad 1.0
     --seed 1234
     --log-interval 1
+    --data-path $DATA_PATH
+    --tokenizer-model "$TOKENIZER"
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$MEGATRON_LM/pretrain_gpt.py" "${ARGS[@]}" "$@"

@@ -3,19 +3,19 @@
 # Model: llama3-8b (llama): 32 layers, hidden 4096, ffn 14336, 32 heads, 8 KV heads, head dim 128, vocab 128256, swiglu, rmsnorm, rope positions (theta 500000), norm eps 1e-05, untied embeddings
 # Layout: tp=1 pp=1 dp=64 zero=3 mbs=1 ga=8 rc=full hsdp=8 on 64 GPUs; sp=false, placement=tp-cp-dp-pp
 # Batch: 512 sequences x 8192 tokens = 4194304 tokens per step (dp 64 x mbs 1 x grad_acc 8); precision bf16
-# Launch: TRAIN_SCRIPT=your_train.py NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash deepspeed_launch.sh
+# Launch: TRAIN_SCRIPT=your_train.py NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each of the 8 node(s), from this folder)
 #         the script must call deepspeed.initialize(config=...) with its model, or be a Hugging Face Trainer script given --deepspeed deepspeed_config.json
 # Note: build the model with the shape above; the JSON holds batch, ZeRO-3 and precision
 # Note: full recompute: call model.gradient_checkpointing_enable() (Hugging Face) or wrap layers with deepspeed.checkpointing.checkpoint
 # Note: attention_kernel=flash: load the Hugging Face model with attn_implementation='sdpa', the kernel the prediction assumed
 set -euo pipefail
-TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}"
 NPROC_PER_NODE=8
 NNODES=8
+TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}"
 ARGS=(
     --deepspeed
     --deepspeed_config deepspeed_config.json
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$TRAIN_SCRIPT" "${ARGS[@]}" "$@"

@@ -3,13 +3,14 @@
 # Model: llama3.1-405b (llama): 126 layers, hidden 16384, ffn 53248, 128 heads, 8 KV heads, head dim 128, vocab 128256, swiglu, rmsnorm, rope positions (theta 500000, scaling {'factor': 8.0, 'high_freq_factor': 4.0, 'low_freq_factor': 1.0, 'original_max_position_embeddings': 8192, 'rope_type': 'llama3'}), norm eps 1e-05, untied embeddings
 # Layout: tp=8 pp=16 vpp=8 dp=64 zero=1 mbs=1 ga=32 rc=none split=embed-loss on 8192 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 2048 sequences x 8192 tokens = 16777216 tokens per step (dp 64 x mbs 1 x grad_acc 32); precision bf16
-# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..1023> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh  (on each of the 1024 node(s))
-# Note: NullTokenizer adds one EOD token: --vocab-size 128255 gives 128256 token ids; pass a real tokenizer for real data
+# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..1023> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 1024 node(s), from this folder)
 set -euo pipefail
-export CUDA_DEVICE_MAX_CONNECTIONS=1  # required with TP or CP before Blackwell
-MEGATRON_LM="${MEGATRON_LM:-.}"
 NPROC_PER_NODE=8
 NNODES=1024
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # required with TP or CP before Blackwell
+MEGATRON_LM="${MEGATRON_LM:-.}"
+DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix or blend (or export with --mock-data)}"
+TOKENIZER="${TOKENIZER:?set TOKENIZER to a Hugging Face tokenizer name or path (or export with --tokenizer)}"
 ARGS=(
     --tensor-model-parallel-size 8
     --pipeline-model-parallel-size 16
@@ -41,10 +42,9 @@ ARGS=(
     --rotary-base 500000
     --use-rope-scaling
     --rope-scaling-factor 8.0
-    --tokenizer-type NullTokenizer
-    --vocab-size 128255
+    --tokenizer-type HuggingFaceTokenizer
     --padded-vocab-size 128256
-    --mock-data
+    --split 99,1,0
     --train-iters 1000
     --lr 0.0003
     --min-lr 3e-05
@@ -54,7 +54,9 @@ ARGS=(
     --clip-grad 1.0
     --seed 1234
     --log-interval 1
+    --data-path $DATA_PATH
+    --tokenizer-model "$TOKENIZER"
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$MEGATRON_LM/pretrain_gpt.py" "${ARGS[@]}" "$@"

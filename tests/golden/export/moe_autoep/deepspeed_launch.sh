@@ -3,18 +3,18 @@
 # Model: qwen3-30b-a3b (qwen3_moe): 48 layers, hidden 2048, ffn 6144, 32 heads, 4 KV heads, head dim 128, vocab 151936, swiglu, rmsnorm, rope positions (theta 1e+06), norm eps 1e-06, untied embeddings, MoE 128 experts top-8 of width 768, 0 shared, 0 dense layers first
 # Layout: tp=1 pp=1 ep=8 etp=1 dp=16 zero=3 mbs=1 ga=2 rc=none on 16 GPUs; sp=false, placement=tp-cp-dp-pp
 # Batch: 32 sequences x 4096 tokens = 131072 tokens per step (dp 16 x mbs 1 x grad_acc 2); precision bf16
-# Launch: TRAIN_SCRIPT=your_train.py NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash deepspeed_launch.sh
+# Launch: TRAIN_SCRIPT=your_train.py NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each of the 2 node(s), from this folder)
 #         the script must call deepspeed.initialize(config=...) with its model, or be a Hugging Face Trainer script given --deepspeed deepspeed_config.json
 # Note: build the model with the shape above; the JSON holds batch, ZeRO-3 and precision
 # Note: attention_kernel=flash: load the Hugging Face model with attn_implementation='sdpa', the kernel the prediction assumed
 set -euo pipefail
-TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}"
 NPROC_PER_NODE=8
 NNODES=2
+TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}"
 ARGS=(
     --deepspeed
     --deepspeed_config deepspeed_config.json
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$TRAIN_SCRIPT" "${ARGS[@]}" "$@"

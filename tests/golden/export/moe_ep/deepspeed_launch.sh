@@ -3,13 +3,14 @@
 # Model: mixtral-8x7b (mixtral): 32 layers, hidden 4096, ffn 14336, 32 heads, 8 KV heads, head dim 128, vocab 32000, swiglu, rmsnorm, rope positions (theta 1e+06), norm eps 1e-05, untied embeddings, MoE 8 experts top-2 of width 14336, 0 shared, 0 dense layers first
 # Layout: tp=2 pp=2 ep=8 etp=1 dp=16 zero=1 mbs=1 ga=16 rc=none on 64 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 256 sequences x 4096 tokens = 1048576 tokens per step (dp 16 x mbs 1 x grad_acc 16); precision bf16
-# Launch: MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each node, next to deepspeed_config.json)
+# Launch: MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each of the 8 node(s), from this folder)
 # Note: the optimizer comes from Megatron-DeepSpeed's flags, so the JSON has none
 set -euo pipefail
-MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"
 NPROC_PER_NODE=8
 NNODES=8
+MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"
 DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix}"
+TOKENIZER="${TOKENIZER:?set TOKENIZER to a Hugging Face tokenizer name or path (or export with --tokenizer)}"
 ARGS=(
     --tensor-model-parallel-size 2
     --pipeline-model-parallel-size 2
@@ -42,8 +43,8 @@ ARGS=(
     --topk 2
     --expert-interval 1
     --moe-loss-coeff 0.02
-    --tokenizer-type NullTokenizer
-    --vocab-size 31999
+    --disable-moe-token-dropping
+    --tokenizer-type HFTokenizer
     --make-vocab-size-divisible-by 1
     --split 99,1,0
     --train-iters 1000
@@ -57,7 +58,8 @@ ARGS=(
     --log-interval 1
     --distributed-backend nccl
     --data-path "$DATA_PATH"
+    --tokenizer-model "$TOKENIZER"
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$MEGATRON_DEEPSPEED/pretrain_gpt.py" "${ARGS[@]}" "$@"

@@ -3,14 +3,15 @@
 # Model: mixtral-8x7b (mixtral): 32 layers, hidden 4096, ffn 14336, 32 heads, 8 KV heads, head dim 128, vocab 32000, swiglu, rmsnorm, rope positions (theta 1e+06), norm eps 1e-05, untied embeddings, MoE 8 experts top-2 of width 14336, 0 shared, 0 dense layers first
 # Layout: tp=2 pp=2 ep=8 etp=1 dp=16 zero=1 mbs=1 ga=16 rc=none on 64 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 256 sequences x 4096 tokens = 1048576 tokens per step (dp 16 x mbs 1 x grad_acc 16); precision bf16
-# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh  (on each of the 8 node(s))
-# Note: NullTokenizer adds one EOD token: --vocab-size 31999 gives 32000 token ids; pass a real tokenizer for real data
+# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 8 node(s), from this folder)
 # WARNING: the prediction hides 50% of pipeline sends, but Megatron overlaps them only with the interleaved schedule (vpp > 1)
 set -euo pipefail
-export CUDA_DEVICE_MAX_CONNECTIONS=1  # required with TP or CP before Blackwell
-MEGATRON_LM="${MEGATRON_LM:-.}"
 NPROC_PER_NODE=8
 NNODES=8
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # required with TP or CP before Blackwell
+MEGATRON_LM="${MEGATRON_LM:-.}"
+DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix or blend (or export with --mock-data)}"
+TOKENIZER="${TOKENIZER:?set TOKENIZER to a Hugging Face tokenizer name or path (or export with --tokenizer)}"
 ARGS=(
     --tensor-model-parallel-size 2
     --pipeline-model-parallel-size 2
@@ -49,10 +50,9 @@ ARGS=(
     --moe-router-score-function softmax
     --moe-router-load-balancing-type aux_loss
     --moe-aux-loss-coeff 0.02
-    --tokenizer-type NullTokenizer
-    --vocab-size 31999
+    --tokenizer-type HuggingFaceTokenizer
     --padded-vocab-size 32000
-    --mock-data
+    --split 99,1,0
     --train-iters 1000
     --lr 0.0003
     --min-lr 3e-05
@@ -62,7 +62,9 @@ ARGS=(
     --clip-grad 1.0
     --seed 1234
     --log-interval 1
+    --data-path $DATA_PATH
+    --tokenizer-model "$TOKENIZER"
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$MEGATRON_LM/pretrain_gpt.py" "${ARGS[@]}" "$@"

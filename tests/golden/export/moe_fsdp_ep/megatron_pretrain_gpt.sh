@@ -3,12 +3,13 @@
 # Model: qwen3-30b-a3b (qwen3_moe): 48 layers, hidden 2048, ffn 6144, 32 heads, 4 KV heads, head dim 128, vocab 151936, swiglu, rmsnorm, rope positions (theta 1e+06), norm eps 1e-06, untied embeddings, MoE 128 experts top-8 of width 768, 0 shared, 0 dense layers first
 # Layout: tp=1 pp=1 ep=8 etp=1 dp=32 zero=3 mbs=2 ga=4 rc=selective fp8 on 32 GPUs; sp=false, placement=tp-cp-dp-pp
 # Batch: 256 sequences x 4096 tokens = 1048576 tokens per step (dp 32 x mbs 2 x grad_acc 4); precision fp8
-# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh  (on each of the 4 node(s))
-# Note: NullTokenizer adds one EOD token: --vocab-size 151935 gives 151936 token ids; pass a real tokenizer for real data
+# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 4 node(s), from this folder)
 set -euo pipefail
-MEGATRON_LM="${MEGATRON_LM:-.}"
 NPROC_PER_NODE=8
 NNODES=4
+MEGATRON_LM="${MEGATRON_LM:-.}"
+DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix or blend (or export with --mock-data)}"
+TOKENIZER="${TOKENIZER:?set TOKENIZER to a Hugging Face tokenizer name or path (or export with --tokenizer)}"
 ARGS=(
     --tensor-model-parallel-size 1
     --pipeline-model-parallel-size 1
@@ -56,10 +57,9 @@ ARGS=(
     --moe-router-score-function softmax
     --moe-router-load-balancing-type aux_loss
     --moe-aux-loss-coeff 0.001
-    --tokenizer-type NullTokenizer
-    --vocab-size 151935
+    --tokenizer-type HuggingFaceTokenizer
     --padded-vocab-size 151936
-    --mock-data
+    --split 99,1,0
     --train-iters 1000
     --lr 0.0003
     --min-lr 3e-05
@@ -69,7 +69,9 @@ ARGS=(
     --clip-grad 1.0
     --seed 1234
     --log-interval 1
+    --data-path $DATA_PATH
+    --tokenizer-model "$TOKENIZER"
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$MEGATRON_LM/pretrain_gpt.py" "${ARGS[@]}" "$@"

@@ -2,8 +2,8 @@
 # Model: qwen3-30b-a3b (qwen3_moe): 48 layers, hidden 2048, ffn 6144, 32 heads, 4 KV heads, head dim 128, vocab 151936, swiglu, rmsnorm, rope positions (theta 1e+06), norm eps 1e-06, untied embeddings, MoE 128 experts top-8 of width 768, 0 shared, 0 dense layers first
 # Layout: tp=1 pp=1 ep=8 etp=1 dp=32 zero=3 mbs=2 ga=4 rc=selective fp8 on 32 GPUs; sp=false, placement=tp-cp-dp-pp
 # Batch: 256 sequences x 4096 tokens = 1048576 tokens per step (dp 32 x mbs 2 x grad_acc 4); precision fp8
-# Launch: torchrun --nproc-per-node 8 --nnodes 4 --node-rank <0..3> --master-addr <node 0> -m torchtitan.train --module torchtitan_autoplan --config autoplan_config   (with this folder on PYTHONPATH)
-#         dry run without GPUs: NGPU=32 COMM_MODE=fake_backend MODULE=torchtitan_autoplan CONFIG=autoplan_config ./run_train.sh
+# Launch: NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash torchtitan_launch.sh   (on each of the 4 node(s), from this folder)
+#         dry run without GPUs: NGPU=32 COMM_MODE=fake_backend MODULE=torchtitan_autoplan CONFIG=autoplan_config ./run_train.sh   (with this folder on PYTHONPATH)
 # Note: the model is torchtitan's own flavor
 # WARNING: precision=fp8: torchtitan 0.3.0's Float8 converter covers nn.Linear layers only; the MoE experts (grouped GEMMs) stay BF16 while the prediction speeds them up
 # WARNING: fp8_recipe=tensorwise: torchtitan 0.3.0's Float8LinearConverter has no tensorwise recipe (rowwise, rowwise_with_gw_hp); this module runs rowwise, whose GEMMs keep 0.81 of the tensorwise gain (measured on an H100 and an H200, validation/*_fp8_recipes.csv) and which the plan was not costed with: plan with --fp8-recipe rowwise, or run the 0.2.2 TOML (recipe_name tensorwise)
@@ -20,6 +20,15 @@ from torchtitan.models import qwen3 as _qwen3
 from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.trainer import Trainer
 
+import os
+
+
+def _required(name: str) -> str:
+    if not os.environ.get(name):
+        raise SystemExit(f'set {name}: DATA_PATH a local copy of allenai/c4, TOKENIZER the Hugging Face '
+                         'tokenizer folder (or export with --data-path, --tokenizer or --mock-data)')
+    return os.environ[name]
+
 PLAN = {'gpus': 32, 'dp': 32, 'tp': 1, 'pp': 1, 'vpp': 1, 'cp': 1, 'ep': 8, 'etp': 1, 'zero': 3, 'mbs': 2, 'grad_acc': 4, 'seq_len': 4096, 'gbs_seqs': 256, 'sp': False, 'recompute': 'selective', 'precision': 'fp8', 'placement': 'tp-cp-dp-pp', 'recompute_layers': 0, 'recompute_modules': '', 'offload_layers': 0, 'hsdp': 0, 'pp_schedule': 'default', 'pp_split': 'balanced', 'optimizer': 'adamw', 'offload': 'none'}
 
 
@@ -29,7 +38,7 @@ def autoplan_config() -> Trainer.Config:
         model_spec=model_spec,
         loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(
             global_vocab_size=decoder_vocab_size(model_spec))),
-        hf_assets_path='./tests/assets/tokenizer',
+        hf_assets_path=_required('TOKENIZER'),
         optimizer=default_adamw(lr=0.0003, weight_decay=0.1),
         lr_scheduler=LRSchedulersContainer.Config(warmup_steps=100, decay_type='cosine', min_lr_factor=0.1),
         training=TrainingConfig(
@@ -38,7 +47,7 @@ def autoplan_config() -> Trainer.Config:
             seq_len=4096,
             steps=1000, max_norm=1.0,
             disable_cuda_graphs=True),
-        dataloader=HuggingFaceTextDataLoader.Config(dataset='c4'),
+        dataloader=HuggingFaceTextDataLoader.Config(dataset='c4', dataset_path=_required('DATA_PATH')),
         parallelism=ParallelismConfig(
             data_parallel_replicate_degree=1,
             data_parallel_shard_degree=32,

@@ -3,12 +3,13 @@
 # Model: llama3.2-1b (llama): 16 layers, hidden 2048, ffn 8192, 32 heads, 8 KV heads, head dim 64, vocab 128256, swiglu, rmsnorm, rope positions (theta 500000, scaling {'factor': 32.0, 'high_freq_factor': 4.0, 'low_freq_factor': 1.0, 'original_max_position_embeddings': 8192, 'rope_type': 'llama3'}), norm eps 1e-05, tied embeddings
 # Layout: tp=1 pp=1 dp=16 zero=3 mbs=4 ga=2 rc=none on 16 GPUs; sp=false, placement=tp-cp-dp-pp
 # Batch: 128 sequences x 4096 tokens = 524288 tokens per step (dp 16 x mbs 4 x grad_acc 2); precision bf16
-# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh  (on each of the 2 node(s))
-# Note: NullTokenizer adds one EOD token: --vocab-size 128255 gives 128256 token ids; pass a real tokenizer for real data
+# Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 2 node(s), from this folder)
 set -euo pipefail
-MEGATRON_LM="${MEGATRON_LM:-.}"
 NPROC_PER_NODE=8
 NNODES=2
+MEGATRON_LM="${MEGATRON_LM:-.}"
+DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix or blend (or export with --mock-data)}"
+TOKENIZER="${TOKENIZER:?set TOKENIZER to a Hugging Face tokenizer name or path (or export with --tokenizer)}"
 ARGS=(
     --tensor-model-parallel-size 1
     --pipeline-model-parallel-size 1
@@ -42,10 +43,9 @@ ARGS=(
     --rotary-base 500000
     --use-rope-scaling
     --rope-scaling-factor 32.0
-    --tokenizer-type NullTokenizer
-    --vocab-size 128255
+    --tokenizer-type HuggingFaceTokenizer
     --padded-vocab-size 128256
-    --mock-data
+    --split 99,1,0
     --train-iters 1000
     --lr 0.0003
     --min-lr 3e-05
@@ -55,7 +55,9 @@ ARGS=(
     --clip-grad 1.0
     --seed 1234
     --log-interval 1
+    --data-path $DATA_PATH
+    --tokenizer-model "$TOKENIZER"
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$MEGATRON_LM/pretrain_gpt.py" "${ARGS[@]}" "$@"

@@ -2,8 +2,8 @@
 # Model: llama3.2-1b (llama): 16 layers, hidden 2048, ffn 8192, 32 heads, 8 KV heads, head dim 64, vocab 128256, swiglu, rmsnorm, rope positions (theta 500000, scaling {'factor': 32.0, 'high_freq_factor': 4.0, 'low_freq_factor': 1.0, 'original_max_position_embeddings': 8192, 'rope_type': 'llama3'}), norm eps 1e-05, tied embeddings
 # Layout: tp=1 pp=1 dp=16 zero=3 mbs=4 ga=2 rc=none on 16 GPUs; sp=false, placement=tp-cp-dp-pp
 # Batch: 128 sequences x 4096 tokens = 524288 tokens per step (dp 16 x mbs 4 x grad_acc 2); precision bf16
-# Launch: torchrun --nproc-per-node 8 --nnodes 2 --node-rank <0..1> --master-addr <node 0> -m torchtitan.train --module torchtitan_autoplan --config autoplan_config   (with this folder on PYTHONPATH)
-#         dry run without GPUs: NGPU=16 COMM_MODE=fake_backend MODULE=torchtitan_autoplan CONFIG=autoplan_config ./run_train.sh
+# Launch: NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash torchtitan_launch.sh   (on each of the 2 node(s), from this folder)
+#         dry run without GPUs: NGPU=16 COMM_MODE=fake_backend MODULE=torchtitan_autoplan CONFIG=autoplan_config ./run_train.sh   (with this folder on PYTHONPATH)
 # Note: the model is torchtitan's own flavor
 # WARNING: torchtitan's 1B flavor applies Llama-3 RoPE scaling x8; the model's is x32
 """torchtitan Trainer.Config for this plan: --config autoplan_config."""
@@ -18,6 +18,15 @@ from torchtitan.models import llama3 as _llama3
 from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.trainer import Trainer
 
+import os
+
+
+def _required(name: str) -> str:
+    if not os.environ.get(name):
+        raise SystemExit(f'set {name}: DATA_PATH a local copy of allenai/c4, TOKENIZER the Hugging Face '
+                         'tokenizer folder (or export with --data-path, --tokenizer or --mock-data)')
+    return os.environ[name]
+
 PLAN = {'gpus': 16, 'dp': 16, 'tp': 1, 'pp': 1, 'vpp': 1, 'cp': 1, 'ep': 1, 'etp': 1, 'zero': 3, 'mbs': 4, 'grad_acc': 2, 'seq_len': 4096, 'gbs_seqs': 128, 'sp': False, 'recompute': 'none', 'precision': 'bf16', 'placement': 'tp-cp-dp-pp', 'recompute_layers': 0, 'recompute_modules': '', 'offload_layers': 0, 'hsdp': 0, 'pp_schedule': 'default', 'pp_split': 'balanced', 'optimizer': 'adamw', 'offload': 'none'}
 
 
@@ -27,7 +36,7 @@ def autoplan_config() -> Trainer.Config:
         model_spec=model_spec,
         loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(
             global_vocab_size=decoder_vocab_size(model_spec))),
-        hf_assets_path='./tests/assets/tokenizer',
+        hf_assets_path=_required('TOKENIZER'),
         optimizer=default_adamw(lr=0.0003, weight_decay=0.1),
         lr_scheduler=LRSchedulersContainer.Config(warmup_steps=100, decay_type='cosine', min_lr_factor=0.1),
         training=TrainingConfig(
@@ -36,7 +45,7 @@ def autoplan_config() -> Trainer.Config:
             seq_len=4096,
             steps=1000, max_norm=1.0,
             disable_cuda_graphs=False),
-        dataloader=HuggingFaceTextDataLoader.Config(dataset='c4'),
+        dataloader=HuggingFaceTextDataLoader.Config(dataset='c4', dataset_path=_required('DATA_PATH')),
         parallelism=ParallelismConfig(
             data_parallel_replicate_degree=1,
             data_parallel_shard_degree=16,

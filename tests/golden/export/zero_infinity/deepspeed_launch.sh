@@ -3,18 +3,18 @@
 # Model: llama3.2-1b (llama): 16 layers, hidden 2048, ffn 8192, 32 heads, 8 KV heads, head dim 64, vocab 128256, swiglu, rmsnorm, rope positions (theta 500000, scaling {'factor': 32.0, 'high_freq_factor': 4.0, 'low_freq_factor': 1.0, 'original_max_position_embeddings': 8192, 'rope_type': 'llama3'}), norm eps 1e-05, tied embeddings
 # Layout: tp=1 pp=1 dp=16 zero=3 mbs=4 ga=2 rc=none offload_states=params on 16 GPUs; sp=false, placement=tp-cp-dp-pp
 # Batch: 128 sequences x 4096 tokens = 524288 tokens per step (dp 16 x mbs 4 x grad_acc 2); precision bf16
-# Launch: TRAIN_SCRIPT=your_train.py NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash deepspeed_launch.sh
+# Launch: TRAIN_SCRIPT=your_train.py NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each of the 2 node(s), from this folder)
 #         the script must call deepspeed.initialize(config=...) with its model, or be a Hugging Face Trainer script given --deepspeed deepspeed_config.json
 # Note: build the model with the shape above; the JSON holds batch, ZeRO-3 and precision
 # Note: attention_kernel=flash: load the Hugging Face model with attn_implementation='sdpa', the kernel the prediction assumed
 set -euo pipefail
-TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}"
 NPROC_PER_NODE=8
 NNODES=2
+TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}"
 ARGS=(
     --deepspeed
     --deepspeed_config deepspeed_config.json
 )
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
-    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+    --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
     "$TRAIN_SCRIPT" "${ARGS[@]}" "$@"
