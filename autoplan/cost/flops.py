@@ -134,7 +134,7 @@ def linear_io_elements_per_token(ctx: CostContext) -> tuple[float, float]:
     counted as a plain QKV (a small share of the cast traffic).
     """
     m = ctx.model
-    gate = 2.0 if m.activation == "swiglu" else 1.0
+    gate = 2.0 if m.gated_mlp else 1.0
     attention = (m.hidden_size + m.q_size + 2.0 * m.kv_size) + (m.q_size + m.hidden_size)
     dense = attention + (m.hidden_size + gate * m.ffn_hidden_size) + (m.ffn_hidden_size + m.hidden_size)
     if m.moe is None:
