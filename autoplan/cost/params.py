@@ -1,10 +1,11 @@
 """Exact parameter counts of a ModelSpec, split the way parallelism shards them.
 
 Sources: the Hugging Face ``transformers`` modeling files (``LlamaDecoderLayer``,
-``MixtralSparseMoeBlock``, ``Qwen3MoeSparseMoeBlock``, ``DeepseekV3MLA``/``DeepseekV3MoE``,
-``GPT2Block``) define which weights exist; counts are products of their shapes. Checked against
+``MixtralSparseMoeBlock``, ``Qwen3MoeSparseMoeBlock``, ``DeepseekV2``/``DeepseekV3MLA`` and ``MoE``,
+``Gemma2DecoderLayer``, ``Olmo2Attention``, ``Llama4TextMoe``, ``GPT2Block``) define which weights exist; counts are products of their shapes. Checked against
 the published totals (Llama-3-8B 8,030,261,248; Mixtral-8x7B 46,702,792,704 total and
-12,879,925,248 active) in ``tests/golden/param_counts.yaml``.
+12,879,925,248 active) in ``tests/golden/param_counts.yaml``, and real gemma2, phi3, olmo2, llama4 and
+deepseek_v2 config.json files against their published totals in ``tests/golden/hf_family_counts.yaml``.
 
 Convention: the MoE router counts as active. DeepSeek-V3's multi-token-prediction (MTP) modules
 are not part of ``total`` / ``active`` (the published 671B / 37B leave them out); their

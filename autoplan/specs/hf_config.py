@@ -146,7 +146,8 @@ def model_from_hf_config(config: Mapping[str, Any], where: str, *, name: str | N
 def _unwrapped(config: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     """A multimodal config's language model (Llama 4: ``text_config``, with the outer
     ``tie_word_embeddings`` and autoplan keys); the vision encoder is not read (nor counted)."""
-    inner_type = WRAPPED_TYPES.get(config.get("model_type"))  # type: ignore[arg-type]
+    outer_type = config.get("model_type")
+    inner_type = WRAPPED_TYPES.get(outer_type) if isinstance(outer_type, str) else None
     if inner_type is None:
         return config
     text = config.get("text_config")
@@ -391,10 +392,12 @@ def _full_attention_every(config: Mapping[str, Any], where: str, num_layers: int
     types = config.get("layer_types")
     if types is None:
         return default
-    full = [i for i, kind in enumerate(types) if kind == "full_attention"] if isinstance(types, list) else None
-    every = full[0] + 1 if full else 0
-    pattern = ["full_attention" if every and (i + 1) % every == 0 else "sliding_attention" for i in range(num_layers)]
-    if types != pattern:
+    def pattern(every: int) -> list[str]:
+        return ["full_attention" if every and (i + 1) % every == 0 else "sliding_attention" for i in range(num_layers)]
+
+    full = [i for i, kind in enumerate(types) if kind == "full_attention"] if isinstance(types, list) else []
+    every = full[0] + 1 if full else default if types == pattern(default) else 0  # default: too few layers to show
+    if types != pattern(every):
         raise SpecError(where, "layer_types: only sliding_attention layers with full_attention on every n-th layer "
                                f"are supported (ModelSpec.full_attention_every), got {shown(types)}")
     return every
