@@ -114,7 +114,7 @@ def megatron_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     if model.moe is not None or model.mla is not None:
         raise ValueError(f"megatron_flops_per_token counts dense MHA/GQA models only, got {model.name}")
     h, layers, s = float(model.hidden_size), float(model.num_layers), float(seq_len)
-    gated = 1.5 if model.activation == "swiglu" else 1.0
+    gated = 1.5 if model.gated_mlp else 1.0
     attention = (1.0 + model.num_kv_heads / model.num_attention_heads + s / h) * model.q_size / h
     mlp = model.ffn_hidden_size / h * gated
     return 12.0 * layers * h * h * (attention + mlp + model.vocab_size / (2.0 * layers * h))

@@ -172,7 +172,7 @@ def _architecture_note(result) -> None:
     from autoplan.export import architecture_problem
 
     trainer = result.ctx.profile.name
-    problem = architecture_problem(trainer, result.ctx.model)
+    problem = architecture_problem(trainer, result.ctx.model, result.ctx.training)
     if problem:
         click.echo(f"Note: {problem}. The plans are costed as if {trainer} could build it; "
                    f"--export {trainer} refuses them.", err=True)

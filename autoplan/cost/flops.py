@@ -1,7 +1,8 @@
 """FLOP counts per token and per step (counts, float64: 6·N·T for 405B overflows int64).
 
 Sources: the 6·N·T rule (Kaplan et al. 2020, Sec. 2.1; forward 2·N·T, backward 4·N·T);
-attention scores QKᵀ and AV add 2·s·a·d_qk + 2·s·a·d_v forward FLOPs per token and layer
+attention scores QKᵀ and AV add 2·s·a·d_qk + 2·s·a·d_v forward FLOPs per token and layer (s: the
+keys per query, fewer under a sliding window or chunks, :func:`attention_keys`)
 (Narayanan et al. SC'21, Sec. 5.1 / Appendix: 96·B·s·l·h²·(1 + s/6h + V/16lh) counts both with
 full recompute). Recompute FLOPs per Korthikanti et al. 2022, Appendix A eq. 7–9.
 """
@@ -14,16 +15,45 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.recompute import full_recompute_share, module_matmul_share
 from autoplan.layout import LayoutBatch
 from autoplan.recompute_modules import module_bit
+from autoplan.specs.model import ModelSpec
 
 
-def attention_score_flops_per_token(ctx: CostContext, seq_len: np.ndarray) -> np.ndarray:
-    """Forward FLOPs of QKᵀ and AV per token of one layer, unmasked: 2·s·a·(d_qk + d_v)."""
+def attention_score_flops_per_token(ctx: CostContext, seq_len: np.ndarray, *, windowed: bool = True) -> np.ndarray:
+    """Forward FLOPs of QKᵀ and AV per token of one layer (the mean over the layers), unmasked:
+    2·k̄·a·(d_qk + d_v), k̄ = :func:`attention_keys` (s without local attention; ``windowed=False``:
+    s, the full square an eager kernel multiplies before it masks)."""
     m = ctx.model
     if m.mla is not None:
         d_qk, d_v = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
     else:
         d_qk = d_v = m.head_dim
-    return 2.0 * seq_len * m.num_attention_heads * (d_qk + d_v)
+    keys = attention_keys(m, seq_len) if windowed else seq_len
+    return 2.0 * keys * m.num_attention_heads * (d_qk + d_v)
+
+
+def attention_keys(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
+    """k̄: the layers' mean of the unmasked-equivalent keys per query, 2 × the causal mean, so that
+    the causal half of 2·k̄·a·d is what the kernel multiplies; s for a full layer.
+
+    Query i (0-based) of a causal layer attends i + 1 keys; with a sliding window of w, min(i + 1, w)
+    (Mistral 7B, Jiang et al. 2023, Sec. 2: each token attends at most W tokens of the previous
+    layer); with chunks of w (Llama 4's attention_chunk_size), (i mod w) + 1. Summed over a sequence
+    of s = n·w + r: sliding w·s − w·(w − 1)/2 (w ≤ s), chunked n·w(w + 1)/2 + r(r + 1)/2. A local
+    layer's k̄ = min(s, 2·sum/s), so w ≥ s gives s (a no-op) and full layers keep the s the causal
+    convention halves. Local layers: ModelSpec.num_local_attention_layers of num_layers.
+    """
+    s = np.asarray(seq_len, dtype=np.float64)
+    w = float(model.attention_window)
+    if model.num_local_attention_layers == 0:
+        return s
+    if model.local_attention == "sliding":
+        total = np.where(w < s, w * s - w * (w - 1.0) / 2.0, s * (s + 1.0) / 2.0)
+    else:
+        n, r = np.floor(s / w), np.mod(s, w)
+        total = n * w * (w + 1.0) / 2.0 + r * (r + 1.0) / 2.0
+    local = np.minimum(s, 2.0 * total / s)
+    share = model.num_local_attention_layers / model.num_layers
+    return (1.0 - share) * s + share * local
 
 
 def _routed_params_per_token(ctx: CostContext) -> float:
@@ -134,7 +164,7 @@ def linear_io_elements_per_token(ctx: CostContext) -> tuple[float, float]:
     counted as a plain QKV (a small share of the cast traffic).
     """
     m = ctx.model
-    gate = 2.0 if m.activation == "swiglu" else 1.0
+    gate = 2.0 if m.gated_mlp else 1.0
     attention = (m.hidden_size + m.q_size + 2.0 * m.kv_size) + (m.q_size + m.hidden_size)
     dense = attention + (m.hidden_size + gate * m.ffn_hidden_size) + (m.ffn_hidden_size + m.hidden_size)
     if m.moe is None:

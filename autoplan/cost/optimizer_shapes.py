@@ -33,7 +33,7 @@ class MatrixShapes:
 
 def _mlp(model: ModelSpec, ffn: int, count: int) -> tuple[Shape, ...]:
     h = model.hidden_size
-    if model.activation == "swiglu":
+    if model.gated_mlp:
         return ((h, ffn, 2 * count), (ffn, h, count))
     return ((h, ffn, count), (ffn, h, count))
 

@@ -1,10 +1,11 @@
 """Exact parameter counts of a ModelSpec, split the way parallelism shards them.
 
 Sources: the Hugging Face ``transformers`` modeling files (``LlamaDecoderLayer``,
-``MixtralSparseMoeBlock``, ``Qwen3MoeSparseMoeBlock``, ``DeepseekV3MLA``/``DeepseekV3MoE``,
-``GPT2Block``) define which weights exist; counts are products of their shapes. Checked against
+``MixtralSparseMoeBlock``, ``Qwen3MoeSparseMoeBlock``, ``DeepseekV2``/``DeepseekV3MLA`` and ``MoE``,
+``Gemma2DecoderLayer``, ``Olmo2Attention``, ``Llama4TextMoe``, ``GPT2Block``) define which weights exist; counts are products of their shapes. Checked against
 the published totals (Llama-3-8B 8,030,261,248; Mixtral-8x7B 46,702,792,704 total and
-12,879,925,248 active) in ``tests/golden/param_counts.yaml``.
+12,879,925,248 active) in ``tests/golden/param_counts.yaml``, and real gemma2, phi3, olmo2, llama4 and
+deepseek_v2 config.json files against their published totals in ``tests/golden/hf_family_counts.yaml``.
 
 Convention: the MoE router counts as active. DeepSeek-V3's multi-token-prediction (MTP) modules
 are not part of ``total`` / ``active`` (the published 671B / 37B leave them out); their
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from autoplan.specs.model import BIASED_NORMS, ModelSpec
+from autoplan.specs.model import BIASED_NORMS, NORMS_PER_LAYER, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,8 @@ class ParamCounts:
 
 
 def _mlp_params(model: ModelSpec, hidden: int, ffn: int) -> int:
-    """SwiGLU: gate, up, down = 3·h·f; GELU, squared ReLU: 2·h·f (+ biases f + h when linear_bias)."""
-    if model.activation == "swiglu":
+    """SwiGLU, GeGLU: gate, up, down = 3·h·f; GELU, squared ReLU: 2·h·f (+ biases f + h when linear_bias)."""
+    if model.gated_mlp:
         return 3 * hidden * ffn + (2 * ffn + hidden if model.linear_bias else 0)
     return 2 * hidden * ffn + (ffn + hidden if model.linear_bias else 0)
 
@@ -114,12 +115,16 @@ def _attention_params(model: ModelSpec) -> int:
 
 
 def _norm_params(model: ModelSpec) -> int:
-    """Two norms per layer (h each; LayerNorm and LayerNorm1p have a bias too) + QK-norm + MLA latent norms."""
+    """The layer's norms (h each; LayerNorm and LayerNorm1p have a bias too): 2, or 4 for Gemma 2's
+    sandwich (``NORMS_PER_LAYER``); + QK-norm: one head_dim each (Qwen3's per-head q_norm/k_norm) or
+    the whole projections q_size + kv_size (OLMo 2's ``Olmo2Attention``); + MLA latent norms."""
     per_norm = 2 * model.hidden_size if model.norm in BIASED_NORMS else model.hidden_size
-    extra = 2 * model.head_dim if model.qk_norm else 0
+    extra = 0
+    if model.qk_norm:
+        extra = 2 * model.head_dim if model.qk_norm_per_head else model.q_size + model.kv_size
     if model.mla is not None:
         extra += model.mla.q_lora_rank + model.mla.kv_lora_rank
-    return 2 * per_norm + extra
+    return NORMS_PER_LAYER[model.norm_placement] * per_norm + extra
 
 
 @lru_cache(maxsize=256)

@@ -53,7 +53,7 @@ TIME_TERMS_DEFINED = [
           "experts' weight read expert_params/(ep·etp)·(2 B, fp8 1 B)/(hbm_bytes_per_s·hbm_efficiency) (roofline, "
           "cost/moe_time.py expert_weight_floor_s); t_cast = under fp8 tokens·(linear inputs + output gradients per "
           "token)/tp·(CAST_BYTES_PER_ELEMENT + AMAX_PASS_BYTES[fp8_recipe]) / (hbm_bytes_per_s·hbm_efficiency), "
-          "else 0; flash attention: t_att = tokens·attention score FLOPs/2/tp / (peak_bf16_flops_per_s·power_limited_clock_fraction·"
+          "else 0; flash attention: t_att = tokens·attention score FLOPs (k̄ keys per query)/2/tp / (peak_bf16_flops_per_s·power_limited_clock_fraction·"
           "attention_efficiency·k/(k + attention_half_seq_tokens)·[d/(d + attention_half_head_dim)]/[128/(128 + attention_half_head_dim)])·unfused_attention_factor, k = s/cp, d the query-key head dim, t_att_bwd = ATTENTION_BACKWARD_FACTOR·t_att; eager attention "
           "(two batched GEMMs over the full s×s square, the s×s scores through HBM): t_bmm = tokens·attention score "
           "FLOPs/tp / (peak_bf16_flops_per_s·power_limited_clock_fraction·η(F/2))·unfused_attention_factor, t_att = t_bmm + tokens·s·a/tp·"
@@ -196,10 +196,12 @@ TOTALS_AND_RATES = [
     Term("bubble_fraction", "bubble_fraction", "ratio", "1", "share of the step spent in the pipeline bubble",
          "time_bubble_s / step_time_s", f"{SC21} Sec. 2.2"),
     Term("model_flops_per_step", "model_flops", "count", "FLOPs", "model FLOPs of one step (the MFU convention)",
-         "(6·(N + D·N_mtp) + 3·(L + D)·2·seq_len·a·(d_qk + d_v), halved attention under causal) × gbs_seqs·seq_len; "
+         "(6·(N + D·N_mtp) + 3·(L + D)·2·k̄·a·(d_qk + d_v), halved attention under causal) × gbs_seqs·seq_len; "
+         "k̄ = seq_len, or fewer keys per query under a sliding window or chunks (flops.attention_keys); "
          "{flops_n}; D = num_mtp_layers under mtp_in_model_flops (default), else 0; N_mtp = one MTP depth's "
          "active block, projection, norms and the LM head matmul",
-         f"Kaplan et al. 2020 Sec. 2.1 (6·N·T); {SC21} Sec. 5.1 (attention); docs/conventions.md; Megatron-LM "
+         f"Kaplan et al. 2020 Sec. 2.1 (6·N·T); {SC21} Sec. 5.1 (attention); Jiang et al. 2023 (Mistral 7B) "
+         "Sec. 2 (sliding window); docs/conventions.md; Megatron-LM "
          "megatron/training/training.py num_floating_point_operations (MTP layers, norms and proj, logits × (mtp + 1))",
          ("flops_convention", "mtp_in_model_flops")),
     Term("tokens_per_s_per_gpu", "tokens_per_s_per_gpu", "rate", "tokens/s", "training throughput per GPU",
@@ -208,9 +210,10 @@ TOTALS_AND_RATES = [
          "model_flops_per_step / (step_time_s·gpus) / 10^12", "definition (MFU numerator)"),
     Term("hardware_tflops_per_gpu", "hardware_tflops_per_gpu", "rate", "TFLOP/s",
          "FLOP rate per GPU the kernels run, recomputation included (the same under every flops_convention)",
-         "(3·(layer matmuls + 2·V·h + L·s·a·(d_qk + d_v)) + recompute FLOPs) per token × gbs_seqs·seq_len "
+         "(3·(layer matmuls + 2·V·h + L·k̄·a·(d_qk + d_v)) + recompute FLOPs) per token × gbs_seqs·seq_len "
          "/ (step_time_s·gpus) / 10^12; causal attention as executed, no embedding lookup",
-         f"{SC21} Sec. 5.1 (3 forwards); {KORTHIKANTI} Appendix A eq. 7–9 (recompute FLOPs)",
+         f"{SC21} Sec. 5.1 (3 forwards); {KORTHIKANTI} Appendix A eq. 7–9 (recompute FLOPs); Jiang et al. 2023 "
+         "(Mistral 7B) Sec. 2 (sliding window)",
          ("selective_recompute_matmul_fraction", "selective_recomputes_attention")),
     Term("mfu", "mfu", "ratio", "1", "model FLOPs utilisation",
          "model_tflops_per_gpu·10^12 / peak_bf16_flops_per_s", "PaLM (Chowdhery et al. 2022) Appendix B",

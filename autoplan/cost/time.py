@@ -116,8 +116,9 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
     micro-batch; eager attention's compute × ``unfused_attention_factor`` (a correction fitted on
     eager-attention runs: flash attention, which keeps no scores, is never multiplied by it).
 
-    Flash attention (Dao 2023, FlashAttention-2): the causal half of the 2·s·a·(d_qk + d_v) FLOPs
-    per token at ``attention_efficiency``·k/(k + ``attention_half_seq_tokens``), k = s/cp the keys per
+    Flash attention (Dao 2023, FlashAttention-2): the causal half of the 2·k̄·a·(d_qk + d_v) FLOPs
+    per token (k̄ = s, or fewer keys under a sliding window or chunks: flops.attention_keys; the kernel
+    skips the tiles outside the window) at ``attention_efficiency``·k/(k + ``attention_half_seq_tokens``), k = s/cp the keys per
     call (the kernel's fall at short sequences, measured on an H100: validation/h100_sxm_kernels.csv),
     × ``head_dim_factor`` (its fall with smaller heads); backward ATTENTION_BACKWARD_FACTOR × forward.
     Eager attention (``attention_kernel: eager``; Megatron-LM's CoreAttention of 2021-22, the
@@ -136,6 +137,7 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
                       * head_dim_factor(ctx.model, e.attention_half_head_dim))
         forward = score_flops / 2.0 / (peak * efficiency)
         return forward, ATTENTION_BACKWARD_FACTOR * forward
+    score_flops = tokens * attention_score_flops_per_token(ctx, s, windowed=False) / b.tp  # masks after the product
     bmm = score_flops / (peak * gemm_efficiency(ctx, score_flops / 2.0)) * factor
     scores = tokens * s * ctx.model.num_attention_heads / b.tp
     dropout = ctx.profile.eager_attention_dropout_bytes

@@ -71,11 +71,14 @@ def render(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSpe
     return module.render(model, layout, training, launch or LaunchOptions(), profile)
 
 
-def architecture_problem(trainer: str, model: ModelSpec) -> str:
+def architecture_problem(trainer: str, model: ModelSpec, training: TrainingSpec | None = None) -> str:
     """Why ``trainer``'s model code cannot build ``model`` ('' when it can), in its exporter's own
-    words: torchtitan's model flavors, nanotron's LlamaConfig/Qwen2Config. Megatron-LM builds every
-    architecture autoplan describes; DeepSpeed runs the Hugging Face model (its Megatron-DeepSpeed
-    path, tp or pp > 1, is checked at export)."""
+    words: torchtitan's model flavors, nanotron's LlamaConfig/Qwen2Config, and for these and
+    Megatron-LM what ``common.feature_problems`` finds at ``training``'s sequence length.
+    DeepSpeed runs the Hugging Face model (its Megatron-DeepSpeed path, tp or pp > 1, is checked
+    at export)."""
+    from autoplan.export.common import feature_problems
+
     if trainer == "torchtitan":
         from autoplan.export.torchtitan import model_flavor
 
@@ -84,13 +87,21 @@ def architecture_problem(trainer: str, model: ModelSpec) -> str:
         from autoplan.export.nanotron import check_architecture
 
         check = check_architecture
-    else:
+    elif trainer != "megatron":
         return ""
+    else:
+        check = None
     try:
-        check(model)
+        if check is not None:
+            check(model)
     except ExportError as exc:
         return str(exc)
-    return ""
+    if training is None:
+        return ""
+    from autoplan.export.megatron_model import LOCAL_ATTENTION
+
+    problems = feature_problems(model, training.seq_len, LOCAL_ATTENTION if trainer == "megatron" else ())
+    return f"the {trainer} export cannot express {model.name!r}: {'; '.join(problems)}" if problems else ""
 
 
 def plan_training(layout: Layout, training: TrainingSpec) -> TrainingSpec:

@@ -18,7 +18,7 @@ import numpy as np
 from autoplan import __version__
 from autoplan.errors import AutoplanError
 from autoplan.layout import Layout
-from autoplan.specs.model import ModelSpec
+from autoplan.specs.model import IMPLIED_FEATURES, ModelSpec
 from autoplan.specs.training import TrainingSpec
 
 
@@ -140,7 +140,43 @@ def model_shape(model: ModelSpec) -> str:
         mla = model.mla
         parts.append(f"MLA q_lora {mla.q_lora_rank}, kv_lora {mla.kv_lora_rank}, "
                      f"qk {mla.qk_nope_head_dim}+{mla.qk_rope_head_dim}, v {mla.v_head_dim}")
+    if model.num_local_attention_layers:
+        parts.append(f"{model.local_attention} attention of {model.attention_window} tokens on "
+                     f"{model.num_local_attention_layers} of {model.num_layers} layers")
     return ", ".join(parts)
+
+
+def feature_problems(m: ModelSpec, seq_len: int, local_attention: tuple[str, ...] = ()) -> list[str]:
+    """What a trainer whose export writes only ``local_attention`` windows cannot build: a GeGLU MLP,
+    post- or sandwich norms, q/k norms over whole projections, another local attention whose
+    window is shorter than the sequence."""
+    bites = (m.num_local_attention_layers > 0 and m.local_attention not in local_attention
+             and m.attention_window < seq_len)
+    return [text for bad, text in [
+        (m.activation == "geglu", "a GeGLU MLP (tanh-GELU gate)"),
+        (m.norm_placement != "pre", f"{m.norm_placement} norms (norm_placement)"),
+        (m.qk_norm and not m.qk_norm_per_head, "q/k norms over the whole projections"),
+        (bites, f"{m.local_attention} attention of {m.attention_window} tokens on {m.num_local_attention_layers} "
+                f"layers (seq_len {seq_len})")] if bad]
+
+
+def check_model_features(m: ModelSpec, training: TrainingSpec, trainer: str, *,
+                         local_attention: tuple[str, ...] = ()) -> list[str]:
+    """Refuse (ExportError) what :func:`feature_problems` finds; return the warnings for what the
+    export leaves out that sizes nothing (ModelSpec.other_features, IMPLIED_FEATURES) and for a
+    window the sequence never reaches (a no-op at this seq_len)."""
+    problems = feature_problems(m, training.seq_len, local_attention)
+    if problems:
+        raise ExportError(f"the {trainer} export cannot express {m.name!r}: {'; '.join(problems)}")
+    local = m.num_local_attention_layers > 0 and m.local_attention not in local_attention
+    warnings = []
+    if local:  # and the window is no shorter than the sequence
+        warnings.append(f"{m.local_attention} attention window {m.attention_window} >= seq_len "
+                        f"{training.seq_len}: a no-op at this length, not exported")
+    warnings += [f"{key}={value} has no {trainer} setting: the model is trained without it"
+                 for key, value in m.other_features]
+    warnings += [f"{text}: not expressed by the {trainer} export" for text in IMPLIED_FEATURES.get(m.model_type, ())]
+    return warnings
 
 
 def launch_shape(training: TrainingSpec) -> tuple[int, int]:

@@ -16,6 +16,7 @@ import json
 
 from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.common import (
+    check_model_features,
     ExportError,
     ExportResult,
     LaunchOptions,
@@ -47,7 +48,10 @@ def uses_megatron(layout: Layout) -> bool:
 def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions,
            profile: object = None) -> ExportResult:
     per_node, nodes = launch_shape(training)
-    warnings = _warnings(model, layout)
+    # Plain DeepSpeed trains the user's own (Hugging Face) model, windows and all; Megatron-DeepSpeed
+    # builds its GPT model from the flags.
+    features = check_model_features(model, training, "Megatron-DeepSpeed") if uses_megatron(layout) else []
+    warnings = features + _warnings(model, layout)
     config = ds_config(layout, launch, with_optimizer=not uses_megatron(layout), moe=model.moe is not None)
     if model.moe is not None and layout.ep > 1 and not uses_megatron(layout):
         config["expert_parallel"] = autoep_section(model, layout)

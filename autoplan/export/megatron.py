@@ -57,6 +57,7 @@ from autoplan.export.common import (
     ExportResult,
     LaunchOptions,
     bash_array,
+    check_model_features,
     header_lines,
     launch_shape,
     padded_vocab,
@@ -64,7 +65,7 @@ from autoplan.export.common import (
 )
 from autoplan.export import optimizer_precision
 from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
-from autoplan.export.megatron_model import model_args, model_warnings
+from autoplan.export.megatron_model import LOCAL_ATTENTION, model_args, model_warnings
 from autoplan.export.placement import matching_order, placement_warning
 from autoplan.layout import Layout
 from autoplan.profiles import TrainerProfile, load_profile
@@ -86,7 +87,8 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     per_node, nodes = launch_shape(training)
     profile = profile or load_profile("megatron")
     efficiency = assumed_efficiency(training, profile)
-    warnings = _warnings(model, layout) + overlap_warnings(layout, efficiency)
+    warnings = (check_model_features(model, training, "Megatron-LM", local_attention=LOCAL_ATTENTION)
+                + _warnings(model, layout) + overlap_warnings(layout, efficiency))
     args = (parallel_args(layout) + overlap_args(layout, efficiency, profile) + batch_args(layout, training)
             + recompute_args(layout) + optimizer_args(layout, training)
             + precision_args(layout, training) + model_args(model, layout, training) + vocab_args(model, layout, launch)

@@ -16,6 +16,7 @@ MoE routing            --moe-router-score-function, --moe-router-pre-softmax (so
                        renormalised top-k), --moe-router-topk-scaling-factor,
                        --moe-router-num-groups/--moe-router-group-topk, load balancing type
                        (aux_loss, seq_aux_loss, none) and --moe-aux-loss-coeff from the model
+sliding window         --window-size (w-1,0), --window-attn-skip-freq n (:func:`window_args`)
 MTP                    not exported (the prediction does not count it): a warning
 token ids              taken from the tokenizer by Megatron; not flags
 =====================  =====================================================================
@@ -31,6 +32,7 @@ from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import TrainingSpec
 
 Args = list[tuple[str, object]]
+LOCAL_ATTENTION = ("sliding",)  # the local attentions window_args writes
 LLAMA3_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 YARN_FIXED = {"beta_fast": 32, "beta_slow": 1, "original_max_position_embeddings": 4096}
 
@@ -99,7 +101,21 @@ def architecture_args(m: ModelSpec) -> Args:
         args.append(("--qk-layernorm", None))
     if not m.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
-    return args + [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
+    return args + window_args(m) + [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
+
+
+def window_args(m: ModelSpec) -> Args:
+    """A sliding window of w keys (query i attends keys i − w + 1 … i, HF's ``sliding_window``) is
+    Transformer Engine's window_size (left, right) = (w − 1, 0): --window-size; full attention on
+    every n-th layer (``layer_number % n == 0``, 1-based: megatron/core/transformer/utils.py
+    ``is_layer_window_attention``) is --window-attn-skip-freq n. Chunked attention has no flag
+    (refused by export.common.check_model_features when the chunks are shorter than the sequence)."""
+    if not m.num_local_attention_layers or m.local_attention != "sliding":
+        return []
+    args: Args = [("--window-size", f"({m.attention_window - 1},0)")]
+    if m.full_attention_every:
+        args.append(("--window-attn-skip-freq", m.full_attention_every))
+    return args
 
 
 def rope_args(m: ModelSpec) -> Args:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import yaml
 
 from autoplan.export.common import (
+    check_model_features,
     ExportError,
     ExportResult,
     LaunchOptions,
@@ -40,7 +41,7 @@ DEFAULT_TOKEN_IDS = (1, 2)  # LlamaConfig/Qwen2Config defaults, used when the mo
 def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions,
            profile: object = None) -> ExportResult:
     per_node, nodes = launch_shape(training)
-    warnings = _warnings(model, layout)
+    warnings = check_model_features(model, training, "nanotron") + _warnings(model, layout)
     config = {
         "general": {"project": "autoplan", "run": "autoplan_%date_%jobid", "seed": launch.seed,
                     "step": None, "consumed_train_samples": None, "benchmark_csv_path": None,

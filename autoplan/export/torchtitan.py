@@ -23,6 +23,7 @@ import dataclasses
 import functools
 
 from autoplan.export.common import (
+    check_model_features,
     ExportError,
     ExportResult,
     LaunchOptions,
@@ -62,7 +63,8 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
            profile: object = None) -> ExportResult:
     per_node, nodes = launch_shape(training)
     family, flavor, in_v02 = model_flavor(model)
-    warnings = _warnings(model, layout) + model_warnings(model, family, flavor)
+    warnings = (check_model_features(model, training, "torchtitan") + _warnings(model, layout)
+                + model_warnings(model, family, flavor))
     toml_flavor = flavor if in_v02 else CUSTOM_FLAVOR
     toml_warnings = list(warnings)
     if layout.precision == "fp8" and training.fp8_recipe == "tensorwise":

@@ -8,10 +8,25 @@ which weights exist (``modeling_<type>.py``):
 model_type    what differs from a Llama decoder
 ============  =================================================================================
 llama         ``attention_bias`` (q/k/v/o biases), ``mlp_bias``
-mistral       same weights as Llama without biases (``sliding_window`` is ignored)
+mistral       same weights as Llama without biases; ``sliding_window`` (null: none) on every
+              layer (ModelSpec.attention_window, costed in autoplan.cost.flops)
 mixtral       every MLP is ``num_local_experts`` experts of ``intermediate_size``, top
-              ``num_experts_per_tok``, router without bias (``MixtralSparseMoeBlock``)
-qwen2         q/k/v projections always have a bias (``Qwen2Attention``)
+              ``num_experts_per_tok``, router without bias (``MixtralSparseMoeBlock``);
+              ``sliding_window`` as mistral
+phi3          Llama's weights, q/k/v fused in ``qkv_proj`` and gate/up in ``gate_up_proj``
+              (same counts, ``Phi3Attention``/``Phi3MLP``), ``sliding_window`` on every layer
+gemma2        GeGLU MLP (``hidden_activation: gelu_pytorch_tanh``), 4 RMSNorms per layer
+              (``Gemma2DecoderLayer``), ``head_dim`` default 256 independent of hidden/heads, tied
+              embeddings by default, ``sliding_window`` (4096) on layers 0, 2, 4... (``layer_types``);
+              soft-capping and ``query_pre_attn_scalar`` kept as ModelSpec.other_features
+olmo2         norms after attention and MLP only, q/k RMSNorms over the whole projections
+              (``Olmo2DecoderLayer``, ``Olmo2Attention``)
+llama4_text   (or ``llama4`` with ``text_config``) see :mod:`autoplan.specs.hf_llama4`: MoE with a
+              shared expert, dense layers of ``intermediate_size_mlp``, chunked attention
+deepseek_v2   as deepseek_v3 with a softmax router and no expert score bias; ``q_lora_rank: null``
+              (V2-Lite) is a plain q_proj
+qwen2         q/k/v projections always have a bias (``Qwen2Attention``); ``use_sliding_window:
+              true`` (qwen2, qwen3, qwen3_moe) is refused
 qwen3         per-head RMSNorm on q and k (``q_norm``/``k_norm``); ``head_dim`` defaults to 128
 qwen3_moe     as qwen3, experts of ``moe_intermediate_size``; layers in ``mlp_only_layers`` or
               with ``(i + 1) % decoder_sparse_step != 0`` are dense (``Qwen3MoeDecoderLayer``)
@@ -53,7 +68,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from autoplan.errors import SpecError, shown
-from autoplan.specs import hf_settings
+from autoplan.specs import hf_llama4, hf_settings
 from autoplan.specs.model import MLASpec, ModelSpec, MoESpec
 from autoplan.specs.yaml_io import check_keys, check_name, get_int
 
@@ -66,29 +81,46 @@ _DECODER_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_a
 _MOE_KEYS = ("num_experts_per_tok", "moe_intermediate_size")
 
 # The HF keys each model_type reads (and that a strict preset may contain).
+_GEMMA2_EXTRAS = ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping")
+_LLAMA4_EXTRAS = ("use_qk_norm", "attn_temperature_tuning", "floor_scale", "attn_scale")
 HF_KEYS: dict[str, tuple[str, ...]] = {
     "llama": _DECODER_KEYS + ("attention_bias", "mlp_bias"),
     "mistral": _DECODER_KEYS + ("sliding_window",),
     "mixtral": _DECODER_KEYS + ("sliding_window", "num_local_experts", "num_experts_per_tok"),
-    "qwen2": _DECODER_KEYS,
-    "qwen3": _DECODER_KEYS + ("attention_bias",),
-    "qwen3_moe": _DECODER_KEYS + _MOE_KEYS + ("attention_bias", "num_experts",
+    "qwen2": _DECODER_KEYS + ("use_sliding_window",),
+    "qwen3": _DECODER_KEYS + ("attention_bias", "use_sliding_window"),
+    "qwen3_moe": _DECODER_KEYS + _MOE_KEYS + ("attention_bias", "num_experts", "use_sliding_window",
                                               "decoder_sparse_step", "mlp_only_layers"),
+    "deepseek_v2": _DECODER_KEYS + _MOE_KEYS + (
+        "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
+        "topk_method", "attention_bias", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+        "qk_nope_head_dim", "v_head_dim"),
     "deepseek_v3": _DECODER_KEYS + _MOE_KEYS + (
         "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
         "topk_method", "attention_bias", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
         "qk_nope_head_dim", "v_head_dim"),
+    "gemma2": _DECODER_KEYS + ("sliding_window", "layer_types", "hidden_activation", "attention_bias")
+              + _GEMMA2_EXTRAS,
+    "phi3": _DECODER_KEYS + ("sliding_window", "hidden_act", "partial_rotary_factor"),
+    "olmo2": _DECODER_KEYS + ("attention_bias", "hidden_act"),
+    "llama4_text": _DECODER_KEYS + ("intermediate_size_mlp", "num_local_experts", "num_experts_per_tok",
+                                    "interleave_moe_layer_step", "moe_layers", "attention_chunk_size",
+                                    "no_rope_layers", "no_rope_layer_interval", "attention_bias", "hidden_act")
+                   + _LLAMA4_EXTRAS,
     "nemotron": _DECODER_KEYS + ("attention_bias", "mlp_bias", "hidden_act", "partial_rotary_factor"),
     "gpt2": ("n_layer", "n_embd", "n_head", "n_inner", "n_positions", "vocab_size",
              "tie_word_embeddings"),
 }
 SUPPORTED_MODEL_TYPES = tuple(HF_KEYS)
+# A multimodal Llama 4 config.json (model_type llama4) holds the language model in text_config.
+WRAPPED_TYPES = {"llama4": "llama4_text"}
 
 # transformers' defaults for optional fields (configuration_<type>.py).
 _MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 4096 * 32, "mixtral": 4096 * 32,
-                          "qwen2": 32768, "qwen3": 32768, "qwen3_moe": 32768,
-                          "deepseek_v3": 4096, "nemotron": 4096, "gpt2": 1024}
-_HEAD_DIM_DEFAULT = {"qwen3": 128}  # the others: hidden_size // num_attention_heads
+                          "qwen2": 32768, "qwen3": 32768, "qwen3_moe": 32768, "deepseek_v2": 2048,
+                          "deepseek_v3": 4096, "gemma2": 8192, "phi3": 4096, "olmo2": 2048,
+                          "llama4_text": 4096 * 32, "nemotron": 4096, "gpt2": 1024}
+_HEAD_DIM_DEFAULT = {"qwen3": 128, "gemma2": 256, "llama4_text": 128}  # the others: hidden_size // num_attention_heads
 
 
 def model_from_hf_config(config: Mapping[str, Any], where: str, *, name: str | None = None,
@@ -98,6 +130,7 @@ def model_from_hf_config(config: Mapping[str, Any], where: str, *, name: str | N
     ``name`` overrides the config's own ``name`` (then ``_name_or_path``, then ``model_type``).
     ``strict`` refuses keys that are neither read for this model_type nor autoplan keys.
     """
+    config = _unwrapped(config, where)
     model_type = _model_type(config, where)
     if strict:
         check_keys(config, where, required=("model_type",),
@@ -110,15 +143,30 @@ def model_from_hf_config(config: Mapping[str, Any], where: str, *, name: str | N
         raise SpecError(where, str(exc)) from None
 
 
+def _unwrapped(config: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """A multimodal config's language model (Llama 4: ``text_config``, with the outer
+    ``tie_word_embeddings`` and autoplan keys); the vision encoder is not read (nor counted)."""
+    outer_type = config.get("model_type")
+    inner_type = WRAPPED_TYPES.get(outer_type) if isinstance(outer_type, str) else None
+    if inner_type is None:
+        return config
+    text = config.get("text_config")
+    if not isinstance(text, Mapping):
+        raise SpecError(where, f"text_config: a {config['model_type']} config.json holds its language model in "
+                               f"a text_config mapping, got {shown(text)}")
+    outer = {k: config[k] for k in (*AUTOPLAN_KEYS, "tie_word_embeddings", "_name_or_path") if k in config}
+    return {**text, **outer, "model_type": inner_type}
+
+
 def _model_type(config: Mapping[str, Any], where: str) -> str:
     model_type = config.get("model_type")
-    supported = ", ".join(SUPPORTED_MODEL_TYPES)
+    supported = ", ".join(SUPPORTED_MODEL_TYPES + tuple(WRAPPED_TYPES))
     if model_type is None:
         raise SpecError(where, f"missing required key 'model_type' (one of: {supported})")
     if not isinstance(model_type, str):
         raise SpecError(where, f"model_type must be a string (one of: {supported}), got {shown(model_type)}")
     if model_type not in HF_KEYS:
-        close = difflib.get_close_matches(str(model_type), SUPPORTED_MODEL_TYPES, n=1)
+        close = difflib.get_close_matches(str(model_type), SUPPORTED_MODEL_TYPES + tuple(WRAPPED_TYPES), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise SpecError(where, f"model_type {shown(model_type)} is not supported{hint}; "
                                f"supported: {supported}")
@@ -203,11 +251,29 @@ def _llama(config: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _mistral(config: Mapping[str, Any], where: str) -> dict[str, Any]:
-    return _decoder_fields(config, where, "mistral")
+    return _decoder_fields(config, where, "mistral") | _sliding_window(config, where, default=None)
+
+
+def _sliding_window(config: Mapping[str, Any], where: str, *, default: int | None,
+                    full_every: int = 0) -> dict[str, Any]:
+    """``sliding_window`` (null: none) on every layer, or on all but every ``full_every``-th."""
+    window = config.get("sliding_window", default)
+    if window is None:
+        return {}
+    return {"attention_window": _int({"sliding_window": window}, "sliding_window", where),
+            "local_attention": "sliding", "full_attention_every": full_every}
+
+
+def _no_sliding_window(config: Mapping[str, Any], where: str) -> None:
+    """Qwen2/Qwen3 apply ``sliding_window`` only with ``use_sliding_window: true`` (on the layers
+    from ``max_window_layers`` on), which is not modelled."""
+    if _bool(config, "use_sliding_window", where, False):
+        raise SpecError(where, "use_sliding_window: true is not supported (Qwen's window on the layers from "
+                               "max_window_layers on is not modelled); set it to false")
 
 
 def _mixtral(config: Mapping[str, Any], where: str) -> dict[str, Any]:
-    fields = _decoder_fields(config, where, "mixtral")
+    fields = _decoder_fields(config, where, "mixtral") | _sliding_window(config, where, default=None)
     fields["moe"] = MoESpec(
         num_experts=_int(config, "num_local_experts", where),
         num_experts_per_token=_int(config, "num_experts_per_tok", where),
@@ -218,15 +284,18 @@ def _mixtral(config: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _qwen2(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    _no_sliding_window(config, where)
     return _decoder_fields(config, where, "qwen2") | {"qkv_bias": True}
 
 
 def _qwen3(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    _no_sliding_window(config, where)
     return (_decoder_fields(config, where, "qwen3") | _bias_fields(config, where)
             | {"qk_norm": True})
 
 
 def _qwen3_moe(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    _no_sliding_window(config, where)
     fields = (_decoder_fields(config, where, "qwen3_moe") | _bias_fields(config, where)
               | {"qk_norm": True})
     fields["moe"] = MoESpec(
@@ -254,10 +323,20 @@ def _qwen3_moe_dense_layers(config: Mapping[str, Any], where: str, num_layers: i
     return len(dense)
 
 
+def _deepseek_v2(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """DeepSeek-V2 (``DeepseekV2MoE``): as V3 with a softmax router and no expert score bias
+    (``topk_method`` greedy or group_limited_greedy)."""
+    return _deepseek(config, where, "deepseek_v2")
+
+
 def _deepseek_v3(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    return _deepseek(config, where, "deepseek_v3")
+
+
+def _deepseek(config: Mapping[str, Any], where: str, model_type: str) -> dict[str, Any]:
     mla = _mla(config, where)
     # head_dim: the q·k width (nope + rope); transformers' own ``head_dim`` is the rope part.
-    fields = _decoder_fields(config, where, "deepseek_v3",
+    fields = _decoder_fields(config, where, model_type,
                              head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim)
     if _bool(config, "attention_bias", where, False):
         raise SpecError(where, "attention_bias: true is not supported for MLA attention")
@@ -276,8 +355,8 @@ def _deepseek_v3(config: Mapping[str, Any], where: str) -> dict[str, Any]:
         num_shared_experts=num_shared,
         shared_expert_ffn_hidden_size=expert_ffn if num_shared else 0,
         num_dense_layers=_int(config, "first_k_dense_replace", where, minimum=0),
-        router_bias=config.get("topk_method") in (None, "noaux_tc"),
-        **hf_settings.read_routing(config, where, "deepseek_v3"),
+        router_bias=model_type == "deepseek_v3" and config.get("topk_method") in (None, "noaux_tc"),
+        **hf_settings.read_routing(config, where, model_type),
     )
     return fields
 
@@ -294,16 +373,87 @@ def _mla(config: Mapping[str, Any], where: str) -> MLASpec:
     )
 
 
+def _gemma2(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Gemma 2 (``Gemma2DecoderLayer``): GeGLU MLP, 4 RMSNorms per layer, head_dim 256 by default,
+    tied embeddings by default, a 4096-token sliding window on layers 0, 2, 4, ... (``layer_types``)."""
+    act = config.get("hidden_activation") or "gelu_pytorch_tanh"
+    if act != "gelu_pytorch_tanh":
+        raise SpecError(where, f"hidden_activation must be 'gelu_pytorch_tanh' for a gemma2 config (Gemma2MLP), "
+                               f"got {shown(act)}")
+    fields = _decoder_fields(config, where, "gemma2") | _bias_fields(config, where)
+    fields.update(tied_embeddings=_bool(config, "tie_word_embeddings", where, True), activation="geglu",
+                  norm_placement="sandwich", other_features=_extras(config, where, _GEMMA2_EXTRAS))
+    every = _full_attention_every(config, where, fields["num_layers"], default=2)
+    return fields | _sliding_window(config, where, default=4096, full_every=every)
+
+
+def _full_attention_every(config: Mapping[str, Any], where: str, num_layers: int, default: int) -> int:
+    """n such that ``layer_types`` is full attention exactly on layers i with (i + 1) % n == 0."""
+    types = config.get("layer_types")
+    if types is None:
+        return default
+    def pattern(every: int) -> list[str]:
+        return ["full_attention" if every and (i + 1) % every == 0 else "sliding_attention" for i in range(num_layers)]
+
+    full = [i for i, kind in enumerate(types) if kind == "full_attention"] if isinstance(types, list) else []
+    every = full[0] + 1 if full else default if types == pattern(default) else 0  # default: too few layers to show
+    if types != pattern(every):
+        raise SpecError(where, "layer_types: only sliding_attention layers with full_attention on every n-th layer "
+                               f"are supported (ModelSpec.full_attention_every), got {shown(types)}")
+    return every
+
+
+def _extras(config: Mapping[str, Any], where: str, keys: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
+    """The (key, value) items of ``keys`` the config sets (not null): ModelSpec.other_features."""
+    items = []
+    for key in keys:
+        value = config.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, (bool, int, float, str)):
+            raise SpecError(where, f"{key}: expected a number, a string or true/false, got {shown(value)}")
+        items.append((key, value))
+    return tuple(sorted(items))
+
+
+def _phi3(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Phi-3 (``Phi3Attention``, ``Phi3MLP``): Llama's weights with q/k/v fused in qkv_proj and
+    gate/up in gate_up_proj (the same counts), no biases, ``sliding_window`` on every layer."""
+    act = config.get("hidden_act") or "silu"
+    if act != "silu":
+        raise SpecError(where, f"hidden_act must be 'silu' for a phi3 config (Phi3MLP), got {shown(act)}")
+    return (_decoder_fields(config, where, "phi3") | _sliding_window(config, where, default=None)
+            | {"rotary_percent": _fraction(config, "partial_rotary_factor", where, 1.0)})
+
+
+def _olmo2(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """OLMo 2 (``Olmo2DecoderLayer``): RMSNorms after attention and MLP (none before) and q/k
+    RMSNorms over the whole q and k projections (``Olmo2Attention.q_norm``/``k_norm``)."""
+    return (_decoder_fields(config, where, "olmo2") | _bias_fields(config, where)
+            | {"qk_norm": True, "qk_norm_per_head": False, "norm_placement": "post"})
+
+
+def _llama4_text(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    fields = (_decoder_fields(config, where, "llama4_text") | _bias_fields(config, where)
+              | {"other_features": _extras(config, where, _LLAMA4_EXTRAS)})
+    return hf_llama4.read_llama4_text(config, where, fields)
+
+
+def _fraction(config: Mapping[str, Any], key: str, where: str, default: float) -> float:
+    value = config.get(key)
+    value = default if value is None else value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise SpecError(where, f"{key}: expected a number in (0, 1], got {shown(value)}")
+    return float(value)
+
+
 def _nemotron(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     act = config.get("hidden_act", "relu2")
     if act != "relu2":
         raise SpecError(where, f"hidden_act must be 'relu2' for a nemotron config (NemotronMLP), got {shown(act)}")
-    rotary = config.get("partial_rotary_factor")
-    rotary = 0.5 if rotary is None else rotary
-    if isinstance(rotary, bool) or not isinstance(rotary, (int, float)) or not 0 < rotary <= 1:
-        raise SpecError(where, f"partial_rotary_factor: expected a number in (0, 1], got {shown(rotary)}")
     return (_decoder_fields(config, where, "nemotron") | _bias_fields(config, where)
-            | {"activation": "relu2", "norm": "layernorm1p", "rotary_percent": float(rotary)})
+            | {"activation": "relu2", "norm": "layernorm1p",
+               "rotary_percent": _fraction(config, "partial_rotary_factor", where, 0.5)})
 
 
 def _gpt2(config: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -328,8 +478,9 @@ def _gpt2(config: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 _READERS: dict[str, Callable[[Mapping[str, Any], str], dict[str, Any]]] = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2,
-    "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "deepseek_v3": _deepseek_v3, "nemotron": _nemotron,
-    "gpt2": _gpt2,
+    "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "deepseek_v2": _deepseek_v2, "deepseek_v3": _deepseek_v3,
+    "gemma2": _gemma2, "phi3": _phi3, "olmo2": _olmo2, "llama4_text": _llama4_text,
+    "nemotron": _nemotron, "gpt2": _gpt2,
 }
 assert set(_READERS) == set(HF_KEYS)
 

@@ -21,14 +21,19 @@ SETTING_KEYS: dict[str, tuple[str, ...]] = {
     "llama": _DECODER, "mistral": _DECODER, "qwen2": _DECODER, "qwen3": _DECODER,
     "mixtral": _DECODER + ("router_aux_loss_coef",),
     "qwen3_moe": _DECODER + ("norm_topk_prob", "router_aux_loss_coef"),
+    "deepseek_v2": _DECODER + ("scoring_func", "norm_topk_prob", "routed_scaling_factor", "n_group",
+                               "topk_group", "aux_loss_alpha", "seq_aux"),
     "deepseek_v3": _DECODER + ("scoring_func", "norm_topk_prob", "routed_scaling_factor", "n_group",
                                "topk_group", "aux_loss_alpha", "seq_aux", "num_nextn_predict_layers"),
+    "gemma2": _DECODER, "phi3": _DECODER, "olmo2": _DECODER,
+    "llama4_text": _DECODER + ("router_aux_loss_coef",),
     "nemotron": ("rope_theta", "rope_scaling", "norm_eps", "bos_token_id", "eos_token_id"),
     "gpt2": ("layer_norm_epsilon", "bos_token_id", "eos_token_id"),
 }
-_ROPE_THETA_DEFAULT = {"mixtral": 1e6}  # the others: 10000
+_ROPE_THETA_DEFAULT = {"mixtral": 1e6, "llama4_text": 5e5}  # the others: 10000
 _NORM_EPS_DEFAULT = {"llama": 1e-6, "mistral": 1e-6, "mixtral": 1e-5, "qwen2": 1e-6, "qwen3": 1e-6,
-                     "qwen3_moe": 1e-6, "deepseek_v3": 1e-6, "nemotron": 1e-5, "gpt2": 1e-5}
+                     "qwen3_moe": 1e-6, "deepseek_v2": 1e-6, "deepseek_v3": 1e-6, "gemma2": 1e-6, "phi3": 1e-5,
+                     "olmo2": 1e-5, "llama4_text": 1e-5, "nemotron": 1e-5, "gpt2": 1e-5}
 _GPT2_TOKEN_DEFAULT = 50256
 _EPS_KEY = {"gpt2": "layer_norm_epsilon", "nemotron": "norm_eps"}  # the others: rms_norm_eps
 
@@ -50,19 +55,23 @@ def read_settings(config: Mapping[str, Any], where: str, model_type: str) -> dic
 
 
 def read_routing(config: Mapping[str, Any], where: str, model_type: str) -> dict[str, Any]:
-    """The MoESpec routing fields of a mixtral, qwen3_moe or deepseek_v3 config."""
-    if model_type == "mixtral":  # softmax over the top-k logits: normalised weights
+    """The MoESpec routing fields of a mixtral, qwen3_moe, llama4_text, deepseek_v2 or deepseek_v3
+    config (DeepSeek-V2: softmax, no renormalisation, no scaling and, with ``topk_method: greedy``,
+    no groups by default, as in its ``DeepseekV2MoEGate``)."""
+    if model_type in ("mixtral", "llama4_text"):  # mixtral: softmax over the top-k logits: normalised weights
         return {"normalize_topk": True, "aux_loss_coeff": _number(config, "router_aux_loss_coef", where, 0.001)}
     if model_type == "qwen3_moe":
         return {"normalize_topk": flag(config, "norm_topk_prob", where, False),
                 "aux_loss_coeff": _number(config, "router_aux_loss_coef", where, 0.001)}
-    scoring = config.get("scoring_func") or "sigmoid"
+    v2 = model_type == "deepseek_v2"
+    scoring = config.get("scoring_func") or ("softmax" if v2 else "sigmoid")
     if scoring not in ("softmax", "sigmoid"):
         raise SpecError(where, f"scoring_func: expected 'softmax' or 'sigmoid', got {shown(scoring)}")
-    return {"score_function": scoring, "normalize_topk": flag(config, "norm_topk_prob", where, True),
-            "routed_scaling_factor": _positive(config, "routed_scaling_factor", where, 2.5),
-            "num_expert_groups": _count(config, "n_group", where, 8, minimum=1),
-            "num_limited_groups": _count(config, "topk_group", where, 4, minimum=1),
+    greedy = v2 and config.get("topk_method", "greedy") == "greedy"  # no group limit
+    return {"score_function": scoring, "normalize_topk": flag(config, "norm_topk_prob", where, not v2),
+            "routed_scaling_factor": _positive(config, "routed_scaling_factor", where, 1.0 if v2 else 2.5),
+            "num_expert_groups": 1 if greedy else _count(config, "n_group", where, 1 if v2 else 8, minimum=1),
+            "num_limited_groups": 1 if greedy else _count(config, "topk_group", where, 1 if v2 else 4, minimum=1),
             "aux_loss_coeff": _number(config, "aux_loss_alpha", where, 0.001),
             "aux_loss_per_sequence": flag(config, "seq_aux", where, True)}
 

@@ -12,11 +12,28 @@ from dataclasses import dataclass, field
 from autoplan.errors import SpecError, shown
 
 # relu2: squared ReLU, not gated (Nemotron; So et al. 2021, Primer; Megatron --squared-relu).
-ACTIVATIONS = ("swiglu", "gelu", "relu2")
+# geglu: gated GELU (tanh approximation), gate/up/down like SwiGLU (Gemma 2's Gemma2MLP; Shazeer 2020).
+ACTIVATIONS = ("swiglu", "geglu", "gelu", "relu2")
+GATED_ACTIVATIONS = ("swiglu", "geglu")  # three matrices gate, up, down (the others: two)
 # layernorm1p: LayerNorm with a zero-centred gain (weight + 1; Megatron --apply-layernorm-1p), the same
 # weight and bias as a LayerNorm.
 NORMS = ("rmsnorm", "layernorm", "layernorm1p")
 BIASED_NORMS = ("layernorm", "layernorm1p")
+# Where a layer's norms sit: "pre" (Llama: before attention and MLP, 2 per layer), "post" (OLMo 2's
+# Olmo2DecoderLayer: post_attention_layernorm and post_feedforward_layernorm on the sublayer outputs,
+# 2 per layer), "sandwich" (Gemma 2's Gemma2DecoderLayer: both, 4 per layer).
+NORM_PLACEMENTS = ("pre", "post", "sandwich")
+NORMS_PER_LAYER = {"pre": 2, "post": 2, "sandwich": 4}
+# Layers with a local attention span (see ModelSpec.local_attention): "sliding" (Mistral's
+# sliding_window: query i attends keys i-w+1..i) or "chunked" (Llama 4's attention_chunk_size:
+# query i attends the keys of its own chunk of w tokens, from w*floor(i/w) to i).
+LOCAL_ATTENTIONS = ("sliding", "chunked")
+# What a model_type's modeling code does that no config key says and no exporter writes.
+IMPLIED_FEATURES = {
+    "gemma2": ("the embedding output scaled by sqrt(hidden_size) (Gemma2Model)",
+               "RMSNorm gains applied as 1 + weight (Gemma2RMSNorm)"),
+    "llama4_text": ("every 4th layer without RoPE and with global attention (Llama4TextAttention)",),
+}
 POSITION_EMBEDDINGS = ("rope", "learned")
 SCORE_FUNCTIONS = ("softmax", "sigmoid")
 
@@ -77,10 +94,18 @@ class ModelSpec:
     position_embedding: str = "rope"
     max_position_embeddings: int = 8192
     qk_norm: bool = False
+    qk_norm_per_head: bool = True  # False: q/k norms over the whole projection (OLMo 2's q_norm, k_norm)
+    norm_placement: str = "pre"  # NORM_PLACEMENTS
     qkv_bias: bool = False
     linear_bias: bool = False  # GPT-2 style: every linear layer has a bias
     moe: MoESpec | None = None
     mla: MLASpec | None = None
+    # Local attention (0: none): layers attend a span of ``attention_window`` keys, except that layer
+    # i (0-based) attends the whole causal prefix when (i + 1) % full_attention_every == 0 (Gemma 2: 2,
+    # Llama 4: 4; Megatron --window-attn-skip-freq N); full_attention_every = 0: every layer is local.
+    attention_window: int = 0
+    local_attention: str = "sliding"  # LOCAL_ATTENTIONS
+    full_attention_every: int = 0
     # Fields the trainers take that size nothing (the cost model reads none of them):
     rope_theta: float = 10000.0
     rotary_percent: float = 1.0  # share of each head's dims rotated (Nemotron 0.5; Megatron --rotary-percent)
@@ -88,6 +113,10 @@ class ModelSpec:
     norm_eps: float = 1e-5
     bos_token_id: int | None = None  # None: the config gives none (the trainer's default is used)
     eos_token_id: int | None = None
+    # Architecture settings that size nothing and that no exporter writes: the HF (key, value) items,
+    # sorted (e.g. Gemma 2's ('final_logit_softcapping', 30.0)); every export warns about each, and
+    # about the model_type's IMPLIED_FEATURES (autoplan.export.common.feature_warnings).
+    other_features: tuple[tuple[str, float | int | str | bool], ...] = ()
     num_mtp_layers: int = 0  # multi-token-prediction depths (DeepSeek-V3 Sec. 2.2; autoplan.cost.mtp), on the last stage
     seq_len: int = 4096  # default training sequence length
     model_type: str = "llama"
@@ -105,7 +134,8 @@ class ModelSpec:
             raise SpecError(where, "num_attention_heads must be a multiple of num_kv_heads, got "
                                    f"({self.num_attention_heads}, {self.num_kv_heads})")
         for name, allowed in (("activation", ACTIVATIONS), ("norm", NORMS),
-                              ("position_embedding", POSITION_EMBEDDINGS)):
+                              ("position_embedding", POSITION_EMBEDDINGS), ("norm_placement", NORM_PLACEMENTS),
+                              ("local_attention", LOCAL_ATTENTIONS)):
             if getattr(self, name) not in allowed:
                 raise SpecError(where, f"{name} must be one of {allowed}, got {shown(getattr(self, name))}")
         if self.moe is not None:
@@ -117,6 +147,10 @@ class ModelSpec:
                 raise SpecError(where, f"num_dense_layers must be in [0, {self.num_layers}], "
                                        f"got {moe.num_dense_layers}")
             _check_routing(where, moe)
+        for name in ("attention_window", "full_attention_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SpecError(where, f"{name} must be an integer >= 0, got {shown(value)}")
         if not 0 < self.rotary_percent <= 1:
             raise SpecError(where, f"0 < rotary_percent <= 1 must hold, got {shown(self.rotary_percent)}")
         if not (self.rope_theta > 0 and self.norm_eps > 0):
@@ -135,6 +169,18 @@ class ModelSpec:
     @property
     def num_moe_layers(self) -> int:
         return 0 if self.moe is None else self.num_layers - self.moe.num_dense_layers
+
+    @property
+    def num_local_attention_layers(self) -> int:
+        """Layers whose attention spans ``attention_window`` keys (0 without a window)."""
+        if self.attention_window == 0:
+            return 0
+        every = self.full_attention_every
+        return self.num_layers - (self.num_layers // every if every else 0)
+
+    @property
+    def gated_mlp(self) -> bool:
+        return self.activation in GATED_ACTIVATIONS
 
     @property
     def q_size(self) -> int:

@@ -66,6 +66,21 @@ def model_specs(draw, model_type: str) -> ModelSpec:
     layers = fields["num_layers"]
     if model_type in ("llama", "nemotron"):
         fields.update(qkv_bias=qkv, linear_bias=linear)
+    if model_type in ("gemma2", "olmo2", "llama4_text"):
+        fields.update(qkv_bias=draw(st.booleans()))
+    if model_type in ("mistral", "mixtral", "phi3", "gemma2", "llama4_text"):
+        window = draw(st.sampled_from([0, 1, 2047, 4096, 8192]))
+        every = (draw(st.integers(1, 6)) if model_type == "llama4_text" else 2 if model_type == "gemma2" else 0)
+        if window:
+            fields.update(attention_window=window, full_attention_every=every,
+                          local_attention="chunked" if model_type == "llama4_text" else "sliding")
+    if model_type == "gemma2":
+        fields.update(activation="geglu", norm_placement="sandwich",
+                      other_features=(("final_logit_softcapping", 30.0), ("query_pre_attn_scalar", 256)))
+    elif model_type == "olmo2":
+        fields.update(qk_norm=True, qk_norm_per_head=False, norm_placement="post")
+    elif model_type == "phi3":
+        fields.update(rotary_percent=draw(st.sampled_from([0.5, 1.0])))
     if model_type == "nemotron":
         fields.update(activation="relu2", norm="layernorm1p",
                       rotary_percent=draw(st.sampled_from([0.25, 0.5, 1.0])))
@@ -78,8 +93,18 @@ def model_specs(draw, model_type: str) -> ModelSpec:
                                        expert_ffn=fields["ffn_hidden_size"]))
     elif model_type == "qwen3_moe":
         fields["moe"] = draw(moe_specs(layers, shared=False, dense=True, router=False))
-    elif model_type == "deepseek_v3":
-        fields["moe"] = draw(moe_specs(layers, shared=True, dense=True, router=True))
+    elif model_type == "llama4_text":
+        moe = draw(moe_specs(layers, shared=False, dense=False, router=False))
+        width = moe.expert_ffn_hidden_size
+        fields["moe"] = dataclasses.replace(moe, num_shared_experts=1, shared_expert_ffn_hidden_size=width,
+                                            num_dense_layers=draw(st.integers(0, layers - 1)),
+                                            score_function="sigmoid", normalize_topk=False, aux_loss_coeff=0.001)
+    elif model_type in ("deepseek_v2", "deepseek_v3"):
+        v3 = model_type == "deepseek_v3"
+        fields["moe"] = draw(moe_specs(layers, shared=True, dense=True, router=v3))
+        if not v3:  # DeepSeek-V2's defaults: softmax, no renormalisation, no scaling, greedy
+            fields["moe"] = dataclasses.replace(fields["moe"], normalize_topk=False, aux_loss_coeff=0.001,
+                                                aux_loss_per_sequence=True)
         mla = MLASpec(q_lora_rank=draw(st.integers(0, 4096)), kv_lora_rank=draw(SIZE),
                       qk_rope_head_dim=draw(st.integers(1, 128)), qk_nope_head_dim=draw(st.integers(1, 256)),
                       v_head_dim=draw(st.integers(1, 256)))

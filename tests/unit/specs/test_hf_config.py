@@ -110,6 +110,59 @@ CASES = [
         active=91_160,
     ),
     dict(
+        id="deepseek_v2",
+        config={"model_type": "deepseek_v2", **BASE, "num_hidden_layers": 3, "num_key_value_heads": 4,
+                "q_lora_rank": None, "kv_lora_rank": 8, "qk_rope_head_dim": 4, "qk_nope_head_dim": 8,
+                "v_head_dim": 8, "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+                "moe_intermediate_size": 32, "first_k_dense_replace": 1, "topk_method": "greedy"},
+        fields=dict(head_dim=12, num_moe_layers=2),
+        # MLA without q LoRA (DeepSeek-V2-Lite): q 64*4*12 = 3,072; kv_a 64*12 + kv_b 8*4*16 = 1,280;
+        #   o 2,048 -> 6,400; norms 2*64 + kv latent 8 = 136
+        # dense layer 0: 6,400 + 136 + 24,576 = 31,112
+        # MoE layers: 6,400 + 136 + 8 x 6,144 + shared 6,144 + router 64*8 (no bias) = 62,344
+        # 31,112 + 2 x 62,344 + 12,800 + 64
+        total=168_664,
+        # MoE active: 6,400 + 136 + (2 + 1) x 6,144 + 512 = 25,480; 31,112 + 50,960 + 12,864
+        active=94_936,
+    ),
+    dict(
+        id="gemma2",
+        config={"model_type": "gemma2", **BASE, "head_dim": 32},
+        fields=dict(head_dim=32, activation="geglu", norm_placement="sandwich", tied_embeddings=True,
+                    attention_window=4096, local_attention="sliding", full_attention_every=2),
+        # head_dim 32 != 64/4: q 64*128 + k,v 2*64*64 + o 128*64 = 24,576; GeGLU 3*64*128 = 24,576;
+        # 4 norms 256 -> 49,408 x 2 = 98,816; tied embedding 6,400; final norm 64
+        total=105_280,
+    ),
+    dict(
+        id="phi3",
+        config={"model_type": "phi3", **BASE, "sliding_window": 2047},
+        fields=dict(head_dim=16, attention_window=2047, full_attention_every=0, qkv_bias=False),
+        # fused qkv_proj (64 x (64 + 2*32)) and gate_up_proj (64 x 2*128): llama's 86,848
+        total=86_848,
+    ),
+    dict(
+        id="olmo2",
+        config={"model_type": "olmo2", **BASE},
+        fields=dict(qk_norm=True, qk_norm_per_head=False, norm_placement="post", attention_window=0),
+        # llama's layer with q_norm over q (64) and k_norm over k (2*16 = 32): norms 2*64 + 96 = 224
+        # -> 37,088 x 2 = 74,176 + 12,800 + 64
+        total=87_040,
+    ),
+    dict(
+        id="llama4_text",
+        config={"model_type": "llama4_text", **BASE, "head_dim": 16, "intermediate_size": 32,
+                "intermediate_size_mlp": 128, "num_local_experts": 4, "num_experts_per_tok": 1,
+                "interleave_moe_layer_step": 2},
+        fields=dict(ffn_hidden_size=128, num_moe_layers=1, attention_window=8192, local_attention="chunked",
+                    full_attention_every=4),
+        # layer 0 dense: 12,288 + 128 + 3*64*128 = 36,992; layer 1 MoE: 12,288 + 128 + 4 experts x
+        # 3*64*32 (6,144) + shared expert 6,144 + router 64*4 = 43,392; + 12,800 + 64
+        total=93_248,
+        # MoE active: 12,288 + 128 + 6,144 + 6,144 + 256 = 24,960; 36,992 + 24,960 + 12,864
+        active=74_816,
+    ),
+    dict(
         id="nemotron",
         config={"model_type": "nemotron", "num_hidden_layers": 2, "hidden_size": 64,
                 "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -219,8 +272,19 @@ def test_user_config_may_hold_any_hf_keys():
 # --- bad input: (config, message fragments) ---------------------------------------------------
 
 BAD_CONFIGS = [
-    ({"model_type": "llama4", **BASE}, ["test.json", "not supported", "did you mean 'llama'",
+    ({"model_type": "gemma3", **BASE}, ["test.json", "not supported", "did you mean 'gemma2'",
                                          "supported: llama, mistral, mixtral"]),
+    ({"model_type": "llama4", **BASE}, ["test.json", "text_config", "language model"]),
+    ({"model_type": "qwen2", **BASE, "use_sliding_window": True, "sliding_window": 4096},
+     ["use_sliding_window: true is not supported", "max_window_layers"]),
+    ({"model_type": "gemma2", **BASE, "layer_types": ["full_attention", "sliding_attention"]},
+     ["layer_types", "full_attention on every n-th layer"]),
+    ({"model_type": "gemma2", **BASE, "hidden_activation": "gelu"}, ["hidden_activation", "gelu_pytorch_tanh"]),
+    ({"model_type": "llama4_text", **BASE, "num_hidden_layers": 4, "interleave_moe_layer_step": 2},
+     ["only leading dense layers", "layers [0, 2] are dense", "interleave_moe_layer_step=2"]),
+    ({"model_type": "llama4_text", **BASE, "no_rope_layers": [0, 1]},
+     ["no_rope_layers must be the pattern of no_rope_layer_interval=4", "got [0, 1]"]),
+    ({"model_type": "mistral", **BASE, "sliding_window": 0}, ["sliding_window", ">= 1", "got 0"]),
     ({**BASE}, ["missing required key 'model_type'"]),
     ({"model_type": "llama", **{k: v for k, v in BASE.items() if k != "hidden_size"}},
      ["test.json", "missing required key(s) hidden_size"]),
