@@ -34,6 +34,7 @@ _COMMAND_MODULES = [
     ("autoplan.cli.capacity", ("capacity",)),
     ("autoplan.cli.export", ("export",)),
     ("autoplan.cli.calibrate", ("calibrate", "validate")),
+    ("autoplan.cli.probe", ("probe",)),
 ]
 
 
