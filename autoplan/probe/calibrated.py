@@ -45,7 +45,10 @@ class Probed:
 
 
 def _bounded(name: str, value: float, notes: list[str]) -> float:
+    """``value`` to the 4 digits a timing resolves, inside the parameter's bounds; a move onto a
+    bound beyond that resolution is noted."""
     low, high = PARAMETERS[name].bounds
+    value = measured(value)
     kept = min(max(value, low), high)
     if kept != value:
         notes.append(f"{name}: fitted {value:.4g}, outside [{low:g}, {high:g}]; kept at {kept:g}")
