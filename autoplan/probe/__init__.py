@@ -15,7 +15,14 @@ from __future__ import annotations
 
 import importlib.util
 
+from autoplan.errors import AutoplanError
+
 TORCH_MISSING = "autoplan probe needs PyTorch: pip install 'autoplan[probe]' (or pip install torch)"
+
+
+class ProbeError(AutoplanError):
+    """The probe could not run or fit here: no such device, ranks that do not divide into nodes,
+    a measurement that gave nothing to fit."""
 
 
 def torch_available() -> bool:

@@ -149,7 +149,7 @@ def fit_kernels(table: Table, peak_flops_per_s: float, large_gemm_flops: float, 
     bf16 = _linear(table, "gemm_bf16", peak_flops_per_s)
     if bf16 is None:
         raise ValueError("the probe timed fewer than 2 bf16 GEMMs: nothing to fit the GEMM curve to")
-    kinds = {r["kind"] for r in table.rows}
+    kinds = {r["kind"] for r in table.rows if r["seconds"]}  # what was timed (a failed backend is not)
     speedups = {}
     for recipe in ("tensorwise", "rowwise"):
         spread = fp8_speedups(table, recipe, large_gemm_flops) if f"gemm_fp8_{recipe}" in kinds else None

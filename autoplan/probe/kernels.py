@@ -89,8 +89,12 @@ def gemm_rows(plan: ProbePlan, device: torch.device, progress: Callable[[str], N
                 rows.append(kernel_row(f"gemm_{dtype_name}", flops=flops, seconds=seconds, **common))
                 if plan.fp8 and dtype_name == "bf16":
                     for recipe, rowwise in (("tensorwise", False), ("rowwise", True)):
-                        s8 = _fp8_seconds(a, b, rowwise, device, plan.min_time_s)
-                        rows.append(kernel_row(f"gemm_fp8_{recipe}", flops=flops, seconds=s8, **common))
+                        columns = dict(common)
+                        try:
+                            s8 = _fp8_seconds(a, b, rowwise, device, plan.min_time_s)
+                        except RuntimeError as exc:  # a recipe this build or GPU does not run: noted
+                            s8, columns["note"] = 0.0, f"{shape.note} failed: {' '.join(str(exc).split())[:100]}"
+                        rows.append(kernel_row(f"gemm_fp8_{recipe}", flops=flops, seconds=s8, **columns))
         progress(f"gemm {dtype_name}: {len(plan.gemms)} shapes timed")
     return rows
 
@@ -123,9 +127,14 @@ def attention_rows(plan: ProbePlan, device: torch.device, progress: Callable[[st
                 def both():
                     F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
 
-                with _sdpa_context(backend):
-                    t_forward = timed_s(forward, device, plan.min_time_s)
-                    t_both = timed_s(both, device, plan.min_time_s)
+                try:
+                    with _sdpa_context(backend):
+                        t_forward = timed_s(forward, device, plan.min_time_s)
+                        t_both = timed_s(both, device, plan.min_time_s)
+                except RuntimeError as exc:  # a backend this GPU or build lacks: a row saying so
+                    rows.append(kernel_row(f"attention_{backend}", **common,
+                                           note=f"failed: {' '.join(str(exc).split())[:100]}"))
+                    continue
                 rows.append(kernel_row(f"attention_{backend}", flops=forward_flops, seconds=t_forward, **common,
                                        **{"pass": "fwd"}))
                 rows.append(kernel_row(f"attention_{backend}", flops=ATTENTION_FORWARD_BACKWARD * forward_flops,

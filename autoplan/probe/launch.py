@@ -23,16 +23,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from autoplan.errors import AutoplanError
-from autoplan.probe import collectives, kernels
+from autoplan.probe import ProbeError, collectives, kernels
 from autoplan.probe.plan import ProbePlan, cpu_plan, cuda_plan
 from autoplan.probe.provenance import provenance
 
 BARRIER_TIMEOUT = timedelta(minutes=30)  # ranks wait while rank 0 times the kernels
-
-
-class ProbeError(AutoplanError):
-    """The probe could not run here (no such device, ranks that do not divide into nodes)."""
 
 
 @dataclass(frozen=True)

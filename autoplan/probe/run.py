@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoplan.calibration.host_link import host_link_figures
-from autoplan.probe import TORCH_MISSING, torch_available
+from autoplan.probe import TORCH_MISSING, ProbeError, torch_available
 from autoplan.probe.calibrated import Probed, kernel_parameters, link_parameters, measured_base, probed_gpu
 from autoplan.probe.fit import KernelFit, LinkFigures, fit_collectives, fit_kernels, link_figures, with_bandwidths
 from autoplan.probe.files import HARDWARE_FILE, PROFILE_FILE, check_out, hardware_text, profile_text, write_all
@@ -124,14 +124,17 @@ def _measure(options: ProbeOptions, progress: Callable[[str], None]) -> dict | N
 def run_probe(options: ProbeOptions, progress: Callable[[str], None] = lambda message: None) -> ProbeResult | None:
     """Measure, fit and write ``options.out``; None on a rank other than 0."""
     if not torch_available():
-        from autoplan.errors import AutoplanError
-
-        raise AutoplanError(TORCH_MISSING)
+        raise ProbeError(TORCH_MISSING)
     out = check_out(options.out)
     measured = _measure(options, progress)
     if measured is None:
         return None
-    probed, k, links, fits = fit_measured(measured, options)
+    try:
+        probed, k, links, fits = fit_measured(measured, options)
+    except ValueError as exc:  # a fit with nothing to fit (every attention backend failed, ...)
+        if isinstance(exc, ProbeError):
+            raise
+        raise ProbeError(f"the probe's timings could not be fitted: {exc}") from None
     meta, numbers = measured["meta"], figures(k, links, fits)
     texts = {HARDWARE_FILE: hardware_text(probed.gpu, meta, list(probed.notes)),
              PROFILE_FILE: profile_text(options.trainer, probed.gpu.name, probed.parameters, meta, numbers,

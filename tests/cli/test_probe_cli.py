@@ -12,6 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from autoplan.cli import main
+from autoplan.units import parse_time
 
 
 def test_without_torch_probe_says_how_to_install_it(monkeypatch, tmp_path):
@@ -54,3 +55,21 @@ def test_a_quick_cpu_probe_feeds_estimate_and_search(tmp_path):
     assert "cpu-probed" in estimate.output
     search = CliRunner().invoke(main, ["search", *common, "--out", str(tmp_path / "plans")])
     assert search.exit_code == 0, search.output
+
+
+@pytest.mark.slow
+def test_two_one_rank_nodes_measure_the_scale_out_level(tmp_path):
+    """--ranks-per-node 1 makes the 2 local ranks two 'nodes': the collectives run between one
+    rank per node (scale_out) and set scale_out_latency and scale_out_efficiency."""
+    pytest.importorskip("torch")
+    result = CliRunner().invoke(main, ["probe", "--device", "cpu", "--quick", "--nproc", "2", "--ranks-per-node", "1",
+                                       "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    profile = yaml.safe_load((tmp_path / "profile.yaml").read_text())
+    links = profile["fit"]["figures"]["links"]
+    assert links["scale_up"] is None and links["scale_out"]["hop_latency_s"] > 0
+    assert "scale_out_efficiency" in profile["physical_efficiency"]
+    hardware = yaml.safe_load((tmp_path / "hardware.yaml").read_text())
+    assert hardware["gpus_per_node"] == 1 and hardware["scale_up_latency"] == "3 us"  # nominal: not measured
+    measured = links["scale_out"]["hop_latency_s"]
+    assert parse_time(hardware["scale_out_latency"]) == pytest.approx(measured, rel=1e-3)  # to 4 digits

@@ -151,3 +151,14 @@ def test_a_collective_is_refused_on_one_rank_or_by_an_unknown_name():
         fit_collective("all_reduce", "scale_up", 1, SIZES, SIZES / 1e9)
     with pytest.raises(ValueError, match="unknown collective 'broadcast'"):
         fit_collective("broadcast", "scale_up", 2, SIZES, SIZES / 1e9)
+
+
+def test_a_failed_attention_backend_gives_way_to_the_next():
+    peak = 989e12
+    table = _kernel_table(peak)
+    failed = kernel_row("attention_cudnn", seq=1024, heads=32, head_dim=128, note="failed: not on this GPU")
+    k = fit_kernels(as_table(table.meta, [failed] + table.rows), peak, large_gemm_flops=1e11)
+    assert k.attention_backend == "flash"  # the cudnn rows hold no timing
+    no_attention = [r for r in table.rows if not str(r["kind"]).startswith("attention")]
+    with pytest.raises(ValueError, match="timed no attention"):
+        fit_kernels(as_table(table.meta, no_attention + [failed]), peak, large_gemm_flops=1e11)
