@@ -23,6 +23,7 @@ from autoplan.specs.hardware import GPUSpec
 
 NOMINAL_SCALE_UP_LATENCY_S = 3e-6  # hardware_db/README.md "Adding a GPU": NCCL-typical, nominal
 NOMINAL_SCALE_OUT_LATENCY_S = 10e-6
+MEASURED = "measured"  # the name of a base whose peaks are the measured rates (no datasheet)
 
 
 def measured(value: float, digits: int = 4) -> float:
@@ -71,10 +72,11 @@ def probed_gpu(base: GPUSpec, links: dict[str, LinkFigures | None], *, name: str
                host_payload_bytes_per_s: float | None, sources: tuple[str, ...], notes: list[str]) -> GPUSpec:
     """``base`` with what the probe measured: memory, latencies, host link; named ``name``."""
     up, out = links.get("scale_up"), links.get("scale_out")
+    kept = "the preset's" if base.name != MEASURED else "nominal latencies; the NIC as the scale-up link"
     if up is None:
-        notes.append("scale_up_latency: not measured (one rank), the preset's")
+        notes.append(f"scale_up_latency: not measured (one rank), {kept}")
     if out is None:
-        notes.append("scale_out_latency, nic_bandwidth: not measured (one node), the preset's")
+        notes.append(f"scale_out_latency, nic_bandwidth: not measured (one node), {kept}")
     gpu = replace(base, name=name, aliases=(), description=f"{base.description} (autoplan probe)".strip(),
                   usable_memory_bytes=min(mebibytes(usable_memory_bytes), base.memory_bytes),
                   scale_up_latency_s=measured(up.hop_latency_s) if up and up.hop_latency_s > 0 else base.scale_up_latency_s,
@@ -92,7 +94,7 @@ def measured_base(k: KernelFit, links: dict[str, LinkFigures | None], *, memory_
     up, out = links.get("scale_up"), links.get("scale_out")
     link = measured(up.bus_bytes_per_s if up else k.copy_bytes_per_s)
     return GPUSpec(
-        name="measured", aliases=(), description=description, memory_bytes=mebibytes(memory_bytes),
+        name=MEASURED, aliases=(), description=description, memory_bytes=mebibytes(memory_bytes),
         usable_memory_bytes=mebibytes(memory_bytes), peak_bf16_flops_per_s=measured(k.gemm_bf16.efficiency),
         peak_fp8_flops_per_s=0.0, hbm_bytes_per_s=measured(k.copy_bytes_per_s), scale_up_bytes_per_s=link,
         scale_up_domain_size=max(ranks_per_node, 1), nic_bytes_per_s=measured(out.bus_bytes_per_s) if out else link,

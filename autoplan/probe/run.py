@@ -14,7 +14,7 @@ from pathlib import Path
 
 from autoplan.calibration.host_link import host_link_figures
 from autoplan.probe import TORCH_MISSING, ProbeError, torch_available
-from autoplan.probe.calibrated import Probed, kernel_parameters, link_parameters, measured_base, probed_gpu
+from autoplan.probe.calibrated import MEASURED, Probed, kernel_parameters, link_parameters, measured_base, probed_gpu
 from autoplan.probe.fit import KernelFit, LinkFigures, fit_collectives, fit_kernels, link_figures, with_bandwidths
 from autoplan.probe.files import HARDWARE_FILE, PROFILE_FILE, check_out, hardware_text, profile_text, write_all
 from autoplan.probe.tables import as_table
@@ -83,7 +83,7 @@ def fit_measured(measured: dict, options: ProbeOptions) -> tuple[Probed, KernelF
                              description=f"{meta.get('device', 'a device')} (rates measured, no datasheet)")
     k = fit_kernels(table, base.compute_peak_bf16_flops_per_s, large, options.attention_backend)
     host = host_link_figures(as_table(meta, measured["host_link"]), 1.0).one_way if measured["host_link"] else None
-    name = options.name or (f"{base.name}-probed" if base.name != "measured" else f"{options.device}-probed")
+    name = options.name or (f"{base.name}-probed" if base.name != MEASURED else f"{options.device}-probed")
     gpu = probed_gpu(base, links, name=name, usable_memory_bytes=meta["memory_bytes"],
                      host_payload_bytes_per_s=host,
                      sources=(f"autoplan probe, {meta['date']}: measured on this machine (the tables beside this file)",),
