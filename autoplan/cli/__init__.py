@@ -34,8 +34,9 @@ _COMMAND_MODULES = [
     ("autoplan.cli.capacity", ("capacity",)),
     ("autoplan.cli.export", ("export",)),
     ("autoplan.cli.calibrate", ("calibrate", "validate")),
-    ("autoplan.cli.rerank", ("rerank",)),
+    ("autoplan.cli.probe", ("probe",)),
     ("autoplan.cli.trial", ("trial",)),
+    ("autoplan.cli.rerank", ("rerank",)),
 ]
 
 
