@@ -121,14 +121,15 @@ def _exhaustive_worker(ctx, space, options, numbers: range, chunk_size: int,
 
 
 def _assess_and_store(ctx, space, store, numbers, chunk_size, options, progress, deadline):
-    """(running best, counts) of the chunks ``numbers``, every layout added to the study."""
+    """(running best, counts) of the chunks ``numbers``, every layout added to the study (a
+    chunk that another process stored already is not stored again)."""
     from autoplan.search.exhaustive import assess_chunks, store_layouts
 
-    tables: list[CostTable] = []
-    part = assess_chunks(ctx, space, numbers, chunk_size=chunk_size, allow_uneven=options.allow_uneven_pp,
-                         keep=options.keep_rows, progress=progress, deadline=deadline, sink=tables.append)
-    store_layouts(store, space, tables)
-    return part
+    def sink(table: CostTable) -> None:  # stored as it comes: memory stays one chunk's
+        store_layouts(store, space, table, chunk_size)
+
+    return assess_chunks(ctx, space, numbers, chunk_size=chunk_size, allow_uneven=options.allow_uneven_pp,
+                         keep=options.keep_rows, progress=progress, deadline=deadline, sink=sink)
 
 
 def _left(deadline: float | None) -> float | None:
