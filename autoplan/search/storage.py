@@ -227,11 +227,18 @@ def _check_resumable(study, directions: Sequence[str], meta: dict, storage: str)
         return
     if stored.get("key") != meta.get("key"):
         now, before = _flatten(meta), _flatten(stored)
-        differ = [k for k in sorted(set(now) | set(before)) if k != "key" and now.get(k) != before.get(k)]
-        shown = "; ".join(f"{k}: stored {before.get(k)!r}, now {now.get(k)!r}" for k in differ[:3])
+        differ = [k for k in sorted(set(now) | set(before), key=lambda k: (k not in NAMED_INPUTS, k))
+                  if k != "key" and now.get(k) != before.get(k)]
+        shown = "; ".join(f"{NAMED_INPUTS.get(k, k)}: stored {before.get(k)!r}, now {now.get(k)!r}"
+                          for k in differ[:3])
         more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
         raise StudyMismatchError(f"{where} was made for other inputs ({shown or 'an older autoplan'}{more}): "
                                  "resume it with the same inputs or use another --study-name")
+
+
+# Inputs a user names (shown first, by these words, when a resumed study differs): another
+# trainer also differs in every calibrated parameter, which would hide the trainer itself.
+NAMED_INPUTS = {"profile.name": "trainer", "model.name": "model", "cluster.gpu.name": "GPU"}
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
