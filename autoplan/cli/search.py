@@ -126,6 +126,8 @@ def search_command(**kw) -> None:
                 os.rmdir(kw["out_dir"])  # the folder made for this run, still empty
         raise
     clear(owned)
+    if result.store is not None and result.store.resumed:
+        click.echo(f"Note: {result.store.resumed}", err=True)
     out = _write(result, kw)
     if not result.feasible.any():
         try:

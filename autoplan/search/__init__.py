@@ -344,5 +344,5 @@ def _store_exhaustive(result: SearchResult, store):
     """Add the exhaustive result's layouts to the study, skipping those it already holds."""
     from autoplan.search.exhaustive import store_layouts
 
-    store_layouts(store, result.space, [result.table])
+    store_layouts(store, result.space, result.table)
     return store

@@ -12,7 +12,8 @@ Pruning before costing, where it is exact (:mod:`autoplan.search.prune`): a layo
 a rule is counted (by rule) without being costed, and costed in a second walk only if fewer than
 ``keep`` layouts are legal; once the best ``keep`` rows all fit, a layout whose model states
 alone exceed the memory can never enter them, so it is counted as out of memory uncosted.
-With a storage every evaluated layout is added to the study in bulk.
+With a storage every evaluated layout is added to the study in bulk, once per chunk
+(:func:`store_layouts`).
 """
 
 from __future__ import annotations
@@ -177,17 +178,51 @@ def _empty_table(ctx: CostContext) -> CostTable:
     return recipe.compact(recipe.assess(ctx, batch, reaches))
 
 
-def store_layouts(store, space: SearchSpace, tables: Iterable[CostTable]) -> None:
-    """Add the assessed layouts of ``tables`` that the study does not hold yet, in bulk."""
-    from autoplan.search.storage import bulk_add
+def store_layouts(store, space: SearchSpace, table: CostTable, chunk_size: int | None = None) -> int:
+    """Add the assessed layouts of ``table`` to the study chunk by chunk of the product (chunk
+    k: flat indices [k·chunk_size, (k+1)·chunk_size)), each chunk unless the study holds it
+    already: a chunk is claimed with its trials in one transaction
+    (:func:`autoplan.search.storage.bulk_add`), so any number of processes on one study store
+    every layout once, and a resumed study reads which chunks it holds, not its trials.
+    Returns the trials added."""
+    from autoplan.search.storage import CLAIM_PREFIX, bulk_add, claims, num_trials
     from autoplan.search.trials import frozen_trials
+
+    chunk_size = chunk_size or CHUNK_SIZE
+    study = store.study
+    held = claims(study)
+    existing = _legacy_layouts(study) if not held and num_trials(study) else None
+    chunk = flat_index(space, table.batch) // chunk_size
+    added = 0
+    for k in np.unique(chunk):
+        claim = f"{CLAIM_PREFIX}chunk{chunk_size}:{k}"
+        if claim not in held:
+            rows = np.flatnonzero(chunk == k)
+            if existing is not None:  # a study stored before chunks were claimed
+                rows = rows[missing_rows(recipe.take(table, rows), existing)]
+            added += bulk_add(study, frozen_trials(space, recipe.take(table, rows), 1), claim=claim)
+    return added
+
+
+def flat_index(space: SearchSpace, batch) -> np.ndarray:
+    """Each layout's flat index in the product of ``space`` (the inverse of ``_Chunk``'s
+    ``np.unravel_index``)."""
     from autoplan.space import KNOBS
 
-    study = store.persistent if store.persistent is not None else store.working
-    existing = {tuple(t.params.get(k) for k in KNOBS) for t in study.get_trials(deepcopy=False)}
-    for table in tables:
-        rows = missing_rows(table, existing)
-        bulk_add(study, frozen_trials(space, recipe.take(table, rows), 1))
+    axes = []
+    for k in KNOBS:
+        codes = space.code_values(k)
+        order = np.argsort(codes, kind="stable")
+        axes.append(order[np.searchsorted(codes[order], getattr(batch, k))])
+    return np.ravel_multi_index(axes, space.shape).astype(np.int64)
+
+
+def _legacy_layouts(study) -> set[tuple]:
+    """The knob values of every stored trial (a study an older autoplan stored without chunk
+    claims: read once, the chunks are claimed as they are stored again)."""
+    from autoplan.space import KNOBS
+
+    return {tuple(t.params.get(k) for k in KNOBS) for t in study.get_trials(deepcopy=False)}
 
 
 def missing_rows(table: CostTable, existing: set[tuple]) -> np.ndarray:

@@ -20,7 +20,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable
 from autoplan.search import recipe
 from autoplan.search.recipe import RecipeCounts
-from autoplan.search.storage import StudyStore
+from autoplan.search.storage import POLISH_ATTR, StudyStore
 from autoplan.search.trials import (
     degree_trial_data,
     distributions,
@@ -82,7 +82,9 @@ def ask_and_tell(ctx: CostContext, space: SearchSpace, store: StudyStore, *,
     """Ask, evaluate and tell trials in batches until the study holds ``trials`` finished
     trials, this process has asked ``quota`` of them, or the deadline passes. With a storage,
     each batch is written and the trials other processes wrote are copied in before the next
-    one. Returns how many trials this process told."""
+    one; the write keeps the study's sampled trials within ``trials`` whatever the number of
+    processes (:func:`~autoplan.search.storage.bulk_add`), and a batch cut there ends the
+    loop. Returns how many trials this process told."""
     import optuna
 
     n_obj = len(OBJECTIVES[sampler])
@@ -104,11 +106,13 @@ def ask_and_tell(ctx: CostContext, space: SearchSpace, store: StudyStore, *,
                 _fail_unfinished(work, asked)
                 store.flush()
                 raise
-            store.flush()
+            full = store.persistent is not None and store.flush(limit=trials) < len(asked)
             told += len(asked)
             done += len(asked) + store.sync()
             if progress is not None:
                 progress(done, trials)
+            if full:  # other processes filled the study to ``trials``: this batch was cut there
+                break
     return told
 
 
@@ -142,7 +146,8 @@ def _add_improvements(space, store: StudyStore, table: CostTable, found: CostTab
     better = np.flatnonzero(found["feasible"] & (tps > best))
     better = better[np.argsort(-tps[better], kind="stable")][:limit]
     if len(better):
-        store.working.add_trials(frozen_trials(space, recipe.take(found, np.sort(better)), 1))
+        store.working.add_trials(frozen_trials(space, recipe.take(found, np.sort(better)), 1,
+                                               system_attrs={POLISH_ATTR: True}))
         store.flush()
 
 

@@ -15,8 +15,12 @@ its chunks and adds their layouts to the study, and this process puts the chunks
 so the result and ``plans.csv`` are byte-identical to a one-process run.
 
 Workers are started with ``spawn`` (no inherited database connections) and ignore SIGINT: on
-Ctrl-C or an error this process terminates them, and a worker whose parent was killed stops
-after its current batch. A batch is written whole or not at all, so a killed worker loses at
+Ctrl-C or an error this process terminates them. A worker holds a lease on this process from
+its first instruction (:func:`hold_lease`): on Linux the kernel kills it when this process dies
+(``prctl(PR_SET_PDEATHSIG)``), and it checks at once that this process is still its parent (it
+may have died while the worker was importing); elsewhere a thread polls the parent every
+``LEASE_POLL_S``. So a ``kill -9`` of the search, even while its workers are starting, leaves no
+worker behind. A batch is written whole or not at all, so a killed worker loses at
 most the batch it was evaluating; the search stops with one line naming the worker (it is not
 waited for, nor restarted), and the same command resumes the study.
 """
@@ -25,7 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -80,7 +87,7 @@ def _optuna_worker(ctx, space, options, sampler: str, index: int, quota: int,
     store = open_store(ctx, space, replace(options, seed=seed), sampler)
     return ask_and_tell(ctx, space, store, sampler=sampler, trials=options.trials, quota=quota,
                         baselines_first=False, allow_uneven=options.allow_uneven_pp,
-                        progress=_stop_if_orphaned(), deadline=deadline)
+                        deadline=deadline)
 
 
 def run_exhaustive_parallel(ctx: CostContext, space: SearchSpace, options, store, *,
@@ -110,30 +117,19 @@ def _exhaustive_worker(ctx, space, options, numbers: range, chunk_size: int,
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     store = open_store(ctx, space, options, "exhaustive")
-    return _assess_and_store(ctx, space, store, numbers, chunk_size, options,
-                             _stop_if_orphaned(), deadline)
+    return _assess_and_store(ctx, space, store, numbers, chunk_size, options, None, deadline)
 
 
 def _assess_and_store(ctx, space, store, numbers, chunk_size, options, progress, deadline):
-    """(running best, counts) of the chunks ``numbers``, every layout added to the study."""
+    """(running best, counts) of the chunks ``numbers``, every layout added to the study (a
+    chunk that another process stored already is not stored again)."""
     from autoplan.search.exhaustive import assess_chunks, store_layouts
 
-    tables: list[CostTable] = []
-    part = assess_chunks(ctx, space, numbers, chunk_size=chunk_size, allow_uneven=options.allow_uneven_pp,
-                         keep=options.keep_rows, progress=progress, deadline=deadline, sink=tables.append)
-    store_layouts(store, space, tables)
-    return part
+    def sink(table: CostTable) -> None:  # stored as it comes: memory stays one chunk's
+        store_layouts(store, space, table, chunk_size)
 
-
-def _stop_if_orphaned() -> Progress:
-    """A progress callback that stops a worker whose parent process is gone (killed): what it
-    has written stays in the study."""
-    parent = os.getppid()
-
-    def check(done: int, total: int) -> None:
-        if os.getppid() != parent:
-            raise WorkerError("the search process that started this worker is gone")
-    return check
+    return assess_chunks(ctx, space, numbers, chunk_size=chunk_size, allow_uneven=options.allow_uneven_pp,
+                         keep=options.keep_rows, progress=progress, deadline=deadline, sink=sink)
 
 
 def _left(deadline: float | None) -> float | None:
@@ -205,7 +201,9 @@ def _workers(jobs: list[tuple], deadline: float | None = None) -> Iterator[_Pool
     try:
         for func, args in jobs:
             receive, send = spawn.Pipe(duplex=False)
-            process = spawn.Process(target=_run_job, args=(send, func, args), daemon=True)
+            # The job travels as bytes, unpickled once the worker holds its lease (_run_job).
+            process = spawn.Process(target=_run_job, args=(os.getpid(), send, pickle.dumps((func, args))),
+                                    daemon=True)
             process.start()
             send.close()
             started.append((process, receive))
@@ -226,11 +224,13 @@ def _died(index: int, process) -> str:
             "the study keeps every batch written: rerun the same command to resume")
 
 
-def _run_job(send, func, args) -> None:
-    """A worker process: run the job, send ("ok", result) or ("error", one line)."""
+def _run_job(parent_pid: int, send, job: bytes) -> None:
+    """A worker process: take the lease on ``parent_pid``, run the pickled (function, args)
+    ``job``, send ("ok", result) or ("error", one line)."""
+    hold_lease(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        send.send(_call(func, args))
+        send.send(_call(*pickle.loads(job)))
     except WorkerError as exc:
         send.send(("error", str(exc)))
     finally:
@@ -245,3 +245,37 @@ def _call(func, args):
     except Exception as exc:  # noqa: BLE001 - reported by the parent as one line
         raise WorkerError(f"search worker failed: {type(exc).__name__}: "
                           f"{' '.join(str(exc).split())}") from None
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal this process gets when its parent dies
+LEASE_POLL_S = 0.5  # without prctl: how often a worker looks for its parent
+ORPHANED_EXIT_CODE = 75  # a worker that found its parent gone (nobody reads it)
+
+
+def hold_lease(parent_pid: int) -> None:
+    """Make this process end when ``parent_pid`` (the search that started it) does.
+
+    Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, the kernel's own lease (prctl(2)); then the
+    parent is checked once, since it may have died before the call (the worker was importing),
+    when the signal would never come. Elsewhere a daemon thread polls ``os.getppid()``."""
+    if not (sys.platform.startswith("linux") and _set_death_signal(signal.SIGKILL)):
+        threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    if os.getppid() != parent_pid:
+        os._exit(ORPHANED_EXIT_CODE)
+
+
+def _set_death_signal(signum: int) -> bool:
+    """True when the kernel took ``prctl(PR_SET_PDEATHSIG, signum)``."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(LEASE_POLL_S)
+    os._exit(ORPHANED_EXIT_CODE)

@@ -21,6 +21,7 @@ Optuna's own schema (``optuna/storages/_rdb/models.py``), and falls back to
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import json
@@ -34,6 +35,10 @@ from autoplan.errors import AutoplanError
 
 SQLITE_LOCK_TIMEOUT_S = 600.0  # a writer waits this long for another's transaction to end
 WRITER_ATTR = "autoplan:writer"  # system attribute: which process wrote a trial
+POLISH_ATTR = "autoplan:polish"  # system attribute of a layout tpe's polish added (not sampled)
+# Study system attribute prefix: a unit of trials (an exhaustive chunk) already stored; Optuna's
+# RDB schema makes (study, key) unique, so two processes cannot both claim one unit.
+CLAIM_PREFIX = "autoplan:stored:"
 # A journal writer holds its lock file for one append (milliseconds); an older lock file was
 # left by a killed process, and Optuna's default 30 s grace would stall the next run that long.
 JOURNAL_LOCK_GRACE_S = 3  # Optuna warns below 3
@@ -62,21 +67,25 @@ class StudyStore:
     writer: str = field(default_factory=lambda: uuid.uuid4().hex)
     stored: set = field(default_factory=set)  # working trial numbers in the persistent study
     seen: set = field(default_factory=set)  # ids of the persistent trials copied in
+    resumed: str = ""  # one line on what a resumed study brings (search.study.resumed_line)
 
     @property
     def study(self):
         """The study that holds every trial (the persistent one when there is one)."""
         return self.persistent if self.persistent is not None else self.working
 
-    def flush(self) -> None:
+    def flush(self, limit: int | None = None) -> int:
         """Write the working study's newly finished trials to the persistent study (one
-        transaction: all of them or none)."""
+        transaction: all of them or none). ``limit``: the study holds at most this many sampled
+        trials afterwards, whichever processes wrote them (:func:`bulk_add`); returns how many
+        were written (fewer than the new ones once the study is full)."""
         if self.persistent is None:
-            return
+            return 0
         new = [t for t in self.working.get_trials(deepcopy=False)
                if t.state.is_finished() and t.number not in self.stored]
-        bulk_add(self.persistent, [self._tagged(t) for t in new])
+        added = bulk_add(self.persistent, [self._tagged(t) for t in new], limit=limit)
         self.stored.update(t.number for t in new)
+        return added
 
     def sync(self) -> int:
         """Copy the finished trials other processes wrote to the persistent study into the
@@ -218,11 +227,18 @@ def _check_resumable(study, directions: Sequence[str], meta: dict, storage: str)
         return
     if stored.get("key") != meta.get("key"):
         now, before = _flatten(meta), _flatten(stored)
-        differ = [k for k in sorted(set(now) | set(before)) if k != "key" and now.get(k) != before.get(k)]
-        shown = "; ".join(f"{k}: stored {before.get(k)!r}, now {now.get(k)!r}" for k in differ[:3])
+        differ = [k for k in sorted(set(now) | set(before), key=lambda k: (k not in NAMED_INPUTS, k))
+                  if k != "key" and now.get(k) != before.get(k)]
+        shown = "; ".join(f"{NAMED_INPUTS.get(k, k)}: stored {before.get(k)!r}, now {now.get(k)!r}"
+                          for k in differ[:3])
         more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
         raise StudyMismatchError(f"{where} was made for other inputs ({shown or 'an older autoplan'}{more}): "
                                  "resume it with the same inputs or use another --study-name")
+
+
+# Inputs a user names (shown first, by these words, when a resumed study differs): another
+# trainer also differs in every calibrated parameter, which would hide the trainer itself.
+NAMED_INPUTS = {"profile.name": "trainer", "model.name": "model", "cluster.gpu.name": "GPU"}
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -235,30 +251,100 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def bulk_add(study, trials: Sequence) -> None:
-    """Add finished ``FrozenTrial``s to ``study`` in one transaction where the storage allows."""
-    if not trials:
-        return
-    backend = getattr(getattr(study, "_storage", None), "_backend", None)
-    try:
-        from optuna.storages import RDBStorage
+def bulk_add(study, trials: Sequence, *, claim: str | None = None, limit: int | None = None) -> int:
+    """Add finished ``FrozenTrial``s to ``study`` in one transaction where the storage allows;
+    returns how many were added.
 
-        if isinstance(backend, RDBStorage):
-            _rdb_bulk_insert(backend, study._study_id, trials)
-            return
-    except ImportError:  # pragma: no cover - optuna without SQLAlchemy
-        pass
-    study.add_trials(trials)
+    ``claim`` (a key under ``CLAIM_PREFIX``) is stored with them, atomically: if the study holds
+    it already (another process stored this unit) nothing is added. ``limit``: the study's
+    sampled trials (finished, not added by the polish) do not exceed it; the trials past it are
+    dropped. Both are checked under the storage's write lock (an RDB transaction, or for a
+    journal file an exclusive lock on ``<journal>.autoplan.lock``), so they hold across
+    processes."""
+    if not trials and claim is None:
+        return 0
+    rdb = _rdb(study)
+    if rdb is not None:
+        return _rdb_bulk_insert(rdb, study._study_id, trials, claim=claim, limit=limit)
+    with _journal_lock(study):
+        attrs = study._storage.get_study_system_attrs(study._study_id) if claim else {}
+        if claim in attrs:
+            return 0
+        if limit is not None:
+            trials = trials[:max(0, limit - count_sampled(study.get_trials(deepcopy=False)))]
+        if trials:
+            study.add_trials(trials)
+        if claim:
+            study._storage.set_study_system_attr(study._study_id, claim, len(trials))
+    return len(trials)
 
 
-def _rdb_bulk_insert(storage, study_id: int, trials: Sequence) -> None:
-    """Insert trials with their params, values and attributes: one executemany per table."""
+def count_sampled(trials: Sequence) -> int:
+    """The finished trials a sampler asked for (the polish's additions not counted)."""
+    return sum(1 for t in trials if t.state.name == "COMPLETE" and not t.system_attrs.get(POLISH_ATTR))
+
+
+def claims(study) -> set[str]:
+    """The units (``CLAIM_PREFIX`` keys) the study holds: one small read, no trial is loaded."""
+    return {k for k in study._storage.get_study_system_attrs(study._study_id) if k.startswith(CLAIM_PREFIX)}
+
+
+def num_trials(study) -> int:
+    """How many trials the study holds, counted by the storage where it can (RDB: one query)."""
+    rdb = _rdb(study)
+    if rdb is None:
+        return len(study.get_trials(deepcopy=False))
     import sqlalchemy as sa
     from optuna.storages._rdb import models
     from optuna.storages._rdb.storage import _create_scoped_session
 
     table = models.TrialModel.__table__
+    with _create_scoped_session(rdb.scoped_session) as session:
+        return session.execute(sa.select(sa.func.count()).select_from(table)
+                               .where(table.c.study_id == study._study_id)).scalar_one()
+
+
+def _rdb(study):
+    """The study's ``RDBStorage`` (under Optuna's cache), or None for other storages."""
+    backend = getattr(getattr(study, "_storage", None), "_backend", None)
+    try:
+        from optuna.storages import RDBStorage
+    except ImportError:  # pragma: no cover - optuna without SQLAlchemy
+        return None
+    return backend if isinstance(backend, RDBStorage) else None
+
+
+@contextlib.contextmanager
+def _journal_lock(study):
+    """An exclusive lock for a check-then-write on a journal file study (``fcntl.flock`` of a
+    file beside it; Optuna's own lock covers one append only). Nothing for other storages."""
+    backend = getattr(getattr(study, "_storage", None), "_backend", None)
+    path = getattr(backend, "_file_path", None)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: one append at a time only
+        fcntl = None
+    if path is None or fcntl is None:
+        yield
+        return
+    with open(f"{path}.autoplan.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _rdb_bulk_insert(storage, study_id: int, trials: Sequence, *, claim: str | None = None,
+                     limit: int | None = None) -> int:
+    """Insert trials with their params, values and attributes: one executemany per table;
+    ``claim`` and ``limit`` as in :func:`bulk_add`, checked after taking the write lock."""
+    import sqlalchemy as sa
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
     studies = models.StudyModel.__table__
+    claims_table = models.StudySystemAttributeModel.__table__
     with _create_scoped_session(storage.scoped_session) as session:
         # Take the write lock before counting, so concurrent writers number their trials in
         # turn: a no-op UPDATE locks the study's row (PostgreSQL, MySQL) and opens SQLite's write
@@ -267,19 +353,54 @@ def _rdb_bulk_insert(storage, study_id: int, trials: Sequence) -> None:
                                  .values(study_name=studies.c.study_name)).rowcount
         if not locked:
             raise KeyError(f"no study with id {study_id}")
-        start = session.execute(sa.select(sa.func.count()).select_from(table)
-                                .where(table.c.study_id == study_id)).scalar_one()
-        now = datetime.datetime.now(datetime.timezone.utc)
-        session.execute(table.insert(), [
-            {"number": start + k, "study_id": study_id, "state": t.state,
-             "datetime_start": _naive_utc(t.datetime_start or now),
-             "datetime_complete": _naive_utc(t.datetime_complete or now)}
-            for k, t in enumerate(trials)])
-        ids = dict(session.execute(sa.select(table.c.number, table.c.trial_id).where(
-            table.c.study_id == study_id, table.c.number >= start)).all())
-        for model, rows in _child_rows(trials, [ids[start + k] for k in range(len(trials))]).items():
-            if rows:
-                session.execute(model.__table__.insert(), rows)
+        if claim is not None:
+            held = session.execute(sa.select(claims_table.c.key).where(
+                claims_table.c.study_id == study_id, claims_table.c.key == claim)).first()
+            if held is not None:
+                return 0
+        if limit is not None:
+            trials = trials[:max(0, limit - _rdb_count_sampled(session, study_id))]
+        if claim is not None:
+            session.execute(claims_table.insert(), [{"study_id": study_id, "key": claim,
+                                                     "value_json": json.dumps(len(trials))}])
+        if trials:
+            _insert_trials(session, study_id, trials)
+    return len(trials)
+
+
+def _rdb_count_sampled(session, study_id: int) -> int:
+    """:func:`count_sampled` as one query."""
+    import sqlalchemy as sa
+    from optuna.storages._rdb import models
+    from optuna.trial import TrialState
+
+    table = models.TrialModel.__table__
+    attrs = models.TrialSystemAttributeModel.__table__
+    polished = sa.select(attrs.c.trial_id).where(attrs.c.key == POLISH_ATTR)
+    return session.execute(sa.select(sa.func.count()).select_from(table).where(
+        table.c.study_id == study_id, table.c.state == TrialState.COMPLETE,
+        table.c.trial_id.not_in(polished))).scalar_one()
+
+
+def _insert_trials(session, study_id: int, trials: Sequence) -> None:
+    """The trials' rows, numbered after the study's (the caller holds the write lock)."""
+    import sqlalchemy as sa
+    from optuna.storages._rdb import models
+
+    table = models.TrialModel.__table__
+    start = session.execute(sa.select(sa.func.count()).select_from(table)
+                            .where(table.c.study_id == study_id)).scalar_one()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    session.execute(table.insert(), [
+        {"number": start + k, "study_id": study_id, "state": t.state,
+         "datetime_start": _naive_utc(t.datetime_start or now),
+         "datetime_complete": _naive_utc(t.datetime_complete or now)}
+        for k, t in enumerate(trials)])
+    ids = dict(session.execute(sa.select(table.c.number, table.c.trial_id).where(
+        table.c.study_id == study_id, table.c.number >= start)).all())
+    for model, rows in _child_rows(trials, [ids[start + k] for k in range(len(trials))]).items():
+        if rows:
+            session.execute(model.__table__.insert(), rows)
 
 
 def _naive_utc(moment: datetime.datetime) -> datetime.datetime:

@@ -48,5 +48,25 @@ def open_store(ctx: CostContext, space: SearchSpace, options, sampler: str):
     from autoplan.search.storage import open_study
 
     name = options.study_name or (default_study_name(ctx, space) if options.storage else None)
-    return open_study(options.storage, name, OBJECTIVES[sampler], make_sampler(sampler, options.seed),
-                      study_meta(ctx, space), load_trials=sampler != "exhaustive")
+    store = open_study(options.storage, name, OBJECTIVES[sampler], make_sampler(sampler, options.seed),
+                       study_meta(ctx, space), load_trials=sampler != "exhaustive")
+    store.resumed = resumed_line(store, space, options, sampler)
+    return store
+
+
+def resumed_line(store, space: SearchSpace, options, sampler: str) -> str:
+    """What a resumed study brings (one line; '' for a new or in-memory study): its name and
+    storage, the stored trials reused and what is left. Read with counts, not trials."""
+    from autoplan.search import exhaustive
+    from autoplan.search.storage import CLAIM_PREFIX, claims, num_trials
+
+    if store.persistent is None or not (stored := num_trials(store.persistent)):
+        return ""
+    where = f"resumed study '{store.persistent.study_name}' in {options.storage}"
+    if sampler == "exhaustive":
+        size = exhaustive.CHUNK_SIZE
+        total = exhaustive.num_chunks(space, size)
+        held = sum(k.startswith(f"{CLAIM_PREFIX}chunk{size}:") for k in claims(store.persistent))
+        return (f"{where}: {stored:,} stored layouts reused ({held} of {total} chunks); "
+                f"{max(0, total - held)} chunks left to store")
+    return f"{where}: {store.num_loaded:,} stored trials reused; {max(0, options.trials - store.num_loaded):,} left to run"

@@ -68,14 +68,15 @@ def degree_trial_data(n_objectives: int) -> tuple:
             {"reason": "degrees"})
 
 
-def frozen_trials(space: SearchSpace, table: CostTable, n_objectives: int) -> list:
+def frozen_trials(space: SearchSpace, table: CostTable, n_objectives: int,
+                  system_attrs: dict | None = None) -> list:
     """Finished trials for the assessed layouts (bulk adds: the exhaustive sampler's layouts,
-    tpe's polished improvements)."""
+    tpe's polished improvements), each with ``system_attrs``."""
     import optuna
 
     dists = distributions(space)
     params = [{k: recipe.describe_knob(k, getattr(table.batch, k)[i]) for k in KNOBS}
               for i in range(len(table))]
-    return [optuna.trial.create_trial(params=p, distributions=dists, values=values,
-                                      user_attrs=user, constraints=constraints)
+    return [optuna.trial.create_trial(params=p, distributions=dists, values=values, user_attrs=user,
+                                      system_attrs=dict(system_attrs or {}), constraints=constraints)
             for p, (values, constraints, user) in zip(params, trial_data(table, n_objectives))]

@@ -20,6 +20,7 @@ SEARCH = ["search", "-g", "16", "--gbs-seqs", "64", "--sampler", "random", "--tr
     (["--gpus-per-node", "4"], "cluster.gpus_per_node"),
     (["--flops-convention", "megatron"], "training.flops_convention"),
     ("hidden_size", "model.hidden_size"),
+    (["--trainer", "torchtitan"], "trainer: stored 'megatron', now 'torchtitan'"),  # not a fitted parameter
 ])
 def test_resuming_with_other_inputs_is_refused(tmp_path, change, differs):
     model = ["-m", "8b"]
