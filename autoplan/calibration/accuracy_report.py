@@ -281,7 +281,8 @@ def loso_section(sources: Mapping[str, Source], seed: int = 0, refit: bool = Fal
                        "`python benchmarks/accuracy.py --write-bands`): `autoplan validate --full` refits them",
                        "all", 0, math.nan, target="current", met=False)]
     if folds is None:
-        folds = all_fold_fits(sources, seed, progress=lambda name: progress and progress(f"fitting the fold without {name}"))
+        note = None if progress is None else (lambda name: progress(f"fitting the fold without {name}"))
+        folds = all_fold_fits(sources, seed, progress=note)
     figures = [source_figures(name, source, folds[name]) for name, source in sources.items()]
     ratios = fold_ratios(sources, seed, folds=folds)
     nested = nested_band_coverage({name: (rows, r["tokens_per_s"]) for name, (rows, r) in ratios.items()})

@@ -204,9 +204,8 @@ def virtual_stage_layers(num_layers: int, pp: int, vpp: int = 1, embed_loss: boo
     return [max(u, 0) for u in units]
 
 
-def compute_cost_rank_layers(model: ModelSpec, pp: np.ndarray, *, dense_only: bool = False) -> np.ndarray:
-    """Layers on each pipeline rank under nanotron's own assignment: a (max pp, layouts) array
-    (``dense_only``: of them the dense layers, the first ``num_dense_layers`` of an MoE model).
+def compute_cost_rank_layers(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
+    """Layers on each pipeline rank under nanotron's own assignment: a (max pp, layouts) array.
 
     nanotron (``src/nanotron/models/base.py``, ``build_model``) walks its pipeline blocks in
     order (embedding, the L decoder layers, final norm, LM head, fp32 cast, loss), gives each to
@@ -226,7 +225,6 @@ def compute_cost_rank_layers(model: ModelSpec, pp: np.ndarray, *, dense_only: bo
     head_cost = float(model.vocab_size) * h
     total = model.num_layers * layer_cost + head_cost
     costs = [0.0] + [layer_cost] * model.num_layers + [0.0, head_cost, 0.0, 0.0]
-    counted = model.num_layers - model.num_moe_layers if dense_only else model.num_layers
     max_pp = int(np.max(pp, initial=1.0))
     counts = np.zeros((max_pp, pp.size))
     rank = np.zeros(pp.size)
@@ -234,7 +232,7 @@ def compute_cost_rank_layers(model: ModelSpec, pp: np.ndarray, *, dense_only: bo
     columns = np.arange(pp.size)
     for i, cost in enumerate(costs):
         cumulative += cost
-        if 1 <= i <= counted:
+        if 1 <= i <= model.num_layers:
             counts[rank.astype(int), columns] += 1.0
         rank = np.minimum(np.where(cumulative > total * (rank + 1.0) / pp.ravel(), rank + 1.0, rank), pp.ravel() - 1.0)
     return counts.reshape(max_pp, *np.shape(pp))
@@ -245,7 +243,10 @@ def _compute_cost_stage_layers(model: ModelSpec, pp: np.ndarray) -> StageLayers:
     rank 0, rank pp − 1, and of the interior ranks the one with the most MoE layers, then the most
     layers (as ``_middle_rank`` picks)."""
     counts = compute_cost_rank_layers(model, pp)
-    dense = compute_cost_rank_layers(model, pp, dense_only=True)
+    # the dense layers lead (an MoE model's first num_layers - num_moe_layers): a rank holds those
+    # not on the ranks before it, at most its own count
+    before = np.cumsum(counts, axis=0) - counts
+    dense = np.clip(float(model.num_layers - model.num_moe_layers) - before, 0.0, counts)
     pp = np.asarray(pp, dtype=np.float64)
     ranks = np.arange(counts.shape[0]).reshape(-1, *([1] * pp.ndim))
     last_index = (pp - 1.0).astype(int)[None]
