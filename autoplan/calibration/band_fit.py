@@ -166,7 +166,22 @@ def build_groups(rows: Sequence[Row], heldout: Mapping[str, np.ndarray], default
                     pool = own if own.sum() >= MIN_ROWS else np.isfinite(default[f])
                     entry[f] = quantile_band(default[f][pool], spread[f], group_weights(all_groups[pool]))
                 out[name] = entry
-    return out
+    return _never_narrower_than_measured(out)
+
+
+def _never_narrower_than_measured(groups: dict[str, dict]) -> dict[str, dict]:
+    """An unmeasured group's band (per figure) spans at least the trainer's measured groups of
+    its kind (dense/MoE): a pair with no source of its own runs on parameters transferred from
+    those pairs (profiles.transfer), so it is never surer than they are."""
+    for name, entry in groups.items():
+        trainer, _, kind = name.split("/")
+        for f, flag in (("tokens_per_s", "measured"), ("peak_memory", "memory_measured")):
+            if entry[flag]:
+                continue
+            peers = [g[f] for n, g in groups.items() if g[flag] and n.split("/")[0] == trainer and n.endswith(f"/{kind}")]
+            if peers:
+                entry[f] = [min(entry[f][0], *(b[0] for b in peers)), max(entry[f][1], *(b[1] for b in peers))]
+    return groups
 
 
 def scale_bands(r: np.ndarray, in_group: np.ndarray, classes: np.ndarray) -> dict[str, dict]:

@@ -95,7 +95,8 @@ def predict(prepared: Prepared, parameters: CalibratedParameters | None = None) 
     """Predicted tokens/s per GPU, memory, fits and MFU of every row (row order).
 
     ``peak_memory_bytes`` is the memory of the GPU the row measured (``Row.memory_stage``: the
-    heaviest stage, or the first stage's); ``peak_memory_all_stages_bytes`` the heaviest stage's,
+    heaviest stage, or the first stage's), reserved or allocated as the row measured it
+    (``Row.memory_kind``); ``peak_memory_all_stages_bytes`` the heaviest stage's,
     which ``fits`` compares with the GPU; ``firm_peak_memory_bytes`` and ``fits_with_retries``
     the same without the allocator's cache (cost.stage_memory.memory_table). ``parameters``
     replace each context's own (the shipped profile's) when given.
@@ -113,7 +114,11 @@ def predict(prepared: Prepared, parameters: CalibratedParameters | None = None) 
         out["firm_peak_memory_bytes"][index] = table["firm_peak_memory_bytes"]
         out["fits_with_retries"][index] = table["fits_with_retries"]
         first = np.array([prepared.rows[i].memory_stage == "first" for i in index])
-        out["peak_memory_bytes"][index] = np.where(first, table["mem_first_total_bytes"], table["peak_memory_bytes"])
+        allocated = np.array([prepared.rows[i].memory_kind == "allocated" for i in index])
+        reserved = np.where(first, table["mem_first_total_bytes"], table["peak_memory_bytes"])
+        tensors = np.where(first, table["mem_first_total_bytes"] - table["mem_first_reserve_bytes"],
+                           table["peak_allocated_memory_bytes"])
+        out["peak_memory_bytes"][index] = np.where(allocated, tensors, reserved)
     out["fits"] = out["fits"] > 0.5
     out["fits_with_retries"] = out["fits_with_retries"] > 0.5
     return out

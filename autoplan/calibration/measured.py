@@ -57,7 +57,9 @@ from autoplan.specs.models import load_model
 from autoplan.specs.training import DEFAULT_FLOPS_CONVENTION, TrainingSpec
 from autoplan.units import GiB
 
-MEASURED_COLUMNS = ("tokens_per_s_per_gpu", "peak_memory_gib")
+# peak_memory_gib: reserved (torch.cuda.max_memory_reserved, nvidia-smi); peak_allocated_memory_gib:
+# torch.cuda.max_memory_allocated, compared with the model's allocated peak where no reserved figure is given.
+MEASURED_COLUMNS = ("tokens_per_s_per_gpu", "peak_memory_gib", "peak_allocated_memory_gib")
 KNOWN_COLUMNS = RECORD_FIELDS + MEASURED_COLUMNS + ("model",)
 
 
@@ -168,6 +170,9 @@ def read_measured(path: str | Path, context: MeasuredContext, *, model: str | No
         spec = models[name]
         tokens = _measurement(raw, "tokens_per_s_per_gpu", line, where)
         memory = _measurement(raw, "peak_memory_gib", line, where) * GiB
+        kind = "reserved"
+        if math.isnan(memory) and "peak_allocated_memory_gib" in raw:
+            memory, kind = _measurement(raw, "peak_allocated_memory_gib", line, where) * GiB, "allocated"
         if math.isnan(tokens) and math.isnan(memory):
             skipped.append((line, "no measured figure"))
             continue
@@ -182,7 +187,7 @@ def read_measured(path: str | Path, context: MeasuredContext, *, model: str | No
             continue
         rows.append(Row(source="measured", row_id=f"{Path(path).name}:{line}", model=spec,
                         hardware=context.gpu.name, trainer=context.profile.name, layout=layout,
-                        tokens_per_s_per_gpu=tokens, peak_memory_bytes=memory))
+                        tokens_per_s_per_gpu=tokens, peak_memory_bytes=memory, memory_kind=kind))
     rows, broken = _drop_illegal(rows, context)
     return Measured(where, rows, sorted(skipped + broken), len(records))
 

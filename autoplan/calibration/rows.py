@@ -56,6 +56,10 @@ class Row:
     # over PP ranks torchtitan's tables give) or "first" (the first stage's rank only, where the
     # trainer logs from world rank 0: nanotron's log_memory).
     memory_stage: str = "peak"
+    # What the measured memory counts: "reserved" (torch.cuda.max_memory_reserved, nvidia-smi, the
+    # trainers' usual log line) or "allocated" (torch.cuda.max_memory_allocated: tensors alone),
+    # compared with the model's peak_memory_bytes or peak_allocated_memory_bytes.
+    memory_kind: str = "reserved"
 
     @property
     def num_gpus(self) -> int:

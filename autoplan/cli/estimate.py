@@ -75,7 +75,8 @@ def _print_estimate(ctx, batch, record) -> None:
                                   and record["peak_memory_bytes"] <= ctx.cluster.gpu.usable_memory_bytes)
     status = ("fits" if gpu_fits else "DOES NOT FIT; may run in the allocator's retry regime, see why not"
               if record["fits_with_retries"] else "DOES NOT FIT")
-    click.echo(f"  memory   peak {record['peak_memory_gib']:.1f} GiB of "
+    click.echo(f"  memory   peak {record['peak_memory_gib']:.1f} GiB reserved "
+               f"({record['peak_allocated_memory_bytes'] / 2**30:.1f} allocated) of "
                f"{ctx.cluster.gpu.usable_memory_bytes / 2**30:.1f} GiB usable ({status})")
     if lay.offload != "none":
         click.echo(f"  host     {record['host_memory_bytes'] / 2**30:.1f} GiB of offloaded model states of "

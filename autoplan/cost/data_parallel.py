@@ -68,6 +68,14 @@ def engine_all_reduces_grads(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     return (b.pp > 1) & (b.zero <= 1) & (ctx.profile.pp_grad_all_reduce_bytes > 0)
 
 
+def bucket_params(p, group: np.ndarray) -> np.ndarray:
+    """Elements per gradient bucket over a data-parallel group of ``group`` ranks:
+    max(dp_bucket_params, dp_bucket_params_per_rank·group). Megatron-Core sizes the buckets of
+    its dense and expert buffers alike from the dp·cp group (``DistributedDataParallel.__init__``:
+    bucket_size = max(40000000, 1000000·dp_cp size) unless ``--ddp-bucket-size`` is given)."""
+    return np.maximum(p.dp_bucket_params, p.dp_bucket_params_per_rank * group)
+
+
 def _collectives(params: np.ndarray, per_collective: float) -> np.ndarray:
     """Collectives of at most ``per_collective`` parameters that move ``params``: at least one
     (inf: one for everything)."""
@@ -85,7 +93,8 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     shard = hybrid_shard.shard_group(b.hsdp, group, p)
     link = comm.group_link(ctx, shard, stride)
     layers = np.maximum(n_layers, 1.0)
-    buckets = _collectives(stage_params, p.dp_bucket_params)
+    bucket = bucket_params(p, shard)
+    buckets = _collectives(stage_params, bucket)
     grad_bytes, gather_bytes = stage_params * ctx.grad_reduce_bytes, stage_params * PARAM_GATHER_BYTES
     per_step = (b.zero >= 3) & (b.pp > 1) & (p.zero3_pp_unsharded_bytes > 0)
     # ZeRO-3 over a pipeline gathers and reduces per layer, once per step.
@@ -106,7 +115,7 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
         edp = expert_group(b, shard)
         elink = comm.group_link(ctx, edp, b.ep * b.etp)
         has = expert_params > 0  # no latency for an empty collective
-        ebuckets = _collectives(expert_params, p.dp_bucket_params)
+        ebuckets = _collectives(expert_params, bucket)
         ecount = np.where(b.zero >= 3, layers, ebuckets)
         elat = comm.dp_latency(ctx, elink)
         grads = grads + np.where(has, comm.dp_reduce_scatter_s(ctx, elink, expert_params * ctx.grad_reduce_bytes,

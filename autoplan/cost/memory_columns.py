@@ -105,6 +105,13 @@ MEMORY_TOTALS = [
          "PyTorch c10/cuda/CUDACachingAllocator.cpp (DeviceCachingAllocator::malloc frees cached blocks "
          "and retries before raising OOM; only segments with no live block are freed)",
          ("allocator_overhead",)),
+    Term("peak_allocated_memory_bytes", "peak_allocated_memory", "memory", "bytes",
+         "peak memory per GPU that tensors hold, as torch.cuda.max_memory_allocated reports it (no cache, "
+         "no CUDA context or NCCL workspaces)",
+         "max over stages of (mem_<stage>_total_bytes − mem_<stage>_reserve_bytes)",
+         "PyTorch torch/cuda/memory.py max_memory_allocated (allocated) against max_memory_reserved "
+         "(the caching allocator's segments); the reserve, autoplan/cost/stage_memory.py",
+         ("allocator_overhead", "memory_reserve_bytes")),
     Term("peak_memory_gib", "peak_memory", "memory", "GiB", "peak memory per GPU in GiB",
          "peak_memory_bytes / 2^30", "units.GiB"),
     Term("memory_headroom_gib", "memory_headroom", "memory", "GiB", "usable memory left at the peak",

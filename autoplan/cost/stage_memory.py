@@ -162,6 +162,9 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.n
         total = total + terms[name]
     terms["total"], terms["host"] = total, host
     terms["firm"] = total - cache  # (0 on a middle stage where pp < 3: its transient terms are)
+    # What torch.cuda.max_memory_allocated reports: the tensors alone, without the allocator's
+    # cache and the CUDA context / NCCL workspaces the reserve adds (neither is a tensor).
+    terms["allocated"] = total - terms["reserve"]
     return terms
 
 
@@ -176,18 +179,26 @@ def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     ``release_available_cached_blocks``, then ``release_cached_blocks``), so a reserved peak above
     the card is not yet an OOM; only segments with no live block go back, so the firm peak is a
     lower bound: between it and the reserved peak a run may go on in the allocator's
-    free-and-retry regime (slow: ``evaluate.memory_pressure_s``) or fail."""
+    free-and-retry regime (slow: ``evaluate.memory_pressure_s``) or fail.
+
+    ``peak_allocated_memory_bytes``: the largest stage total less its whole reserve (the cache and
+    ``memory_reserve_bytes``: CUDA context, NCCL and library workspaces), what
+    ``torch.cuda.max_memory_allocated`` reports; ``peak_memory_bytes`` is the reserved figure
+    (``torch.cuda.max_memory_reserved`` plus the context), and allocated ≤ firm ≤ reserved."""
     layers = stage_layer_counts(ctx, b)
     out: dict[str, np.ndarray] = {}
-    totals, host, firm = {}, {}, {}
+    totals, host, firm, allocated = {}, {}, {}, {}
     for stage_name in ("first", "middle", "last"):
         terms = stage_memory(ctx, b, stage_name)
         for name in MEMORY_TERMS:
             out[f"mem_{stage_name}_{name}_bytes"] = terms[name]
         totals[stage_name] = out[f"mem_{stage_name}_total_bytes"] = terms["total"]
         host[stage_name], firm[stage_name] = terms["host"], terms["firm"]
+        allocated[stage_name] = terms["allocated"]
     out["peak_memory_bytes"] = np.maximum(np.maximum(totals["first"], totals["middle"]), totals["last"])
     out["firm_peak_memory_bytes"] = np.maximum(np.maximum(firm["first"], firm["middle"]), firm["last"])
+    out["peak_allocated_memory_bytes"] = np.maximum(np.maximum(allocated["first"], allocated["middle"]),
+                                                   allocated["last"])
     out["host_memory_bytes"] = np.maximum(np.maximum(host["first"], host["middle"]), host["last"])
     out["peak_stage"] = choose_stage(heaviest_stage(totals["first"], totals["middle"], totals["last"]),
                                       0.0, layers["middle_rank"], b.pp - 1.0)

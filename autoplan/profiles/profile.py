@@ -73,9 +73,13 @@ class TrainerProfile:
     selective_recompute_matmul_fraction: float  # share of layer matmul FLOPs recomputed
     selective_recomputes_attention: bool  # Megatron 'core_attn': attention scores recomputed
     # Optional in a profile's YAML (these defaults otherwise):
-    # gradient elements per data-parallel reduction bucket (ZeRO 0-2): Megatron-Core's floor of
-    # max(40M, 1M·dp) elements (megatron/core/distributed/distributed_data_parallel.py).
+    # gradient elements per data-parallel reduction bucket (ZeRO 0-2), at least; Megatron-Core's
+    # floor of max(40M, 1M·dp) elements (megatron/core/distributed/distributed_data_parallel.py).
     dp_bucket_params: float = 4.0e7
+    # elements a bucket grows by per rank of the data-parallel (dp·cp) group: 0 = a fixed bucket;
+    # Megatron-Core's default bucket_size = max(40M, 1M·dp·cp) (1e6: "larger DP sizes need larger
+    # buckets to ensure collectives do not become latency-bound", DistributedDataParallelConfig).
+    dp_bucket_params_per_rank: float = 0.0
     # ZeRO-1/2: parameters per all-gather of the updated parameters after the optimizer step
     # (inf: one coalesced collective for the whole stage, nanotron's ZeroDistributedOptimizer
     # _all_gather_params); 0 = one per gradient bucket (dp_bucket_params: Megatron's distributed
@@ -189,7 +193,7 @@ PP_SPLIT_RULES = ("layout", "compute_cost")
 HYBRID_STYLES = ("none", "replicate", "secondary")  # how a trainer shards hybrid (autoplan.cost.hybrid_shard)
 _COEF_KEYS = [f.name for f in fields(ActivationCoefficients)]
 _PROFILE_KEYS = [f.name for f in fields(TrainerProfile) if f.name != "own_bands"]  # (own_bands: from a --profile file)
-_OPTIONAL_KEYS = ["dp_bucket_params", "param_gather_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
+_OPTIONAL_KEYS = ["dp_bucket_params", "dp_bucket_params_per_rank", "param_gather_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
                   "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
                   "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes", "ddp_bucket_grad_bytes",
                   "pp_split_rule", "pp_grad_all_reduce_bytes", "eager_attention_dropout_bytes",

@@ -255,6 +255,19 @@ def test_batch_evaluation_equals_one_by_one(case, data):
 
 
 @FAST
+@given(model_and_layouts(max_size=10))
+def test_allocated_memory_is_at_most_firm_at_most_reserved(case):
+    """What tensors hold (torch's max_memory_allocated) ≤ the peak without the allocator's cache
+    ≤ the reserved peak, for every layout and trainer (issue 44: memory both ways)."""
+    model, trainer, lays = case
+    table = table_of(make_ctx(model, trainer), lays)
+    allocated, firm, peak = (table[k] for k in ("peak_allocated_memory_bytes", "firm_peak_memory_bytes",
+                                                 "peak_memory_bytes"))
+    assert np.all(allocated > 0) and np.all(allocated <= firm * (1 + 1e-12)), (allocated, firm)
+    assert np.all(firm <= peak * (1 + 1e-12)), (firm, peak)
+
+
+@FAST
 @given(model_and_layouts(max_size=4))
 def test_more_zero_sharding_never_raises_model_state_bytes(case):
     """weights + gradients + master + optimizer per GPU, per stage, for zero 0 <= 1 <= 2 <= 3.
@@ -579,3 +592,21 @@ def test_no_offload_equals_a_layout_without_the_knob_and_more_offload_keeps_less
         counts = [1, 2] if model.num_layers > 2 else [1]
         offloaded = [dataclasses.replace(base, offload_layers=n) for n in counts]
         _monotone(table_of(ctx, offloaded), lay, compute_rises=False)
+
+
+OVERLAPS = ("tp_overlap", "dp_overlap", "ep_overlap", "cp_overlap", "fsdp_overlap")
+
+
+@FAST
+@given(model_and_layouts(max_size=8), st.sampled_from(OVERLAPS), st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+def test_more_overlap_never_slows_a_step(case, name, a, b):
+    """Raising any overlap efficiency (the share of a communication hidden behind compute)
+    never lengthens the step of any layout, with every trainer's options (issue 44)."""
+    model, trainer, lays = case
+    ctx = make_ctx(model, trainer)
+    low, high = sorted((a, b))
+    steps = []
+    for value in (low, high):
+        c = dataclasses.replace(ctx, parameters=ctx.parameters.with_values({name: value}))
+        steps.append(table_of(c, lays)["step_time_s"])
+    assert np.all(steps[1] <= steps[0] * (1 + 1e-12)), (name, low, high, steps)

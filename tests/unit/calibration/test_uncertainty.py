@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autoplan.calibration import band_fit
+from autoplan.calibration import band_fit, uncertainty
 from autoplan.calibration.rows import row_context
 from autoplan.calibration.sources import load_sources
 from autoplan.calibration.uncertainty import (
@@ -202,3 +202,26 @@ def test_band_ratios_are_leave_one_source_out(sources, monkeypatch):
     assert calls and all(source == held for source, held in calls)
     assert {held for _, held in calls} == {"korthikanti", "sc21"}
     assert len(ratios["tokens_per_s"]) == len(kept)
+
+
+def test_an_unmeasured_pair_is_never_surer_than_its_trainers_measured_pairs():
+    """Issue 44: bands widen, never narrow, where the pair has no source of its own (the shipped
+    file, and the rule on made-up groups)."""
+    groups = {"t/hopper/dense": {"measured": True, "tokens_per_s": [0.8, 1.3], "memory_measured": True,
+                                 "peak_memory": [0.9, 1.1]},
+              "t/blackwell/dense": {"measured": False, "tokens_per_s": [0.9, 1.1], "memory_measured": False,
+                                    "peak_memory": [0.7, 1.05]},
+              "t/blackwell/moe": {"measured": False, "tokens_per_s": [0.95, 1.05], "memory_measured": False,
+                                  "peak_memory": [0.95, 1.05]}}
+    out = band_fit._never_narrower_than_measured(groups)
+    assert out["t/blackwell/dense"]["tokens_per_s"] == [0.8, 1.3]
+    assert out["t/blackwell/dense"]["peak_memory"] == [0.7, 1.1]
+    assert out["t/blackwell/moe"]["tokens_per_s"] == [0.95, 1.05]  # no measured MoE group of t
+    bands = uncertainty.load_bands()
+    for name, band in bands.items():
+        trainer, _, kind = name.split("/")
+        peers = [b for n, b in bands.items() if b.measured and n.startswith(f"{trainer}/") and n.endswith(f"/{kind}")]
+        if band.measured or not peers:
+            continue
+        assert band.tokens_low_factor <= min(b.tokens_low_factor for b in peers), name
+        assert band.tokens_high_factor >= max(b.tokens_high_factor for b in peers), name

@@ -477,7 +477,7 @@ def test_a_coalesced_parameter_gather_pays_one_collective_latency():
         params = np.array([ctx.params.total / 8.0])
         out[gather_params] = dp_comm_s(ctx, b, st, params, np.zeros(1), np.array([80.0]))
     link = comm.group_link(ctx, b.dp, np.minimum(st["dp"], st["cp"]))
-    buckets = np.ceil(params[0] / ctx.profile.dp_bucket_params)
+    buckets = np.ceil(params[0] / max(ctx.profile.dp_bucket_params, ctx.profile.dp_bucket_params_per_rank * 64))  # dp 64
     ring = comm.dp_latency(ctx, link).ring_round_s[0]
     assert buckets > 1
     assert out[0.0]["gathers"][0] - out[float("inf")]["gathers"][0] == pytest.approx((buckets - 1) * ring, rel=1e-9)
