@@ -166,7 +166,7 @@ def _print_transfer(ctx) -> None:
 def explain_command(output_format, full, vs_layout, **kwargs) -> None:
     """Every memory and time term of one layout: values and shares (``--full``: with each term's
     formula, parameter values and source), or what differs from another layout (``--vs``)."""
-    from autoplan.report.explain import bottleneck, compact_lines, explain_terms
+    from autoplan.report.explain import bottleneck, compact_lines, explain_terms, full_lines
     from autoplan.report.whynot import why_not
 
     ctx, batch, table = _evaluate_one(kwargs)
@@ -175,13 +175,16 @@ def explain_command(output_format, full, vs_layout, **kwargs) -> None:
     if vs_layout is not None:
         _explain_vs(ctx, batch, table, vs_layout, kwargs, output_format, title)
         return
-    if output_format != "table" or full:
+    if output_format == "table" and full:
+        click.echo(title)
+        click.echo("\n".join(full_lines(ctx, table, 0)))
+    elif output_format != "table":
         emit_records(explain_terms(ctx, table, 0), output_format,
                      columns=["kind", "stage", "term", "value", "unit", "formula", "parameters", "source"],
                      title=title, formatters={"value": "{:.4g}".format}, json_key="terms")
     else:
         click.echo(title)
-        click.echo("\n".join(compact_lines(table, 0)))
+        click.echo("\n".join(compact_lines(ctx, table, 0)))
     if output_format == "table":
         click.echo(f"Bottleneck: {bottleneck(table, 0)}")
         reason = why_not(ctx, batch, table, allow_uneven=kwargs["allow_uneven_pp"])

@@ -94,7 +94,9 @@ def _evaluate(node: ast.expr, values: dict[str, Any]) -> Any:
 def number(value: float) -> str:
     """A value as explain prints it: 4 significant digits, exponent form for large and small."""
     value = float(value)
-    if value == 0 or 1e-3 <= abs(value) < 1e5:
+    if value.is_integer() and abs(value) < 1e6:
+        return str(int(value))
+    if 1e-3 <= abs(value) < 1e4:
         return f"{value:.4g}"
     mantissa, exponent = f"{value:.3e}".split("e")
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
@@ -125,8 +127,8 @@ def _render(node: ast.expr, values: dict[str, float] | None, parent: int = 0,
     if values is not None:
         value = float(_evaluate(node, values))
         dropped = _drop(node.op, left[1], right[1])
-        if dropped is not None:
-            return (left, right)[dropped][0], value
+        if dropped is not None:  # the kept operand, bracketed as it now stands in the parent
+            return _render((node.left, node.right)[dropped], values, parent, texts)[0], value
     text = f"{left[0]} {SYMBOLS[type(node.op)]} {right[0]}"
     return (f"({text})" if level < parent else text), value
 

@@ -13,6 +13,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable
 from autoplan.cost.term_text import formula_text, parameter_value
 from autoplan.cost.terms import STAGES, Term, memory_terms, term, time_terms
+from autoplan.report.substituted import formula_of, one_line, substitute, value_text, wrapped
 from autoplan.units import GiB
 
 DISPLAY_UNITS = {"bytes": ("GiB", GiB)}  # unit of a term -> (unit shown, divisor)
@@ -84,19 +85,53 @@ def time_rows(table: CostTable, i: int) -> list[tuple[str, float]]:
     return rows + [("step", float(table["step_time_s"][i]))]
 
 
-def compact_lines(table: CostTable, i: int) -> list[str]:
-    """The default ``explain``: memory per stage and the step's time terms with their shares,
-    about 40 lines of at most 100 columns (``--full``: every term's formula, parameters, source)."""
+def compact_lines(ctx: CostContext, table: CostTable, i: int) -> list[str]:
+    """The default ``explain``: memory per stage, the peak stage's memory terms and the step's
+    time terms with their formulas, this layout's values substituted (at most 100 columns; about
+    50 lines; ``--full``: every term's formula, parameters, quantities and source)."""
     stages = _stages_of(table, i)
     lines = [f"{'memory per GPU, GiB':<28}" + "".join(f"{s:>10}" for s in stages)]
     lines += [f"  {name:<26}" + "".join(f"{v:>10.2f}" for v in values) for name, values in memory_rows(table, i)]
     peak, room = float(table["peak_memory_gib"][i]), float(table["memory_headroom_gib"][i])
     lines.append(f"  {'usable':<26}{peak + room:>10.2f}   (peak {peak:.2f} on rank {int(table['peak_stage'][i])} of "
                  f"the pipeline, {room:+.2f} left)")
+    stage = peak_stage_name(table, i)
+    lines += ["", f"{stage} stage, this layout's values:"]
+    for t in memory_terms(stage):
+        if float(table[t.column][i]):
+            lines += one_line(substitute(ctx, table, i, t), t.term)
     step = float(table["step_time_s"][i])
     lines += ["", f"{'step time':<28}{'s':>10}{'share':>10}"]
     lines += [f"  {name:<26}{value:>10.3f}{value / step:>10.1%}" for name, value in time_rows(table, i)]
+    lines += ["", "time terms, this layout's values:"]
+    for t in time_terms():
+        if float(table[t.column][i]):
+            lines += one_line(substitute(ctx, table, i, t), t.term)
     return lines
+
+
+def full_lines(ctx: CostContext, table: CostTable, i: int) -> list[str]:
+    """``explain --full``: every term of every stage and every time term with its formula, the
+    formula with this layout's values, each quantity's value, meaning and code, the parameters
+    and the source, wrapped at 100 columns."""
+    lines: list[str] = []
+    described: set[str] = set()
+    for stage, group in [*((s, memory_terms(s)) for s in _stages_of(table, i)), ("step", time_terms())]:
+        lines += ["", f"{'memory per GPU, ' + stage + ' stage' if stage != 'step' else 'step time'}:"]
+        for t in group:
+            s = substitute(ctx, table, i, t)
+            lines.append(f"{t.term} = {value_text(t, s.value)}: {t.meaning}")
+            lines += wrapped(f"= {s.general}")
+            lines += wrapped(f"= {s.substituted}")
+            if t.term in described:
+                continue
+            described.add(t.term)
+            for q in formula_of(t).quantities:
+                lines += wrapped(f"{q.name} = {s.texts[q.name]}: {q.meaning} ({q.code})", "    ")
+            if t.parameters:
+                lines += wrapped(f"parameters: {_parameter_values(ctx, t)}", "    ")
+            lines += wrapped(f"source: {t.source}", "    ")
+    return lines[1:]
 
 
 def peak_stage_name(table: CostTable, i: int) -> str:
