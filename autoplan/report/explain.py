@@ -7,16 +7,40 @@ names.
 
 from __future__ import annotations
 
+from dataclasses import fields, is_dataclass
 from typing import Any
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable
-from autoplan.cost.term_text import formula_text, parameter_value
-from autoplan.cost.terms import STAGES, Term, memory_terms, term, time_terms
+from autoplan.cost.terms import CONSTANTS, STAGES, Term, memory_terms, term, time_terms
 from autoplan.report.substituted import formula_of, one_line, substitute, value_text, wrapped
 from autoplan.units import GiB
 
 DISPLAY_UNITS = {"bytes": ("GiB", GiB)}  # unit of a term -> (unit shown, divisor)
+
+
+def _field(obj: Any, name: str) -> tuple[bool, Any]:
+    """(found, value) of field ``name`` of dataclass ``obj`` or of a dataclass nested in it."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == name:
+            return True, value
+        if is_dataclass(value) and not isinstance(value, type):
+            found = _field(value, name)
+            if found[0]:
+                return found
+    return False, None
+
+
+def parameter_value(ctx: CostContext, name: str) -> Any:
+    """The value of a parameter a term names: a field of the context, or a module constant."""
+    for source in (ctx.efficiency, ctx.profile, ctx.cluster, ctx.cluster.gpu, ctx.training, ctx):
+        found, value = _field(source, name)
+        if found:
+            return value
+    if name in CONSTANTS:
+        return CONSTANTS[name].value
+    raise KeyError(f"parameter '{name}' is neither a field of the cost context nor in terms.CONSTANTS")
 
 
 def _parameter_values(ctx: CostContext, t: Term) -> str:
@@ -31,11 +55,17 @@ def _parameter_values(ctx: CostContext, t: Term) -> str:
     return ", ".join(parts)
 
 
+def _with_values(ctx: CostContext, table: CostTable, i: int, t: Term) -> str:
+    """The term's formula with layout ``i``'s values, or its general form where it declares none."""
+    s = substitute(ctx, table, i, t)
+    return t.formula if s is None else f"{s.general} = {s.substituted}"
+
+
 def _row(ctx: CostContext, table: CostTable, i: int, t: Term) -> dict[str, Any]:
     unit, divisor = DISPLAY_UNITS.get(t.unit, (t.unit, 1.0))
     return {"kind": t.kind, "stage": t.stage or "step", "term": t.term,
             "value": float(table[t.column][i]) / divisor, "unit": unit,
-            "formula": formula_text(t, ctx, table.batch.layout(i)),
+            "formula": _with_values(ctx, table, i, t),
             "parameters": _parameter_values(ctx, t), "source": t.source}
 
 
