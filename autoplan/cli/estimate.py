@@ -202,7 +202,7 @@ def _explain_vs(ctx, batch, table, vs_layout: dict, kwargs: dict, output_format:
     others as this layout's), largest first."""
     from autoplan.cost.evaluate import evaluate
     from autoplan.layout import LayoutBatch, resolve_layout
-    from autoplan.report.explain import differences
+    from autoplan.report.explain import VS_FORMULAS, differences, vs_formula_lines
 
     unknown = [k for k in vs_layout if k not in LAYOUT_KEYS]
     if unknown:
@@ -221,12 +221,16 @@ def _explain_vs(ctx, batch, table, vs_layout: dict, kwargs: dict, output_format:
     if not rows:
         click.echo("the two layouts are predicted the same in every term")
         return
-    section = None
+    section, shown = None, 0
     for row in rows[:VS_ROWS]:
         if row["where"] != section:
-            section = row["where"]
+            section, shown = row["where"], 0
             click.echo(f"{section:<44}{'this':>12}{'other':>12}{'other - this':>14}")
         click.echo(f"  {row['term']:<42}{row['this']:>12.4g}{row['other']:>12.4g}{row['difference']:>+14.4g}")
+        formulas = vs_formula_lines(ctx, table, other_table, row["where"], row["term"]) if shown < VS_FORMULAS else []
+        shown += bool(formulas)
+        for line in formulas:
+            click.echo(line)
     if len(rows) > VS_ROWS:
         click.echo(f"... {len(rows) - VS_ROWS} more (--format csv for all)")
     fast, slow = float(table["tokens_per_s_per_gpu"][0]), float(other_table["tokens_per_s_per_gpu"][0])

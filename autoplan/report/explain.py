@@ -12,6 +12,7 @@ from typing import Any
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable
+from autoplan.cost.terms import BY_COLUMN as TERMS_BY_COLUMN
 from autoplan.cost.terms import CONSTANTS, STAGES, Term, memory_terms, term, time_terms
 from autoplan.report.substituted import formula_of, one_line, substitute, value_text, wrapped
 from autoplan.units import GiB
@@ -182,3 +183,20 @@ def differences(this: CostTable, other: CostTable, i: int = 0, j: int = 0) -> li
     memory = [(where, a.term, float(this[a.column][i]) / GiB, float(other[b.column][j]) / GiB) for a, b in pairs]
     return [row for block in (rows, memory) for row in sorted(block, key=lambda r: -abs(r[3] - r[2]))
             if row[2] != row[3]]
+
+
+VS_FORMULAS = 3  # the differing terms per section `explain --vs` shows with both sides' values substituted
+
+
+def vs_formula_lines(ctx: CostContext, this: CostTable, other: CostTable, section: str, name: str) -> list[str]:
+    """A differing term's formula with this layout's and the other's values (``explain --vs``);
+    [] for a total."""
+    if section.startswith("time"):
+        columns = (f"time_{name}_s",) * 2
+    else:
+        columns = tuple(f"mem_{peak_stage_name(t, 0)}_{name}_bytes" for t in (this, other))
+    if columns[0] not in TERMS_BY_COLUMN or formula_of(TERMS_BY_COLUMN[columns[0]]) is None:
+        return []
+    sides = [substitute(ctx, table, 0, TERMS_BY_COLUMN[c]) for table, c in zip((this, other), columns)]
+    return [line for label, s in zip(("this", "other"), sides)
+            for line in wrapped(f"{label}: {s.substituted} = {value_text(s.term, s.value)}", "      ")]
