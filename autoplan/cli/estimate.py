@@ -167,7 +167,7 @@ def _print_transfer(ctx) -> None:
 def explain_command(output_format, full, vs_layout, **kwargs) -> None:
     """Every memory and time term of one layout: values and shares (``--full``: with each term's
     formula, parameter values and source), or what differs from another layout (``--vs``)."""
-    from autoplan.report.explain import bottleneck, compact_lines, explain_terms
+    from autoplan.report.explain import bottleneck, compact_lines, explain_terms, full_lines
     from autoplan.report.whynot import why_not
 
     ctx, batch, table = _evaluate_one(kwargs)
@@ -176,13 +176,16 @@ def explain_command(output_format, full, vs_layout, **kwargs) -> None:
     if vs_layout is not None:
         _explain_vs(ctx, batch, table, vs_layout, kwargs, output_format, title)
         return
-    if output_format != "table" or full:
+    if output_format == "table" and full:
+        click.echo(title)
+        click.echo("\n".join(full_lines(ctx, table, 0)))
+    elif output_format != "table":
         emit_records(explain_terms(ctx, table, 0), output_format,
                      columns=["kind", "stage", "term", "value", "unit", "formula", "parameters", "source"],
                      title=title, formatters={"value": "{:.4g}".format}, json_key="terms")
     else:
         click.echo(title)
-        click.echo("\n".join(compact_lines(table, 0)))
+        click.echo("\n".join(compact_lines(ctx, table, 0)))
     if output_format == "table":
         click.echo(f"Bottleneck: {bottleneck(table, 0)}")
         reason = why_not(ctx, batch, table, allow_uneven=kwargs["allow_uneven_pp"])
@@ -200,7 +203,7 @@ def _explain_vs(ctx, batch, table, vs_layout: dict, kwargs: dict, output_format:
     others as this layout's), largest first."""
     from autoplan.cost.evaluate import evaluate
     from autoplan.layout import LayoutBatch, resolve_layout
-    from autoplan.report.explain import differences
+    from autoplan.report.explain import VS_FORMULAS, differences, vs_formula_lines
 
     unknown = [k for k in vs_layout if k not in LAYOUT_KEYS]
     if unknown:
@@ -219,12 +222,16 @@ def _explain_vs(ctx, batch, table, vs_layout: dict, kwargs: dict, output_format:
     if not rows:
         click.echo("the two layouts are predicted the same in every term")
         return
-    section = None
+    section, shown = None, 0
     for row in rows[:VS_ROWS]:
         if row["where"] != section:
-            section = row["where"]
+            section, shown = row["where"], 0
             click.echo(f"{section:<44}{'this':>12}{'other':>12}{'other - this':>14}")
         click.echo(f"  {row['term']:<42}{row['this']:>12.4g}{row['other']:>12.4g}{row['difference']:>+14.4g}")
+        formulas = vs_formula_lines(ctx, table, other_table, row["where"], row["term"]) if shown < VS_FORMULAS else []
+        shown += bool(formulas)
+        for line in formulas:
+            click.echo(line)
     if len(rows) > VS_ROWS:
         click.echo(f"... {len(rows) - VS_ROWS} more (--format csv for all)")
     fast, slow = float(table["tokens_per_s_per_gpu"][0]), float(other_table["tokens_per_s_per_gpu"][0])

@@ -4,56 +4,39 @@ to its total), the totals, the peak and the memory flags. ``cost.terms`` explain
 
 from __future__ import annotations
 
+from autoplan.cost.memory_formulas import MEMORY_FORMULAS
 from autoplan.cost.term_record import KORTHIKANTI, STAGES, ZERO, Term, stage_memory_columns
 
 MODEL_STATE = ("zero_shards_over_cp",)
 MEMORY_TERMS_DEFINED = [
     *stage_memory_columns("weights", "compute copy of the parameters held per GPU",
-                          "{weight_bytes} × (P_dense / {z3} + P_expert / {z3e}){hpz}, G = {G}",
+                          MEMORY_FORMULAS["weights"].general(),
                           f"{ZERO}; trainer profile; transformer_engine/pytorch/module/base.py (FP8 weight copies); "
                           "megatron/core/fp8_utils.py (--fp8-param-gather)",
                           ("weight_bytes", "fp8_weight_extra_bytes", "fp8_recipe", "fp8_param_gather",
                            "zero3_pp_unsharded_bytes", "SECONDARY_PARAM_BYTES", *MODEL_STATE)),
     *stage_memory_columns("gradients", "gradient buffers per GPU",
-                          "(grad_bytes − ddp_bucket_grad_bytes where dp·cp = 1; BF16_BYTES under grad_reduce_in_bf16) × (P_dense / {z2} + P_expert / {z2e}), G = {G}",
+                          MEMORY_FORMULAS["gradients"].general(),
                           f"{ZERO}; trainer profile; megatron/core/distributed/distributed_data_parallel.py "
                           "(--grad-reduce-in-bf16); Llama 3 (arXiv 2407.21783) Sec. 3.3.2 (shard_gradients); "
                           "nanotron src/nanotron/optim/gradient_accumulator.py, trainer.py make_ddp (ddp_bucket_grad_bytes)",
                           ("grad_bytes", "ddp_bucket_grad_bytes", "grad_reduce_in_bf16", "shard_gradients", "BF16_BYTES",
                            *MODEL_STATE)),
     *stage_memory_columns("master_weights", "the optimizer's master weights per GPU (fp32 unless the setup says)",
-                          "m × (P_dense / {z1} + P_expert / {z1e}), G = {G}; m = master_bytes, or by master_weights: "
-                          "fp16 2, remainders 2 (int16 low bits beside bf16 weights), none 0",
+                          MEMORY_FORMULAS["master_weights"].general(),
                           f"{ZERO}; megatron/training/theoretical_memory_usage.py; megatron/core/optimizer/"
                           "optimizer_config.py (store_param_remainders, --main-params-dtype); Apex "
                           "distributed_fused_adam.py (store_params, store_param_remainders)",
                           ("master_bytes", "master_weights", *MODEL_STATE)),
     *stage_memory_columns("optimizer_states", "optimizer states per GPU (0 on the GPU under offload)",
-                          "s × P_dense / {z1} + s_e × P_expert / {z1e}, G = {G}; s by optimizer: adamw optimizer_bytes "
-                          "(2 moments of optimizer_state_dtype where not fp32: bf16/fp16 2 B, fp8 1 B), "
-                          "adamw8bit 2·(1 + 4/BNB_BLOCK_ELEMENTS), adafactor 4·Σ(r + c)/Σ r·c over the model's matrices "
-                          "(4 per vector element), sgd and lion 4, muon 4 on the hidden matrices and optimizer_bytes on "
-                          "the rest (s_e = 4)",
+                          MEMORY_FORMULAS["optimizer_states"].general(),
                           f"{ZERO} (Adam: K = 12 with the master weights); bitsandbytes optim/optimizer.py "
                           "(Optimizer2State, blockwise absmax); Shazeer & Stern 2018 Alg. 4; Chen et al. 2023 (Lion); "
                           "Jordan et al. 2024 and Liu et al. 2025 Moonlight Sec. 2 (Muon); Megatron --exp-avg-dtype "
                           "(precision-aware optimizer), Apex DistributedFusedAdam dtype; autoplan.cost.optimizer",
                           ("optimizer_bytes", "optimizer_state_dtype", "BNB_BLOCK_ELEMENTS", *MODEL_STATE)),
     *stage_memory_columns("activations", "activations saved for backward at the stage's peak",
-                          "a × (in_flight × (1 − o) + OFFLOAD_STAGING_LAYERS if offload_layers > 0) + working, o = "
-                          "min(offload_layers, L_S)/L_S; {layer_bytes}; A_mode = tokens × the profile's per-token "
-                          "coefficients (attention, mlp; GPT-style models: memory.GPT_ATTENTION_FLASH, mlp_coefficients.GPT_MLP, each with "
-                          "gpt_residual_dropout_mask_bytes in place of their 1-byte residual dropout mask; squared ReLU: the profile mlp less UNGATED_FC1_SAVING_BYTES per f; under "
-                          "attention_kernel = eager the s² scores: GPT_ATTENTION_EAGER, else s2 = EAGER_SOFTMAX_BYTES) "
-                          "minus, under fp8 where the profile has fp8_saves_quantized_inputs, (BF16_BYTES − "
-                          "FP8_ACTIVATION_ELEMENT_BYTES[fp8_recipe]) per linear-layer input element "
-                          "(memory.TE_LINEAR_INPUTS_*); less, without recompute, NORMS_PER_LAYER·norm_saving_bytes_per_h·h/h_div "
-                          "per token for a run's fused norm kernel; MoE routed-token terms × moe_capacity_factor (1 when dropless); "
-                          "averaged over the stage's dense and MoE layers; in_flight = "
-                          "in_flight_layers(chunks of the rank, pp, vpp, grad_acc, stage rank, pp_schedule: 1f1b min(pp − r, m), "
-                          "interleaved Megatron's warm-up chunk by chunk, afab m, zb-v min(pp, m), dualpipe pp + 1, "
-                          "dualpipev pp + 1/2 stage micro-batches; autoplan.cost.schedule) + (pp > 1) "
-                          "pp_extra_layers_per_microbatch × micro-batches in flight; {working}",
+                          MEMORY_FORMULAS["activations"].general(),
                           f"{KORTHIKANTI} Table 2, Sec. 4.2.3; megatron/core/pipeline_parallel/schedules.py; Qi et al. "
                           "2023 (ZB-H1, ZB-V); DeepSeek-V3 report Table 2 (DualPipe); torchtitan@395a52627 "
                           "torchtitan/models/norms.py (TritonFusedRMSNorm); "
@@ -66,20 +49,14 @@ MEMORY_TERMS_DEFINED = [
                            "fp8_saves_quantized_inputs", "moe_capacity_factor", "norm_saving_bytes_per_h",
                            "NORMS_PER_LAYER", "OFFLOAD_STAGING_LAYERS")),
     *stage_memory_columns("embedding_output", "embedding output buffer",
-                          "tokens·h·BF16_BYTES/h_div on the first stage, 0 on the last",
+                          MEMORY_FORMULAS["embedding_output"].general(),
                           "Megatron embedding output (first pipeline stage)", ("BF16_BYTES",)),
     *stage_memory_columns("logits_and_loss", "logits and cross-entropy buffers",
-                          "tokens·V/tp·logits_bytes_per_vocab·(1 + num_mtp_layers) on the last stage (on the first, "
-                          "without the MTP logits, only when pp = 1)",
+                          MEMORY_FORMULAS["logits_and_loss"].general(),
                           "trainer cross-entropy (vocab-parallel over TP); DeepSeek-V3 report Sec. 2.2 (one more "
                           "output head and loss per MTP depth)", ("logits_bytes_per_vocab",)),
     *stage_memory_columns("communication_buffers", "gathered ZeRO-3 layers and the TP all-gather buffer",
-                          "(zero ≥ 3) BF16_BYTES·(min(Λ, zero3_max_live_params) + min(Λ, zero3_grad_bucket_params)), "
-                          "Λ = zero3_prefetch_layers·(P_dense + P_expert)/L_S; + (stage has MoE layers) "
-                          "MOE_DISPATCH_COPIES (1 if ep = 1)·c·k·tokens/h_div·h·BF16_BYTES, c = moe_capacity_factor "
-                          "(1 dropless) "
-                          "+ (tp > 1) tokens·h·BF16_BYTES + (gradients sharded below zero 3: zero 2, or zero 1 under "
-                          "shard_gradients) (BF16_BYTES + grad_reduce_bytes)·(P_dense + P_expert)/L_S",
+                          MEMORY_FORMULAS["communication_buffers"].general(),
                           "FSDP2 prefetch and post-backward reduce-scatter (torch.distributed.fsdp); DeepSpeed stage3_max_live_parameters and "
                           "reduce_bucket_size (deepspeed/runtime/zero/partitioned_param_coordinator.py); "
                           "Megatron sequence-parallel all-gather; megatron/core/transformer/moe/token_dispatcher.py "
@@ -87,8 +64,7 @@ MEMORY_TERMS_DEFINED = [
                           ("zero3_prefetch_layers", "zero3_max_live_params", "zero3_grad_bucket_params", "BF16_BYTES",
                            "MOE_DISPATCH_COPIES", "moe_capacity_factor", "shard_gradients", "grad_reduce_bytes")),
     *stage_memory_columns("reserve", "allocator fragmentation, CUDA context, NCCL and library workspaces",
-                          "allocator_overhead × (activations + embedding_output + logits_and_loss + communication_buffers: "
-                          "the bytes allocated and freed every step, memory.TRANSIENT_TERMS) + memory_reserve_bytes",
+                          MEMORY_FORMULAS["reserve"].general(),
                           "calibrated per trainer and GPU (profiles/*.yaml); PyTorch c10/cuda/CUDACachingAllocator.cpp "
                           "(block splitting: fragmentation comes from the varying allocations)", ("allocator_overhead", "memory_reserve_bytes")),
 ]

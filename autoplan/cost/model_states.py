@@ -146,23 +146,30 @@ def ddp_free_grad_bytes(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     return np.where(b.dp * b.cp > 1, 0.0, ctx.profile.ddp_bucket_grad_bytes)
 
 
+def state_bytes_per_param_by_term(ctx: CostContext, b: LayoutBatch,
+                                  dp_group: np.ndarray) -> dict[str, tuple[np.ndarray, int]]:
+    """(bytes per parameter, ZeRO stage that shards it) of the weights, gradients and master
+    weights (ZeRO paper, Fig. 1), with the trainer's precisions."""
+    p = ctx.profile
+    # ZeRO-3 with a pipeline: some trainers keep the compute copy and its gradient unsharded
+    # (torchtitan: reshard_after_forward=False when PP is on); written as bytes that the
+    # ZeRO-3 divisor below cancels. With nothing to shard over, FSDP is not applied at all.
+    keeps = (b.zero >= 3) & (b.pp > 1) & (dp_group > 1)
+    weight_bytes = weight_bytes_per_param(ctx, b) + np.where(keeps, p.zero3_pp_unsharded_bytes * dp_group, 0.0)
+    # Megatron --grad-reduce-in-bf16: the main_grad buffer takes the parameters' dtype
+    # (megatron/core/distributed/distributed_data_parallel.py, grad_dtype of the param_and_grad_buffer).
+    grad_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else p.grad_bytes - ddp_free_grad_bytes(ctx, b)
+    return {"weights": (weight_bytes, 3), "gradients": (grad_bytes, gradient_shard_stage(ctx)),
+            "master_weights": (ctx.master_bytes, 1)}
+
+
 def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,
                       expert_params: np.ndarray) -> dict[str, np.ndarray]:
     """Weights, gradients, master weights and optimizer states per GPU (ZeRO paper, Fig. 1)."""
     p = ctx.profile
     dp_group, expert_group = zero_shard_groups(ctx, b)
-    weight_bytes = weight_bytes_per_param(ctx, b)
     out = {}
-    # ZeRO-3 with a pipeline: some trainers keep the compute copy and its gradient unsharded
-    # (torchtitan: reshard_after_forward=False when PP is on); written as bytes that the
-    # ZeRO-3 divisor below cancels. With nothing to shard over, FSDP is not applied at all.
-    keeps = (b.zero >= 3) & (b.pp > 1) & (dp_group > 1)
-    weight_bytes = weight_bytes + np.where(keeps, p.zero3_pp_unsharded_bytes * dp_group, 0.0)
-    # Megatron --grad-reduce-in-bf16: the main_grad buffer takes the parameters' dtype
-    # (megatron/core/distributed/distributed_data_parallel.py, grad_dtype of the param_and_grad_buffer).
-    grad_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else p.grad_bytes - ddp_free_grad_bytes(ctx, b)
-    for name, per_param, stage in (("weights", weight_bytes, 3), ("gradients", grad_bytes, gradient_shard_stage(ctx)),
-                                   ("master_weights", ctx.master_bytes, 1)):
+    for name, (per_param, stage) in state_bytes_per_param_by_term(ctx, b, dp_group).items():
         out[name] = per_param * (dense_params / shard_divisor(b.zero, stage, dp_group)
                                  + expert_params / shard_divisor(b.zero, stage, expert_group))
     # The optimizer's state (autoplan.cost.optimizer), per non-expert and expert parameter.

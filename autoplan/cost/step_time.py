@@ -132,8 +132,13 @@ def data_parallel_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndar
     return parts
 
 
-def time_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
-    """Every time term (seconds per step) and the step time."""
+def step_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+    """The named intermediates of the step (seconds; ``grad_acc`` a count): per micro-batch the
+    pacing stage's parts, ``tp_wait`` (the TP floor's wait), ``zero3`` (ZeRO-3's exposed gathers),
+    ``t_micro``; per step the exposed ``grad_reduce`` and ``param_gather`` (of the totals
+    ``grad_reduce_total``, ``param_gather_total``), the ZeRO-3 ``dp_floor``, the ``tied_embedding``
+    all-reduce, the ``optimizer``, ``muon`` and ``optimizer_offload`` steps and the ``bubble``.
+    ``time_table``'s columns are formed from them (``cost.time_formulas`` shows how)."""
     e, c = ctx.efficiency, ctx.corrections
     ov = overlap_fractions(ctx)
     mb = micro_batch_parts_s(ctx, b)
@@ -143,13 +148,13 @@ def time_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     zero3_exposed = np.maximum(0.0, dp["per_micro"] + dp["fetch"] - e.fsdp_overlap * micro_compute)
     t_micro = micro_compute + mb["tp"] + mb["cp"] + mb["ep"] + mb["offload"] + mb["pp"] + zero3_exposed
     tp = mb["tp"]
+    sync_wait = np.zeros_like(tp)
     # The TP collectives' floor: what the micro-batch's time falls short of it is spent waiting
     # in the TP collectives. Skipped where both are neutral (every profile but nanotron's).
     if c.pp_cross_tp_sync_s > 0.0 or c.collective_overhead_s > 0.0:
         sync_wait = np.maximum(0.0, mb["tp_floor"] - t_micro)
         tp = tp + sync_wait
         t_micro = t_micro + sync_wait
-    m_count = b.grad_acc
     bubble = mb["bubble_per_micro"] * t_micro
     # Gradient reduction hides behind the last micro-batch's backward; the parameter all-gather
     # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step; the
@@ -159,24 +164,40 @@ def time_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
                                                                mb["tp_inside_domain"], dp["inside_domain"])
     forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR)
     chunks = mb["chunks"]
-    dp_exposed = (chunked_exposed_s(dp["grads"], backward_window, chunks, b.pp, mb["grad_overlap"])
-                  + chunked_exposed_s(dp["gathers"], forward_first, chunks, b.pp, ov.param_gather)
-                  + dp["per_step_floor"] + dp["tied_embedding"])
+    grad_reduce = chunked_exposed_s(dp["grads"], backward_window, chunks, b.pp, mb["grad_overlap"])
+    param_gather = chunked_exposed_s(dp["gathers"], forward_first, chunks, b.pp, ov.param_gather)
+    dp_exposed = grad_reduce + param_gather + dp["per_step_floor"] + dp["tied_embedding"]
     # The optimizer step (autoplan.cost.optimizer_step): on the GPU, or on the host under offload.
     offload = offload_step_s(ctx, b, dp["owned"], dp["host_bytes_per_param"], backward_last)
-    step = m_count * t_micro + bubble + dp_exposed + dp["optimizer"] + dp["muon"] + offload + c.step_overhead_s
+    return {"grad_acc": b.grad_acc, "compute": mb["compute"], "grad_accumulation": dp["grad_accumulation"],
+            "recompute": mb["recompute"], "tp": mb["tp"], "tp_wait": sync_wait, "cp": mb["cp"], "ep": mb["ep"],
+            "pp": mb["pp"], "offload": mb["offload"], "zero3": zero3_exposed, "t_micro": t_micro,
+            "bubble_per_micro": mb["bubble_per_micro"], "bubble": bubble,
+            "grad_reduce": grad_reduce, "grad_reduce_total": dp["grads"], "param_gather": param_gather,
+            "param_gather_total": dp["gathers"], "dp_floor": dp["per_step_floor"],
+            "tied_embedding": dp["tied_embedding"], "dp_exposed": dp_exposed, "optimizer": dp["optimizer"],
+            "muon": dp["muon"], "optimizer_offload": offload}
+
+
+def time_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+    """Every time term (seconds per step) and the step time."""
+    c = ctx.corrections
+    s = step_parts_s(ctx, b)
+    m_count = s["grad_acc"]
+    t_micro, bubble, dp_exposed, offload = s["t_micro"], s["bubble"], s["dp_exposed"], s["optimizer_offload"]
+    step = m_count * t_micro + bubble + dp_exposed + s["optimizer"] + s["muon"] + offload + c.step_overhead_s
     return {
-        "time_compute_s": m_count * compute,
-        "time_recompute_s": m_count * mb["recompute"],
-        "time_tp_exposed_s": m_count * tp,
-        "time_cp_exposed_s": m_count * mb["cp"],
-        "time_ep_exposed_s": m_count * mb["ep"],
-        "time_pp_exposed_s": m_count * mb["pp"],
-        "time_offload_exposed_s": m_count * mb["offload"],
-        "time_dp_exposed_s": dp_exposed + m_count * zero3_exposed,
+        "time_compute_s": m_count * (s["compute"] + s["grad_accumulation"]),
+        "time_recompute_s": m_count * s["recompute"],
+        "time_tp_exposed_s": m_count * (s["tp"] + s["tp_wait"]),
+        "time_cp_exposed_s": m_count * s["cp"],
+        "time_ep_exposed_s": m_count * s["ep"],
+        "time_pp_exposed_s": m_count * s["pp"],
+        "time_offload_exposed_s": m_count * s["offload"],
+        "time_dp_exposed_s": dp_exposed + m_count * s["zero3"],
         "time_bubble_s": bubble,
-        "time_optimizer_s": dp["optimizer"],
-        "time_muon_s": dp["muon"],
+        "time_optimizer_s": s["optimizer"],
+        "time_muon_s": s["muon"],
         "time_optimizer_offload_s": offload,
         "time_overhead_s": np.full_like(b.tp, c.step_overhead_s),
         "step_time_s": step,

@@ -2,11 +2,11 @@
 
 Everything that shows a cost term reads it from here: ``autoplan explain``, the column
 dictionary of a search's results and the derivation page ``docs/cost-model.md``
-(``python -m autoplan.report.derivation`` regenerates it). A formula is written to match the
-code in ``autoplan/cost/`` and names each parameter it uses by its field name (``PhysicalEfficiency``, ``Corrections``,
-``TrainerProfile``, ``GPUSpec``, ``Cluster``) or, for a quantity the code keeps as a constant,
-by its name in ``term_text.CODE_CONSTANTS``; ``parameters`` lists them. ``{placeholders}`` are
-pieces that depend on the layout or the profile (``term_text.VARIANTS``).
+(``python -m autoplan.report.derivation`` regenerates it). The formula of a memory or time term is its declaration in ``cost.memory_formulas`` /
+``cost.time_formulas`` (an expression over named intermediates the code computes, checked against
+the column by tests/unit/cost/test_formulas.py); ``parameters`` names the context fields
+(``PhysicalEfficiency``, ``Corrections``, ``TrainerProfile``, ``GPUSpec``, ``Cluster``) and the
+module constants (``CONSTANTS``) each term reads.
 
 Notation (per GPU, for one micro-batch unless said): tokens = mbs·seq_len/cp;
 h_div = tp if sp else 1; h the hidden size, V the vocabulary, L_S the layers of stage S
@@ -21,10 +21,12 @@ pay NCCL's latency per collective instead: ring (n − N)·α_up + (N − 1)·α
 
 from __future__ import annotations
 
+from autoplan.cost.time_formulas import TIME_FORMULAS
 from autoplan.cost.memory_columns import MEMORY_TERMS_DEFINED, MEMORY_TOTALS
+from autoplan.cost.formula import Constant
 from autoplan.cost.term_record import KINDS, KORTHIKANTI, SC21, STAGES, STEP_TIME, ZERO, Term
 
-__all__ = ["KINDS", "STAGES", "STEP_TIME", "Term", "BY_COLUMN", "TERMS", "memory_terms", "summands", "term",
+__all__ = ["CONSTANTS", "KINDS", "STAGES", "STEP_TIME", "Term", "BY_COLUMN", "TERMS", "memory_terms", "summands", "term",
            "time_terms"]
 
 
@@ -37,6 +39,43 @@ GEMM = ("gemm_efficiency_max", "gemm_half_flops", "fp8_gemm_speedup", "attention
 LINKS = ("scale_up_efficiency", "scale_out_efficiency", "scale_up_bytes_per_s", "nic_bytes_per_s",
          "scale_up_latency_s", "scale_out_latency_s", "scale_up_domain_size")
 
+# Module constants the terms' parameters name: the value is read from its module, the meaning
+# is written here once.
+CONSTANTS: dict[str, Constant] = {c.name: c for c in (
+    Constant("BF16_BYTES", "time", "bytes of one bf16 element"),
+    Constant("MOE_DISPATCH_COPIES", "memory",
+             "routed-token copies an all-to-all dispatch holds at once (send and receive buffers)"),
+    Constant("ATTENTION_BACKWARD_FACTOR", "time",
+             "flash-attention backward time over its forward (FlashAttention-2 Sec. 3)"),
+    Constant("REPLICATED_ELEMENTWISE_SHARE", "time",
+             "share of element-wise work replicated over TP without SP "
+             "(Korthikanti et al. 2022, Table 2: 10 of 34 sbh)"),
+    Constant("TP_COLLECTIVES_PER_PASS", "time",
+             "TP collectives per layer and pass (2 all-gathers + 2 reduce-scatters)"),
+    Constant("EAGER_SCORE_BYTES_FORWARD", "time",
+             "HBM bytes per s×s score element of eager attention's forward "
+             "(QKᵀ write, softmax read + write, PV read)"),
+    Constant("EAGER_SCORE_BYTES_BACKWARD", "time",
+             "HBM bytes per s×s score element of eager attention's backward "
+             "(dprobs write, softmax backward read 2 + write, dV read, dQ and dK reads)"),
+    Constant("BACKWARD_MATMUL_FACTOR", "time",
+             "matmul backward time over its forward (input and weight gradients; SC'21 Sec. 5.1)"),
+    Constant("SECONDARY_PARAM_BYTES", "hybrid_shard",
+             "bytes of one parameter in ZeRO++ hpZ's bf16 secondary partition"),
+    Constant("PARAM_GATHER_BYTES", "data_parallel", "bytes of one gathered parameter (bf16 param_dtype)"),
+    Constant("ZERO3_GATHERS_PER_MICROBATCH", "data_parallel",
+             "ZeRO-3 parameter gathers per layer and micro-batch: forward and backward"),
+    Constant("NORMS_PER_LAYER", "recompute", "normalisations per transformer layer (pre-attention, pre-MLP)"),
+    Constant("OFFLOAD_STAGING_LAYERS", "recompute",
+             "layers of activations an offloading stage keeps in transfer (TE's double buffer)"),
+    Constant("BNB_BLOCK_ELEMENTS", "optimizer", "elements per fp32 absmax of bitsandbytes' blockwise 8-bit states"),
+    Constant("NEWTON_SCHULZ_ITERATIONS", "optimizer", "Muon's Newton–Schulz steps per update (Jordan et al. 2024)"),
+    Constant("HOST_LINK_EFFICIENCY", "host_link",
+             "payload share of the host link's rate per direction (measured: pinned copies, H200)"),
+    Constant("HOST_MEMORY_EFFICIENCY", "offload",
+             "share of host DRAM bandwidth a streaming CPU kernel reaches (STREAM triad)"),
+)}
+
 
 def _time(term: str, meaning: str, formula: str, source: str, parameters: tuple[str, ...] = ()) -> Term:
     return Term(f"time_{term}_s", term, "time", "s", meaning, formula, source, parameters, adds_to=STEP_TIME)
@@ -44,30 +83,7 @@ def _time(term: str, meaning: str, formula: str, source: str, parameters: tuple[
 
 TIME_TERMS_DEFINED = [
     _time("compute", "forward and backward compute of the slowest stage",
-          "grad_acc × (n_dense·(c(t_mm_dense) + t_cast_dense) + n_moe·(c(t_mm_moe) + t_cast_moe + moe_layer_fixed_s) "
-          "+ head); c(t_mm) = (1 + BACKWARD_MATMUL_FACTOR)·t_mm + "
-          "t_att + t_att_bwd + 3·t_ew; t_mm = tokens·layer matmul FLOPs/tp / "
-          "(peak_bf16_flops_per_s·power_limited_clock_fraction {fp8} · η(F)), η(F) = gemm_efficiency_max·F/(F + gemm_half_flops), F = one "
-          "GEMM's FLOPs per GPU (MoE: the grouped GEMM over all local experts' tokens, 2·tokens·top_k·h·f_e/etp, "
-          "·ep/E without moe_grouped_gemm); MoE layers: t_mm_moe at least t_mm_moe·(1 − routed share) + the local "
-          "experts' weight read expert_params/(ep·etp)·(2 B, fp8 1 B)/(hbm_bytes_per_s·hbm_efficiency) (roofline, "
-          "cost/moe_time.py expert_weight_floor_s); t_cast = under fp8 tokens·(linear inputs + output gradients per "
-          "token)/tp·(CAST_BYTES_PER_ELEMENT + AMAX_PASS_BYTES[fp8_recipe]) / (hbm_bytes_per_s·hbm_efficiency), "
-          "else 0; flash attention: t_att = tokens·attention score FLOPs (k̄ keys per query)/2/tp / (peak_bf16_flops_per_s·power_limited_clock_fraction·"
-          "attention_efficiency·k/(k + attention_half_seq_tokens)·[d/(d + attention_half_head_dim)]/[128/(128 + attention_half_head_dim)])·unfused_attention_factor, k = s/cp, d the query-key head dim, t_att_bwd = ATTENTION_BACKWARD_FACTOR·t_att; eager attention "
-          "(two batched GEMMs over the full s×s square, the s×s scores through HBM): t_bmm = tokens·attention score "
-          "FLOPs/tp / (peak_bf16_flops_per_s·power_limited_clock_fraction·η(F/2))·unfused_attention_factor, t_att = t_bmm + tokens·s·a/tp·"
-          "(EAGER_SCORE_BYTES_FORWARD + eager_attention_dropout_bytes)/(hbm_bytes_per_s·hbm_efficiency), t_att_bwd = "
-          "BACKWARD_MATMUL_FACTOR·t_bmm + tokens·s·a/tp·(EAGER_SCORE_BYTES_BACKWARD + eager_attention_dropout_bytes)/"
-          "(hbm_bytes_per_s·hbm_efficiency); t_ew = elementwise_bytes_per_token_hidden·tokens·h·(REPLICATED_ELEMENTWISE_SHARE"
-          "/h_div + (1 − REPLICATED_ELEMENTWISE_SHARE)/tp) / (hbm_bytes_per_s·hbm_efficiency); head (last stage) "
-          "= 3·2·tokens·V·h/tp / (peak_bf16_flops_per_s·power_limited_clock_fraction·η) + tokens·V/tp·loss_hbm_bytes_per_logit / "
-          "(hbm_bytes_per_s·hbm_efficiency) (the memory-bound loss), × (1 + num_mtp_layers) + num_mtp_layers·3·2·tokens·2h·h/tp "
-          "/ (peak_bf16_flops_per_s·power_limited_clock_fraction·η) with multi-token prediction (its blocks count among the last stage's layers, "
-          "cost.stages); the slowest of the first and last stage by compute + recompute; + grad_acc × "
-          "P·grad_accumulation_bytes_per_param/(hbm_bytes_per_s·hbm_efficiency), the gradient accumulation after "
-          "each micro-batch's backward (P the stage's parameters per GPU; DeepSpeed: only on its bf16 pipeline "
-          "path, pp > 1 and zero ≤ 1)",
+          TIME_FORMULAS["compute"].general(),
           f"{SC21} Sec. 5.1 (backward = 2 × forward); FlashAttention-2 (Dao 2023) Sec. 3; PyTorch "
           "cross_entropy (log_softmax + nll_loss) passes over the logits; autoplan/cost/fp8.py "
           "(DeepSeek-V3 report Sec. 3.3.2, Transformer Engine recipes); autoplan/cost/moe_time.py (Megatron-Core "
@@ -79,64 +95,36 @@ TIME_TERMS_DEFINED = [
            "EAGER_SCORE_BYTES_FORWARD", "EAGER_SCORE_BYTES_BACKWARD", "eager_attention_dropout_bytes",
            "pp_grad_all_reduce_bytes")),
     _time("recompute", "forward work recomputed in backward",
-          "grad_acc × Σ_layers (f_mm·t_mm + f_att·t_att + f_ew·t_ew); {recompute_share}",
+          TIME_FORMULAS["recompute"].general(),
           f"{KORTHIKANTI} Sec. 5, Appendix A; Megatron-Core core_v0.15.3 transformer_block.py "
           "_checkpointed_forward, transformer_config.py recompute_modules",
           ("selective_recompute_matmul_fraction", "selective_recomputes_attention", *GEMM)),
     _time("offload_exposed", "activation offload traffic over the host link not hidden by compute",
-          "grad_acc × min(offload_layers, L_S) × (max(0, x − t_l/(1 + BACKWARD_MATMUL_FACTOR)) + max(0, x − "
-          "BACKWARD_MATMUL_FACTOR·t_l/(1 + BACKWARD_MATMUL_FACTOR))); x = A_none/(host_bytes_per_s·HOST_LINK_EFFICIENCY) (one "
-          "layer's activations each way), t_l = the stage's compute of one micro-batch / L_S: out behind "
-          "the next layer's forward, back behind the previous layer's backward",
+          TIME_FORMULAS["offload_exposed"].general(),
           "Megatron-Core cpu_offloading_num_layers; transformer_engine/pytorch/cpu_offload.py "
           "(AsyncDoubleBufferGroupOffloadHandler: one layer in transfer while the next computes)",
           ("host_bytes_per_s", "HOST_LINK_EFFICIENCY", "BACKWARD_MATMUL_FACTOR")),
     _time("tp_exposed", "tensor-parallel communication not hidden by compute",
-          "grad_acc × L_S × ({passes}·TP_COLLECTIVES_PER_PASS·RING(tokens·h·BF16_BYTES) over tp × (1 − tp_overlap "
-          "if tp_comm_overlap else 1)){pp_floor}; "
-          "RING(S) = (tp − 1)/tp·S/busbw + (tp − 1)·α, busbw and α of the ring's slowest hop (NVLink inside the "
-          "scale-up domain; k ranks per domain × NIC and the NIC's α once the rank order spreads the group "
-          "over domains)",
+          TIME_FORMULAS["tp_exposed"].general(),
           f"{KORTHIKANTI} Sec. 4.2.2 (sequence parallelism: 2 all-gathers + 2 reduce-scatters per layer "
           "and pass); Thakur et al. 2005 Sec. 4 (ring); autoplan/cost/tp_comm.py",
           ("tp_overlap", "tp_comm_overlap", "collective_overhead_s", "pp_cross_tp_sync_s", "BF16_BYTES", "TP_COLLECTIVES_PER_PASS", *LINKS)),
     _time("cp_exposed", "context-parallel ring exchange not hidden by attention",
-          "grad_acc × max(0, L_S·{cp_passes}·(cp − 1)·(2·tokens·kv_size/tp·BF16_BYTES/busbw + α) − cp_overlap·"
-          "L_S·(t_att + t_att_bwd))",
+          TIME_FORMULAS["cp_exposed"].general(),
           "ring attention (Liu et al. 2023); Megatron-Core context parallelism",
           ("cp_overlap", "BF16_BYTES", "ATTENTION_BACKWARD_FACTOR", *LINKS)),
     _time("ep_exposed", "expert-parallel all-to-all not hidden by compute",
-          "grad_acc × n_moe × {passes}·Σ_(dispatch, combine) (max(T·top_k·(k − 1)/n·h·B/scale-up bw, "
-          "T·c·h·B/NIC bw) + log2(n)·α) × (1 − ep_overlap if moe_a2a_overlap else 1); T = tokens/h_div, k ranks "
-          "per scale-up domain, c = top_k·(n − k)/n remote copies per token, or with moe_token_dedup the expected "
-          "distinct remote domains (D − 1)·(1 − (1 − 1/D)^top_k), D = n/k, capped at num_limited_groups·max(1, "
-          "D/num_expert_groups); B = BF16_BYTES, the dispatch 1 + 4/128 under fp8 with moe_fp8_dispatch; 0 under pp_schedule dualpipe/dualpipev (hidden under the paired chunk)",
+          TIME_FORMULAS["ep_exposed"].general(),
           "Megatron-Core MoE token dispatcher (dispatch + combine); DeepSeek-V3 report Sec. 2.1.2, 3.2.2 "
           "(node-limited routing, DeepEP), Sec. 3.2.1 (DualPipe); autoplan/cost/moe_time.py",
           ("ep_overlap", "moe_a2a_overlap", "moe_token_dedup", "moe_fp8_dispatch", "BF16_BYTES", *LINKS)),
     _time("pp_exposed", "pipeline point-to-point sends not hidden",
-          "grad_acc × (pp > 1) 2·chunks·(tokens·h·BF16_BYTES/h_div / bw + α) × (1 − pp_overlap), chunks = vpp "
-          "(2 under zb-v, dualpipev), 0 under dualpipe/dualpipev; with blocking sends (k = "
-          "pp_blocking_metadata_messages > 0) (tokens·h·BF16_BYTES/h_div / bw + α) + k·α instead; bw, α of the "
-          "slowest hop (NIC once the pipeline leaves the scale-up domain)",
+          TIME_FORMULAS["pp_exposed"].general(),
           f"{SC21} Sec. 2.2; autoplan.cost.schedule (chunks_per_rank, hides_pipeline_and_expert_comm); nanotron "
           "src/nanotron/parallel/pipeline_parallel/p2p.py (P2P._send_meta, _recv_meta)",
           ("pp_overlap", "pp_blocking_metadata_messages", "BF16_BYTES", *LINKS)),
     _time("dp_exposed", "data-parallel gradient reduction and parameter gathers not hidden",
-          "R − dp_overlap·H(R, B/(1 + B)·t_mc + W) + Gth − dp_overlap·H(Gth, "
-          "t_mc/(1 + B)) + F + T + grad_acc·max(0, Z3 − fsdp_overlap·t_mc) (the R overlap 0 when pp > 1 and not "
-          "pp_overlaps_grad_reduce); H(S, X) = min(S, X/k + min(S − S/k, (k − 1)·pp·X/k)), the part of S hidden "
-          "when the stage's k model chunks (k = vpp under the interleaved schedule, else 1: H = min(S, X)) each "
-          "reduce after their last backward and gather before their first forward, pp chunk-passes apart "
-          "(cost.overlap.chunked_exposed_s); T = (tied embeddings, pp > 1) V·h/tp·grad_reduce_bytes/bw + 2·α, the tied "
-          "embedding's gradient all-reduce between the first and last stage (bw, α of NVLink when the "
-          "pipeline fits in the scale-up domain, else of the NIC); {dp_collectives}; P = the "
-          "parameters per GPU of the heavier of the first and last stage, its non-expert part over dp·cp, its "
-          "expert part over the expert-data-parallel group; t_mc = compute + recompute of one micro-batch, "
-          "B = BACKWARD_MATMUL_FACTOR (the backward share B/(1 + B) hides the gradient reduction, the forward "
-          "share 1/(1 + B) the parameter gather); W = the backward's exposed TP collectives, 1 of their passes "
-          "(2 + recompute), where they run inside the scale-up domain while the data-parallel group spans "
-          "domains (NVLink beside the NICs; else 0: time.backward_scale_up_comm_s)",
+          TIME_FORMULAS["dp_exposed"].general(),
           f"PyTorch DDP gradient buckets; Megatron-Core distributed_data_parallel.py (register_grad_ready, "
           f"start_grad_sync on its own stream), pipeline_parallel/schedules.py (grad_sync_func, param_sync_func "
           f"per model chunk); {ZERO}, Sec. 7 (2Ψ, 3Ψ per step); FSDP2 prefetch; NVIDIA/nccl "
@@ -144,48 +132,36 @@ TIME_TERMS_DEFINED = [
           "(stage3_max_reuse_distance); Megatron-LM finalize_model_grads.py _allreduce_word_embedding_grads, "
           "DeepSpeed pipe/schedule.py ReduceTiedGrads, nanotron tied_parameters.py sync_tied_weights_gradients",
           ("dp_overlap", "fsdp_overlap", "grad_reduce_bytes", "PARAM_GATHER_BYTES", "BACKWARD_MATMUL_FACTOR",
-           "ZERO3_GATHERS_PER_MICROBATCH", "dp_bucket_params", "param_gather_bucket_params",
+           "ZERO3_GATHERS_PER_MICROBATCH", "dp_bucket_params", "dp_bucket_params_per_rank", "param_gather_bucket_params",
            "zero3_reuse_distance_params",
            "zero3_pp_unsharded_bytes", "pp_overlaps_grad_reduce", "pp_grad_all_reduce_bytes", *LINKS)),
     _time("bubble", "pipeline fill and drain",
-          "bubble(pp_schedule) × t_micro: 1f1b, afab (pp − 1); interleaved (pp − 1)/vpp; zb-h1 (pp − 1)(1 − 2w)/vpp; "
-          "zb-v max(0, (pp − 1)(1 − 3w)/2); dualpipe (pp/2 − 1)(2 − f − 3w); dualpipev (pp − 1)(2 − f − 3w)/2; "
-          "f = w = 1/(1 + BACKWARD_MATMUL_FACTOR) (T_F = T_B = T_W); t_micro = one micro-batch's compute + "
-          "recompute + exposed tp, cp, ep, pp and ZeRO-3 time",
+          TIME_FORMULAS["bubble"].general(),
           f"{SC21} Sec. 2.2 (1F1B, interleaved); Qi et al. 2023 Zero Bubble Pipeline Parallelism Sec. 3 (ZB-H1, "
           "ZB-H2), Qi et al. 2024 Pipeline Parallelism with Controllable Memory (ZB-V); DeepSeek-V3 report Table 2 "
           "(DualPipe); autoplan.cost.schedule.bubble_micro_batches", ("BACKWARD_MATMUL_FACTOR",)),
     _time("optimizer", "optimizer step on the GPU (memory-bound update; 0 under offload)",
-          "(P_dense/{z1}) × (grad_bytes + 2·(m + s) + weight_bytes) + (P_expert/{z1e}) × (… s_e …), m the "
-          "master bytes (master_weights), "
-          "/ (hbm_bytes_per_s·hbm_efficiency), s the optimizer's state bytes (optimizer_states), P of the "
-          "heavier of the first and last stage, sharded like the optimizer states",
+          TIME_FORMULAS["optimizer"].general(),
           "update memory traffic: read the gradient, master weight and states, write master and states "
           "and the compute copy (autoplan.cost.optimizer.step_bytes_per_param)",
           ("grad_bytes", "master_bytes", "master_weights", "optimizer_bytes", "optimizer_state_dtype", "weight_bytes",
            "zero_shards_over_cp", "hbm_bytes_per_s", "hbm_efficiency")),
     _time("muon", "Muon's Newton–Schulz iterations and its gradient gather (0 for other optimizers)",
-          "owned·tp·F_NS / (peak_bf16_flops_per_s·power_limited_clock_fraction·gemm_efficiency_max) + AG(grad_reduce_bytes × matrix share × "
-          "P_stage) over the ZeRO group when zero ≥ 1; F_NS = NEWTON_SCHULZ_ITERATIONS·(4·m²·n + 2·m³) per m×n "
-          "matrix (m ≤ n) per parameter of the model's hidden matrices",
+          TIME_FORMULAS["muon"].general(),
           "Jordan et al. 2024 (Muon, zeropower_via_newtonschulz5); Liu et al. 2025 Moonlight Sec. 2.3 "
           "(distributed Muon, Algorithm 3); Megatron --muon-tp-mode duplicated; autoplan.cost.optimizer_step",
           ("peak_bf16_flops_per_s", "power_limited_clock_fraction", "gemm_efficiency_max", "grad_reduce_bytes",
            "NEWTON_SCHULZ_ITERATIONS")),
     _time("optimizer_offload", "optimizer step on the host with its transfers (offload, else 0)",
-          "max(0, owned·grad_reduce_bytes/b_link − backward of the last micro-batch) + owned·s_step / "
-          "(host_memory_bytes_per_s·HOST_MEMORY_EFFICIENCY) + owned·BF16_BYTES/b_link; b_link = "
-          "host_bytes_per_s·HOST_LINK_EFFICIENCY, s_step the step's bytes with an fp32 gradient",
+          TIME_FORMULAS["optimizer_offload"].general(),
           "Ren et al. 2021 ZeRO-Offload Sec. 4 (CPU Adam, overlap of the gradient copy with backward); "
           "DeepSpeed csrc/adam/cpu_adam_impl.cpp; autoplan.cost.offload",
           ("grad_reduce_bytes", "host_bytes_per_s", "host_memory_bytes_per_s", "HOST_LINK_EFFICIENCY",
            "HOST_MEMORY_EFFICIENCY", "BF16_BYTES")),
-    _time("overhead", "fixed per-step time (data loading, logging, launches)", "step_overhead_s",
+    _time("overhead", "fixed per-step time (data loading, logging, launches)", TIME_FORMULAS["overhead"].general(),
           "calibrated per trainer and GPU (profiles/*.yaml)", ("step_overhead_s",)),
     _time("memory_pressure", "allocator frees and retries near the memory limit",
-          "t × memory_pressure_slowdown × clip((peak_memory_bytes/usable_memory_bytes − "
-          "memory_pressure_threshold) / MEMORY_PRESSURE_RAMP (0.05), 0, 1); t = the sum of the other "
-          "time terms", "c10/cuda/CUDACachingAllocator.cpp (release_cached_blocks and retry, num_alloc_retries); "
+          TIME_FORMULAS["memory_pressure"].general(), "c10/cuda/CUDACachingAllocator.cpp (release_cached_blocks and retry, num_alloc_retries); "
           "pytorch/pytorch#193391; autoplan.cost.evaluate.memory_pressure_s (calibrated)",
           ("memory_pressure_slowdown", "memory_pressure_threshold", "usable_memory_bytes")),
 ]
@@ -198,7 +174,9 @@ TOTALS_AND_RATES = [
     Term("model_flops_per_step", "model_flops", "count", "FLOPs", "model FLOPs of one step (the MFU convention)",
          "(6·(N + D·N_mtp) + 3·(L + D)·2·k̄·a·(d_qk + d_v), halved attention under causal) × gbs_seqs·seq_len; "
          "k̄ = seq_len, or fewer keys per query under a sliding window or chunks (flops.attention_keys); "
-         "{flops_n}; D = num_mtp_layers under mtp_in_model_flops (default), else 0; N_mtp = one MTP depth's "
+         "N = the flops_convention's parameter count (playbook: active parameters with a tied "
+         "head counted again; causal: the same with the attention term halved; megatron: without the embedding "
+         "lookup); D = num_mtp_layers under mtp_in_model_flops (default), else 0; N_mtp = one MTP depth's "
          "active block, projection, norms and the LM head matmul",
          f"Kaplan et al. 2020 Sec. 2.1 (6·N·T); {SC21} Sec. 5.1 (attention); Jiang et al. 2023 (Mistral 7B) "
          "Sec. 2 (sliding window); docs/conventions.md; Megatron-LM "

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from autoplan.cost.term_text import formula_text
 from autoplan.cost.terms import BY_COLUMN
 from autoplan.knobs import KNOBS
 
@@ -61,7 +60,7 @@ def describe_column(column: str) -> dict[str, str]:
     if column in BY_COLUMN:
         t = BY_COLUMN[column]
         meaning = f"{t.meaning} ({t.stage} pipeline stage)" if t.stage else t.meaning
-        return {"kind": t.kind, "unit": t.unit, "meaning": meaning, "formula": formula_text(t),
+        return {"kind": t.kind, "unit": t.unit, "meaning": meaning, "formula": t.formula,
                 "source": t.source}
     kind, unit, meaning = (LAYOUT_COLUMNS | SEARCH_COLUMNS | BAND_COLUMNS).get(column, ("", "", ""))
     return {"kind": kind, "unit": unit, "meaning": meaning}

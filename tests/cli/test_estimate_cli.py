@@ -193,8 +193,10 @@ def test_explain_of_the_headline_plan_fits_a_terminal():
     """It printed 499 lines of ~230 columns (every term's generic formula); --full keeps that."""
     lines = run(["explain", *HEADLINE_TOP]).stdout.splitlines()
     assert len(lines) <= 70 and max(map(len, lines)) <= 100, (len(lines), max(map(len, lines)))
-    full = run(["explain", *HEADLINE_TOP, "--full"]).stdout
-    assert "formula" in full and "source" in full and len(full.splitlines()) > 70
+    full = run(["explain", *HEADLINE_TOP, "--full"]).stdout.splitlines()
+    assert len(full) > 70 and max(map(len, full)) <= 100, (len(full), max(map(len, full)))
+    assert any(line.strip().startswith("source: ") for line in full)
+    assert "  = grad_acc × (n_dense × t_layer_dense + n_moe × t_layer_moe + t_head + grad_accumulation)" in full
 
 
 def test_every_value_explain_prints_is_the_evaluated_one():
@@ -421,3 +423,15 @@ def test_compare_table_shows_the_predictions_when_the_input_has_columns_of_their
     path.write_text("tp,gpus,gbs_seqs,fits\n2,64,512,measured-yes\n", encoding="utf-8")
     out = run(["compare", str(path), "--model", "llama3-8b"]).stdout
     assert "fits=measured-yes" in out and "True" in out
+
+
+def test_explain_vs_shows_the_largest_differences_with_both_sides_substituted():
+    lines = run(["explain", *HEADLINE_TOP, "--vs", "tp=8,pp=2"]).stdout.splitlines()
+    time_rows = [line.split() for line in lines[3:] if line.startswith("  ") and not line.startswith("      ")]
+    first = next(i for i, line in enumerate(lines) if line.startswith("  tp_exposed"))
+    assert lines[first + 1].startswith("      this: ") and lines[first + 2].startswith("      other: ")
+    this, other = (float(v) for v in lines[first].split()[1:3])  # seconds
+    for line, value in ((lines[first + 1], this), (lines[first + 2], other)):
+        number, unit = line.rsplit(" = ", 1)[1].split()
+        assert float(number) * {"s": 1.0, "ms": 1e-3}[unit] == pytest.approx(value, rel=1e-3)
+    assert max(map(len, lines)) <= 100 and len(time_rows) > 5

@@ -7,9 +7,10 @@ import pytest
 from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
 from autoplan.cost.memory import MEMORY_TERMS
-from autoplan.cost.term_text import VARIANTS, formula_text, parameter_value
 from autoplan.cost.terms import BY_COLUMN, KINDS, STEP_TIME, TERMS, memory_terms, time_terms
 from autoplan.layout import LayoutBatch, resolve_layout
+from autoplan.report.explain import parameter_value
+from autoplan.report.substituted import substitute
 
 
 def _table(model: str = "mixtral-8x7b", gpus: int = 16, **knobs):
@@ -34,22 +35,22 @@ def test_records_are_typed_and_summands_name_a_defined_total():
 
 @pytest.mark.parametrize("knobs", [dict(zero=0), dict(zero=1, recompute="selective"),
                                    dict(zero=3, pp=2, recompute="full", precision="fp8")])
-def test_every_parameter_a_formula_names_resolves_and_every_placeholder_renders(knobs):
+def test_every_parameter_a_term_names_resolves_and_no_formula_has_a_placeholder(knobs):
     ctx, layout, _ = _table("llama3-8b", 8, **knobs)
     for t in TERMS:
         for name in t.parameters:
             parameter_value(ctx, name)
-        general, applied = formula_text(t), formula_text(t, ctx, layout)
-        assert "{" not in general + applied, t.column
-    assert set(VARIANTS)  # placeholders exist; unknown ones raise KeyError in format()
+        assert "{" not in t.formula, t.column
 
 
 def test_zero_divisor_follows_the_profile():
-    """Megatron shards ZeRO over dp·cp, nanotron over dp only (``zero_shards_over_cp``)."""
+    """Megatron shards ZeRO over dp·cp, nanotron over dp only (``zero_shards_over_cp``): the
+    master weights' shard divisor explain substitutes."""
     training = build_training(8, 4096, 8)
     layout = resolve_layout({"cp": 2, "zero": 1}, training)
     weights = BY_COLUMN["mem_first_master_weights_bytes"]
-    for trainer, group in (("megatron", "(dp·cp)"), ("nanotron", "(dp)")):
+    for trainer, group in (("megatron", layout.dp * layout.cp), ("nanotron", layout.dp)):
         ctx = build_context("llama3-8b", training, trainer=trainer)
         assert ctx.profile.zero_shards_over_cp == (trainer == "megatron")
-        assert f"P_dense / {group}" in formula_text(weights, ctx, layout)
+        table = evaluate(ctx, LayoutBatch.from_layouts([layout]))
+        assert substitute(ctx, table, 0, weights).values["shard"] == group

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from autoplan.api import build_context, build_training
-from autoplan.cost.term_text import CODE_CONSTANTS, _field
+from autoplan.cost.terms import CONSTANTS
+from autoplan.report.explain import _field
 from autoplan.cost.terms import TERMS
 from autoplan.report.derivation import COMMAND, PAGE, efficiency_classes, field_docs, render_page
 
@@ -35,10 +36,10 @@ def test_every_numeric_efficiency_parameter_is_used_by_a_term():
 
 
 def test_code_constants_do_not_shadow_context_fields():
-    """Once a constant becomes a profile parameter, its CODE_CONSTANTS entry must go."""
+    """Once a constant becomes a profile parameter, its CONSTANTS entry must go."""
     ctx = build_context("llama3-8b", build_training(8, 8192, 64))
-    for name in CODE_CONSTANTS:
-        assert not _field(ctx, name)[0], f"{name} is now a field of the cost context: drop it from CODE_CONSTANTS"
+    for name in CONSTANTS:
+        assert not _field(ctx, name)[0], f"{name} is now a field of the cost context: drop it from CONSTANTS"
 
 
 def test_field_docs_reads_metadata_docstring_bullets_and_comments():
