@@ -85,8 +85,8 @@ def is_storage_fault(storage: str, exc: BaseException) -> bool:
     """An exception of the storage's driver (an RDB URL) or of the journal file's I/O."""
     if isinstance(exc, sqlite3.Error):
         return True
-    if "://" not in storage:
-        return isinstance(exc, OSError)
+    if "://" not in storage:  # the journal's reads and writes (a full disk has no file name)
+        return isinstance(exc, OSError) and (exc.filename is None or str(exc.filename).startswith(storage))
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
