@@ -241,7 +241,15 @@ def _plain(value: Any) -> Any:
 
 def search(ctx: CostContext, space: SearchSpace, options: SearchOptions = SearchOptions(),
            progress: Callable[[int, int], None] | None = None) -> SearchResult:
-    """Run the recipe with ``options.sampler``; see the module docstring."""
+    """Run the recipe with ``options.sampler``; see the module docstring. A storage failure
+    raises a one-line ``StorageError`` (:func:`autoplan.search.storage_faults.guard`)."""
+    from autoplan.search.storage_faults import guard
+
+    with guard(options.storage):
+        return _search(ctx, space, options, progress)
+
+
+def _search(ctx: CostContext, space: SearchSpace, options: SearchOptions, progress) -> SearchResult:
     start = time.monotonic()
     deadline = start + options.timeout_s if options.timeout_s else None
     if options.allow_idle_gpus:

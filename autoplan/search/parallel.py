@@ -41,6 +41,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable
 from autoplan.errors import AutoplanError
 from autoplan.search.recipe import RecipeCounts
+from autoplan.search.storage_faults import StorageError, guard
 from autoplan.space import SearchSpace
 
 Progress = Callable[[int, int], None]
@@ -84,10 +85,11 @@ def _optuna_worker(ctx, space, options, sampler: str, index: int, quota: int,
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     seed = None if options.seed is None else options.seed + index
-    store = open_store(ctx, space, replace(options, seed=seed), sampler)
-    return ask_and_tell(ctx, space, store, sampler=sampler, trials=options.trials, quota=quota,
-                        baselines_first=False, allow_uneven=options.allow_uneven_pp,
-                        deadline=deadline)
+    with guard(options.storage):
+        store = open_store(ctx, space, replace(options, seed=seed), sampler)
+        return ask_and_tell(ctx, space, store, sampler=sampler, trials=options.trials, quota=quota,
+                            baselines_first=False, allow_uneven=options.allow_uneven_pp,
+                            deadline=deadline)
 
 
 def run_exhaustive_parallel(ctx: CostContext, space: SearchSpace, options, store, *,
@@ -116,8 +118,9 @@ def _exhaustive_worker(ctx, space, options, numbers: range, chunk_size: int,
     from autoplan.search.study import open_store
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    store = open_store(ctx, space, options, "exhaustive")
-    return _assess_and_store(ctx, space, store, numbers, chunk_size, options, None, deadline)
+    with guard(options.storage):
+        store = open_store(ctx, space, options, "exhaustive")
+        return _assess_and_store(ctx, space, store, numbers, chunk_size, options, None, deadline)
 
 
 def _assess_and_store(ctx, space, store, numbers, chunk_size, options, progress, deadline):
@@ -242,6 +245,8 @@ def _call(func, args):
     ``WorkerError``."""
     try:
         return "ok", func(*args)
+    except StorageError as exc:  # one line already, naming the storage
+        raise WorkerError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - reported by the parent as one line
         raise WorkerError(f"search worker failed: {type(exc).__name__}: "
                           f"{' '.join(str(exc).split())}") from None

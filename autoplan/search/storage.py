@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoplan.errors import AutoplanError
+from autoplan.search import storage_faults
+from autoplan.search.storage_faults import StorageError, describe
 
-SQLITE_LOCK_TIMEOUT_S = 600.0  # a writer waits this long for another's transaction to end
+__all__ = ["StorageError", "StudyMismatchError", "StudyStore", "bulk_add", "make_storage", "open_study"]
 WRITER_ATTR = "autoplan:writer"  # system attribute: which process wrote a trial
 POLISH_ATTR = "autoplan:polish"  # system attribute of a layout tpe's polish added (not sampled)
 # Study system attribute prefix: a unit of trials (an exhaustive chunk) already stored; Optuna's
@@ -50,10 +52,6 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 
 class StudyMismatchError(AutoplanError):
     """A stored study that was made for other inputs (model, GPUs, batch, space, objectives)."""
-
-
-class StorageError(AutoplanError):
-    """A --storage that cannot be opened (bad URL, missing driver, unreachable server)."""
 
 
 @dataclass
@@ -136,24 +134,63 @@ def make_storage(storage: str):
     """An Optuna storage for ``--storage``: an RDB URL (``sqlite:///results/study.db``,
     ``postgresql://user@host/db``) or the path of a journal file (``results/study.log``)."""
     if "://" in storage:
-        from optuna.storages import RDBStorage
-
-        sqlite = storage.startswith("sqlite")
-        if sqlite:
-            _check_sqlite_file(storage)
-        return RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT_S}}
-                          if sqlite else None)
+        return _rdb_storage(storage)
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", storage):
         raise StorageError(f"--storage {storage}: expected an RDB URL like sqlite:///results/study.db "
                            "or postgresql://user@host/db, or a journal file path like results/study.log")
-    from optuna.storages.journal import (
-        JournalFileBackend,
-        JournalFileSymlinkLock,
-        JournalStorage,
-    )
+    from optuna.storages.journal import JournalFileSymlinkLock, JournalStorage
 
+    from autoplan.search import journal
+
+    journal.check_path(storage)  # before any open: a FIFO blocks it, /dev/zero exhausts memory
     lock = JournalFileSymlinkLock(storage, grace_period=JOURNAL_LOCK_GRACE_S)
-    return JournalStorage(JournalFileBackend(storage, lock_obj=lock))
+    journal.cut_torn_tail(storage, lock)
+    return JournalStorage(journal.CheckedJournalFileBackend(storage, lock_obj=lock))
+
+
+def _rdb_storage(storage: str):
+    """An ``RDBStorage``: SQLite with a long busy timeout and a note when it waits for a lock;
+    a server with a driver that is installed and reconnection on a dropped connection."""
+    from optuna.storages import RDBStorage
+
+    if storage.startswith("sqlite"):
+        _check_sqlite_file(storage)
+        if path := storage_faults.file_of(storage):
+            storage_faults.watch_sqlite_locks(path)
+        return RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": storage_faults.SQLITE_LOCK_TIMEOUT_S}})
+    rdb = RDBStorage(with_driver(storage), engine_kwargs={"pool_pre_ping": True})
+    storage_faults.reconnect_methods(rdb, storage)
+    return rdb
+
+
+# SQLAlchemy's dialect module per PostgreSQL driver autoplan can use, in order of preference.
+POSTGRES_DRIVERS = {"psycopg2": "psycopg2", "psycopg": "psycopg"}
+
+
+def with_driver(storage: str) -> str:
+    """``storage`` with a PostgreSQL driver that is installed named in it.
+
+    A bare ``postgresql://`` URL means SQLAlchemy's default driver: psycopg2 up to SQLAlchemy
+    2.0, psycopg 3 from 2.1 (its changelog, "psycopg is now the default"), while the
+    ``[postgres]`` extra installs psycopg2-binary. So the bare URL keeps the default driver when
+    that is installed, else names the installed one; other URLs are returned as they are."""
+    import importlib.util
+
+    from sqlalchemy.engine import make_url
+
+    try:
+        url = make_url(storage)
+    except Exception as exc:  # noqa: BLE001 - SQLAlchemy's ArgumentError: not an URL it parses
+        raise StorageError(f"--storage {storage_faults.shown(storage)}: {exc}") from None
+    if url.drivername != "postgresql":
+        return storage
+    installed = [d for d, module in POSTGRES_DRIVERS.items() if importlib.util.find_spec(module) is not None]
+    if url.get_dialect().driver in installed:
+        return storage
+    if not installed:
+        raise StorageError(f"--storage {storage_faults.shown(storage)}: no PostgreSQL driver is installed: "
+                           "pip install 'autoplan[postgres]' (psycopg2-binary), or psycopg")
+    return url.set(drivername=f"postgresql+{installed[0]}").render_as_string(hide_password=False)
 
 
 def _check_sqlite_file(storage: str) -> None:
@@ -181,11 +218,15 @@ def _create_or_load(storage: str, study_name: str | None, directions: Sequence[s
     from sqlalchemy.exc import SQLAlchemyError
 
     for attempt in range(OPEN_ATTEMPTS):
+        began = time.monotonic()
         try:
             return _try_create_or_load(storage, study_name, directions)
         except (SQLAlchemyError, optuna.exceptions.DuplicatedStudyError) as exc:
-            if attempt == OPEN_ATTEMPTS - 1 or not RACE.search(str(exc)):
-                raise _storage_error(storage, exc) from None
+            # A lock held past the whole busy timeout is no race (SQLite also reports a lock
+            # at once, without waiting, when two connections would deadlock: that one is).
+            waited_out = time.monotonic() - began >= 0.9 * storage_faults.SQLITE_LOCK_TIMEOUT_S
+            if attempt == OPEN_ATTEMPTS - 1 or not RACE.search(str(exc)) or waited_out:
+                raise StorageError(describe(storage, exc)) from None
             time.sleep(0.05 * 2 ** attempt * (1 + random.random()))  # 0.05 s to ~13 s in all
     raise AssertionError("unreachable")
 
@@ -197,20 +238,18 @@ def _try_create_or_load(storage: str, study_name: str | None, directions: Sequen
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
-    try:
+    def create():
         return optuna.create_study(storage=make_storage(storage), study_name=study_name,
                                    directions=list(directions), load_if_exists=True)
+
+    try:
+        return storage_faults.reconnecting(storage, create)()
     except (SQLAlchemyError, optuna.exceptions.DuplicatedStudyError):
         raise  # retried by the caller
     except (ValueError, ImportError, OSError) as exc:  # bad URL, driver, server
         if isinstance(exc, AutoplanError):
             raise
-        raise _storage_error(storage, exc) from None
-
-
-def _storage_error(storage: str, exc: Exception) -> StorageError:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return StorageError(f"--storage {storage}: {first}")
+        raise StorageError(describe(storage, exc)) from None
 
 
 def _check_resumable(study, directions: Sequence[str], meta: dict, storage: str) -> None:
@@ -265,7 +304,8 @@ def bulk_add(study, trials: Sequence, *, claim: str | None = None, limit: int | 
         return 0
     rdb = _rdb(study)
     if rdb is not None:
-        return _rdb_bulk_insert(rdb, study._study_id, trials, claim=claim, limit=limit)
+        insert = storage_faults.reconnecting(str(rdb.engine.url), _rdb_bulk_insert)
+        return insert(rdb, study._study_id, trials, claim=claim, limit=limit)
     with _journal_lock(study):
         attrs = study._storage.get_study_system_attrs(study._study_id) if claim else {}
         if claim in attrs:
