@@ -53,6 +53,8 @@ def _weight_bytes(ctx, lay) -> str:
     if lay.zero >= 3 and lay.pp > 1:
         group = _zero_group(ctx, lay)
         text += f" + zero3_pp_unsharded_bytes·{group} (when {group} > 1)"
+    if lay.zero == 2 and ctx.profile.zero2_is_shard_grad_op:
+        text += " + BF16_BYTES (SHARD_GRAD_OP: the stage stays unsharded from forward to backward)"
     return text if text == "weight_bytes" else f"({text})"
 
 
@@ -82,6 +84,10 @@ def _dp_collectives(ctx, lay) -> str:
     if lay.zero == 0:
         return f"R = AR(P·grad_reduce_bytes) {buckets}, Gth = 0, Z3 = 0, F = 0"
     per_step = lay.pp > 1 and ctx.profile.zero3_pp_unsharded_bytes > 0
+    if lay.zero == 2 and ctx.profile.zero2_is_shard_grad_op:
+        return ("R = 0, Gth = 0, Z3 = AG(P·PARAM_GATHER_BYTES) + RS(P·grad_reduce_bytes), one collective per "
+                "layer, one gather (SHARD_GRAD_OP_GATHERS_PER_MICROBATCH: FSDP SHARD_GRAD_OP keeps the layer "
+                "unsharded through the backward); F = (AG + RS)/L_S")
     if lay.zero <= 2 or per_step:
         if per_step:
             return ("R = RS(P·grad_reduce_bytes), Gth = AG(P·PARAM_GATHER_BYTES) per layer, once per step "
