@@ -16,7 +16,9 @@ held-out log ratios ``r = log(measured / predicted)``: the ``QUANTILES`` of r, c
   trainer's own rows where it has at least ``MIN_ROWS``, else every row (each group weighted
   equally, so the 1,000-run sweep does not stand for every trainer), widened on each side
   by the spread across measured groups: half the range of the groups' median default-parameter
-  log ratio (how much the bias moves from one generation or trainer to the next).
+  log ratio (how much the bias moves from one generation or trainer to the next). The band is then
+  widened to hold every measured band of the same trainer (``envelop_unmeasured``), so that a
+  generation never measured (CDNA 4, an unknown GPU) is never narrower than a measured one.
 * **By scale** (``tokens_per_s_by_scale``): a measured group's tokens/s band is also built per
   ``SCALE_CLASSES`` class of GPU counts that holds at least ``SCALE_MIN_ROWS`` of the group's
   held-out rows; a prediction for that many GPUs reads it. The playbook sweep's held-out errors
@@ -166,22 +168,27 @@ def build_groups(rows: Sequence[Row], heldout: Mapping[str, np.ndarray], default
                     pool = own if own.sum() >= MIN_ROWS else np.isfinite(default[f])
                     entry[f] = quantile_band(default[f][pool], spread[f], group_weights(all_groups[pool]))
                 out[name] = entry
-    return _never_narrower_than_measured(out)
+    return envelop_unmeasured(out)
 
 
-def _never_narrower_than_measured(groups: dict[str, dict]) -> dict[str, dict]:
-    """An unmeasured group's band (per figure) spans at least the trainer's measured groups of
-    its kind (dense/MoE): a pair with no source of its own runs on parameters transferred from
-    those pairs (profiles.transfer), so it is never surer than they are."""
-    for name, entry in groups.items():
-        trainer, _, kind = name.split("/")
-        for f, flag in (("tokens_per_s", "measured"), ("peak_memory", "memory_measured")):
+def envelop_unmeasured(groups: Mapping[str, dict]) -> dict[str, dict]:
+    """Every unmeasured group's band widened to hold each measured band of its trainer and kind
+    (dense or MoE; its group and scale-class bands, per figure): such a pair runs on parameters
+    transferred from those pairs (profiles.transfer), and a prediction for a generation the trainer was never
+    measured on (MI355X's CDNA 4 today, or a GPU autoplan does not know) is never given a
+    narrower band than one the trainer's measured runs earned on another generation."""
+    flags = {"tokens_per_s": "measured", "peak_memory": "memory_measured"}
+    out = {name: dict(entry) for name, entry in groups.items()}
+    for f, flag in flags.items():
+        for name, entry in out.items():
             if entry[flag]:
                 continue
-            peers = [g[f] for n, g in groups.items() if g[flag] and n.split("/")[0] == trainer and n.endswith(f"/{kind}")]
-            if peers:
-                entry[f] = [min(entry[f][0], *(b[0] for b in peers)), max(entry[f][1], *(b[1] for b in peers))]
-    return groups
+            trainer, _, kind = name.split("/")
+            seen = [g for n, g in groups.items() if n.split("/")[0] == trainer and n.endswith(f"/{kind}") and g[flag]]
+            bands = [g[f] for g in seen] + [s["tokens_per_s"] for g in seen if f == "tokens_per_s"
+                                           for s in (g.get("tokens_per_s_by_scale") or {}).values()]
+            entry[f] = [min([entry[f][0], *(b[0] for b in bands)]), max([entry[f][1], *(b[1] for b in bands)])]
+    return out
 
 
 def scale_bands(r: np.ndarray, in_group: np.ndarray, classes: np.ndarray) -> dict[str, dict]:

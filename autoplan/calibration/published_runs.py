@@ -1,8 +1,10 @@
 """More published runs as rows: llm-foundry's MPT tables and other trainers' published runs.
 
 * ``mpt``: the llm-foundry MPT training benchmark (``validation/mpt_llm_foundry.csv``, shapes in
-  ``mpt_model_arch.csv``). Pure FSDP data parallelism (dp = GPUs, FULL_SHARD = ZeRO-3) with
-  Composer's FSDP1 on A100 40GB/80GB, trainer profile ``llmfoundry``. Only the rows of the
+  ``mpt_model_arch.csv``). Pure FSDP data parallelism (dp = GPUs, FULL_SHARD = ZeRO-3,
+  SHARD_GRAD_OP = ZeRO-2) with Composer's FSDP1 on A100 40GB/80GB and H100 80GB (the H100 tables
+  of scripts/train/benchmarking/README.md, 2023-10 and 2024-01; the FP8 table is left out: the
+  profile runs bf16 only), trainer profile ``llmfoundry``. Only the rows of the
   README that is current (``in_current_readme=True``) are used; the older tables measured the
   same configurations with older torch/Composer/flash-attention releases and were replaced
   (the refdata README: "the same configuration may appear with two throughputs"), and the
@@ -31,7 +33,9 @@ from autoplan.specs.models import load_model
 
 # --- llm-foundry MPT (Composer FSDP1, A100) ---------------------------------------------------
 
-_MPT_GPUS = {"A100-SXM4-40GB": "a100-40gb", "A100-SXM4-80GB": "a100-80gb"}
+_MPT_GPUS = {"A100-SXM4-40GB": "a100-40gb", "A100-SXM4-80GB": "a100-80gb", "H100-SXM5-80GB": "h100-sxm"}
+# Composer's fsdp_config.sharding_strategy (FSDP1 ShardingStrategy) -> the ZeRO stage it is.
+_MPT_ZERO = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2}
 # Composer's FSDP mixed precision (composer/distributed/mosaic_parallelism.py,
 # get_mixed_precision): DEFAULT reduces gradients in fp32, PURE in the training dtype (bf16).
 _MPT_REDUCE_BYTES = {"DEFAULT": 4.0, "PURE": 2.0}
@@ -57,8 +61,10 @@ def _mpt_exclusion(r: dict[str, str]) -> str:
         return "superseded table (older torch/Composer release, later replaced in the README)"
     if not r["num_gpus"] or not r["micro_batch"]:
         return "GPU count or micro-batch not given"
-    if r["fsdp_sharding_strategy"] != "FULL_SHARD" or r["activation_cpu_offload"].lower() == "true":
+    if r["fsdp_sharding_strategy"] not in _MPT_ZERO or r["activation_cpu_offload"].lower() == "true":
         return f"sharding {r['fsdp_sharding_strategy']} / CPU offload not modelled"
+    if r["precision"] not in ("amp_bf16", "bf16"):
+        return f"precision {r['precision']} (Transformer Engine FP8 under Composer) is not in the llmfoundry profile's precisions"
     if int(r["num_gpus"]) * int(r["micro_batch"]) * int(r["grad_accum"]) != int(r["global_batch_seqs"]):
         return "gpus·micro_batch·grad_accum != global batch"
     return ""
@@ -67,7 +73,8 @@ def _mpt_exclusion(r: dict[str, str]) -> str:
 def _mpt_row(line: int, r: dict[str, str], arch: dict[str, str]) -> Row:
     seq, gpus = int(r["seq_len"]), int(r["num_gpus"])
     recompute = "full" if r["activation_checkpointing"].lower() in ("full", "true") else "none"
-    layout = {"gpus": gpus, "dp": gpus, "tp": 1, "pp": 1, "zero": 3, "mbs": int(r["micro_batch"]),
+    layout = {"gpus": gpus, "dp": gpus, "tp": 1, "pp": 1, "zero": _MPT_ZERO[r["fsdp_sharding_strategy"]],
+              "mbs": int(r["micro_batch"]),
               "grad_acc": int(r["grad_accum"]), "seq_len": seq, "gbs_seqs": int(r["global_batch_seqs"]),
               "recompute": recompute}
     hardware = _MPT_GPUS[r["gpu_type"]]
@@ -84,7 +91,8 @@ def load_mpt() -> Source:
     rows, excluded = rows_and_exclusions("mpt", file, _mpt_exclusion,
                                          lambda line, r: _mpt_row(line, r, arch[r["model"]]))
     return Source("mpt", file, rows, excluded,
-                  notes="llmfoundry (Composer FSDP1 FULL_SHARD = ZeRO-3), A100 40/80GB, current README rows")
+                  notes="llmfoundry (Composer FSDP1 FULL_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2), A100 40/80GB "
+                        "and H100 80GB, current README rows")
 
 
 # --- other published runs ---------------------------------------------------------------------

@@ -28,6 +28,12 @@ many collectives, and over which links.
   is all-reduced across the replicas once per step (FSDP2 ``set_requires_all_reduce`` delays it
   to the last micro-batch; Megatron's distributed-optimizer instances reduce once per step);
   under DeepSpeed's hpZ the backward gathers come from the secondary partition inside the hpZ group.
+* ZeRO-2 as FSDP1's SHARD_GRAD_OP (``zero2_is_shard_grad_op``: llm-foundry / Composer): like
+  ZeRO-3 one collective per FSDP unit and micro-batch, but one parameter all-gather (before the
+  forward: the unit stays unsharded through the backward, torch/distributed/fsdp/api.py
+  ``ShardingStrategy.SHARD_GRAD_OP``) and one gradient reduce-scatter per micro-batch (Composer
+  takes no ``no_sync`` for FSDP: composer ``ddp_sync_context`` returns at once when the model is
+  not DDP); no per-step gather of updated parameters (the next forward's gather fetches them).
 * ZeRO-3 with a pipeline where the trainer keeps the stage's parameters and gradients unsharded
   across micro-batches (``zero3_pp_unsharded_bytes > 0``: torch.distributed.pipelining turns off
   reshard-after-backward and gradient sync until the last micro-batch, stage.py
@@ -51,6 +57,12 @@ from autoplan.layout import LayoutBatch
 
 PARAM_GATHER_BYTES = 2.0  # bf16 parameters gathered (FSDP MixedPrecision param_dtype, Megatron, DeepSpeed)
 ZERO3_GATHERS_PER_MICROBATCH = 2.0  # forward and backward (ZeRO Sec. 7.2.2)
+SHARD_GRAD_OP_GATHERS_PER_MICROBATCH = 1.0  # forward only: kept unsharded until the backward ends
+
+
+def shard_grad_op(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """Per layout: ZeRO-2 run as FSDP1's SHARD_GRAD_OP (the profile's ``zero2_is_shard_grad_op``)."""
+    return (b.zero == 2) & ctx.profile.zero2_is_shard_grad_op
 
 
 def zero3_gathers_per_microbatch(ctx: CostContext, b: LayoutBatch, layer_params: np.ndarray,
@@ -97,14 +109,16 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     buckets = _collectives(stage_params, bucket)
     grad_bytes, gather_bytes = stage_params * ctx.grad_reduce_bytes, stage_params * PARAM_GATHER_BYTES
     per_step = (b.zero >= 3) & (b.pp > 1) & (p.zero3_pp_unsharded_bytes > 0)
+    grad_op = shard_grad_op(ctx, b)
+    per_unit = (b.zero >= 3) | grad_op  # one collective per FSDP unit (a layer)
     # ZeRO-3 over a pipeline gathers and reduces per layer, once per step.
-    count = np.where(b.zero >= 3, layers, buckets)
+    count = np.where(per_unit, layers, buckets)
     latency = comm.dp_latency(ctx, link)  # (once for the group's several collectives)
     grads = comm.dp_reduce_scatter_s(ctx, link, grad_bytes, count, latency)
     # ZeRO-1/2's parameter gather: per gradient bucket, or in the profile's own gather buckets
     # (param_gather_bucket_params; inf: nanotron's one coalesced all-gather of the stage).
     gather_count = (count if p.param_gather_bucket_params <= 0 else
-                    np.where(b.zero >= 3, layers, _collectives(stage_params, p.param_gather_bucket_params)))
+                    np.where(per_unit, layers, _collectives(stage_params, p.param_gather_bucket_params)))
     gathers = gathers_dense = comm.dp_all_gather_s(ctx, link, gather_bytes, gather_count, latency)
     all_reduce = comm.dp_all_reduce_s(ctx, link, grad_bytes, buckets, latency)
     # The pipeline engine's full all-reduce of the (fp32) gradients under ZeRO <= 1 (module doc).
@@ -116,7 +130,7 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
         elink = comm.group_link(ctx, edp, b.ep * b.etp)
         has = expert_params > 0  # no latency for an empty collective
         ebuckets = _collectives(expert_params, bucket)
-        ecount = np.where(b.zero >= 3, layers, ebuckets)
+        ecount = np.where(per_unit, layers, ebuckets)
         elat = comm.dp_latency(ctx, elink)
         grads = grads + np.where(has, comm.dp_reduce_scatter_s(ctx, elink, expert_params * ctx.grad_reduce_bytes,
                                                                ecount, elat), 0.0)
@@ -124,10 +138,12 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
                                                                ecount, elat), 0.0)
         all_reduce = all_reduce + np.where(has, comm.dp_all_reduce_s(
             ctx, elink, expert_params * ctx.grad_reduce_bytes, ebuckets, elat), 0.0)
-    zero3 = (b.zero >= 3) & ~per_step
-    step_grads = np.select([pp_all_reduce, b.zero == 0, (b.zero <= 2) | per_step], [pp_grads, all_reduce, grads], 0.0)
-    step_gathers = np.where(((b.zero >= 1) & (b.zero <= 2)) | per_step, gathers, 0.0)
-    gathers_per_micro = zero3_gathers_per_microbatch(ctx, b, stage_params / layers, layers)
+    zero3 = per_unit & ~per_step  # traffic per micro-batch (ZeRO-3, SHARD_GRAD_OP)
+    once = ((b.zero <= 2) & ~grad_op) | per_step  # traffic once per step
+    step_grads = np.select([pp_all_reduce, b.zero == 0, once], [pp_grads, all_reduce, grads], 0.0)
+    step_gathers = np.where((b.zero >= 1) & once, gathers, 0.0)
+    gathers_per_micro = np.where(grad_op, SHARD_GRAD_OP_GATHERS_PER_MICROBATCH,
+                                 zero3_gathers_per_microbatch(ctx, b, stage_params / layers, layers))
     per_micro = np.where(zero3, gathers_per_micro * gathers + grads, 0.0)
     floor = np.where(zero3, (gathers + grads) / layers, 0.0)
     if b.hsdp.any():  # (the same result without the arithmetic when no layout shards hybrid)

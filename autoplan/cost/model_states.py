@@ -156,6 +156,11 @@ def state_bytes_per_param_by_term(ctx: CostContext, b: LayoutBatch,
     # ZeRO-3 divisor below cancels. With nothing to shard over, FSDP is not applied at all.
     keeps = (b.zero >= 3) & (b.pp > 1) & (dp_group > 1)
     weight_bytes = weight_bytes_per_param(ctx, b) + np.where(keeps, p.zero3_pp_unsharded_bytes * dp_group, 0.0)
+    # ZeRO-2 as FSDP1's SHARD_GRAD_OP: every unit's bf16 compute copy (MixedPrecision param_dtype)
+    # stays gathered from its forward to the end of its backward, so at the backward's start the
+    # whole stage is unsharded (torch/distributed/fsdp/api.py ShardingStrategy.SHARD_GRAD_OP; the
+    # profile's weight_bytes counts only the sharded fp32 flat parameter, the master).
+    weight_bytes = weight_bytes + np.where((b.zero == 2) & p.zero2_is_shard_grad_op, BF16_BYTES, 0.0)
     # Megatron --grad-reduce-in-bf16: the main_grad buffer takes the parameters' dtype
     # (megatron/core/distributed/distributed_data_parallel.py, grad_dtype of the param_and_grad_buffer).
     grad_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else p.grad_bytes - ddp_free_grad_bytes(ctx, b)

@@ -65,6 +65,8 @@ CONSTANTS: dict[str, Constant] = {c.name: c for c in (
     Constant("PARAM_GATHER_BYTES", "data_parallel", "bytes of one gathered parameter (bf16 param_dtype)"),
     Constant("ZERO3_GATHERS_PER_MICROBATCH", "data_parallel",
              "ZeRO-3 parameter gathers per layer and micro-batch: forward and backward"),
+    Constant("SHARD_GRAD_OP_GATHERS_PER_MICROBATCH", "data_parallel",
+             "FSDP SHARD_GRAD_OP (ZeRO-2) parameter gathers per layer and micro-batch: the forward's only"),
     Constant("NORMS_PER_LAYER", "recompute", "normalisations per transformer layer (pre-attention, pre-MLP)"),
     Constant("OFFLOAD_STAGING_LAYERS", "recompute",
              "layers of activations an offloading stage keeps in transfer (TE's double buffer)"),
@@ -132,7 +134,7 @@ TIME_TERMS_DEFINED = [
           "(stage3_max_reuse_distance); Megatron-LM finalize_model_grads.py _allreduce_word_embedding_grads, "
           "DeepSpeed pipe/schedule.py ReduceTiedGrads, nanotron tied_parameters.py sync_tied_weights_gradients",
           ("dp_overlap", "fsdp_overlap", "grad_reduce_bytes", "PARAM_GATHER_BYTES", "BACKWARD_MATMUL_FACTOR",
-           "ZERO3_GATHERS_PER_MICROBATCH", "dp_bucket_params", "dp_bucket_params_per_rank", "param_gather_bucket_params",
+           "ZERO3_GATHERS_PER_MICROBATCH", "SHARD_GRAD_OP_GATHERS_PER_MICROBATCH", "dp_bucket_params", "dp_bucket_params_per_rank", "param_gather_bucket_params",
            "zero3_reuse_distance_params",
            "zero3_pp_unsharded_bytes", "pp_overlaps_grad_reduce", "pp_grad_all_reduce_bytes", *LINKS)),
     _time("bubble", "pipeline fill and drain",

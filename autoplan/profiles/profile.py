@@ -146,6 +146,13 @@ class TrainerProfile:
     # gradient buffer (DeepSpeed offload_optimizer, FSDP2 CPUOffloadPolicy); false where the GPU
     # gradient buffer stays (Megatron's HybridDeviceOptimizer copies main_grad to the host).
     offload_moves_gradients: bool = False
+    # ZeRO-2 as FSDP1's SHARD_GRAD_OP (torch/distributed/fsdp/api.py, ShardingStrategy: "unshards
+    # before the forward, does not reshard them after the forward, and only reshards them after the
+    # backward computation"): every micro-batch gathers each FSDP unit's bf16 parameters once, for
+    # the forward, and reduce-scatters its gradient after the backward; the whole model's unsharded
+    # compute copy is held from the forward to the end of the backward. False: ZeRO-2 as the ZeRO
+    # paper's (DeepSpeed), one reduce-scatter and one gather of the updated parameters per step.
+    zero2_is_shard_grad_op: bool = False
     sources: tuple[str, ...] = ()
     parameters: dict[str, CalibratedParameters] = field(default_factory=dict)
     # The error band of a user's own calibration, by GPU (the ``band:`` block a ``--profile`` file
@@ -198,7 +205,7 @@ _OPTIONAL_KEYS = ["dp_bucket_params", "dp_bucket_params_per_rank", "param_gather
                   "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes", "ddp_bucket_grad_bytes",
                   "pp_split_rule", "pp_grad_all_reduce_bytes", "eager_attention_dropout_bytes",
                   "gpt_residual_dropout_mask_bytes", "norm_saving_bytes_per_h",
-                  "hybrid_shard_style", "offload_moves_gradients"]
+                  "hybrid_shard_style", "offload_moves_gradients", "zero2_is_shard_grad_op"]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:
@@ -227,8 +234,9 @@ def profile_from_mapping(data: dict, where: str) -> TrainerProfile:
         raise SpecError(where, "hybrid_shard_style says how the trainer shards hybrid exactly where its capabilities "
                                f"list hybrid_shard_zero_stages, got {shown(values.get('hybrid_shard_style', 'none'))} "
                                f"and {list(values['capabilities'].hybrid_shard_zero_stages)}")
-    if not isinstance(values.get("offload_moves_gradients", False), bool):
-        raise SpecError(where, f"offload_moves_gradients must be true or false, got {shown(values['offload_moves_gradients'])}")
+    for key in ("offload_moves_gradients", "zero2_is_shard_grad_op"):
+        if not isinstance(values.get(key, False), bool):
+            raise SpecError(where, f"{key} must be true or false, got {shown(values[key])}")
     if values.get("pp_split_rule", "layout") not in PP_SPLIT_RULES:
         raise SpecError(where, f"pp_split_rule must be one of {', '.join(PP_SPLIT_RULES)}, "
                                f"got {shown(values['pp_split_rule'])}")

@@ -1,4 +1,4 @@
-"""A GPU's architecture generation (Ampere, Hopper, Blackwell, CDNA 3): the unit by which the
+"""A GPU's architecture generation (Ampere, Hopper, Blackwell, CDNA 3, CDNA 4): the unit by which the
 error bands group measurements (:mod:`autoplan.calibration.uncertainty`) and by which a profile
 fitted on one GPU moves to another (:mod:`autoplan.profiles.transfer`)."""
 
@@ -8,12 +8,13 @@ from autoplan.specs.hardware import GPUSpec
 
 UNKNOWN_GENERATION = "unknown"
 # GPU name prefix -> architecture generation (NVIDIA: Ampere GA100, Hopper GH100, Blackwell
-# GB100/GB202; AMD: CDNA 3 for MI300X/MI325X), as the vendors' datasheets name them. A GPU
+# GB100/GB202; AMD: CDNA 3 for MI300X/MI325X, CDNA 4 for MI350X/MI355X, gfx950), as the vendors'
+# datasheets name them (the ROCm GPU specifications table for AMD). A GPU
 # preset may also carry a ``generation`` attribute, which wins.
 GENERATION_PREFIXES = (("a100", "ampere"), ("a800", "ampere"), ("h100", "hopper"), ("h200", "hopper"),
                        ("h800", "hopper"), ("gh200", "hopper"), ("b200", "blackwell"),
                        ("b300", "blackwell"), ("gb200", "blackwell"), ("gb300", "blackwell"),
-                       ("mi300", "cdna3"), ("mi325", "cdna3"))
+                       ("mi300", "cdna3"), ("mi325", "cdna3"), ("mi350", "cdna4"), ("mi355", "cdna4"))
 
 
 # FP8 scaling recipes that need more than FP8 tensor cores, and the generations that run them:

@@ -88,6 +88,8 @@ def test_no_point_within_the_deadline_exits_1_with_the_closest(tmp_path):
     (["--budget", "lots"], "--budget:"),
     (["--hardware", "h100x"], "did you mean"),
     (["--hardware", "mi300x"], "no GPU-hour price for mi300x"),
+    (["--hardware", "mi355x"], "no GPU-hour price for mi355x in hardware_db/prices.yaml: give one with --gpu-hour-price mi355x=USD"),
+    (["--hardware", "b300"], "no GPU-hour price for b300"),
     (["--gpu-hour-price", "b200=free"], "--gpu-hour-price: expected GPU=USD"),
     (["--gbs-schedule", "2M:1T,4M"], "give --gbs-tokens or --gbs-schedule, not both"),
     (["--gbs-tokens", "4000001"], "multiple of the sequence length"),

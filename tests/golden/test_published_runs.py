@@ -32,16 +32,22 @@ def test_mpt_rows_follow_the_table_and_its_mixed_precision():
     for row in load_mpt().rows:
         r = records[int(row.row_id.split(":")[1])]
         assert row.layout["dp"] == row.num_gpus == int(r["num_gpus"])
-        assert row.layout["zero"] == 3 and row.trainer == "llmfoundry"
+        # FSDP1 sharding strategies: FULL_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2
+        assert row.layout["zero"] == {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2}[r["fsdp_sharding_strategy"]]
+        assert row.trainer == "llmfoundry"
         # Composer: DEFAULT reduces in fp32, PURE in bf16
         expected = {"DEFAULT": 4.0, "PURE": 2.0}[r["fsdp_mixed_precision_mode"]]
         assert dict(row.profile_overrides)["grad_reduce_bytes"] == expected, row.row_id
 
 
 def test_mpt_leaves_out_superseded_tables_with_the_reason():
+    # 139 A100 rows + the H100 tables of the README: 52 BF16 + 18 large-scale BF16 (6 of them
+    # SHARD_GRAD_OP); its 7 FP8 rows are left out (the profile runs bf16 only)
     source = load_mpt()
-    assert len(source.rows) == 139
-    assert {reason.split(" (")[0] for _, reason in source.excluded} == {"superseded table"}
+    assert len(source.rows) == 139 + 52 + 18
+    assert sum(r.layout["zero"] == 2 for r in source.rows) == 6
+    reasons = [reason.split(" (")[0] for _, reason in source.excluded]
+    assert set(reasons) == {"superseded table", "precision amp_fp8"} and reasons.count("precision amp_fp8") == 7
 
 
 def test_bloom_tokens_derived_with_the_bigscience_convention():
@@ -77,3 +83,19 @@ def test_mpt_held_out_rows_within_8_percent_on_each_a100():
         predicted = predictions(rows)["tokens_per_s_per_gpu"]
         measured = np.array([r.tokens_per_s_per_gpu for r in rows])
         assert np.mean(np.abs(predicted / measured - 1)) <= 0.08, gpu
+
+
+def test_mpt_h100_rows_within_20_percent_with_a100_efficiencies():
+    """The H100 rows (ZeRO-3 and the SHARD_GRAD_OP = ZeRO-2 ones) are never fitted: the A100 40GB
+    efficiencies carried over (autoplan.profiles.transfer). Measured when added: tokens/s MAPE
+    12.9% (64 ZeRO-3 rows) and 14.5% (6 ZeRO-2 rows), both predicted high (+10 to +20%)."""
+    import numpy as np
+
+    from autoplan.calibration.accuracy import predictions
+
+    rows = [r for r in load_mpt().rows if r.hardware == "h100-sxm"]
+    for zero in (2, 3):
+        group = [r for r in rows if r.layout["zero"] == zero]
+        predicted = predictions(group)["tokens_per_s_per_gpu"]
+        measured = np.array([r.tokens_per_s_per_gpu for r in group])
+        assert np.mean(np.abs(predicted / measured - 1)) <= 0.20, zero

@@ -274,11 +274,15 @@ def test_more_zero_sharding_never_raises_model_state_bytes(case):
 
     Legality is ignored on purpose (e.g. zero 2 with megatron): the arithmetic must hold anyway.
     torchtitan's FSDP + PP keeps an unsharded bf16 copy on purpose (zero3_pp_unsharded_bytes,
-    so it is no longer pure ZeRO-3); that trainer choice is switched off to test the sharding.
+    so it is no longer pure ZeRO-3), and so does llm-foundry's ZeRO-2, FSDP1 SHARD_GRAD_OP
+    (zero2_is_shard_grad_op: the whole bf16 model from forward to backward, where the profile's
+    weight_bytes 0 counts none at the zero 0/1 it cannot run); those trainer choices are switched
+    off to test the sharding (tests/unit/cost/test_shard_grad_op.py checks the copy itself).
     """
     model, trainer, lays = case
     ctx = make_ctx(model, trainer)
-    ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, zero3_pp_unsharded_bytes=0.0))
+    ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, zero3_pp_unsharded_bytes=0.0,
+                                                               zero2_is_shard_grad_op=False))
     for lay in lays:
         table = table_of(ctx, [dataclasses.replace(lay, zero=z) for z in range(4)])
         for stage in STAGES:

@@ -13,7 +13,7 @@ from autoplan.specs.hardware import Cluster, GPUSpec, gpu_from_mapping, list_gpu
 
 GiB, MiB = 2.0**30, 2.0**20
 EXPECTED_PRESETS = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-sxm-efa", "h100-pcie", "h100-96gb-500w", "h200",
-                    "h800", "b200", "gb200-nvl72", "gb300-nvl72", "mi300x", "mi325x"}
+                    "h800", "b200", "b300", "gb200-nvl72", "gb300-nvl72", "mi300x", "mi325x", "mi355x"}
 PRESETS = list_gpus()
 
 
@@ -312,3 +312,17 @@ def test_a_file_without_host_link_gets_pcie_gen5_x16(tmp_path):
     data = yaml.safe_load((data_dir("hardware_db/gpus") / "h100-sxm.yaml").read_text())
     del data["host_link"]
     assert gpu_from_mapping(data, "x.yaml").host_bytes_per_s == 64e9
+
+
+def test_mi355x_and_b300_dense_peaks_follow_their_derivations():
+    """MI355X: 256 CUs x 2.4 GHz x 4096 (BF16) / 8192 (FP8) dense FLOP per clock per CU; its
+    XGMI mesh is 7 links of 153.6 GB/s both directions (76.8 each way). B300: the HGX B300 table's
+    sparse 36 (BF16) / 72 (FP8) PFLOPS for 8 GPUs, halved for dense."""
+    mi355x, b300 = load_gpu("mi355x"), load_gpu("b300")
+    assert mi355x.peak_bf16_flops_per_s == pytest.approx(256 * 2.4e9 * 4096, rel=1e-4)
+    assert mi355x.peak_fp8_flops_per_s == pytest.approx(256 * 2.4e9 * 8192, rel=1e-4)
+    assert mi355x.scale_up_peer_link_bytes_per_s == 153.6e9 / 2
+    assert mi355x.scale_up_bytes_per_s == pytest.approx(7 * 153.6e9 / 2)
+    assert b300.peak_bf16_flops_per_s == 36e15 / 8 / 2 and b300.peak_fp8_flops_per_s == 72e15 / 8 / 2
+    assert b300.nic_bytes_per_s == 800e9 / 8 and b300.scale_up_bytes_per_s == 1.8e12 / 2
+    assert mi355x.memory_bytes == b300.memory_bytes == 288 * GiB
