@@ -15,7 +15,7 @@ from autoplan.cli.options import (
     training_from_options,
     training_options,
 )
-from autoplan.errors import AutoplanError, shown
+from autoplan.errors import AutoplanError, escape, shown
 
 TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
 
@@ -216,4 +216,4 @@ def _emit(files: dict[str, str], output: str | None, trainer: str) -> None:
     else:  # one file, written under the name the user chose
         written = write_files({path.name: next(iter(files.values()))}, path.parent)
     for target in written:
-        click.echo(f"wrote {target}", err=True)
+        click.echo(f"wrote {escape(str(target))}", err=True)
