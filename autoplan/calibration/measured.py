@@ -317,6 +317,7 @@ def write_profile(path: str | Path, mapping: dict[str, Any]) -> Path:
 
     path = Path(path)
     check_profile_path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # (results/ for the default name)
     if PROFILE_FORMATS[path.suffix.lower()] == "json":
         return write_text(path, json.dumps(mapping, indent=2) + "\n")
     header = ("# Calibrated parameters written by `autoplan calibrate`; use it with\n"
@@ -350,6 +351,7 @@ def append_records(path: str | Path, records: list[dict[str, Any]]) -> int:
     from autoplan.report.csv_text import records_csv
     from autoplan.report.destination import write_text
 
+    path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, records_csv(columns, old + records))
     return len(old) + len(records)
 

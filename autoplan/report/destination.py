@@ -198,7 +198,6 @@ def write_bytes(path: str | Path, data: bytes, *, executable: bool = False) -> P
         return path
     mode = _mode(path, executable)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = _new_file(path.parent, f".{path.name}.")
     except OSError as exc:
         raise _fail(path, exc) from None

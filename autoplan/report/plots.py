@@ -55,6 +55,7 @@ def _save(fig, path: str | Path) -> Path:
 
     from autoplan.report.destination import write_bytes
 
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=DPI)
     return write_bytes(path, png.getvalue())
