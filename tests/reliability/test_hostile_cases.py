@@ -90,6 +90,9 @@ CASES = [
                 "--log-format", "megatron", "-m", "mixtral-8x7b", "--layout",
                 "gpus=16,tp=2,pp=1,ep=8,mbs=1,gbs_seqs=128,seq_len=4096", "--append-to", "/dev/full"],
      2, r"/dev/full"),
+    ("export -o run.json of a launch script", lambda p: ["export", "--to", "megatron", *SMALL, "-o",
+                                                        str(p / "run.json")],
+     2, r"megatron writes megatron_pretrain_gpt\.sh \(a \.sh file\), but -o .*run\.json names a \.json file"),
     ("export of an 8B plan with -m 70b", lambda p: ["export", _plans(p), "--to", "megatron", "-m", "70b"],
      2, r"holds plans for llama3-8b, not 70b"),
     ("a CSV of more rows than are read", lambda p: ["compare", _tall_csv(p), *SMALL],
@@ -248,9 +251,18 @@ def test_two_different_searches_into_one_folder_never_both_succeed(tmp_path):
     assert manifest["inputs"]["gpus"] == winner
 
 
+def test_a_full_standard_output_is_named(tmp_path):
+    line = f"{sys.executable} -m autoplan.cli estimate {' '.join(SMALL)} --tp 2 > /dev/full"
+    done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr == "Error: cannot write standard output: No space left on device\n"
+
+
 def test_a_closed_pipe_exits_0_quietly_for_every_printing_command(tmp_path):
     layouts = _layouts(tmp_path, rows=300)
     for command in (f"search {' '.join(SMALL)} --top 1000 --format csv --out {tmp_path / 's'}",
+                    f"capacity -m 8b --train-tokens 1T --gbs-tokens 4M -g 64..128 --hardware h100-sxm --no-plots "
+                    f"--format csv --out {tmp_path / 'c'}",
                     f"compare {layouts} {' '.join(SMALL)} --format json",
                     f"explain {' '.join(SMALL)} --tp 2 --full --format csv"):
         line = f"{sys.executable} -m autoplan.cli {command} | head -c 1 >/dev/null"
