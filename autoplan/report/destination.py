@@ -83,7 +83,21 @@ def check_out_dir(out: str | Path, key: str) -> ResultFolder:
     _owned(path, key, out)  # refuse another run's folder before writing into it
     try:
         path.mkdir(parents=True, exist_ok=True)
-        lock_fd = _lock(path, out)
+        folder = ResultFolder(path, [], made, _lock(path, out))
+    except OSError as exc:
+        raise OutputError(f"--out {out}: cannot write there: {exc.strerror or type(exc).__name__}") from None
+    try:
+        _probe(path, out)
+        folder.owned = _owned(path, key, out)  # again, now that no other run can write there
+    except OutputError:
+        folder.abandon()
+        raise
+    return folder
+
+
+def _probe(path: Path, out: str | Path) -> None:
+    """Prove ``path`` writable: a byte written, synced and removed."""
+    try:
         handle, probe = _new_file(path, ".probe-")
         try:
             os.write(handle, b"x")
@@ -93,13 +107,6 @@ def check_out_dir(out: str | Path, key: str) -> ResultFolder:
             probe.unlink()
     except OSError as exc:
         raise OutputError(f"--out {out}: cannot write there: {exc.strerror or type(exc).__name__}") from None
-    folder = ResultFolder(path, [], made, lock_fd)
-    try:
-        folder.owned = _owned(path, key, out)  # again, now that no other run can write there
-    except OutputError:
-        folder.release()
-        raise
-    return folder
 
 
 def _owned(path: Path, key: str, out: str | Path) -> list[Path]:
