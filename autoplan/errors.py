@@ -26,9 +26,11 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def escape(text: str) -> str:
-    """``text`` with control characters (and lone surrogates) as escapes, for a terminal."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+def escape(text: object) -> str:
+    """``str(text)`` with control and format characters (a newline, an escape sequence, the
+    right-to-left override U+202E, lone surrogates) as escapes: the one way a value the user gave
+    (a path, a name, a CSV cell) is echoed to a terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 class UnknownNameError(AutoplanError):

@@ -19,6 +19,10 @@ from autoplan.errors import SpecError, shown
 MAX_SPEC_BYTES = 16 * 2**20  # model, hardware, space, profile files and plans.json
 MAX_CSV_BYTES = 64 * 2**20  # layouts for compare, measured runs for calibrate
 MAX_LOG_BYTES = 512 * 2**20  # training logs (calibrate --from-log)
+# Rows and cells of a CSV read (compare, calibrate): counted while reading, so a 64 MiB file of
+# short rows is refused before its rows fill memory (3 GB and 267 s for compare of 10^6 rows).
+MAX_CSV_ROWS = 100_000
+MAX_CSV_CELLS = 4_000_000
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -96,6 +100,11 @@ def read_user_csv(path: str | os.PathLike, *, max_bytes: int = MAX_CSV_BYTES,
         for cells in reader:
             if not cells or not any(cell.strip() for cell in cells):
                 continue
+            if len(rows) >= MAX_CSV_ROWS or (len(rows) + 1) * len(columns) > MAX_CSV_CELLS:
+                limit = min(MAX_CSV_ROWS, MAX_CSV_CELLS // len(columns))
+                raise SpecError(where, f"more than {limit:,} rows of {len(columns)} columns (at most {MAX_CSV_ROWS:,} "
+                                       f"rows and {MAX_CSV_CELLS:,} cells are read): split it into files of at most "
+                                       f"{limit:,} rows, each with the header line")
             if len(cells) > len(columns):
                 raise SpecError(where, f"line {reader.line_num}: {len(cells)} fields, but the header has "
                                        f"{len(columns)} columns (a stray comma, or a value with a comma not in quotes?)")

@@ -57,7 +57,7 @@ def _split(text: object, kind: str, example: str) -> tuple[float, str, str]:
         raise UnitError(f"expected {kind} like '{example}', got {shown(text)}")
     value = float(match.group(1))
     if not math.isfinite(value):
-        raise UnitError(f"expected a finite {kind}, got {shown(text)}")
+        raise UnitError(f"expected {kind} like '{example}' with a finite number, got {shown(text)}")
     return value, match.group(2), match.group(3).strip()
 
 

@@ -188,7 +188,9 @@ def stored_folds(fingerprint: str, path: Path = FOLDS_FILE) -> dict[str, dict[Pa
     (another ``fingerprint``: rows, profiles, fit plan or band settings changed since)."""
     if not path.is_file():
         return None
-    document = yaml.safe_load(path.read_text())
+    from autoplan.specs.yaml_io import read_mapping
+
+    document = read_mapping(path)  # the one YAML 1.2 loader (autoplan.specs.yaml_parse)
     if not isinstance(document, dict) or document.get("fingerprint") != fingerprint:
         return None
     out = {}

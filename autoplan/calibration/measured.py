@@ -15,7 +15,6 @@ the error it reports is held-out error; :func:`profile_mapping` is the YAML that
 
 from __future__ import annotations
 
-import csv
 import difflib
 import hashlib
 import math
@@ -299,15 +298,36 @@ def profile_mapping(cal: Calibration, measured: Measured, *, loss: str) -> dict[
     }
 
 
+PROFILE_FORMATS = {".yaml": "yaml", ".yml": "yaml", "": "yaml", ".json": "json"}  # as --profile reads them
+
+
+def check_profile_path(path: str | Path) -> None:
+    """Refuse, before the fit, a profile destination whose extension names a format other than
+    YAML or JSON (``-o fit.csv``), or that cannot be written."""
+    from autoplan.report.destination import OutputError, check_out_file
+
+    suffix = Path(path).suffix.lower()
+    if suffix not in PROFILE_FORMATS:
+        raise OutputError(f"-o {path}: a profile is written as YAML (.yaml, .yml) or JSON (.json), not {suffix}")
+    check_out_file(path)
+
+
 def write_profile(path: str | Path, mapping: dict[str, Any]) -> Path:
+    """The profile file (YAML, or JSON for a .json name), whole or not at all."""
+    import json
+
     import yaml
 
+    from autoplan.report.destination import write_text
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_profile_path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # (results/ for the default name)
+    if PROFILE_FORMATS[path.suffix.lower()] == "json":
+        return write_text(path, json.dumps(mapping, indent=2) + "\n")
     header = ("# Calibrated parameters written by `autoplan calibrate`; use it with\n"
               f"#   --trainer {mapping['trainer']} --hardware {mapping['hardware']} --profile {path}\n")
-    path.write_text(header + yaml.safe_dump(mapping, sort_keys=False, width=100), encoding="utf-8")
-    return path
+    return write_text(path, header + yaml.safe_dump(mapping, sort_keys=False, width=100))
 
 
 # --- rows from a training log ---------------------------------------------------------------
@@ -333,10 +353,10 @@ def append_records(path: str | Path, records: list[dict[str, Any]]) -> int:
         columns, old = read_user_csv(path, allow_no_rows=True)
     for record in records:
         columns += [k for k in record if k not in columns]
+    from autoplan.report.csv_text import records_csv
+    from autoplan.report.destination import write_text
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n", restval="")
-        writer.writeheader()
-        writer.writerows(old + records)
+    write_text(path, records_csv(columns, old + records))
     return len(old) + len(records)
 

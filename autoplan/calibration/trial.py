@@ -102,7 +102,9 @@ def _logging_on(trainer: str, folder: Path) -> None:
         path = folder / "deepspeed_config.json"
         config = json.loads(path.read_text(encoding="utf-8"))
         config["wall_clock_breakdown"] = True
-        path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        from autoplan.report.destination import write_text
+
+        write_text(path, json.dumps(config, indent=2) + "\n")
 
 
 def plan_training(data: Mapping[str, Any], record: Mapping[str, Any], model):

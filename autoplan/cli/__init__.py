@@ -7,6 +7,7 @@ becomes one line on stderr and exit code 2 (1 when no plan is feasible), never a
 
 from __future__ import annotations
 
+import errno
 import importlib
 import importlib.util
 import os
@@ -93,7 +94,7 @@ class AutoplanGroup(click.Group):
             # EPIPE error into exit code 1
             raise BrokenPipeError from None
         except OSError as exc:  # the machine refused a read or write: disk full, read-only, ...
-            click.echo(f"Error: {exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", err=True)
+            click.echo(error_line(f"Error: {_where(exc)}{exc.strerror or exc}"), err=True)
             ctx.exit(2)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
@@ -106,6 +107,19 @@ class AutoplanGroup(click.Group):
             click.echo(error_line(f"Internal error: {type(exc).__name__}: {exc}")
                        + " (set AUTOPLAN_DEBUG=1 for the traceback, and please report it)", err=True)
             ctx.exit(3)
+
+
+# A write refused for want of space or by the device. Every file autoplan writes goes through
+# autoplan.report.destination (an OutputError naming it), so such an error without a file name
+# came from printing: `autoplan search > /dev/full`.
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EIO, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _where(exc: OSError) -> str:
+    """'<file>: ' of an OSError, 'standard output: ' for a failed print, else ''."""
+    if exc.filename:
+        return f"{exc.filename}: "
+    return "cannot write standard output: " if exc.errno in _WRITE_ERRNOS else ""
 
 
 def _silence_stdout() -> None:

@@ -15,7 +15,7 @@ from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options
 from autoplan.cli.options import SEED, LayoutText, output_format_option, training_options
 from autoplan.cli.render import emit_records
 from autoplan.calibration import REFIT_SECTIONS, SECTIONS
-from autoplan.errors import AutoplanError
+from autoplan.errors import AutoplanError, escape
 
 LOSSES = ("soft_l1", "cauchy", "trimmed")
 
@@ -104,7 +104,8 @@ def _print_calibration(cal, measured, out_path, kw) -> None:
         click.echo(f"  warning: UNGUARDED: {', '.join(sorted(flags))} written outside their plausible range from "
                    f"{len(measured.rows)} rows, with no cross-validation to show they predict anything; measure "
                    "more runs, or fit fewer parameters (--params)", err=True)
-    click.echo(f"wrote {out_path}; use it with: --trainer {r.trainer} --hardware {r.hardware} --profile {out_path}")
+    click.echo(f"wrote {escape(out_path)}; use it with: --trainer {r.trainer} --hardware {r.hardware} "
+               f"--profile {escape(out_path)}")
 
 
 def _calibrate_csv(ctx: click.Context, kw: dict) -> None:
@@ -173,14 +174,14 @@ def _import_log(ctx: click.Context, kw: dict) -> None:
                              model=spec.name if spec else None,
                              source=f"{kw['log_format']} log {kw['from_log']}")
     memory = "no memory report" if math.isnan(summary.peak_memory_bytes) else f"peak {summary.peak_memory_gib:.2f} GiB"
-    click.echo(f"{kw['from_log']}: {len(summary.used)} step line(s) used, warm-up steps skipped: "
+    click.echo(f"{escape(kw['from_log'])}: {len(summary.used)} step line(s) used, warm-up steps skipped: "
                f"{', '.join(map(str, summary.skipped_steps)) or 'none'}; median "
                f"{summary.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {memory}", err=True)
     for note in summary.notes:
         click.echo(f"  note: {note}", err=True)
     if kw["append_to"]:
         total = append_records(kw["append_to"], [record])
-        click.echo(f"appended 1 row to {kw['append_to']} ({total} rows)", err=True)
+        click.echo(f"appended 1 row to {escape(kw['append_to'])} ({total} rows)", err=True)
     else:
         emit_records([record], "csv", columns=list(record))
 
@@ -217,7 +218,7 @@ def calibrate_logs(ctx: click.Context, kw: dict):
         click.echo(f"note: {note}", err=True)
     for m in result.measured:
         low, high = m.summary.tokens_range
-        click.echo(f"  rank {m.run.rank}: {m.run.log_path}: {len(m.summary.used)} steps, median "
+        click.echo(f"  rank {m.run.rank}: {escape(str(m.run.log_path))}: {len(m.summary.used)} steps, median "
                    f"{m.summary.tokens_per_s_per_gpu:,.0f} tokens/s/GPU ({low:,.0f}-{high:,.0f})"
                    + "".join(f"; {note}" for note in m.summary.notes), err=True)
     return result
@@ -295,6 +296,10 @@ def calibrate_command(ctx: click.Context, **kw) -> None:
     peak_memory_gib (either may be empty). The errors printed for the calibrated profile are
     held-out errors from k-fold cross-validation.
     """
+    if kw["output_path"]:
+        from autoplan.calibration.measured import check_profile_path
+
+        check_profile_path(kw["output_path"])  # before the fit
     if kw["from_log"]:
         if kw["measured_csv"]:
             raise click.UsageError("give either MEASURED.csv or --from-log, not both")

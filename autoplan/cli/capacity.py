@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 
 import click
@@ -17,7 +15,7 @@ from autoplan.cli.options import (
     setup_settings,
     trainer_options,
 )
-from autoplan.errors import AutoplanError, NoFeasiblePlanError, shown
+from autoplan.errors import AutoplanError, NoFeasiblePlanError, escape, shown
 from autoplan.specs.training import DEFAULT_FLOPS_CONVENTION, DEFAULT_GBS_TOLERANCE, FLOPS_CONVENTIONS
 
 DEFAULT_HARDWARE = "h100-sxm,h200,b200,gb200-nvl72"
@@ -95,31 +93,31 @@ def capacity_command(**kw) -> None:
     from autoplan.capacity import run_capacity
     from autoplan.capacity.files import inputs_key, write_capacity
     from autoplan.report.capacity_plots import write_capacity_plots
-    from autoplan.report.destination import check_out_dir, clear
+    from autoplan.report.destination import check_out_dir
     from autoplan.report.results import default_out_dir, record_files
 
     setup, query, inputs = _inputs(kw)
     kw["out_dir"] = kw["out_dir"] or str(default_out_dir(kw["model_name"], "capacity"))
-    made = not os.path.lexists(kw["out_dir"])
-    owned = check_out_dir(kw["out_dir"], inputs_key(inputs))  # before the work
+    key = inputs_key(inputs)
+    folder = check_out_dir(kw["out_dir"], key)  # before the work; locked until the command ends
+    click.get_current_context().call_on_close(folder.release)
     try:
         result = run_capacity(setup, query)
     except BaseException:
-        if made:
-            with contextlib.suppress(OSError):
-                os.rmdir(kw["out_dir"])
+        folder.abandon()
         raise
-    clear(owned)
+    folder.start_writing(key)
     written = write_capacity(result, kw["out_dir"], inputs=inputs, command_line=sys.argv)
     if not kw["no_plots"]:
         plots = write_capacity_plots(result.points, list(query.hardware), kw["out_dir"],
                                      deadline_days=query.deadline_days, budget_usd=query.budget_usd)
         written += [p.name for p in plots.values()]
     record_files(kw["out_dir"])
+    folder.finish()
     _emit(result, kw["output_format"], kw["top_k"])
     if result.note:
         click.echo(f"Note: {result.note}", err=True)
-    click.echo(f"Wrote {kw['out_dir']}/ ({', '.join(written)})", err=True)
+    click.echo(f"Wrote {escape(kw['out_dir'])}/ ({', '.join(written)})", err=True)
     _finish(result, kw["out_dir"])
 
 
@@ -127,7 +125,7 @@ def _finish(result, out_dir: str) -> None:
     """How to export the chosen point, or exit 1 saying what is missed."""
     chosen = result.chosen
     if chosen is not None:
-        click.echo(f"Export the chosen layout: autoplan export {out_dir}/plans.json --to megatron "
+        click.echo(f"Export the chosen layout: autoplan export {escape(out_dir)}/plans.json --to megatron "
                    f"--hardware {chosen['hardware']}" + (" --rank PHASE" if len(result.query.phases) > 1 else ""),
                    err=True)
         return

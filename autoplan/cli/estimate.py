@@ -19,7 +19,7 @@ from autoplan.cli.options import (
     training_options,
 )
 from autoplan.cli.render import emit_records
-from autoplan.errors import AutoplanError, LayoutError, NoFeasiblePlanError
+from autoplan.errors import AutoplanError, LayoutError, NoFeasiblePlanError, escape
 
 
 def _evaluate_one(kwargs):
@@ -295,7 +295,7 @@ def compare_command(layouts_csv, precision, output_path, output_format, **kw) ->
         from autoplan.report.destination import write_text
 
         write_text(output_path, text)
-        click.echo(f"wrote {len(out)} rows to {output_path}", err=True)
+        click.echo(f"wrote {len(out)} rows to {escape(output_path)}", err=True)
     else:
         click.echo(text, nl=False)
 

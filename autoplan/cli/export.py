@@ -15,7 +15,7 @@ from autoplan.cli.options import (
     training_from_options,
     training_options,
 )
-from autoplan.errors import AutoplanError, shown
+from autoplan.errors import AutoplanError, escape, shown
 
 TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
 
@@ -213,7 +213,11 @@ def _emit(files: dict[str, str], output: str | None, trainer: str) -> None:
         is_folder = True
     if is_folder:
         written = write_files(files, path)
-    else:  # one file, written under the name the user chose
-        written = write_files({path.name: next(iter(files.values()))}, path.parent)
+    else:  # one file, written under the name the user chose, in the format its extension names
+        (name, text), = files.items()
+        if path.suffix and path.suffix.lower() != Path(name).suffix.lower():
+            raise AutoplanError(f"{trainer} writes {name} (a {Path(name).suffix} file), but -o {output} names a "
+                                f"{path.suffix} file: give a name ending in {Path(name).suffix}, or a folder")
+        written = write_files({path.name: text}, path.parent)
     for target in written:
-        click.echo(f"wrote {target}", err=True)
+        click.echo(f"wrote {escape(str(target))}", err=True)

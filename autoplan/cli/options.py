@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import click
 
-from autoplan.errors import AutoplanError, shown
+from autoplan.errors import AutoplanError, escape, shown
 from autoplan.layout import MAX_DEGREE
 from autoplan.specs.training import (
     DEFAULT_FLOPS_CONVENTION,
@@ -298,7 +298,7 @@ def note_alias(what: str, given: str, name: str) -> None:
     are that preset's."""
     if given.strip().lower() == name.lower() or "/" in given or given.lower().endswith((".yaml", ".yml", ".json")):
         return
-    click.echo(f"note: --{what} {given} is the preset {name}", err=True)
+    click.echo(f"note: --{what} {escape(given)} is the preset {name}", err=True)
 
 
 def context_from_options(kw: dict):
@@ -328,7 +328,7 @@ def note_model_file(kw: dict, model, seq_len: int) -> None:
     how = ("--seq-len" if kw.get("seq_len") is not None else
            f"assumed: the config's seq_len, else min({DEFAULT_SEQ_LEN}, max_position_embeddings "
            f"{model.max_position_embeddings}); set --seq-len to change")
-    click.echo(f"model '{model.name}' from {kw['model_name']}: {format_count(params.total)} parameters"
+    click.echo(f"model '{model.name}' from {escape(kw['model_name'])}: {format_count(params.total)} parameters"
                f"{active}, sequence length {seq_len} ({how})", err=True)
 
 

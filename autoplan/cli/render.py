@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from collections.abc import Sequence
@@ -32,13 +30,10 @@ def emit_records(records: Sequence[dict[str, Any]], output_format: str, *, colum
         click.echo(json.dumps(payload, indent=2))
         return
     if output_format == "csv":
+        from autoplan.report.csv_text import records_csv
+
         keys = list(records[0].keys()) if records else list(columns)
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=keys, lineterminator="\n", extrasaction="ignore")
-        writer.writeheader()
-        for record in records:
-            writer.writerow({k: _plain(v) for k, v in record.items()})
-        click.echo(buffer.getvalue(), nl=False)
+        click.echo(records_csv(keys, ({k: _plain(v) for k, v in r.items()} for r in records)), nl=False)
         return
     from rich.table import Table
 

@@ -9,6 +9,7 @@ import click
 from autoplan.calibration.log_import import LOG_FORMATS
 from autoplan.cli.options import SEED
 from autoplan.cli.render import emit_records
+from autoplan.errors import escape
 
 COLUMNS = ["new_rank", "old_rank", "tokens_per_s_per_gpu", "band_tokens", "predicted_step_time_s",
            "measured_step_time_s", "refit_step_time_s", "why"]
@@ -48,8 +49,11 @@ def rerank_command(plans_path, logs, log_format, trainer, skip_steps, seed, outp
     calibrate's guarded fit; their band: the refit's error on the runs, or the shipped band
     with fewer than 3 runs). Each row says what moved it: measured vs predicted step time.
     """
+    from autoplan.calibration.measured import check_profile_path
     from autoplan.calibration.trial_runs import calibrate_from_logs, log_profile_mapping, rerank
 
+    if output_path:
+        check_profile_path(output_path)  # before the refit
     click.echo(f"[rerank] reading {len(logs)} log argument(s) and refitting ...", err=True)
     result = calibrate_from_logs(list(logs), plans_path, fmt=log_format, trainer=trainer, skip_steps=skip_steps,
                                  seed=seed, require_fit=False)
@@ -68,8 +72,8 @@ def rerank_command(plans_path, logs, log_format, trainer, skip_steps, seed, outp
         from autoplan.calibration.measured import write_profile
 
         path = write_profile(output_path, log_profile_mapping(result, "soft_l1"))
-        click.echo(f"wrote {path}; use it with: --trainer {result.context.profile.name} --hardware "
-                   f"{result.context.gpu.name} --profile {path}", err=True)
+        click.echo(f"wrote {escape(str(path))}; use it with: --trainer {result.context.profile.name} --hardware "
+                   f"{result.context.gpu.name} --profile {escape(str(path))}", err=True)
     if output_format != "table":
         emit_records(records, output_format, columns=list(records[0]), json_key="plans")
         return

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 
 import click
@@ -22,7 +20,7 @@ from autoplan.cli.options import (
     training_options,
 )
 from autoplan.cli.plan_table import COST_COLUMNS, print_table
-from autoplan.errors import NoFeasiblePlanError
+from autoplan.errors import NoFeasiblePlanError, escape
 from autoplan.knobs import SEARCHED
 
 SAMPLER_CHOICES = ("auto", "exhaustive", "tpe", "nsga2", "random")  # = autoplan.search.SAMPLERS
@@ -99,12 +97,14 @@ def search_command(**kw) -> None:
         from autoplan.export import parse_trainers
 
         parse_trainers(kw["export_to"])  # refuse an unknown trainer before searching
-    from autoplan.report.destination import check_out_dir, clear
+    from autoplan.report.destination import check_out_dir
     from autoplan.report.results import MAX_CSV_ROWS, default_out_dir, record_files
     from autoplan.search import SearchOptions, search
     from autoplan.search.study import study_meta
     from autoplan.space import KNOBS, load_space
 
+    if kw["allow_idle_gpus"]:
+        _whole_nodes(kw)
     ctx = context_from_options(kw)
     space = load_space(kw["space_name"] or ("moe" if ctx.model.is_moe else "default"))
     _suggest_long_context(kw["space_name"], space.name, ctx.training.seq_len)
@@ -115,17 +115,16 @@ def search_command(**kw) -> None:
                             allow_idle_gpus=kw["allow_idle_gpus"])
     _warn_workers(kw["workers"], space.size if kw["sampler"] in ("auto", "exhaustive") else None)
     kw["out_dir"] = kw["out_dir"] or str(default_out_dir(kw["model_name"], kw["gpus"]))
-    made = not os.path.lexists(kw["out_dir"])
-    owned = check_out_dir(kw["out_dir"], study_meta(ctx, space)["key"])  # before the work
+    key = study_meta(ctx, space)["key"]
+    folder = check_out_dir(kw["out_dir"], key)  # before the work; locked until the command ends
+    click.get_current_context().call_on_close(folder.release)
     try:
         with _progress_bar() as progress:
             result = search(ctx, space, options, progress=progress)
     except BaseException:
-        if made:
-            with contextlib.suppress(OSError):
-                os.rmdir(kw["out_dir"])  # the folder made for this run, still empty
+        folder.abandon()
         raise
-    clear(owned)
+    folder.start_writing(key)
     if result.store is not None and result.store.resumed:
         click.echo(f"Note: {result.store.resumed}", err=True)
     out = _write(result, kw)
@@ -133,6 +132,8 @@ def search_command(**kw) -> None:
         try:
             result.check_feasible()
         except NoFeasiblePlanError as exc:  # one line: the reasons, then where the candidates are
+            record_files(out)
+            folder.finish()
             raise NoFeasiblePlanError(f"{exc} (every candidate with its reason: {out}/plans.csv)") from None
     costs = _costs(result, kw)
     _emit(result, kw["output_format"], kw["top_k"], costs, references=kw)
@@ -145,7 +146,8 @@ def search_command(**kw) -> None:
         written.append(write_search_report(result, out, top=kw["top_k"], train_tokens=kw["train_tokens"],
                                            gpu_hour_price_usd=kw["gpu_hour_price"]).name)
     record_files(out)
-    click.echo(f"Wrote {out}/ ({', '.join(written)})", err=True)
+    folder.finish()
+    click.echo(f"Wrote {escape(out)}/ ({', '.join(written)})", err=True)
     _uneven_note(result)
     _caps_note(result)
     _architecture_note(result)
@@ -154,6 +156,21 @@ def search_command(**kw) -> None:
         click.echo(f"Note: {profile_band_note(result.ctx)}", err=True)
     if result.num_ranked > MAX_CSV_ROWS:
         click.echo(f"plans.csv holds the best {MAX_CSV_ROWS} of {result.num_ranked} ranked layouts", err=True)
+
+
+def _whole_nodes(kw: dict) -> None:
+    """With --allow-idle-gpus, a GPU count that is not whole nodes (509 of 8 per node) is planned
+    on its largest whole-node count (504), with a note: a cluster spans whole nodes."""
+    from autoplan.search.idle import whole_node_gpus
+    from autoplan.specs.hardware import load_gpu
+
+    per_node = kw["gpus_per_node"] or load_gpu(kw["hardware"]).gpus_per_node
+    whole = whole_node_gpus(kw["gpus"], per_node)
+    if whole != kw["gpus"]:
+        click.echo(f"note: --allow-idle-gpus: {kw['gpus']} GPUs are not whole nodes of {per_node}; planning on "
+                   f"{whole}, the largest whole-node count ({kw['gpus'] - whole} GPUs idle besides those the "
+                   f"idle_gpus column counts; per-GPU figures are per GPU of the {whole})", err=True)
+        kw["gpus"] = whole
 
 
 def _uneven_note(result) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from autoplan.calibration.trial import LAUNCHERS
+from autoplan.errors import escape
 
 
 @click.command("trial")
@@ -37,7 +38,7 @@ def trial_command(plans_path, trainer, top, steps, launcher, out_dir) -> None:
 
     manifest = write_trial(plans_path, trainer, out_dir, steps=steps, top=top, launcher=launcher)
     runs = manifest["runs"]
-    click.echo(f"wrote {len(runs)} trial run(s) to {out_dir}/ (plans of rank "
+    click.echo(f"wrote {len(runs)} trial run(s) to {escape(out_dir)}/ (plans of rank "
                f"{', '.join(str(r['rank']) for r in runs)}, {steps} steps, {launcher}); next:", err=True)
     for line in manifest["next"]:
         click.echo(f"  {line}")

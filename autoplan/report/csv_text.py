@@ -15,7 +15,10 @@ writer, quoting being decided per cell of the text columns only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import csv
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +48,19 @@ def safe_frame(frame):
             out[column] = out[column].map(lambda v: spreadsheet_safe(v) if isinstance(v, str) else v)
     out.columns = [spreadsheet_safe(str(c)) for c in out.columns]
     return out
+
+
+def records_csv(columns: Sequence[str], records: Iterable[Mapping[str, Any]]) -> str:
+    """CSV text of ``records`` (a header of ``columns``; keys not in it left out, missing cells
+    blank), every text cell and column name ``spreadsheet_safe``: the one writer of dict rows
+    (estimate, explain, rerank and calibrate's csv, MEASURED.csv)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([spreadsheet_safe(str(c)) for c in columns])
+    for record in records:
+        cells = (record.get(c, "") for c in columns)
+        writer.writerow([spreadsheet_safe(v) if isinstance(v, str) else v for v in cells])
+    return buffer.getvalue()
 
 
 def _quoted(text: str) -> str:

@@ -3,7 +3,10 @@
 A result folder (``search --out``) must be new, empty, or hold an earlier result of the same
 study (its manifest.json carries the study key, :func:`autoplan.search.study.study_meta`); then
 only the files that earlier run listed are removed. A folder of another run is refused, so no
-stale report or launch script ends up next to new plans. Each file is written to a temporary
+stale report or launch script ends up next to new plans. One run writes into a folder at a time
+(a lock file, ``fcntl.flock``); a run marks the folder unfinished before its first file and
+clears the mark after its manifest lists them all, so the folder of a run killed part way is
+replaced whole by a rerun of the same study, and refused to any other. Each file is written to a temporary
 name beside it and renamed over the target, so a full disk or a kill leaves the old file or
 none, never a truncated one. A destination that is not a regular file (``/dev/null``,
 ``/dev/full``) is written in place. Every failure is an ``OutputError``: one line, exit code 2.
@@ -11,6 +14,7 @@ none, never a truncated one. A destination that is not a regular file (``/dev/nu
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -27,24 +31,73 @@ def _fail(path: Path | str, exc: OSError) -> OutputError:
     return OutputError(f"cannot write {path}: {exc.strerror or type(exc).__name__}")
 
 
-def check_out_dir(out: str | Path, key: str) -> list[Path]:
-    """Create (or accept) the result folder ``out`` for the study ``key`` and prove it writable;
-    return the files of an earlier result of the same study, for :func:`clear`."""
+LOCK_NAME = ".autoplan.lock"  # held (fcntl.flock) by the one run writing into a result folder
+UNFINISHED_NAME = ".autoplan.unfinished"  # the study key of a run that has started writing its files
+
+
+class ResultFolder:
+    """A result folder claimed by :func:`check_out_dir` for one run: locked until
+    :meth:`release`, so a second run into it is refused rather than mixing its files in."""
+
+    def __init__(self, path: Path, owned: list[Path], made: bool, lock_fd: int | None):
+        self.path, self.owned, self.made, self._lock_fd = path, owned, made, lock_fd
+
+    def start_writing(self, key: str) -> None:
+        """Remove the earlier result's files and mark the folder as being written by the study
+        ``key``: a run killed from here on (kill -9, power loss) leaves a folder that a rerun of
+        the same study recognises and replaces whole."""
+        write_text(self.path / UNFINISHED_NAME, key + "\n")
+        clear(self.owned)
+
+    def finish(self) -> None:
+        """Every file is written and listed in manifest.json."""
+        (self.path / UNFINISHED_NAME).unlink(missing_ok=True)
+
+    def abandon(self) -> None:
+        """The run failed before writing: remove the folder if this run made it (still empty)."""
+        self.release()
+        if self.made:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+
+    def release(self) -> None:
+        """Unlock: the lock file is removed while still held (a run waiting on it then finds it
+        replaced, :func:`_lock`), then closed, which releases the flock."""
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                (self.path / LOCK_NAME).unlink()
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def check_out_dir(out: str | Path, key: str) -> ResultFolder:
+    """Create (or accept) the result folder ``out`` for the study ``key``, prove it writable and
+    lock it for this run; its ``owned`` files are an earlier result of the same study (or all
+    files of one of its runs that stopped while writing), for :meth:`ResultFolder.start_writing`."""
     path = Path(out)
     if path.is_symlink() and not path.exists():
         raise OutputError(f"--out {out}: a link to nothing ({os.readlink(path)})")
     if path.exists() and not path.is_dir():
         raise OutputError(f"--out {out}: not a folder; give a new or empty folder")
-    owned: list[Path] = []
-    if path.is_dir() and any(path.iterdir()):
-        manifest = _read_manifest(path / "manifest.json")
-        if manifest.get("study_key") != key:
-            what = "another search's results (its manifest.json has other inputs)" if manifest else \
-                "files that are not a search result of these inputs"
-            raise OutputError(f"--out {out} holds {what}; give a new or empty folder")
-        owned = [path / name for name in manifest.get("files", []) if _inside(path, name)]
+    made = not os.path.lexists(path)
+    _owned(path, key, out)  # refuse another run's folder before writing into it
     try:
         path.mkdir(parents=True, exist_ok=True)
+        folder = ResultFolder(path, [], made, _lock(path, out))
+    except OSError as exc:
+        raise OutputError(f"--out {out}: cannot write there: {exc.strerror or type(exc).__name__}") from None
+    try:
+        _probe(path, out)
+        folder.owned = _owned(path, key, out)  # again, now that no other run can write there
+    except OutputError:
+        folder.abandon()
+        raise
+    return folder
+
+
+def _probe(path: Path, out: str | Path) -> None:
+    """Prove ``path`` writable: a byte written, synced and removed."""
+    try:
         handle, probe = _new_file(path, ".probe-")
         try:
             os.write(handle, b"x")
@@ -54,7 +107,53 @@ def check_out_dir(out: str | Path, key: str) -> list[Path]:
             probe.unlink()
     except OSError as exc:
         raise OutputError(f"--out {out}: cannot write there: {exc.strerror or type(exc).__name__}") from None
-    return owned
+
+
+def _owned(path: Path, key: str, out: str | Path) -> list[Path]:
+    """The files of ``path`` a run of the study ``key`` may replace; another run's folder refused."""
+    if not path.is_dir() or not any(p.name != LOCK_NAME for p in path.iterdir()):
+        return []
+    unfinished = _read_text(path / UNFINISHED_NAME).strip()
+    if unfinished == key:  # this study's run stopped while writing: every file is its
+        return [p for p in path.rglob("*") if (p.is_file() or p.is_symlink())
+                and p.name not in (LOCK_NAME, UNFINISHED_NAME)]
+    manifest = _read_manifest(path / "manifest.json")
+    if unfinished or manifest.get("study_key") != key:
+        what = ("another search's results (its manifest.json has other inputs)" if manifest or unfinished else
+                "files that are not a search result of these inputs")
+        raise OutputError(f"--out {out} holds {what}; give a new or empty folder")
+    return [path / name for name in manifest.get("files", []) if _inside(path, name)]
+
+
+def _lock(path: Path, out: str | Path) -> int | None:
+    """An open descriptor of the folder's lock file, locked (exclusive, not waiting); another run
+    holding it is an ``OutputError`` that names the folder and that run's process id. A lock
+    file removed by its holder between our open and our flock is opened again (the inode
+    check), so two runs never hold two different files."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return None
+    lock_path = path / LOCK_NAME
+    for _ in range(MAX_NAME_TRIES):
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip()
+            os.close(fd)
+            raise OutputError(f"--out {out} is being written by another autoplan run (process {holder or '?'}); "
+                              "wait for it to finish, or give another folder") from None
+        try:
+            same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            return fd
+        os.close(fd)
+    raise OutputError(f"--out {out}: its lock file {LOCK_NAME} keeps being replaced")
 
 
 def clear(owned: list[Path]) -> None:
@@ -87,11 +186,16 @@ def check_out_file(out: str | Path) -> None:
 
 
 def write_text(path: str | Path, text: str, *, executable: bool = False) -> Path:
-    """Write ``text`` to ``path`` whole or not at all (temporary name, then rename). A new
-    file gets mode 0644 less the umask (0755 when ``executable``); an existing one keeps its
-    mode; a device is written in place and never chmod-ed."""
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all: :func:`write_bytes`."""
+    return write_bytes(path, text.encode("utf-8"), executable=executable)
+
+
+def write_bytes(path: str | Path, data: bytes, *, executable: bool = False) -> Path:
+    """Write ``data`` to ``path`` whole or not at all (temporary name, then rename); a failure
+    is an ``OutputError`` naming ``path``. A new file gets mode 0644 less the umask (0755 when
+    ``executable``); an existing one keeps its mode; a device is written in place and never
+    chmod-ed."""
     path = Path(path)
-    data = text.encode("utf-8")
     if path.exists() and not path.is_file():
         try:
             with open(path, "wb") as handle:
@@ -143,6 +247,13 @@ def _mode(path: Path, executable: bool) -> int:
     umask = os.umask(0)
     os.umask(umask)
     return (0o777 if executable else 0o666) & ~umask
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")[:1000]
+    except OSError:
+        return ""
 
 
 def _read_manifest(path: Path) -> dict:

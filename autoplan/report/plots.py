@@ -50,10 +50,15 @@ def _new_figure(width_in: float, height_in: float):
 
 
 def _save(fig, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=DPI)
-    return path
+    """The figure as a PNG at ``path``, whole or not at all (a full disk names the file)."""
+    import io
+
+    from autoplan.report.destination import write_bytes
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=DPI)
+    return write_bytes(path, png.getvalue())
 
 
 # --- memory per stage -------------------------------------------------------------------------

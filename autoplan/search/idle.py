@@ -37,6 +37,12 @@ def gpu_counts(products: np.ndarray, gpus: int, gpus_per_node: int, gbs_seqs: in
     return sorted(counts, reverse=True)
 
 
+def whole_node_gpus(gpus: int, gpus_per_node: int) -> int:
+    """The largest job of at most ``gpus`` GPUs that is whole nodes, or within one node (what
+    :class:`~autoplan.specs.hardware.Cluster` accepts): 509 GPUs of 8 per node -> 504."""
+    return gpus if _whole(gpus, gpus_per_node) else gpus // gpus_per_node * gpus_per_node
+
+
 def _whole(used: int, gpus_per_node: int) -> bool:
     """A job of ``used`` GPUs is whole nodes, or fits in one node."""
     return used <= gpus_per_node or used % gpus_per_node == 0

@@ -84,9 +84,10 @@ def parse_mapping(text: str, where: str, *, is_json: bool = False) -> dict[str, 
 
 
 MAX_NAME_CHARS = 255  # a name becomes part of a file name (result folders, exported configs)
-# Unicode categories refused in names: control characters, lone surrogates (not encodable as
-# UTF-8), line and paragraph separators; a name is one line that a terminal shows as written.
-_NOT_IN_NAMES = ("Cc", "Cs", "Zl", "Zp")
+# Unicode categories refused in names: control characters, format characters (the right-to-left
+# override U+202E makes a terminal show text reversed; zero-width ones hide), lone surrogates (not
+# encodable as UTF-8), line and paragraph separators; a name is one line shown as written.
+_NOT_IN_NAMES = ("Cc", "Cf", "Cs", "Zl", "Zp")
 
 
 def check_name(value: Any, key: str, where: str) -> str:

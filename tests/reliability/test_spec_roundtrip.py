@@ -28,7 +28,7 @@ FAST = settings(max_examples=int(os.environ.get("AUTOPLAN_PROPERTY_EXAMPLES", "4
                 suppress_health_check=[HealthCheck.too_slow])
 
 # Names: any printable text without surrounding blanks (the readers strip names).
-TEXT = st.text(st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=20) \
+TEXT = st.text(st.characters(exclude_categories=("Cs", "Cc", "Cf", "Zl", "Zp")), min_size=1, max_size=20) \
     .filter(lambda s: s == s.strip() and s)
 SIZE = st.integers(1, 1 << 16)
 
