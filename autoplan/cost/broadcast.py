@@ -290,18 +290,31 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
         group, result = entry
         return group.spread(result, group.inverse[rows])
 
-    @functools.wraps(fn)
-    def wrapper(ctx: Any, batch: Any, *options: Any) -> Any:
-        if not _hashable(options):
-            return fn(ctx, batch, *options)
-        if isinstance(batch, _Recorder):
-            return nested(ctx, batch, options)
-        if not isinstance(batch, LayoutBatch) or len(batch) < MIN_ROWS:
+    def whole(ctx: Any, batch: LayoutBatch, options: tuple) -> Any:
+        """``fn`` on every row of ``batch``: grouped where the batch groups small enough."""
+        if len(batch) < MIN_ROWS:
             return fn(ctx, batch, *options)
         entry = grouped(ctx, batch, options)
         if entry is not None:
             group, result = entry
             return group.spread(result)
         return record(ctx, batch, options)
+
+    @functools.wraps(fn)
+    def wrapper(ctx: Any, batch: Any, *options: Any) -> Any:
+        if not _hashable(options):
+            return fn(ctx, batch, *options)
+        if isinstance(batch, _Recorder):
+            return nested(ctx, batch, options)
+        if not isinstance(batch, LayoutBatch):
+            return fn(ctx, batch, *options)
+        # Inside ``shared_groupings`` once per batch, context and options: the stage split and
+        # the layer activations are read by several formulas of one evaluate, which for a small
+        # batch is most of its cost (callers read the result, never write to it).
+        cache = _cache(batch)
+        key = (whole, id(ctx), options)  # (the entry keeps ctx: its id is not reused in the scope)
+        if key not in cache:
+            cache[key] = (ctx, whole(ctx, batch, options))
+        return cache[key][1]
 
     return wrapper

@@ -155,3 +155,25 @@ def test_groupings_that_differ_in_one_valued_knobs_or_order_are_one():
     for name in ("mbs", "pp", "zero", "vpp"):  # each row has its group representative's values
         values = getattr(batch, name)
         np.testing.assert_array_equal(values[wide.first][wide.inverse], values)
+
+
+@pytest.mark.parametrize("size", [1, 6000])
+def test_a_grouped_formula_runs_once_per_batch_and_options_inside_shared_groupings(size):
+    _, batch = wide_batch("llama3-8b", 64, "default", "megatron")
+    batch = batch.take(np.arange(size))
+    calls = []
+
+    @broadcast.per_group
+    def formula(ctx, b, scale):
+        calls.append(scale)
+        return b.pp * scale
+
+    formula(None, batch, 2.0)  # learns what it reads
+    calls.clear()
+    with broadcast.shared_groupings():
+        for _ in range(3):
+            np.testing.assert_array_equal(formula(None, batch, 2.0), batch.pp * 2.0)
+            np.testing.assert_array_equal(formula(None, batch, 3.0), batch.pp * 3.0)
+    assert calls == [2.0, 3.0]  # once per options, however often the other formulas ask
+    formula(None, batch, 2.0)  # outside the scope: evaluated afresh (a batch may change between calls)
+    assert calls == [2.0, 3.0, 2.0]
