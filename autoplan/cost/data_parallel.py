@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import select
 from autoplan.cost import comm, hybrid_shard
 from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import expert_group
@@ -116,7 +117,7 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
         all_reduce = all_reduce + np.where(has, comm.dp_all_reduce_s(
             ctx, elink, expert_params * ctx.grad_reduce_bytes, ebuckets, elat), 0.0)
     zero3 = (b.zero >= 3) & ~per_step
-    step_grads = np.select([pp_all_reduce, b.zero == 0, (b.zero <= 2) | per_step], [pp_grads, all_reduce, grads], 0.0)
+    step_grads = select([pp_all_reduce, b.zero == 0, (b.zero <= 2) | per_step], [pp_grads, all_reduce, grads], 0.0)
     step_gathers = np.where(((b.zero >= 1) & (b.zero <= 2)) | per_step, gathers, 0.0)
     gathers_per_micro = zero3_gathers_per_microbatch(ctx, b, stage_params / layers, layers)
     per_micro = np.where(zero3, gathers_per_micro * gathers + grads, 0.0)

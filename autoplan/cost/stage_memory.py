@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import select
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.memory import (
@@ -98,8 +99,8 @@ def stage_layer_bytes(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str,
     full_input = tokens * p.full_recompute_input_bytes_per_h * m.hidden_size / h_div
     full_share = full_recompute_share(b, lambda: layers()[stage])
     mean_full = full_share * full_input + (1.0 - full_share) * mean_none
-    per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)
-    working = np.select([(b.recompute == 2) & (full_share > 0), b.recompute == 1],
+    per_layer = select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)
+    working = select([(b.recompute == 2) & (full_share > 0), b.recompute == 1],
                         [np.maximum(mean_none - full_input, 0.0), mean_none - mean_sel], 0.0)
     return {"per_layer": per_layer, "working": working}
 

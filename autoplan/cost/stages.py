@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoplan.cost.arrays import select
 from autoplan.specs.model import ModelSpec
 
 
@@ -62,7 +63,7 @@ class StageLayers:
 def heaviest_stage(first: np.ndarray, middle: np.ndarray, last: np.ndarray) -> np.ndarray:
     """0, 1 or 2 where the first, the middle or the last stage weighs the most (ties to the
     earlier), for ``choose_stage`` over the three stages' values."""
-    return np.select([first >= np.maximum(middle, last), middle >= last], [0, 1], 2)
+    return select([first >= np.maximum(middle, last), middle >= last], [0, 1], 2)
 
 
 def choose_stage(pick: np.ndarray, first, middle, last) -> np.ndarray:
