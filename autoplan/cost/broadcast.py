@@ -247,8 +247,10 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a formula ``fn(ctx, batch, *options)`` whose result over layouts depends only on
     the knobs it reads from ``batch`` (element-wise; ``options`` are not arrays over layouts):
     it then runs once per distinct combination of those knobs (see the module docstring).
-    Called from inside another grouped formula (on its probe), it runs once per batch inside
-    ``shared_groupings`` and the probe takes its rows of the result (``nested``)."""
+    Inside ``shared_groupings`` it runs once per batch, context and options, whatever the batch's
+    size (its callers only read the result). Called from inside another grouped formula (on its
+    probe), it runs once per batch inside ``shared_groupings`` and the probe takes its rows of the
+    result (``nested``)."""
     reads: dict[tuple, tuple[str, ...]] = {}
 
     def grouped(ctx: Any, batch: LayoutBatch, options: tuple) -> tuple[Grouping, Any] | None:
@@ -308,9 +310,9 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
             return nested(ctx, batch, options)
         if not isinstance(batch, LayoutBatch):
             return fn(ctx, batch, *options)
-        # Inside ``shared_groupings`` once per batch, context and options: the stage split and
-        # the layer activations are read by several formulas of one evaluate, which for a small
-        # batch is most of its cost (callers read the result, never write to it).
+        # Once per batch, context and options inside ``shared_groupings``: the stage split and
+        # the layer activations are read by several formulas of one evaluate, each of which ran
+        # them again on a batch below MIN_ROWS.
         cache = _cache(batch)
         key = (whole, id(ctx), options)  # (the entry keeps ctx: its id is not reused in the scope)
         if key not in cache:
