@@ -313,10 +313,32 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
         # Once per batch, context and options inside ``shared_groupings``: the stage split and
         # the layer activations are read by several formulas of one evaluate, each of which ran
         # them again on a batch below MIN_ROWS.
-        cache = _cache(batch)
-        key = (whole, id(ctx), options)  # (the entry keeps ctx: its id is not reused in the scope)
-        if key not in cache:
-            cache[key] = (ctx, whole(ctx, batch, options))
-        return cache[key][1]
+        return _kept(batch, (whole, ctx, options), lambda: whole(ctx, batch, options))
 
     return wrapper
+
+
+def once_per_batch(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a helper ``fn(ctx, batch, *options)`` that several formulas of one evaluate ask
+    of the same batch: inside ``shared_groupings`` it runs once per batch, context and options
+    (``options`` hashable, not arrays). On a grouped formula's probe it runs on every call, so
+    that the probe records what it reads."""
+
+    @functools.wraps(fn)
+    def wrapper(ctx: Any, batch: Any, *options: Any) -> Any:
+        if not isinstance(batch, LayoutBatch):
+            return fn(ctx, batch, *options)
+        return _kept(batch, (wrapper, ctx, options), lambda: fn(ctx, batch, *options))
+
+    return wrapper
+
+
+def _kept(batch: LayoutBatch, key: tuple, compute: Callable[[], Any]) -> Any:
+    """``compute()`` once per batch and ``key`` (function, context, options) inside
+    ``shared_groupings``; outside it on every call. The context stands in the key by its id, and
+    the entry keeps it, so that the id is not reused within the scope."""
+    cache, (fn, ctx, options) = _cache(batch), key
+    name = (fn, id(ctx), options)
+    if name not in cache:
+        cache[name] = (ctx, compute())
+    return cache[name][1]

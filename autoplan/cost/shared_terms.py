@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost.broadcast import on_distinct, per_group
+from autoplan.cost.broadcast import on_distinct, once_per_batch, per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import model_state_bytes, owned_params, params_on_stage
 from autoplan.cost.offload import move_to_host
@@ -66,6 +66,7 @@ def _one_stage_params(ctx: CostContext, b: LayoutBatch, layers: StageLayers, sta
     return copies * dense, copies * expert
 
 
+@once_per_batch
 def _copies(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """``schedule.parameter_copies`` of the resolved schedule (2 under DualPipe, else 1)."""
     return parameter_copies(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule))
