@@ -166,6 +166,11 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.n
     return terms
 
 
+def _no_rank(b: LayoutBatch) -> dict[str, np.ndarray]:
+    """``stage_memory`` of a stage no layout of ``b`` has (the middle one where every pp < 3): 0."""
+    return {name: np.zeros(len(b)) for name in (*MEMORY_TERMS, "total", "host", "firm")}
+
+
 def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
     stage's terms are 0 where pp < 3 (there is no interior rank).
@@ -181,8 +186,10 @@ def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     layers = stage_layer_counts(ctx, b)
     out: dict[str, np.ndarray] = {}
     totals, host, firm = {}, {}, {}
+    interior = (b.pp >= 3).any()
     for stage_name in ("first", "middle", "last"):
-        terms = stage_memory(ctx, b, stage_name)
+        # (the middle stage's terms are all 0 where pp < 3: not evaluated when no layout has one)
+        terms = stage_memory(ctx, b, stage_name) if stage_name != "middle" or interior else _no_rank(b)
         for name in MEMORY_TERMS:
             out[f"mem_{stage_name}_{name}_bytes"] = terms[name]
         totals[stage_name] = out[f"mem_{stage_name}_total_bytes"] = terms["total"]
