@@ -247,8 +247,10 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a formula ``fn(ctx, batch, *options)`` whose result over layouts depends only on
     the knobs it reads from ``batch`` (element-wise; ``options`` are not arrays over layouts):
     it then runs once per distinct combination of those knobs (see the module docstring).
-    Called from inside another grouped formula (on its probe), it runs once per batch inside
-    ``shared_groupings`` and the probe takes its rows of the result (``nested``)."""
+    Inside ``shared_groupings`` it runs once per batch, context and options, whatever the batch's
+    size (its callers only read the result). Called from inside another grouped formula (on its
+    probe), it runs once per batch inside ``shared_groupings`` and the probe takes its rows of the
+    result (``nested``)."""
     reads: dict[tuple, tuple[str, ...]] = {}
 
     def grouped(ctx: Any, batch: LayoutBatch, options: tuple) -> tuple[Grouping, Any] | None:
@@ -290,13 +292,9 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
         group, result = entry
         return group.spread(result, group.inverse[rows])
 
-    @functools.wraps(fn)
-    def wrapper(ctx: Any, batch: Any, *options: Any) -> Any:
-        if not _hashable(options):
-            return fn(ctx, batch, *options)
-        if isinstance(batch, _Recorder):
-            return nested(ctx, batch, options)
-        if not isinstance(batch, LayoutBatch) or len(batch) < MIN_ROWS:
+    def whole(ctx: Any, batch: LayoutBatch, options: tuple) -> Any:
+        """``fn`` on every row of ``batch``: grouped where the batch groups small enough."""
+        if len(batch) < MIN_ROWS:
             return fn(ctx, batch, *options)
         entry = grouped(ctx, batch, options)
         if entry is not None:
@@ -304,4 +302,43 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
             return group.spread(result)
         return record(ctx, batch, options)
 
+    @functools.wraps(fn)
+    def wrapper(ctx: Any, batch: Any, *options: Any) -> Any:
+        if not _hashable(options):
+            return fn(ctx, batch, *options)
+        if isinstance(batch, _Recorder):
+            return nested(ctx, batch, options)
+        if not isinstance(batch, LayoutBatch):
+            return fn(ctx, batch, *options)
+        # Once per batch, context and options inside ``shared_groupings``: the stage split and
+        # the layer activations are read by several formulas of one evaluate, each of which ran
+        # them again on a batch below MIN_ROWS.
+        return _kept(batch, (whole, ctx, options), lambda: whole(ctx, batch, options))
+
     return wrapper
+
+
+def once_per_batch(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a helper ``fn(ctx, batch, *options)`` that several formulas of one evaluate ask
+    of the same batch: inside ``shared_groupings`` it runs once per batch, context and options
+    (``options`` hashable, not arrays). On a grouped formula's probe it runs on every call, so
+    that the probe records what it reads."""
+
+    @functools.wraps(fn)
+    def wrapper(ctx: Any, batch: Any, *options: Any) -> Any:
+        if not isinstance(batch, LayoutBatch):
+            return fn(ctx, batch, *options)
+        return _kept(batch, (wrapper, ctx, options), lambda: fn(ctx, batch, *options))
+
+    return wrapper
+
+
+def _kept(batch: LayoutBatch, key: tuple, compute: Callable[[], Any]) -> Any:
+    """``compute()`` once per batch and ``key`` (function, context, options) inside
+    ``shared_groupings``; outside it on every call. The context stands in the key by its id, and
+    the entry keeps it, so that the id is not reused within the scope."""
+    cache, (fn, ctx, options) = _cache(batch), key
+    name = (fn, id(ctx), options)
+    if name not in cache:
+        cache[name] = (ctx, compute())
+    return cache[name][1]

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoplan.cost.broadcast import once_per_batch
 from autoplan.cost.context import CostContext
+from autoplan.layout import LayoutBatch
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,12 @@ def strides(placement: np.ndarray, tp: np.ndarray, cp: np.ndarray, dp: np.ndarra
             out[name] = running if chosen is None else np.where(chosen, running, out[name])
             running = running * sizes[name]
     return out
+
+
+@once_per_batch  # (asked by both parts of the step time: cost.step_time)
+def layout_strides(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
+    """``strides`` of the batch's own placement and degrees."""
+    return strides(b.placement, b.tp, b.cp, b.dp, b.pp)
 
 
 # --- data-parallel collectives: NCCL's latency model by algorithm and group size ---------------

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import select
 from autoplan.cost import comm, hybrid_shard
 from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import expert_group
@@ -140,7 +141,7 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
             ctx, elink, expert_params * ctx.grad_reduce_bytes, ebuckets, elat), 0.0)
     zero3 = per_unit & ~per_step  # traffic per micro-batch (ZeRO-3, SHARD_GRAD_OP)
     once = ((b.zero <= 2) & ~grad_op) | per_step  # traffic once per step
-    step_grads = np.select([pp_all_reduce, b.zero == 0, once], [pp_grads, all_reduce, grads], 0.0)
+    step_grads = select([pp_all_reduce, b.zero == 0, once], [pp_grads, all_reduce, grads], 0.0)
     step_gathers = np.where((b.zero >= 1) & once, gathers, 0.0)
     gathers_per_micro = np.where(grad_op, SHARD_GRAD_OP_GATHERS_PER_MICROBATCH,
                                  zero3_gathers_per_microbatch(ctx, b, stage_params / layers, layers))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import select
 from autoplan.cost.context import CostContext
 from autoplan.cost.recompute import full_recompute_share, module_matmul_share
 from autoplan.layout import LayoutBatch
@@ -150,7 +151,7 @@ def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
                  + module_bit(b.recompute_modules, "core_attn") * own)
         selective = np.where(b.recompute_modules > 0, named, own)
     full = full_recompute_share(b, m.num_layers / b.pp) * (matmul + attention)
-    return np.select([b.recompute == 2, b.recompute == 1], [full, selective], 0.0)
+    return select([b.recompute == 2, b.recompute == 1], [full, selective], 0.0)
 
 
 def linear_io_elements_per_token(ctx: CostContext) -> tuple[float, float]:

@@ -192,12 +192,13 @@ def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple
     moe_layer = (attention + _block_bytes_per_token(mlp, ctx, b, shared_ffn)
                  + _moe_bytes_per_token(mlp, ctx, b))
     fp8 = _fp8_input_saving(ctx, b)
-    attention_inputs = _block_bytes_per_token(TE_LINEAR_INPUTS_ATTENTION, ctx, b, 0.0)
-    dense = dense - fp8 * (attention_inputs + _block_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b,
-                                                                     float(m.ffn_hidden_size)))
-    moe_layer = moe_layer - fp8 * (attention_inputs
-                                   + _block_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b, shared_ffn)
-                                   + _moe_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b))
+    if fp8.any():  # (no layout saves FP8 inputs: the same result, 0 times finite bytes, without the arithmetic)
+        attention_inputs = _block_bytes_per_token(TE_LINEAR_INPUTS_ATTENTION, ctx, b, 0.0)
+        dense = dense - fp8 * (attention_inputs + _block_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b,
+                                                                         float(m.ffn_hidden_size)))
+        moe_layer = moe_layer - fp8 * (attention_inputs
+                                       + _block_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b, shared_ffn)
+                                       + _moe_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b))
     # The run's norm kernel (profile norm_saving_bytes_per_h): two norms a layer, sequence-sharded
     # under SP; without recompute only (torchtitan's selective policy recomputes the norms, so its
     # selective coefficients hold no norm copies).

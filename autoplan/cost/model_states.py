@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost import hybrid_shard
+from autoplan.cost.broadcast import once_per_batch
 from autoplan.cost.context import CostContext
 from autoplan.cost.optimizer import state_bytes_per_param
 from autoplan.layout import PRECISION, LayoutBatch
@@ -60,6 +61,7 @@ def expert_group(b: LayoutBatch, group: np.ndarray) -> np.ndarray:
     return np.maximum(group * b.tp / (b.ep * b.etp), 1.0)
 
 
+@once_per_batch
 def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
     """(non-expert, expert) group sizes that ZeRO shards model states over.
 
@@ -96,6 +98,7 @@ def weighted(dense: np.ndarray, expert: np.ndarray, per_dense: np.ndarray, per_e
     return np.where(per_dense == per_expert, (dense + expert) * per_dense, dense * per_dense + expert * per_expert)
 
 
+@once_per_batch
 def weight_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """Bytes per parameter of the compute weights: bf16, plus the FP8 copies under fp8.
 

@@ -30,6 +30,7 @@ from functools import lru_cache
 import numpy as np
 
 from autoplan.cost import optimizer_shapes as shapes
+from autoplan.cost.broadcast import once_per_batch
 from autoplan.cost.context import CostContext
 from autoplan.cost.params import count_params
 from autoplan.layout import OPTIMIZERS, LayoutBatch
@@ -66,6 +67,7 @@ def _model_shares(m: ModelSpec) -> dict[str, float]:
             "ns_flops_expert": shapes.newton_schulz_flops(s.experts, ns) / experts}
 
 
+@once_per_batch
 def state_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
     """(non-expert, expert) bytes of optimizer state per parameter of each layout (see module)."""
     adam = ctx.adam_state_bytes

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import select
 from autoplan.layout import PP_SCHEDULES
 
 CODE = {name: float(i) for i, name in enumerate(PP_SCHEDULES)}
@@ -88,7 +89,7 @@ def in_flight_layers(chunks: np.ndarray, pp: np.ndarray, vpp: np.ndarray, num_mi
     layers = chunks.sum(axis=0)
     plain = layers * np.minimum(pp - rank, num_micro)
     interleaved = interleaved_in_flight(chunks, pp, vpp, num_micro, rank)
-    return np.select(
+    return select(
         [is_schedule(schedule, "afab"), is_schedule(schedule, "zb-v"), is_schedule(schedule, "dualpipe"),
          is_schedule(schedule, "dualpipev"), vpp > 1],
         [layers * num_micro, layers * np.minimum(pp, num_micro), layers * np.minimum(pp + 1.0, num_micro),
@@ -111,7 +112,7 @@ def bubble_micro_batches(schedule: np.ndarray, pp: np.ndarray, vpp: np.ndarray,
     f = w = forward_share  # T_W = T_F (Qi et al. 2023, Sec. 2)
     b_full = 1.0 - f
     dualpipe = 1.0 + b_full - 3.0 * w  # F&B + B − 3W in units of t_micro
-    return np.select(
+    return select(
         [is_schedule(schedule, "zb-h1"), is_schedule(schedule, "zb-v"), is_schedule(schedule, "dualpipe"),
          is_schedule(schedule, "dualpipev")],
         [(pp - 1.0) * (1.0 - 2.0 * w) / vpp, np.maximum(0.0, (pp - 1.0) * (1.0 - 3.0 * w) / 2.0),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost.broadcast import on_distinct, per_group
+from autoplan.cost.broadcast import on_distinct, once_per_batch, per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import model_state_bytes, owned_params, params_on_stage
 from autoplan.cost.offload import move_to_host
@@ -51,8 +51,11 @@ def stage_in_flight(ctx: CostContext, b: LayoutBatch, stage: str) -> np.ndarray:
     schedule = resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule)
     chunks = getattr(layers, f"{stage}_chunks")
     flying = in_flight_layers(chunks, b.pp, b.vpp, b.grad_acc, rank, schedule)
+    extra = ctx.corrections.pp_extra_layers_per_microbatch
+    if extra == 0.0:  # neutral (most profiles): 0 · a finite count, skipped
+        return flying
     micro_in_flight = in_flight_layers(np.ones((1, len(b))), b.pp, np.ones_like(b.pp), b.grad_acc, rank, schedule)
-    return flying + np.where(b.pp > 1, ctx.corrections.pp_extra_layers_per_microbatch * micro_in_flight, 0.0)
+    return flying + np.where(b.pp > 1, extra * micro_in_flight, 0.0)
 
 
 STAGE_ENDS = {"first": True, "middle": None, "last": False}  # params_on_stage's ``ends`` per stage
@@ -66,6 +69,7 @@ def _one_stage_params(ctx: CostContext, b: LayoutBatch, layers: StageLayers, sta
     return copies * dense, copies * expert
 
 
+@once_per_batch
 def _copies(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """``schedule.parameter_copies`` of the resolved schedule (2 under DualPipe, else 1)."""
     return parameter_copies(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import select
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.memory import (
@@ -98,8 +99,8 @@ def stage_layer_bytes(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str,
     full_input = tokens * p.full_recompute_input_bytes_per_h * m.hidden_size / h_div
     full_share = full_recompute_share(b, lambda: layers()[stage])
     mean_full = full_share * full_input + (1.0 - full_share) * mean_none
-    per_layer = np.select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)
-    working = np.select([(b.recompute == 2) & (full_share > 0), b.recompute == 1],
+    per_layer = select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)
+    working = select([(b.recompute == 2) & (full_share > 0), b.recompute == 1],
                         [np.maximum(mean_none - full_input, 0.0), mean_none - mean_sel], 0.0)
     return {"per_layer": per_layer, "working": working}
 
@@ -168,6 +169,11 @@ def stage_memory(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.n
     return terms
 
 
+def _no_rank(b: LayoutBatch) -> dict[str, np.ndarray]:
+    """``stage_memory`` of a stage no layout of ``b`` has (the middle one where every pp < 3): 0."""
+    return {name: np.zeros(len(b)) for name in (*MEMORY_TERMS, "total", "host", "firm", "allocated")}
+
+
 def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
     stage's terms are 0 where pp < 3 (there is no interior rank).
@@ -188,8 +194,10 @@ def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     layers = stage_layer_counts(ctx, b)
     out: dict[str, np.ndarray] = {}
     totals, host, firm, allocated = {}, {}, {}, {}
+    interior = (b.pp >= 3).any()
     for stage_name in ("first", "middle", "last"):
-        terms = stage_memory(ctx, b, stage_name)
+        # (the middle stage's terms are all 0 where pp < 3: not evaluated when no layout has one)
+        terms = stage_memory(ctx, b, stage_name) if stage_name != "middle" or interior else _no_rank(b)
         for name in MEMORY_TERMS:
             out[f"mem_{stage_name}_{name}_bytes"] = terms[name]
         totals[stage_name] = out[f"mem_{stage_name}_total_bytes"] = terms["total"]

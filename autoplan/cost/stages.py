@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoplan.cost.arrays import select
 from autoplan.specs.model import ModelSpec
 
 
@@ -62,13 +63,14 @@ class StageLayers:
 def heaviest_stage(first: np.ndarray, middle: np.ndarray, last: np.ndarray) -> np.ndarray:
     """0, 1 or 2 where the first, the middle or the last stage weighs the most (ties to the
     earlier), for ``choose_stage`` over the three stages' values."""
-    return np.select([first >= np.maximum(middle, last), middle >= last], [0, 1], 2)
+    return select([first >= np.maximum(middle, last), middle >= last], [0, 1], 2)
 
 
 def choose_stage(pick: np.ndarray, first, middle, last) -> np.ndarray:
     """``np.choose(pick, [first, middle, last])`` (``pick`` from ``heaviest_stage``) by two masked
     copies: the same values, about 10x faster where most layouts pick the same stage."""
-    out = np.array(np.broadcast_to(last, np.shape(pick)), dtype=np.result_type(first, middle, last))
+    out = np.empty(np.shape(pick), dtype=np.result_type(first, middle, last))
+    np.copyto(out, last)  # (broadcast: np.broadcast_to costs ~2 µs a call more)
     np.copyto(out, middle, where=pick == 1)
     np.copyto(out, first, where=pick == 0)
     return out

@@ -66,7 +66,7 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     fwd, dense_c, moe_c, recompute_s, head = _micro_batch_compute_s(ctx, b)
     tokens = b.mbs * ctx.training.seq_len / b.cp
     ov = overlap_fractions(ctx)
-    st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
+    st = comm.layout_strides(ctx, b)
     lc = _per_layer_comm_s(ctx, b, st)
     stage_time, floors = {}, []
     for name, extra in (("first", 0.0), ("middle", 0.0), ("last", head)):
@@ -121,7 +121,7 @@ def data_parallel_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndar
     optimizer offload, which hides behind the last backward, is ``time_table``'s)."""
     most = stage_layer_counts(ctx, b)["most"]
     stage_params = layout_stage_params(ctx, b)
-    st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
+    st = comm.layout_strides(ctx, b)
     parts = dict(dp_comm_s(ctx, b, st, stage_params["dense"], stage_params["expert"], most))
     parts["grad_accumulation"] = grad_accumulation_s(ctx, b, stage_params["dense"] + stage_params["expert"])
     parts["fetch"] = param_fetch_s(ctx, b, stage_params, most)  # 0 without offload

@@ -15,7 +15,7 @@ from autoplan.cost.offload import CODE as OFFLOAD
 from autoplan.cost.optimizer import CODE as OPTIMIZER
 from autoplan.cost.schedule import CODE as SCHEDULE
 from autoplan.layout import PRECISION, PP_SPLITS, PRECISIONS
-from autoplan.rules.table import ALL, Rule, RuleContext
+from autoplan.rules.table import ALL, Rule, RuleContext, one_of
 from autoplan.specs.training import TRAINER_SETTINGS, setting_choice
 
 PROFILES = "autoplan/profiles/<trainer>.yaml capabilities"
@@ -69,7 +69,7 @@ def _listed(name: str, knob: str, field: str, codes, invariant: str, verb: str, 
     """The rule that a layout's ``knob`` is one of the capability list ``field``: 'knob=value,
     <trainer> <verb> <the list>'."""
     return Rule(name, ALL, invariant,
-                lambda c, b: ~np.isin(getattr(b, knob), listed(getattr(caps(c), field), codes)),
+                lambda c, b: ~one_of(getattr(b, knob), listed(getattr(caps(c), field), codes)),
                 lambda c, x: f"{knob}={getattr(x, knob)}, {c.profile.name} {_at_version(c)}{verb} "
                              f"{_names(getattr(caps(c), field))}{_later(c, field, getattr(x, knob))}",
                 PROFILES + f" ({field}{source}; later_versions)", fix=lambda c, x: fix)
@@ -97,7 +97,7 @@ RULES = [
 # Last in the table: a layout is first told what in it is wrong, then what the trainer lacks.
 PROFILE_RULES = [
     Rule("trainer_zero", ALL, "the trainer must support the ZeRO stage",
-         lambda c, b: ~np.isin(b.zero, caps(c).zero_stages),
+         lambda c, b: ~one_of(b.zero, caps(c).zero_stages),
          lambda c, x: f"zero={x.zero}, {c.profile.name} supports {list(caps(c).zero_stages)}",
          PROFILES + " (zero_stages)", fix=_fix_zero),
     Rule("trainer_zero_pp", ALL, "pipeline parallelism limits the ZeRO stage",
@@ -143,7 +143,7 @@ PROFILE_RULES = [
           ("recompute_modules", "selective recompute of named modules",
            "leave --recompute-modules empty (the trainer's own selective recompute)"))),
     Rule("trainer_pp_schedule", ALL, "the trainer must implement the pipeline schedule",
-         lambda c, b: ~np.isin(b.pp_schedule, listed(caps(c).pp_schedules, SCHEDULE)),
+         lambda c, b: ~one_of(b.pp_schedule, listed(caps(c).pp_schedules, SCHEDULE)),
          lambda c, x: f"pp_schedule={x.pp_schedule}, {c.profile.name} runs "
                       f"{', '.join(caps(c).pp_schedules[1:]) or 'only its own'}"
                       + ("; DualPipe is DeepSeek's standalone library" if x.pp_schedule == "dualpipe" else ""),
@@ -155,18 +155,18 @@ PROFILE_RULES = [
     _listed("trainer_optimizer", "optimizer", "optimizers", OPTIMIZER, "the trainer must implement the optimizer",
             "runs", "try --optimizer adamw"),
     Rule("trainer_state_offload", ALL, "the trainer must be able to offload these model states to the host",
-         lambda c, b: ~np.isin(b.offload, listed(caps(c).state_offloads, OFFLOAD)),
+         lambda c, b: ~one_of(b.offload, listed(caps(c).state_offloads, OFFLOAD)),
          lambda c, x: f"offload={x.offload}, {c.profile.name} offloads "
                       f"{', '.join(caps(c).state_offloads[1:]) or 'nothing'}",
          PROFILES + " (state_offloads)", fix=lambda c, x: "try --offload none"),
     Rule("offload_cpu_optimizer", ALL, "an offloaded optimizer step needs the trainer's CPU version of the optimizer",
          lambda c, b: (b.offload >= OFFLOAD["optimizer"])
-         & ~np.isin(b.optimizer, listed(caps(c).cpu_optimizers, OPTIMIZER)),
+         & ~one_of(b.optimizer, listed(caps(c).cpu_optimizers, OPTIMIZER)),
          lambda c, x: f"optimizer={x.optimizer}, offload={x.offload}, {c.profile.name} runs "
                       f"{_names(caps(c).cpu_optimizers)} on the CPU",
          PROFILES + " (cpu_optimizers)", fix=lambda c, x: "try --optimizer adamw"),
     Rule("trainer_hsdp", ALL, "the trainer must shard hybrid at this ZeRO stage",
-         lambda c, b: (b.hsdp > 0) & ~np.isin(b.zero, caps(c).hybrid_shard_zero_stages),
+         lambda c, b: (b.hsdp > 0) & ~one_of(b.zero, caps(c).hybrid_shard_zero_stages),
          lambda c, x: f"hsdp={x.hsdp}, zero={x.zero}, {c.profile.name} shards hybrid at: "
                       + (f"zero {_names(caps(c).hybrid_shard_zero_stages)}" if caps(c).hybrid_shard_zero_stages
                          else "none"),

@@ -23,11 +23,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 
 from autoplan.cost.offload import CODE as OFFLOAD
 from autoplan.cost.optimizer import CODE as OPTIMIZER
-from autoplan.rules.table import ALL, Rule
+from autoplan.rules.table import ALL, Rule, one_of
 
 # Which optimizer and offload each trainer runs: its profile's capabilities (optimizers,
 # state_offloads, cpu_optimizers; autoplan.rules.capabilities). These rules are what must go with what.
@@ -41,13 +40,13 @@ SOURCES = ("Megatron-LM core_v0.19.0 megatron/training/arguments.py (--optimizer
 RULES = [
     Rule("megatron_emerging_optimizer_fsdp", ("megatron",),
          "Megatron's emerging optimizers (muon, lion) do not run under Megatron-FSDP (zero 3)",
-         lambda c, b: np.isin(b.optimizer, [OPTIMIZER["muon"], OPTIMIZER["lion"]]) & (b.zero >= 3),
+         lambda c, b: one_of(b.optimizer, [OPTIMIZER["muon"], OPTIMIZER["lion"]]) & (b.zero >= 3),
          lambda c, x: f"optimizer={x.optimizer}, zero={x.zero}",
          "Megatron-LM core_v0.19.0 megatron/training/arguments.py (validate_args, emerging optimizer check)",
          fix=lambda c, x: "try --zero 1"),
     Rule("deepspeed_megatron_optimizer", ("deepspeed",),
          "Megatron-DeepSpeed (DeepSpeed with tp > 1 or pp > 1) runs --optimizer adam or sgd",
-         lambda c, b: ((b.tp > 1) | (b.pp > 1)) & ~np.isin(b.optimizer, [OPTIMIZER["adamw"], OPTIMIZER["sgd"]]),
+         lambda c, b: ((b.tp > 1) | (b.pp > 1)) & ~one_of(b.optimizer, [OPTIMIZER["adamw"], OPTIMIZER["sgd"]]),
          lambda c, x: f"optimizer={x.optimizer}, tp={x.tp}, pp={x.pp}",
          "deepspeedai/Megatron-DeepSpeed megatron/arguments.py (--optimizer choices adam, sgd)",
          fix=lambda c, x: "try --optimizer adamw or --tp 1 --pp 1"),

@@ -73,7 +73,10 @@ class Rule:
 
     def broken_mask(self, ctx: RuleContext, batch: LayoutBatch) -> np.ndarray:
         """The predicate as a bool array with one entry per layout."""
-        return np.broadcast_to(np.asarray(self.broken(ctx, batch), dtype=bool), (len(batch),))
+        broken = self.broken(ctx, batch)
+        if isinstance(broken, np.ndarray) and broken.dtype == bool and broken.shape == (len(batch),):
+            return broken  # (most predicates: skip the ~4 µs of asarray and broadcast_to)
+        return np.broadcast_to(np.asarray(broken, dtype=bool), (len(batch),))
 
     def message(self, ctx: RuleContext, layout: Layout) -> str:
         return f"{self.invariant} ({self.values(ctx, layout)})"
@@ -91,6 +94,15 @@ def indivisible(value: Any, divisor: Any) -> Any:
     divisor divides the value the quotient is an exact integer; where it does not, the quotient is
     at least 1/divisor away from one, far more than its rounding error, so floor·divisor differs."""
     return np.floor(value / divisor) * divisor != value
+
+
+def one_of(values: Any, allowed: Any) -> Any:
+    """``np.isin(values, allowed)`` by one comparison per allowed value: the lists are a few
+    codes long, and np.isin's set-up costs ~8 µs a call (most of a small batch's legality check)."""
+    out = np.zeros(np.shape(values), dtype=bool)
+    for value in allowed:
+        out |= values == value
+    return out
 
 
 def seq_len_of(ctx: RuleContext, x: Any) -> Any:

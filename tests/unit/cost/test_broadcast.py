@@ -155,3 +155,49 @@ def test_groupings_that_differ_in_one_valued_knobs_or_order_are_one():
     for name in ("mbs", "pp", "zero", "vpp"):  # each row has its group representative's values
         values = getattr(batch, name)
         np.testing.assert_array_equal(values[wide.first][wide.inverse], values)
+
+
+@pytest.mark.parametrize("size", [1, 6000])
+def test_a_grouped_formula_runs_once_per_batch_and_options_inside_shared_groupings(size):
+    _, batch = wide_batch("llama3-8b", 64, "default", "megatron")
+    batch = batch.take(np.arange(size))
+    calls = []
+
+    @broadcast.per_group
+    def formula(ctx, b, scale):
+        calls.append(scale)
+        return b.pp * scale
+
+    formula(None, batch, 2.0)  # learns what it reads
+    calls.clear()
+    with broadcast.shared_groupings():
+        for _ in range(3):
+            np.testing.assert_array_equal(formula(None, batch, 2.0), batch.pp * 2.0)
+            np.testing.assert_array_equal(formula(None, batch, 3.0), batch.pp * 3.0)
+    assert calls == [2.0, 3.0]  # once per options, however often the other formulas ask
+    formula(None, batch, 2.0)  # outside the scope: evaluated afresh (a batch may change between calls)
+    assert calls == [2.0, 3.0, 2.0]
+
+
+def test_a_helper_once_per_batch_runs_once_in_a_scope_and_on_every_probe():
+    _, batch = wide_batch("llama3-8b", 64, "default", "megatron")
+    calls = []
+
+    @broadcast.once_per_batch
+    def helper(ctx, b):
+        calls.append(len(b))
+        return b.tp * 2.0
+
+    @broadcast.per_group
+    def formula(ctx, b):  # reads tp through the helper, pp itself
+        return helper(ctx, b) + b.pp
+
+    with broadcast.shared_groupings():
+        np.testing.assert_array_equal(helper(None, batch), batch.tp * 2.0)
+        np.testing.assert_array_equal(helper(None, batch), batch.tp * 2.0)
+    assert calls == [len(batch)]
+    formula(None, batch)  # learns that it reads tp (through the helper) and pp
+    with broadcast.shared_groupings():
+        np.testing.assert_array_equal(formula(None, batch), batch.tp * 2.0 + batch.pp)
+    distinct = len({(t, p) for t, p in zip(batch.tp, batch.pp)})
+    assert calls[-1] == distinct  # on the probe: the grouping knows tp

@@ -1,0 +1,25 @@
+"""cost.arrays.select agrees with the np.select it replaces: values and dtype."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoplan.cost.arrays import select
+
+
+@pytest.mark.parametrize("size", [1, 7, 5000])
+def test_select_matches_np_select(size):
+    rng = np.random.default_rng(size)
+    a, b = rng.random(size), rng.random(size)
+    a[::3] = np.nan  # NaNs are chosen (or not) like any value
+    conditions = [a > 0.5, b > 0.3, a > b]
+    for choices, default in (([a, b, a * b], 0.0), ([0, 1, 2], 3), ([a, 1.0, b], np.inf)):
+        got, expected = select(conditions, choices, default), np.select(conditions, choices, default)
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_select_names_a_mismatched_length():
+    with pytest.raises(ValueError, match="2 conditions and 1 choices"):
+        select([np.ones(2, bool), np.ones(2, bool)], [np.zeros(2)], 0.0)
