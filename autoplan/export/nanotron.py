@@ -25,7 +25,7 @@ from autoplan.export.common import (
     launch_shape,
     padded_vocab,
 )
-from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script
+from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
@@ -68,15 +68,18 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
         notes.append("the data set is read with Hugging Face datasets (text column 'text')")
     elif launch.synthetic:
         notes.append("dataset null = nanotron's dummy data generator (--mock-data)")
-    if not launch.data_path and not launch.mock_data:
-        warnings.append("no --data-path: dataset null is nanotron's dummy data generator; give --data-path "
-                        "(a Hugging Face dataset) and --tokenizer, or --mock-data to train on dummy data")
+    if _data_from_env(launch):
+        notes.append(f"no --data-path: the launch script requires DATA_PATH (a Hugging Face dataset) and writes it "
+                     f"into a copy of this file; run directly, {DATA_PLACEHOLDER!r} fails to load (never dummy data "
+                     "unless exported with --mock-data)")
     head = header_lines(VERSION, model, layout, training, launch=commands, notes=notes, warnings=warnings,
                         prediction=launch.prediction)
     text = commented(head) + yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
     setup = ("export CUDA_DEVICE_MAX_CONNECTIONS=1  # as nanotron's README launches run_train.py\n"
-             'NANOTRON="${NANOTRON:-.}"\n')
-    entry = Entry('"$NANOTRON/run_train.py"', setup, f'--config-file "${{EXPORT_DIR:-$PWD}}/{FILE_NAME}" "$@"')
+             'NANOTRON="${NANOTRON:-.}"\n' + f'CONFIG_FILE="${{EXPORT_DIR:-$PWD}}/{FILE_NAME}"\n')
+    if _data_from_env(launch):
+        setup += required("DATA_PATH", "a Hugging Face dataset name or path (or export with --mock-data)") + FILL_DATA
+    entry = Entry('"$NANOTRON/run_train.py"', setup, '--config-file "$CONFIG_FILE" "$@"')
     script = launch_script(LaunchShape(per_node, nodes), entry, launch.launcher, head, "autoplan-nanotron")
     return ExportResult({FILE_NAME: text, LAUNCH_FILE: script}, warnings)
 
@@ -145,10 +148,31 @@ def check_architecture(m: ModelSpec) -> None:
                           + ", ".join(problems))
 
 
+# Without --data-path (and without --mock-data) the YAML names this placeholder, which nanotron's
+# load_dataset cannot find, and the launch script writes DATA_PATH over it in a copy of the file:
+# dataset null would be nanotron's dummy data generator (src/nanotron/data/dataloader.py).
+DATA_PLACEHOLDER = "set-DATA_PATH"
+FILL_DATA = ('FILLED="$(mktemp -t nanotron_config.XXXXXX.yaml)"\n'
+             'python3 - "$CONFIG_FILE" "$FILLED" "$DATA_PATH" <<\'PY\'\n'
+             "import sys, yaml\n"
+             "config = yaml.safe_load(open(sys.argv[1]))\n"
+             "for stage in config['data_stages']:\n"
+             "    stage['data']['dataset']['hf_dataset_or_datasets'] = sys.argv[3]\n"
+             "yaml.safe_dump(config, open(sys.argv[2], 'w'), sort_keys=False)\n"
+             "PY\n"
+             'CONFIG_FILE="$FILLED"\n')
+
+
+def _data_from_env(launch: LaunchOptions) -> bool:
+    """No data path and no --mock-data: the launch script fills in DATA_PATH."""
+    return not launch.data_path and not launch.mock_data
+
+
 def _data(launch: LaunchOptions) -> dict[str, object]:
-    dataset = None
-    if launch.data_path:
-        dataset = {"hf_dataset_or_datasets": launch.data_path, "hf_dataset_splits": "train",
+    dataset = None  # nanotron's dummy data: only with --mock-data
+    path = DATA_PLACEHOLDER if _data_from_env(launch) else launch.data_path
+    if path:
+        dataset = {"hf_dataset_or_datasets": path, "hf_dataset_splits": "train",
                    "hf_dataset_config_name": None, "text_column_name": "text",
                    "dataset_processing_num_proc_per_process": 1, "dataset_overwrite_cache": False}
     return {"dataset": dataset, "seed": launch.seed, "num_loading_workers": 1}

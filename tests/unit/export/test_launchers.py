@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autoplan.api import plan_from_record
 from autoplan.export import TRAINERS, LaunchOptions, render, write_files
@@ -69,7 +70,8 @@ def _run_slurm(trainer: str, tmp_path: Path, env: dict[str, str]) -> subprocess.
     write_files(_files(trainer, "slurm"), out)
     bin_dir = _fake_tools(tmp_path / "bin")
     full = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node-[a-b]",
-            "SLURM_JOB_ID": "77", "LAUNCH_LOG": str(tmp_path / "log"), "EXPORT_DIR": str(out), **env}
+            "SLURM_JOB_ID": "77", "LAUNCH_LOG": str(tmp_path / "log"), "EXPORT_DIR": str(out),
+            "TMPDIR": str(tmp_path), **env}
     return subprocess.run([BASH, str(out / ENTRIES[trainer][0])], capture_output=True, text=True, env=full,
                           cwd=out)
 
@@ -86,11 +88,14 @@ def test_the_slurm_script_starts_torchrun_on_every_node(trainer, tmp_path):
     entry = ENTRIES[trainer][1]
     start = words.index(entry[0])
     assert all(word in words[start:] for word in entry), (entry, words[start:])
-    if trainer == "nanotron":
-        assert words[words.index("--config-file") + 1] == str(tmp_path / "export" / "nanotron_config.yaml")
+    if trainer == "nanotron":  # a copy of the exported config with DATA_PATH written in
+        filled = yaml.safe_load(Path(words[words.index("--config-file") + 1]).read_text())
+        exported = yaml.safe_load((tmp_path / "export" / "nanotron_config.yaml").read_text())
+        assert filled["data_stages"][0]["data"]["dataset"]["hf_dataset_or_datasets"] == ENV["DATA_PATH"]
+        assert filled["parallelism"] == exported["parallelism"] and filled["tokens"] == exported["tokens"]
 
 
-@pytest.mark.parametrize("trainer", ["megatron", "torchtitan", "deepspeed"])
+@pytest.mark.parametrize("trainer", TRAINERS)
 def test_an_unset_data_path_stops_the_script_before_the_launch(trainer, tmp_path):
     env = {k: v for k, v in ENV.items() if k != "DATA_PATH"}
     result = _run_slurm(trainer, tmp_path, env)
@@ -107,6 +112,18 @@ def test_megatron_trains_on_the_given_data_or_on_mock_data_only_when_asked():
     text = given["megatron_pretrain_gpt.sh"]
     assert "--data-path /d/text" in text and "--tokenizer-model meta-llama/Llama-3.1-8B" in text
     assert "${DATA_PATH" not in text and "${TOKENIZER" not in text
+
+
+def test_nanotron_trains_on_dummy_data_only_when_asked():
+    """dataset null is nanotron's dummy data generator: written with --mock-data only."""
+    def dataset(**launch):
+        text = _files("nanotron", "torchrun", **launch)["nanotron_config.yaml"]
+        return yaml.safe_load(text)["data_stages"][0]["data"]["dataset"]
+
+    assert dataset(mock_data=True) is None
+    assert dataset(data_path="HuggingFaceFW/fineweb")["hf_dataset_or_datasets"] == "HuggingFaceFW/fineweb"
+    assert dataset()["hf_dataset_or_datasets"] == "set-DATA_PATH"  # the launch script fills in DATA_PATH
+    assert "set DATA_PATH to" not in _files("nanotron", "torchrun", data_path="d")["nanotron_launch.sh"]
 
 
 def test_torchtitan_names_a_registered_data_set_and_its_path():
