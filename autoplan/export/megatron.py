@@ -66,6 +66,7 @@ from autoplan.export.common import (
 from autoplan.export import optimizer_precision
 from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
 from autoplan.export.megatron_model import LOCAL_ATTENTION, model_args, model_warnings
+from autoplan.export.megatron_model import MODEL_FIELDS as MODEL_FIELDS  # (the declaration, model_fields.py)
 from autoplan.export.placement import matching_order, placement_warning
 from autoplan.layout import Layout
 from autoplan.profiles import TrainerProfile, load_profile

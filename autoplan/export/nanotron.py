@@ -35,6 +35,9 @@ VERSION = "nanotron main @ 2411b022 (2026-04-07; package version 0.4)"
 FILE_NAME = "nanotron_config.yaml"
 LAUNCH_FILE = "nanotron_launch.sh"
 ORDERS = {"context": "tp-cp-dp-pp"}  # ParallelContext: ranks reshaped as (ep, pp, dp, cp, tp)
+# The model fields the config writes (autoplan.export.model_fields); the others are refused
+# (check_architecture) or warned (model_warnings).
+MODEL_FIELDS = frozenset({"rope_theta", "norm_eps", "bos_token_id", "eos_token_id", "tied_embeddings", "qkv_bias"})
 DEFAULT_TOKEN_IDS = (1, 2)  # LlamaConfig/Qwen2Config defaults, used when the model gives none
 
 
@@ -189,6 +192,9 @@ def model_warnings(m: ModelSpec) -> list[str]:
     if m.bos_token_id is None or m.eos_token_id is None:
         warnings.append(f"the model gives no bos/eos token id; nanotron's defaults {DEFAULT_TOKEN_IDS} are "
                         "written: set them from the tokenizer")
+    if m.num_mtp_layers:
+        warnings.append(f"{m.num_mtp_layers} MTP layer(s): nanotron has no multi-token prediction; the model "
+                        "is trained without it")
     moe = m.moe
     if moe is not None:
         differ = [text for bad, text in [

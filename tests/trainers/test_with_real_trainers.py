@@ -117,10 +117,24 @@ def test_deepspeed_accepts_the_config(case, tmp_path):
 
 TORCHTITAN = '''
 import importlib, sys
-folder, gpus = sys.argv[1], int(sys.argv[2])
+folder, gpus, eps = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 sys.path.insert(0, folder)
 cfg = importlib.import_module("torchtitan_autoplan").autoplan_config()
 cfg.model_spec.model.update_from_config(config=cfg)
+import dataclasses
+from torchtitan.models.common import RMSNorm
+def norms(config):
+    if isinstance(config, RMSNorm.Config):
+        yield config
+    elif dataclasses.is_dataclass(config) and not isinstance(config, type):
+        for f in dataclasses.fields(config):
+            yield from norms(getattr(config, f.name))
+    elif isinstance(config, (list, tuple)):
+        for item in config:
+            yield from norms(item)
+found = {n.eps for n in norms(cfg.model_spec.model)}
+assert found == {eps}, (found, eps)  # the model's norm eps on every norm of the flavor
+assert "triton" not in sys.modules, "building the config imported triton"
 import torch.distributed as tdist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from torchtitan.distributed import ParallelDims
@@ -139,7 +153,7 @@ def test_torchtitan_builds_the_config_and_mesh(case, tmp_path):
     if case["layout"].get("precision") == "fp8":
         pytest.skip("torchtitan's Float8 converter needs an SM89+ GPU and torchao")
     _export(case, "torchtitan", tmp_path)
-    _check(TORCHTITAN, tmp_path, case["layout"]["gpus"], trainer="torchtitan")
+    _check(TORCHTITAN, tmp_path, case["layout"]["gpus"], _model(case).norm_eps, trainer="torchtitan")
 
 
 MEGATRON_CORE = ARGS_OF + '''
