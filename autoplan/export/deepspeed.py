@@ -16,6 +16,7 @@ import json
 
 from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.common import (
+    megatron_checkpoint_args,
     check_model_features,
     ExportError,
     ExportResult,
@@ -52,7 +53,8 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     # Plain DeepSpeed trains the user's own (Hugging Face) model, windows and all; Megatron-DeepSpeed
     # builds its GPT model from the flags.
     features = check_model_features(model, training, "Megatron-DeepSpeed") if uses_megatron(layout) else []
-    warnings = features + _warnings(model, layout)
+    warnings = features + _warnings(model, layout) + (
+        launch.no_checkpoint_warning("Megatron-DeepSpeed") if uses_megatron(layout) else [])
     config = ds_config(layout, launch, with_optimizer=not uses_megatron(layout), moe=model.moe is not None)
     if model.moe is not None and layout.ep > 1 and not uses_megatron(layout):
         config["expert_parallel"] = autoep_section(model, layout)
@@ -163,7 +165,8 @@ def megatron_deepspeed_args(m: ModelSpec, lay: Layout, training: TrainingSpec, l
         args += [("--checkpoint-activations", None), ("--deepspeed-activation-checkpointing", None)]
     elif lay.recompute == "selective" and training.attention_kernel != "flash":
         args.append(("--recompute-granularity", "selective"))
-    return args + _mds_model_args(m, lay, training) + _mds_moe_args(m, lay, training.moe_capacity_factor) + _mds_schedule_args(m, launch)
+    return (args + _mds_model_args(m, lay, training) + _mds_moe_args(m, lay, training.moe_capacity_factor)
+            + _mds_schedule_args(m, launch) + megatron_checkpoint_args(launch))
 
 
 def _mds_model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
@@ -236,6 +239,8 @@ def _script(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOpt
                     "the script must call deepspeed.initialize(config=...) with its model, or be a Hugging "
                     f"Face Trainer script given --deepspeed {CONFIG_FILE}"]
         setup = (required("TRAIN_SCRIPT", "your DeepSpeed training script")
+                 + (required("CHECKPOINT_DIR", "", launch.checkpoint_dir) + "export CHECKPOINT_DIR\n"
+                    if launch.checkpoint_dir else "")
                  + bash_array("ARGS", shell_args([("--deepspeed", None), ("--deepspeed_config", CONFIG_FILE)])))
         entry = Entry('"$TRAIN_SCRIPT"', setup, '"${ARGS[@]}" "$@"')
         version = VERSION
@@ -264,7 +269,9 @@ def _notes(lay: Layout, training: TrainingSpec) -> list[str]:
                          "checkpoints nothing (megatron/model/transformer.py sets checkpoint_core_attention "
                          "only for unfused attention), as the prediction assumes; no flag is written")
         return notes
-    notes = [f"build the model with the shape above; the JSON holds batch, ZeRO-{lay.zero} and precision"]
+    notes = [f"build the model with the shape above; the JSON holds batch, ZeRO-{lay.zero} and precision",
+             "checkpoints are the training script's (model_engine.save_checkpoint / load_checkpoint); "
+             "--checkpoint-dir exports CHECKPOINT_DIR to it"]
     if lay.optimizer == "muon":
         notes.append("optimizer Muon: set p.use_muon = True on the 2-D hidden matrices and False on the "
                      "embedding, head and norms before deepspeed.initialize (engine.py asserts it)")

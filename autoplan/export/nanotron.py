@@ -54,7 +54,8 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
                   "make_vocab_size_divisible_by": 1, "model_config": model_config(model, layout, training)},
         "tokenizer": {"tokenizer_name_or_path": launch.tokenizer, "tokenizer_revision": None,
                       "tokenizer_max_length": None},
-        "checkpoints": {"checkpoints_path": "checkpoints", "checkpoint_interval": launch.train_steps,
+        "checkpoints": {"checkpoints_path": launch.checkpoint_dir or PLACEHOLDER.format("CHECKPOINT_DIR"),
+                        "checkpoint_interval": launch.train_steps,
                         "checkpoints_path_is_shared_file_system": False, "resume_checkpoint_path": None,
                         "save_initial_state": False},
         "logging": {"iteration_step_info_interval": 1, "log_level": "info", "log_level_replica": "info"},
@@ -71,17 +72,18 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
         notes.append("the data set is read with Hugging Face datasets (text column 'text')")
     elif launch.synthetic:
         notes.append("dataset null = nanotron's dummy data generator (--mock-data)")
-    if _data_from_env(launch):
-        notes.append(f"no --data-path: the launch script requires DATA_PATH (a Hugging Face dataset) and writes it "
-                     f"into a copy of this file; run directly, {DATA_PLACEHOLDER!r} fails to load (never dummy data "
-                     "unless exported with --mock-data)")
+    if _from_env(launch):
+        names = " and ".join(_from_env(launch))
+        notes.append(f"the launch script requires {names} and writes them over the set-NAME placeholders in a "
+                     "copy of this file (never dummy data unless exported with --mock-data)")
     head = header_lines(VERSION, model, layout, training, launch=commands, notes=notes, warnings=warnings,
                         prediction=launch.prediction)
     text = commented(head) + yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
     setup = ("export CUDA_DEVICE_MAX_CONNECTIONS=1  # as nanotron's README launches run_train.py\n"
              'NANOTRON="${NANOTRON:-.}"\n' + f'CONFIG_FILE="${{EXPORT_DIR:-$PWD}}/{FILE_NAME}"\n')
-    if _data_from_env(launch):
-        setup += required("DATA_PATH", "a Hugging Face dataset name or path (or export with --mock-data)") + FILL_DATA
+    for name in _from_env(launch):
+        setup += required(name, REQUIRED_PATHS[name]) + f"export {name}\n"
+    setup += FILL_PLACEHOLDERS if _from_env(launch) else ""
     entry = Entry('"$NANOTRON/run_train.py"', setup, '--config-file "$CONFIG_FILE" "$@"')
     script = launch_script(LaunchShape(per_node, nodes), entry, launch.launcher, head, "autoplan-nanotron")
     return ExportResult({FILE_NAME: text, LAUNCH_FILE: script}, warnings)
@@ -151,19 +153,35 @@ def check_architecture(m: ModelSpec) -> None:
                           + ", ".join(problems))
 
 
-# Without --data-path (and without --mock-data) the YAML names this placeholder, which nanotron's
-# load_dataset cannot find, and the launch script writes DATA_PATH over it in a copy of the file:
-# dataset null would be nanotron's dummy data generator (src/nanotron/data/dataloader.py).
-DATA_PLACEHOLDER = "set-DATA_PATH"
-FILL_DATA = ('FILLED="$(mktemp -t nanotron_config.XXXXXX.yaml)"\n'
-             'python3 - "$CONFIG_FILE" "$FILLED" "$DATA_PATH" <<\'PY\'\n'
-             "import sys, yaml\n"
-             "config = yaml.safe_load(open(sys.argv[1]))\n"
-             "for stage in config['data_stages']:\n"
-             "    stage['data']['dataset']['hf_dataset_or_datasets'] = sys.argv[3]\n"
-             "yaml.safe_dump(config, open(sys.argv[2], 'w'), sort_keys=False)\n"
-             "PY\n"
-             'CONFIG_FILE="$FILLED"\n')
+# A path the export was not given is a placeholder ``set-NAME`` in the YAML, which the launch
+# script replaces by the required environment variable NAME in a copy of the file (run directly,
+# the placeholder fails: no data set or folder of that name). Without --data-path (and without
+# --mock-data) that is DATA_PATH: dataset null would be nanotron's dummy data generator
+# (src/nanotron/data/dataloader.py); without --checkpoint-dir CHECKPOINT_DIR, as nanotron requires
+# checkpoints.checkpoints_path (src/nanotron/config/config.py CheckpointsArgs).
+PLACEHOLDER = "set-{}"
+REQUIRED_PATHS = {"DATA_PATH": "a Hugging Face dataset name or path (or export with --data-path or --mock-data)",
+                  "CHECKPOINT_DIR": "the folder nanotron saves checkpoints in (or export with --checkpoint-dir)"}
+FILL_PLACEHOLDERS = ('FILLED="$(mktemp -t nanotron_config.XXXXXX.yaml)"\n'
+                     'python3 - "$CONFIG_FILE" "$FILLED" <<\'PY\'\n'
+                     "import os, sys, yaml\n"
+                     "def fill(node):\n"
+                     "    if isinstance(node, dict):\n"
+                     "        return {key: fill(value) for key, value in node.items()}\n"
+                     "    if isinstance(node, list):\n"
+                     "        return [fill(value) for value in node]\n"
+                     "    if isinstance(node, str) and node.startswith('set-') and node[4:] in os.environ:\n"
+                     "        return os.environ[node[4:]]\n"
+                     "    return node\n"
+                     "yaml.safe_dump(fill(yaml.safe_load(open(sys.argv[1]))), open(sys.argv[2], 'w'), sort_keys=False)\n"
+                     "PY\n"
+                     'CONFIG_FILE="$FILLED"\n')
+
+
+def _from_env(launch: LaunchOptions) -> list[str]:
+    """The paths the launch script takes from the environment (REQUIRED_PATHS)."""
+    return [name for name, missing in [("DATA_PATH", _data_from_env(launch)),
+                                       ("CHECKPOINT_DIR", not launch.checkpoint_dir)] if missing]
 
 
 def _data_from_env(launch: LaunchOptions) -> bool:
@@ -173,7 +191,7 @@ def _data_from_env(launch: LaunchOptions) -> bool:
 
 def _data(launch: LaunchOptions) -> dict[str, object]:
     dataset = None  # nanotron's dummy data: only with --mock-data
-    path = DATA_PLACEHOLDER if _data_from_env(launch) else launch.data_path
+    path = PLACEHOLDER.format("DATA_PATH") if _data_from_env(launch) else launch.data_path
     if path:
         dataset = {"hf_dataset_or_datasets": path, "hf_dataset_splits": "train",
                    "hf_dataset_config_name": None, "text_column_name": "text",

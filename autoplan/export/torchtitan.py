@@ -75,7 +75,7 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     per_node, nodes = launch_shape(training)
     family, flavor, in_v02 = model_flavor(model)
     warnings = (check_model_features(model, training, "torchtitan") + _warnings(model, layout)
-                + model_warnings(model, family, flavor))
+                + model_warnings(model, family, flavor) + launch.no_checkpoint_warning("torchtitan"))
     toml_flavor = flavor if in_v02 else CUSTOM_FLAVOR
     toml_warnings = list(warnings) + toml_model_warnings(model, family, toml_flavor)
     if layout.precision == "fp8" and training.fp8_recipe == "tensorwise":
@@ -236,7 +236,7 @@ def _module(model, lay, training, launch, family, flavor, commands, warnings) ->
             "            global_vocab_size=decoder_vocab_size(model_spec)))")
     return (commented(head) + '"""torchtitan Trainer.Config for this plan: --config autoplan_config."""\n\n'
             + _imports(family, flavor, fp8, training.fp8_recipe, _writes_mtp(model, family),
-                       _sets_norm_eps(model, family))
+                       _sets_norm_eps(model, family), bool(launch.checkpoint_dir))
             + _required_helper(launch) + (NORM_EPS_HELPER if _sets_norm_eps(model, family) else "")
             + (_v03_flavor(model, lay, training) if flavor == CUSTOM_FLAVOR else "")
             + f"\nPLAN = {lay.to_record(training)!r}\n\n\n"
@@ -256,6 +256,8 @@ def _module(model, lay, training, launch, family, flavor, commands, warnings) ->
             + f"        dataloader=HuggingFaceTextDataLoader.Config({_module_data(launch)}),\n"
             + f"        parallelism=ParallelismConfig(\n{parallel}),\n"
             + f"        activation_checkpoint={ac},\n"
+            + (f"        checkpoint=CheckpointManager.Config(enable=True, folder={launch.checkpoint_dir!r}, "
+               f"interval={launch.train_steps!r}),\n" if launch.checkpoint_dir else "")
             + f"        compile=CompileConfig(enable={fp8!r}, components=['model', 'loss']),\n"
             + f"        debug=DebugConfig(seed={launch.seed!r}),\n"
             + "    )\n")
@@ -327,7 +329,8 @@ NORM_EPS_HELPER = (
     "            _norm_eps(item, eps)\n\n")
 
 
-def _imports(family: str, flavor: str, fp8: bool, recipe: str, mtp: bool = False, norm_eps: bool = False) -> str:
+def _imports(family: str, flavor: str, fp8: bool, recipe: str, mtp: bool = False, norm_eps: bool = False,
+             checkpoint: bool = False) -> str:
     lines = ["from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss",
              "from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw",
              "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig",
@@ -340,6 +343,8 @@ def _imports(family: str, flavor: str, fp8: bool, recipe: str, mtp: bool = False
     if fp8:
         converter = "MXFP8LinearConverter" if recipe == "mxfp8" else "Float8LinearConverter"
         lines.insert(2, f"from torchtitan.components.quantization import {converter}")
+    if checkpoint:  # (as torchtitan's own config_registry modules import it)
+        lines.insert(0, "from torchtitan.components.checkpoint import CheckpointManager")
     if mtp:
         lines.append("from torchtitan.models.deepseek_v3.mtp import MTPLoss")
     if flavor == CUSTOM_FLAVOR:
@@ -398,6 +403,8 @@ def _toml(model, lay, training, launch, family, flavor, commands, warnings) -> s
                   *_toml_data(launch)]),
               ("parallelism", par + [("expert_tensor_parallel_degree", lay.etp)]),
               ("activation_checkpoint", ac),
+              *([("checkpoint", [("enable", True), ("folder", launch.checkpoint_dir),
+                                 ("interval", launch.train_steps)])] if launch.checkpoint_dir else []),
               ("compile", [("enable", lay.precision == "fp8"), ("components", ["model", "loss"])]),
               ("debug", [("seed", launch.seed)])]
     if lay.precision == "fp8":  # 0.2.2's job_config.py: Float8Linear.recipe_name, MXLinear.recipe_name

@@ -30,7 +30,7 @@ ENTRIES = {
                                           "deepspeed_config.json"]),
 }
 ENV = {"MEGATRON_LM": "/opt/mlm", "NANOTRON": "/opt/nanotron", "MEGATRON_DEEPSPEED": "/opt/mds",
-       "DATA_PATH": "/data/corpus_text_document", "TOKENIZER": "/models/tok"}
+       "DATA_PATH": "/data/corpus_text_document", "TOKENIZER": "/models/tok", "CHECKPOINT_DIR": "/ckpt/run"}
 
 
 def _files(trainer: str, launcher: str, **launch) -> dict[str, str]:
@@ -92,6 +92,7 @@ def test_the_slurm_script_starts_torchrun_on_every_node(trainer, tmp_path):
         filled = yaml.safe_load(Path(words[words.index("--config-file") + 1]).read_text())
         exported = yaml.safe_load((tmp_path / "export" / "nanotron_config.yaml").read_text())
         assert filled["data_stages"][0]["data"]["dataset"]["hf_dataset_or_datasets"] == ENV["DATA_PATH"]
+        assert filled["checkpoints"]["checkpoints_path"] == ENV["CHECKPOINT_DIR"]
         assert filled["parallelism"] == exported["parallelism"] and filled["tokens"] == exported["tokens"]
 
 
@@ -147,3 +148,39 @@ def test_a_dropless_plan_is_dropless_in_megatron_deepspeed():
     assert "--disable-moe-token-dropping" in script
     dense = render("deepspeed", load_model("llama3-8b"), *plan_from_record(RECORD | {"zero": 1}))
     assert "moe-token-dropping" not in dense.files["deepspeed_launch.sh"]
+
+
+def test_every_trainer_saves_in_the_checkpoint_dir():
+    """--checkpoint-dir: Megatron-LM / Megatron-DeepSpeed --save/--load/--save-interval
+    (arguments.py), torchtitan CheckpointManager.Config(enable, folder, interval) and 0.2.2's
+    [checkpoint], nanotron checkpoints.checkpoints_path, plain DeepSpeed CHECKPOINT_DIR for its
+    script; every run saves every --train-steps (1000) steps."""
+    ckpt = "/ckpt/run"
+    megatron = _files("megatron", "torchrun", checkpoint_dir=ckpt)["megatron_pretrain_gpt.sh"]
+    assert "--save /ckpt/run" in megatron and "--load /ckpt/run" in megatron and "--save-interval 1000" in megatron
+    titan = _files("torchtitan", "torchrun", checkpoint_dir=ckpt)
+    assert ("checkpoint=CheckpointManager.Config(enable=True, folder='/ckpt/run', interval=1000)"
+            in titan["torchtitan_autoplan.py"])
+    assert '[checkpoint]\nenable = true\nfolder = "/ckpt/run"\ninterval = 1000\n' in titan["torchtitan_job.toml"]
+    nanotron = yaml.safe_load(_files("nanotron", "torchrun", checkpoint_dir=ckpt)["nanotron_config.yaml"])
+    assert nanotron["checkpoints"]["checkpoints_path"] == ckpt
+    mds = _files("deepspeed", "torchrun", checkpoint_dir=ckpt)["deepspeed_launch.sh"]  # tp 2: Megatron-DeepSpeed
+    assert "--save /ckpt/run" in mds and "--save-interval 1000" in mds
+    layout, training = plan_from_record({**RECORD, "tp": 1, "zero": 1})
+    plain = render("deepspeed", load_model("llama3-8b"), layout, training, LaunchOptions(checkpoint_dir=ckpt))
+    assert 'CHECKPOINT_DIR="${CHECKPOINT_DIR:-/ckpt/run}"\nexport CHECKPOINT_DIR\n' in plain.files["deepspeed_launch.sh"]
+
+
+@pytest.mark.parametrize("trainer", ["megatron", "torchtitan", "deepspeed"])
+def test_without_a_checkpoint_dir_nothing_saved_is_a_warning(trainer):
+    layout, training = plan_from_record({**RECORD, "zero": 3 if trainer == "torchtitan" else 1})
+    result = render(trainer, load_model("llama3-8b"), layout, training)
+    assert any(w.startswith("no --checkpoint-dir:") for w in result.warnings)
+
+
+def test_nanotron_without_a_checkpoint_dir_requires_one_at_launch(tmp_path):
+    """nanotron needs checkpoints_path (CheckpointsArgs): the script stops without CHECKPOINT_DIR."""
+    config = yaml.safe_load(_files("nanotron", "torchrun")["nanotron_config.yaml"])
+    assert config["checkpoints"]["checkpoints_path"] == "set-CHECKPOINT_DIR"
+    result = _run_slurm("nanotron", tmp_path, {k: v for k, v in ENV.items() if k != "CHECKPOINT_DIR"})
+    assert result.returncode != 0 and "set CHECKPOINT_DIR to" in result.stderr

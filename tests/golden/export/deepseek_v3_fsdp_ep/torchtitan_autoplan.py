@@ -6,6 +6,7 @@
 #         dry run without GPUs: NGPU=64 COMM_MODE=fake_backend MODULE=torchtitan_autoplan CONFIG=autoplan_config ./run_train.sh   (with this folder on PYTHONPATH)
 # Note: the model is torchtitan's own flavor
 # WARNING: torchtitan's MoE has no balance loss: the model's aux loss of weight 0.001 is not applied (it balances with an expert bias, load_balance_coeff 1e-3)
+# WARNING: no --checkpoint-dir: torchtitan saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 """torchtitan Trainer.Config for this plan: --config autoplan_config."""
 
 import dataclasses

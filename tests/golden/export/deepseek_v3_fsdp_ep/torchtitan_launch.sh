@@ -5,6 +5,7 @@
 # Batch: 64 sequences x 4096 tokens = 262144 tokens per step (dp 64 x mbs 1 x grad_acc 1); precision bf16
 # Launch: NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash torchtitan_launch.sh   (on each of the 8 node(s), from this folder)
 # WARNING: torchtitan's MoE has no balance loss: the model's aux loss of weight 0.001 is not applied (it balances with an expert bias, load_balance_coeff 1e-3)
+# WARNING: no --checkpoint-dir: torchtitan saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=8
