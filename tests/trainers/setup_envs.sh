@@ -16,13 +16,14 @@ MEGATRON_TAG="core_v0.15.3"
 # What each check imports (tests/trainers/test_with_real_trainers.py), pinned:
 # * megatron: megatron-core's TransformerConfig and micro-batch calculator; Megatron-LM's
 #   arguments.py and tokenizer modules import six and regex at parse time.
-# * torchtitan 0.3.0: its own requirements (spmd_types, tyro, datasets, ...); triton is
-#   imported only by torchtitan/overrides/ and distributed/minimal_async_ep/ (GPU kernels), never
-#   while the config module is built, so it is not installed.
+# * torchtitan 0.3.0: its own requirements (spmd_types, tyro, datasets, ...) and triton, which
+#   it does not declare but imports whenever a model module loads (models/common/token_dispatcher.py
+#   -> distributed/minimal_async_ep/kernels.py `import triton`); on a CPU it only imports, its
+#   @triton.jit kernels compile on first GPU use. 3.8.0 is the wheel on this machine's index.
 # * deepspeed 0.19.8: DeepSpeedConfig (its own requirements).
 declare -A PACKAGES=(
     [megatron]="numpy<2 megatron-core==0.15.3 einops==0.8.1 pyyaml packaging six==1.17.0 regex"
-    [torchtitan]="torchtitan==0.3.0"
+    [torchtitan]="torchtitan==0.3.0 triton==3.8.0"
     [deepspeed]="deepspeed==0.19.8"
 )
 for trainer in megatron torchtitan deepspeed; do
