@@ -54,10 +54,11 @@ def read_capacity_csv(path: str | Path) -> pd.DataFrame:
     return frame
 
 
-def chosen_plans(result: CapacityResult) -> dict[str, Any] | None:
+def chosen_plans(result: CapacityResult, hardware_refs: dict[str, str] | None = None) -> dict[str, Any] | None:
     """The chosen point as a plans.json: one flat record per batch phase (rank = phase number),
     each with gpus (the GPUs the job uses), seq_len, gbs_seqs and every prediction of the layout
-    search; None when no point meets the deadline and the budget."""
+    search; None when no point meets the deadline and the budget. ``hardware_refs``: GPU name ->
+    how --hardware named it (a YAML path is recorded as that file, inputs_record)."""
     chosen = result.chosen
     if chosen is None:
         return None
@@ -69,7 +70,7 @@ def chosen_plans(result: CapacityResult) -> dict[str, Any] | None:
         plans.append(record)
     setup = result.setup
     return {"model": setup.model.name, "hardware": chosen["hardware"], "trainer": setup.trainer,
-            "inputs": inputs_record(bests[0].result.ctx),
+            "inputs": inputs_record(bests[0].result.ctx, {"hardware": (hardware_refs or {}).get(chosen["hardware"])}),
             "gpus": int(chosen["gpus"]), "train_days": float(chosen["train_days"]),
             "cost_usd": float(chosen["cost_usd"]), "note": "rank = batch phase; export one with "
             "`autoplan export plans.json --to TRAINER --rank PHASE` (the plan's model and hardware are recorded)",
@@ -90,7 +91,7 @@ def write_capacity(result: CapacityResult, out_dir: str | Path, *, inputs: dict[
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "capacity.csv", capacity_csv(result))
     written = ["capacity.csv"]
-    plans = chosen_plans(result)
+    plans = chosen_plans(result, inputs.get("hardware_refs"))
     if plans is not None:
         _write_json(out / "plans.json", plans)
         written.append("plans.json")

@@ -118,15 +118,20 @@ def capacity_command(**kw) -> None:
     if result.note:
         click.echo(f"Note: {result.note}", err=True)
     click.echo(f"Wrote {escape(kw['out_dir'])}/ ({', '.join(written)})", err=True)
-    _finish(result, kw["out_dir"])
+    _finish(result, kw["out_dir"], inputs["hardware_refs"])
 
 
-def _finish(result, out_dir: str) -> None:
-    """How to export the chosen point, or exit 1 saying what is missed."""
+def _finish(result, out_dir: str, hardware_refs: dict[str, str]) -> None:
+    """How to export the chosen point (its GPU as --hardware named it: a YAML path stays a path),
+    or exit 1 saying what is missed."""
+    import shlex
+
     chosen = result.chosen
     if chosen is not None:
-        click.echo(f"Export the chosen layout: autoplan export {escape(out_dir)}/plans.json --to megatron "
-                   f"--hardware {chosen['hardware']}" + (" --rank PHASE" if len(result.query.phases) > 1 else ""),
+        hardware = hardware_refs.get(chosen["hardware"], chosen["hardware"])
+        click.echo(f"Export the chosen layout: autoplan export {escape(shlex.quote(f'{out_dir}/plans.json'))} "
+                   f"--to megatron --hardware {escape(shlex.quote(hardware))}"
+                   + (" --rank PHASE" if len(result.query.phases) > 1 else ""),
                    err=True)
         return
     points = result.points
@@ -158,8 +163,11 @@ def _inputs(kw: dict):
 
     model = load_model(kw["model_name"])
     load_profile(kw["trainer"])
-    gpu_types = tuple({gpu.name: gpu for gpu in (load_gpu(name.strip()) for name in kw["hardware"].split(",")
-                                                  if name.strip())}.values())
+    given = {}  # GPU name -> how --hardware named it (a preset, or a YAML path such as a probed GPU's)
+    for ref in (part.strip() for part in kw["hardware"].split(",")):
+        if ref:
+            given.setdefault(load_gpu(ref).name, ref)
+    gpu_types = tuple(load_gpu(ref) for ref in given.values())
     hardware = tuple(gpu.name for gpu in gpu_types)
     if not hardware:
         raise AutoplanError(f"--hardware: expected GPU names like 'h100-sxm,b200', got {shown(kw['hardware'])}")
@@ -179,7 +187,7 @@ def _inputs(kw: dict):
                           budget_usd=parse_budget_usd(kw["budget"]) if kw["budget"] else None, prefer=kw["prefer"],
                           pessimistic=kw["pessimistic"])
     inputs = {k: v for k, v in kw.items() if k not in ("out_dir", "output_format", "top_k", "no_plots")}
-    inputs.update(model=model.name, hardware=list(hardware), seq_len=setup.train_seq_len,
+    inputs.update(model=model.name, hardware=list(hardware), hardware_refs=given, seq_len=setup.train_seq_len,
                   phases=[vars(p) for p in phases], prices_usd=query.price_usd())
     return setup, query, inputs
 

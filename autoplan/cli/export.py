@@ -12,6 +12,7 @@ from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_valu
 from autoplan.cli.options import (
     SETUP_SETTINGS,
     allow_uneven_option,
+    launch_options,
     training_from_options,
     training_options,
 )
@@ -45,12 +46,11 @@ TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
                                                  "launch script requires DATA_PATH).")
 @click.option("--mock-data", is_flag=True, help="Train on the trainer's synthetic or demo data where no --data-path "
                                                 "is given (never without this flag).")
-@click.option("--launcher", type=click.Choice(("torchrun", "slurm")), default="torchrun", show_default=True,
-              help="Launch script kind: torchrun on each node, or an sbatch script (srun + torchrun c10d rendezvous).")
+@launch_options
 @allow_uneven_option
 @click.pass_context
 def export_command(ctx: click.Context, plan, trainer, output, rank, profile_path, trainer_version, train_steps,
-                   tokenizer, data_path, mock_data, launcher, allow_uneven_pp, **kwargs) -> None:
+                   tokenizer, data_path, mock_data, launcher, checkpoint_dir, allow_uneven_pp, **kwargs) -> None:
     """Write the config that TRAINER launches from, for one plan.
 
     \b
@@ -71,10 +71,12 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, profile_path
     if plan:
         model, layout, training, prediction = _from_plan(ctx, plan, rank, trainer, kwargs)
         profile_path = profile_path or kwargs.pop("recorded_profile", None)
+        trainer_version = _trainer_version(trainer_version, kwargs.pop("recorded_trainer_version", None), plan)
     else:
         model, layout, training = _from_options(kwargs)
     launch = LaunchOptions(train_steps=train_steps, tokenizer=tokenizer, data_path=data_path,
-                           prediction=prediction, launcher=launcher, mock_data=mock_data)
+                           prediction=prediction, launcher=launcher, mock_data=mock_data,
+                           checkpoint_dir=checkpoint_dir)
     if prediction is not None:
         click.echo(f"predicted for this plan: {prediction.describe()}", err=True)
     result = render(trainer, model, layout, training, launch, allow_uneven_pp=allow_uneven_pp,
@@ -117,6 +119,8 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: d
     _recorded_cluster(ctx, recorded, kwargs, plan)
     if recorded.get("profile") and data.get("trainer") == trainer:
         kwargs["recorded_profile"] = recorded["profile"]  # the calibrated profile of the search
+    if data.get("trainer_version") and data.get("trainer") == trainer:
+        kwargs["recorded_trainer_version"] = str(data["trainer_version"])  # the capabilities it searched with
     if data.get("trainer") and str(data["trainer"]) != trainer:
         click.echo(f"note: the plan was searched for trainer {shown(str(data['trainer']))}; its predictions assume "
                    f"that trainer's implementation, not {trainer}'s", err=True)
@@ -131,6 +135,15 @@ def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: d
                                      gbs_seqs=setup["gbs_seqs"], seq_len=setup.get("seq_len"), gbs_tokens=None)
     prediction = Prediction.from_record(record, str(data.get("trainer") or "searched"))
     return model, layout_from_record(record, training), training, prediction
+
+
+def _trainer_version(given: str | None, recorded: str | None, plan: str) -> str | None:
+    """The trainer version to write for: --trainer-version, else the one PLAN was searched with
+    (plans.json ``trainer_version``); a given one that differs overrides it, with a note."""
+    if given and recorded and given != recorded:
+        click.echo(f"note: --trainer-version {shown(given)} overrides the {shown(recorded)} {plan} was searched "
+                   "with; its plans and predictions assume the latter's capabilities", err=True)
+    return given or recorded
 
 
 def _profile(trainer: str, training, profile_path: str | None):

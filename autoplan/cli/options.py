@@ -237,6 +237,20 @@ def training_options(func: Callable | None = None, *, model_required: bool = Tru
     return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
 
 
+def launch_options(func: Callable) -> Callable:
+    """--launcher and --checkpoint-dir: how the exported launch script starts the trainer and where
+    the run saves, the same for `export` and `search --export` (autoplan.export.LaunchOptions)."""
+    options = [
+        click.option("--launcher", type=click.Choice(("torchrun", "slurm")), default="torchrun", show_default=True,
+                     help="Launch script kind: torchrun on each node, or an sbatch script (srun + torchrun "
+                          "c10d rendezvous)."),
+        click.option("--checkpoint-dir", default=None, metavar="DIR",
+                     help="Folder the trainer saves checkpoints in (every --train-steps steps) and resumes from "
+                          "[default: none saved; nanotron, which needs one, then requires CHECKPOINT_DIR at launch]."),
+    ]
+    return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
+
+
 def allow_uneven_option(func: Callable) -> Callable:
     """--even-stages-only (the keyword ``allow_uneven_pp`` is its negation), with one meaning in
     search, estimate, explain, compare and export. Uneven stages are legal by default wherever

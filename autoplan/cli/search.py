@@ -14,6 +14,7 @@ from autoplan.cli.options import (
     allow_uneven_option,
     context_from_options,
     fail,
+    launch_options,
     profile_band_note,
     output_format_option,
     trainer_options,
@@ -74,6 +75,7 @@ def knob_options(func):
               help="Also write configs into <out>/configs/ for megatron, torchtitan, nanotron, deepspeed: "
                    "for each, the best plan that trainer can run (searched again with its own profile "
                    "and rules), labelled with its predicted figures.")
+@launch_options
 @click.option("--report", is_flag=True, help="Write plots and report.html into the result folder.")
 @click.option("--gpu-hour-price", type=click.FloatRange(min=0.0, min_open=True), default=None,
               metavar="USD", help="Price of one GPU-hour; adds the dollars to train (needs --train-tokens).")
@@ -139,7 +141,7 @@ def search_command(**kw) -> None:
     _emit(result, kw["output_format"], kw["top_k"], costs, references=kw)
     written = ["plans.csv", "plans.json", "columns.md", "manifest.json"]
     if kw["export_to"]:
-        written += _export(result, kw["export_to"], out, kw["allow_uneven_pp"])
+        written += _export(result, kw, out)
     if kw["report"]:
         from autoplan.report.results import write_search_report
 
@@ -245,19 +247,21 @@ def _costs(result, kw: dict):
                             train_tokens=kw["train_tokens"])
 
 
-def _export(result, trainers: str, out: str, allow_uneven_pp: bool) -> list[str]:
-    """Each trainer's best plan that it can run, as its configs under <out>/configs/; one line per
-    trainer on stderr (its plan and predicted figures, or why it has none)."""
+def _export(result, kw: dict, out: str) -> list[str]:
+    """Each trainer's best plan that it can run, as its configs under <out>/configs/ (launched by
+    --launcher, saving in --checkpoint-dir); one line per trainer on stderr (its plan and
+    predicted figures, or why it has none)."""
     from pathlib import Path
 
-    from autoplan.export import parse_trainers, write_files
+    from autoplan.export import LaunchOptions, parse_trainers, write_files
     from autoplan.export.per_trainer import best_plans
     from autoplan.report.html import EXPORT_FOLDER
 
     if len(result.plan_rows(1)) == 0:
         return []
     written = []
-    for plan in best_plans(result, parse_trainers(trainers)):
+    launch = LaunchOptions(launcher=kw["launcher"], checkpoint_dir=kw["checkpoint_dir"])
+    for plan in best_plans(result, parse_trainers(kw["export_to"]), launch):
         click.echo(f"export {plan.summary()}", err=True)
         for warning in plan.result.warnings if plan.result else []:
             click.echo(f"  warning: {warning}", err=True)

@@ -75,6 +75,14 @@ class LaunchOptions:
     prediction: Prediction | None = None  # written in the header when known
     launcher: str = "torchrun"  # the launch script's kind: launch.LAUNCHERS
     mock_data: bool = False  # synthetic data (and a placeholder tokenizer) where no data path is given
+    checkpoint_dir: str | None = None  # where the trainer saves (and resumes) checkpoints
+
+    def no_checkpoint_warning(self, trainer: str) -> list[str]:
+        """The header warning of a trainer that saves nothing unless given a checkpoint folder."""
+        if self.checkpoint_dir:
+            return []
+        return [f"no --checkpoint-dir: {trainer} saves no checkpoint of this run; export with --checkpoint-dir "
+                "DIR to save every --train-steps steps and resume from DIR"]
 
     @property
     def synthetic(self) -> bool:
@@ -177,6 +185,16 @@ def check_model_features(m: ModelSpec, training: TrainingSpec, trainer: str, *,
                  for key, value in m.other_features]
     warnings += [f"{text}: not expressed by the {trainer} export" for text in IMPLIED_FEATURES.get(m.model_type, ())]
     return warnings
+
+
+def megatron_checkpoint_args(launch: LaunchOptions) -> list[tuple[str, object]]:
+    """Megatron-LM's and Megatron-DeepSpeed's checkpoint flags (``megatron/training/arguments.py``,
+    ``megatron/arguments.py``): ``--save`` and ``--load`` the checkpoint folder (a run resumes from
+    its latest checkpoint there) every ``--save-interval`` = the run's steps; none without one."""
+    if not launch.checkpoint_dir:
+        return []
+    return [("--save", launch.checkpoint_dir), ("--load", launch.checkpoint_dir),
+            ("--save-interval", launch.train_steps)]
 
 
 def launch_shape(training: TrainingSpec) -> tuple[int, int]:

@@ -16,6 +16,7 @@ import json
 
 from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.common import (
+    megatron_checkpoint_args,
     check_model_features,
     ExportError,
     ExportResult,
@@ -26,6 +27,7 @@ from autoplan.export.common import (
     padded_vocab,
     shell_args,
 )
+from autoplan.export import model_fields
 from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
@@ -51,7 +53,8 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     # Plain DeepSpeed trains the user's own (Hugging Face) model, windows and all; Megatron-DeepSpeed
     # builds its GPT model from the flags.
     features = check_model_features(model, training, "Megatron-DeepSpeed") if uses_megatron(layout) else []
-    warnings = features + _warnings(model, layout)
+    warnings = features + _warnings(model, layout) + (
+        launch.no_checkpoint_warning("Megatron-DeepSpeed") if uses_megatron(layout) else [])
     config = ds_config(layout, launch, with_optimizer=not uses_megatron(layout), moe=model.moe is not None)
     if model.moe is not None and layout.ep > 1 and not uses_megatron(layout):
         config["expert_parallel"] = autoep_section(model, layout)
@@ -116,6 +119,18 @@ def ds_optimizer(lay: Layout, launch: LaunchOptions) -> dict[str, object]:
 
 
 AUTOEP_PRESETS = ("mixtral", "qwen3_moe", "deepseek_v3")  # deepspeed/module_inject/auto_ep_presets at 0.19.8
+# Each preset's route_norm (top-k weights renormalised), auto_ep_presets/<preset>.py at 0.19.8; the
+# JSON's route_norm overrides it (auto_ep_config.py parse_autoep_config, auto_ep_layer.py).
+AUTOEP_ROUTE_NORM = {"mixtral": True, "qwen3_moe": True, "deepseek_v3": False}
+# The model fields each path writes (autoplan.export.model_fields). Plain DeepSpeed trains the
+# Hugging Face model, whose config carries them all, but for the expert bias: the HF router only
+# reads e_score_correction_bias, and AutoEP copies it but rejects load_balance_coeff (the update of
+# aux-loss-free balancing; auto_ep_presets/base.py), so nothing trains it (a warning).
+MODEL_FIELDS = frozenset(name for name in model_fields.FIELDS if name != "moe.router_bias")
+# Megatron-DeepSpeed's GPT model: the flags of megatron_deepspeed_args; the rest is warned
+# (_mds_warnings) or refused (architecture_problems, check_model_features).
+MDS_MODEL_FIELDS = frozenset({"rope_theta", "norm_eps", "bos_token_id", "eos_token_id", "tied_embeddings",
+                              "activation", "norm", "position_embedding", "linear_bias", "moe.aux_loss_coeff"})
 
 
 def autoep_section(m: ModelSpec, lay: Layout) -> dict[str, object]:
@@ -127,6 +142,8 @@ def autoep_section(m: ModelSpec, lay: Layout) -> dict[str, object]:
     section: dict[str, object] = {"enabled": True, "autoep_size": lay.ep, "expert_tensor_parallel_size": 1}
     if m.model_type in AUTOEP_PRESETS:
         section["preset_model"] = m.model_type
+        if AUTOEP_ROUTE_NORM[m.model_type] != m.moe.normalize_topk:
+            section["route_norm"] = m.moe.normalize_topk
     return section
 
 
@@ -148,7 +165,8 @@ def megatron_deepspeed_args(m: ModelSpec, lay: Layout, training: TrainingSpec, l
         args += [("--checkpoint-activations", None), ("--deepspeed-activation-checkpointing", None)]
     elif lay.recompute == "selective" and training.attention_kernel != "flash":
         args.append(("--recompute-granularity", "selective"))
-    return args + _mds_model_args(m, lay, training) + _mds_moe_args(m, lay, training.moe_capacity_factor) + _mds_schedule_args(m, launch)
+    return (args + _mds_model_args(m, lay, training) + _mds_moe_args(m, lay, training.moe_capacity_factor)
+            + _mds_schedule_args(m, launch) + megatron_checkpoint_args(launch))
 
 
 def _mds_model_args(m: ModelSpec, lay: Layout, training: TrainingSpec) -> Args:
@@ -221,6 +239,8 @@ def _script(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOpt
                     "the script must call deepspeed.initialize(config=...) with its model, or be a Hugging "
                     f"Face Trainer script given --deepspeed {CONFIG_FILE}"]
         setup = (required("TRAIN_SCRIPT", "your DeepSpeed training script")
+                 + (required("CHECKPOINT_DIR", "", launch.checkpoint_dir) + "export CHECKPOINT_DIR\n"
+                    if launch.checkpoint_dir else "")
                  + bash_array("ARGS", shell_args([("--deepspeed", None), ("--deepspeed_config", CONFIG_FILE)])))
         entry = Entry('"$TRAIN_SCRIPT"', setup, '"${ARGS[@]}" "$@"')
         version = VERSION
@@ -249,7 +269,9 @@ def _notes(lay: Layout, training: TrainingSpec) -> list[str]:
                          "checkpoints nothing (megatron/model/transformer.py sets checkpoint_core_attention "
                          "only for unfused attention), as the prediction assumes; no flag is written")
         return notes
-    notes = [f"build the model with the shape above; the JSON holds batch, ZeRO-{lay.zero} and precision"]
+    notes = [f"build the model with the shape above; the JSON holds batch, ZeRO-{lay.zero} and precision",
+             "checkpoints are the training script's (model_engine.save_checkpoint / load_checkpoint); "
+             "--checkpoint-dir exports CHECKPOINT_DIR to it"]
     if lay.optimizer == "muon":
         notes.append("optimizer Muon: set p.use_muon = True on the 2-D hidden matrices and False on the "
                      "embedding, head and norms before deepspeed.initialize (engine.py asserts it)")
@@ -274,6 +296,10 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
     if m.moe is not None and lay.ep > 1 and not uses_megatron(lay) and m.model_type not in AUTOEP_PRESETS:
         warnings.append(f"AutoEP has no preset for model_type {m.model_type!r}: add moe_layer_pattern, "
                         "expert_pattern and router_pattern to the JSON's expert_parallel section")
+    if m.moe is not None and m.moe.router_bias and not uses_megatron(lay):
+        warnings.append("the model's expert bias (e_score_correction_bias, aux-loss-free balancing) steers the "
+                        "routing but nothing updates it: the Hugging Face router only reads it and DeepSpeed "
+                        "0.19.8's AutoEP rejects load_balance_coeff (auto_ep_presets/base.py)")
     warnings += _mds_warnings(m, lay) if uses_megatron(lay) else []
     return warnings
 
@@ -286,15 +312,23 @@ def _mds_warnings(m: ModelSpec, lay: Layout) -> list[str]:
     if m.rope_scaling:
         warnings.append(f"rope_scaling {m.rope_scaling_dict} has no Megatron-DeepSpeed flag; RoPE is unscaled")
     moe = m.moe
-    if moe is not None and (moe.score_function != "softmax" or moe.num_expert_groups > 1 or moe.router_bias
-                            or moe.routed_scaling_factor != 1.0):
-        warnings.append("Megatron-DeepSpeed's top-k gate (softmax, no groups, bias or scaling) cannot "
-                        "express the model's router")
+    differ = [] if moe is None else [text for bad, text in [
+        (moe.score_function != "softmax", f"{moe.score_function} scores"),
+        (moe.router_bias, "an expert bias (e_score_correction_bias)"),
+        (moe.num_expert_groups > 1, f"group-limited routing ({moe.num_limited_groups} of {moe.num_expert_groups} groups)"),
+        (moe.routed_scaling_factor != 1.0, f"routed scaling {moe.routed_scaling_factor}"),
+        (moe.aux_loss_per_sequence, "a per-sequence balance loss")] if bad]
+    if differ:
+        warnings.append("Megatron-DeepSpeed's top-k gate (softmax, no groups, bias or scaling; a batch-wise "
+                        "balance loss) cannot express the model's " + ", ".join(differ))
     if moe is not None and (moe.num_shared_experts or moe.num_dense_layers
                             or moe.expert_ffn_hidden_size != m.ffn_hidden_size):
         warnings.append("Megatron-DeepSpeed MoE layers use --ffn-hidden-size for every expert in every "
                         "layer; shared experts, dense leading layers and a separate expert width are "
                         "not expressed")
+    if m.num_mtp_layers:
+        warnings.append(f"{m.num_mtp_layers} MTP layer(s): Megatron-DeepSpeed has no multi-token prediction; "
+                        "the model is trained without it")
     padded = padded_vocab(m.vocab_size, lay.tp)
     if padded != m.vocab_size:
         warnings.append(f"the vocabulary is padded from {m.vocab_size} to {padded} so that tp={lay.tp} "

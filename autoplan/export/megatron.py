@@ -60,12 +60,14 @@ from autoplan.export.common import (
     check_model_features,
     header_lines,
     launch_shape,
+    megatron_checkpoint_args,
     padded_vocab,
     shell_args,
 )
 from autoplan.export import optimizer_precision
 from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
 from autoplan.export.megatron_model import LOCAL_ATTENTION, model_args, model_warnings
+from autoplan.export.megatron_model import MODEL_FIELDS as MODEL_FIELDS  # (the declaration, model_fields.py)
 from autoplan.export.placement import matching_order, placement_warning
 from autoplan.layout import Layout
 from autoplan.profiles import TrainerProfile, load_profile
@@ -88,11 +90,12 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     profile = profile or load_profile("megatron")
     efficiency = assumed_efficiency(training, profile)
     warnings = (check_model_features(model, training, "Megatron-LM", local_attention=LOCAL_ATTENTION)
-                + _warnings(model, layout) + overlap_warnings(layout, efficiency))
+                + _warnings(model, layout) + overlap_warnings(layout, efficiency)
+                + launch.no_checkpoint_warning("Megatron-LM"))
     args = (parallel_args(layout) + overlap_args(layout, efficiency, profile) + batch_args(layout, training)
             + recompute_args(layout) + optimizer_args(layout, training)
             + precision_args(layout, training) + model_args(model, layout, training) + vocab_args(model, layout, launch)
-            + data_args(launch) + schedule_args(launch))
+            + data_args(launch) + schedule_args(launch) + megatron_checkpoint_args(launch))
     commands = [how_to_run(FILE_NAME, launch.launcher, nodes, "MEGATRON_LM=/path/to/Megatron-LM")]
     version = f"{TRAINER} {profile.capabilities.version} (pretrain_gpt.py)"
     head = header_lines(version, model, layout, training, launch=commands, warnings=warnings,

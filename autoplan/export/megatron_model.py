@@ -17,7 +17,7 @@ MoE routing            --moe-router-score-function, --moe-router-pre-softmax (so
                        --moe-router-num-groups/--moe-router-group-topk, load balancing type
                        (aux_loss, seq_aux_loss, none) and --moe-aux-loss-coeff from the model
 sliding window         --window-size (w-1,0), --window-attn-skip-freq n (:func:`window_args`)
-MTP                    not exported (the prediction does not count it): a warning
+MTP                    --mtp-num-layers (on the last stage, as the prediction counts it)
 token ids              taken from the tokenizer by Megatron; not flags
 =====================  =====================================================================
 """
@@ -32,6 +32,12 @@ from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import TrainingSpec
 
 Args = list[tuple[str, object]]
+# The model fields these flags write (autoplan.export.model_fields); token ids: the tokenizer's.
+MODEL_FIELDS = frozenset({
+    "rope_theta", "rope_scaling", "rotary_percent", "norm_eps", "bos_token_id", "eos_token_id", "tied_embeddings",
+    "activation", "norm", "position_embedding", "qk_norm", "qkv_bias", "linear_bias", "attention_window",
+    "num_mtp_layers", "mla", "moe.router_bias", "moe.score_function", "moe.normalize_topk",
+    "moe.routed_scaling_factor", "moe.num_expert_groups", "moe.aux_loss_coeff", "moe.aux_loss_per_sequence"})
 LOCAL_ATTENTION = ("sliding",)  # the local attentions window_args writes
 LLAMA3_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 YARN_FIXED = {"beta_fast": 32, "beta_slow": 1, "original_max_position_embeddings": 4096}

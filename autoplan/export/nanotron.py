@@ -25,7 +25,7 @@ from autoplan.export.common import (
     launch_shape,
     padded_vocab,
 )
-from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script
+from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
@@ -35,6 +35,9 @@ VERSION = "nanotron main @ 2411b022 (2026-04-07; package version 0.4)"
 FILE_NAME = "nanotron_config.yaml"
 LAUNCH_FILE = "nanotron_launch.sh"
 ORDERS = {"context": "tp-cp-dp-pp"}  # ParallelContext: ranks reshaped as (ep, pp, dp, cp, tp)
+# The model fields the config writes (autoplan.export.model_fields); the others are refused
+# (check_architecture) or warned (model_warnings).
+MODEL_FIELDS = frozenset({"rope_theta", "norm_eps", "bos_token_id", "eos_token_id", "tied_embeddings", "qkv_bias"})
 DEFAULT_TOKEN_IDS = (1, 2)  # LlamaConfig/Qwen2Config defaults, used when the model gives none
 
 
@@ -51,7 +54,8 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
                   "make_vocab_size_divisible_by": 1, "model_config": model_config(model, layout, training)},
         "tokenizer": {"tokenizer_name_or_path": launch.tokenizer, "tokenizer_revision": None,
                       "tokenizer_max_length": None},
-        "checkpoints": {"checkpoints_path": "checkpoints", "checkpoint_interval": launch.train_steps,
+        "checkpoints": {"checkpoints_path": launch.checkpoint_dir or PLACEHOLDER.format("CHECKPOINT_DIR"),
+                        "checkpoint_interval": launch.train_steps,
                         "checkpoints_path_is_shared_file_system": False, "resume_checkpoint_path": None,
                         "save_initial_state": False},
         "logging": {"iteration_step_info_interval": 1, "log_level": "info", "log_level_replica": "info"},
@@ -68,15 +72,19 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
         notes.append("the data set is read with Hugging Face datasets (text column 'text')")
     elif launch.synthetic:
         notes.append("dataset null = nanotron's dummy data generator (--mock-data)")
-    if not launch.data_path and not launch.mock_data:
-        warnings.append("no --data-path: dataset null is nanotron's dummy data generator; give --data-path "
-                        "(a Hugging Face dataset) and --tokenizer, or --mock-data to train on dummy data")
+    if _from_env(launch):
+        names = " and ".join(_from_env(launch))
+        notes.append(f"the launch script requires {names} and writes them over the set-NAME placeholders in a "
+                     "copy of this file (never dummy data unless exported with --mock-data)")
     head = header_lines(VERSION, model, layout, training, launch=commands, notes=notes, warnings=warnings,
                         prediction=launch.prediction)
     text = commented(head) + yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
     setup = ("export CUDA_DEVICE_MAX_CONNECTIONS=1  # as nanotron's README launches run_train.py\n"
-             'NANOTRON="${NANOTRON:-.}"\n')
-    entry = Entry('"$NANOTRON/run_train.py"', setup, f'--config-file "${{EXPORT_DIR:-$PWD}}/{FILE_NAME}" "$@"')
+             'NANOTRON="${NANOTRON:-.}"\n' + f'CONFIG_FILE="${{EXPORT_DIR:-$PWD}}/{FILE_NAME}"\n')
+    for name in _from_env(launch):
+        setup += required(name, REQUIRED_PATHS[name]) + f"export {name}\n"
+    setup += FILL_PLACEHOLDERS if _from_env(launch) else ""
+    entry = Entry('"$NANOTRON/run_train.py"', setup, '--config-file "$CONFIG_FILE" "$@"')
     script = launch_script(LaunchShape(per_node, nodes), entry, launch.launcher, head, "autoplan-nanotron")
     return ExportResult({FILE_NAME: text, LAUNCH_FILE: script}, warnings)
 
@@ -145,10 +153,47 @@ def check_architecture(m: ModelSpec) -> None:
                           + ", ".join(problems))
 
 
+# A path the export was not given is a placeholder ``set-NAME`` in the YAML, which the launch
+# script replaces by the required environment variable NAME in a copy of the file (run directly,
+# the placeholder fails: no data set or folder of that name). Without --data-path (and without
+# --mock-data) that is DATA_PATH: dataset null would be nanotron's dummy data generator
+# (src/nanotron/data/dataloader.py); without --checkpoint-dir CHECKPOINT_DIR, as nanotron requires
+# checkpoints.checkpoints_path (src/nanotron/config/config.py CheckpointsArgs).
+PLACEHOLDER = "set-{}"
+REQUIRED_PATHS = {"DATA_PATH": "a Hugging Face dataset name or path (or export with --data-path or --mock-data)",
+                  "CHECKPOINT_DIR": "the folder nanotron saves checkpoints in (or export with --checkpoint-dir)"}
+FILL_PLACEHOLDERS = ('FILLED="$(mktemp -t nanotron_config.XXXXXX.yaml)"\n'
+                     'python3 - "$CONFIG_FILE" "$FILLED" <<\'PY\'\n'
+                     "import os, sys, yaml\n"
+                     "def fill(node):\n"
+                     "    if isinstance(node, dict):\n"
+                     "        return {key: fill(value) for key, value in node.items()}\n"
+                     "    if isinstance(node, list):\n"
+                     "        return [fill(value) for value in node]\n"
+                     "    if isinstance(node, str) and node.startswith('set-') and node[4:] in os.environ:\n"
+                     "        return os.environ[node[4:]]\n"
+                     "    return node\n"
+                     "yaml.safe_dump(fill(yaml.safe_load(open(sys.argv[1]))), open(sys.argv[2], 'w'), sort_keys=False)\n"
+                     "PY\n"
+                     'CONFIG_FILE="$FILLED"\n')
+
+
+def _from_env(launch: LaunchOptions) -> list[str]:
+    """The paths the launch script takes from the environment (REQUIRED_PATHS)."""
+    return [name for name, missing in [("DATA_PATH", _data_from_env(launch)),
+                                       ("CHECKPOINT_DIR", not launch.checkpoint_dir)] if missing]
+
+
+def _data_from_env(launch: LaunchOptions) -> bool:
+    """No data path and no --mock-data: the launch script fills in DATA_PATH."""
+    return not launch.data_path and not launch.mock_data
+
+
 def _data(launch: LaunchOptions) -> dict[str, object]:
-    dataset = None
-    if launch.data_path:
-        dataset = {"hf_dataset_or_datasets": launch.data_path, "hf_dataset_splits": "train",
+    dataset = None  # nanotron's dummy data: only with --mock-data
+    path = PLACEHOLDER.format("DATA_PATH") if _data_from_env(launch) else launch.data_path
+    if path:
+        dataset = {"hf_dataset_or_datasets": path, "hf_dataset_splits": "train",
                    "hf_dataset_config_name": None, "text_column_name": "text",
                    "dataset_processing_num_proc_per_process": 1, "dataset_overwrite_cache": False}
     return {"dataset": dataset, "seed": launch.seed, "num_loading_workers": 1}
@@ -165,6 +210,9 @@ def model_warnings(m: ModelSpec) -> list[str]:
     if m.bos_token_id is None or m.eos_token_id is None:
         warnings.append(f"the model gives no bos/eos token id; nanotron's defaults {DEFAULT_TOKEN_IDS} are "
                         "written: set them from the tokenizer")
+    if m.num_mtp_layers:
+        warnings.append(f"{m.num_mtp_layers} MTP layer(s): nanotron has no multi-token prediction; the model "
+                        "is trained without it")
     moe = m.moe
     if moe is not None:
         differ = [text for bad, text in [

@@ -57,6 +57,17 @@ KNOWN_FLAVORS = {
 _NOT_SHAPE = ("name", "aliases", "sources", "seq_len", "max_position_embeddings", "rope_scaling",
               "bos_token_id", "eos_token_id", "num_mtp_layers")
 TITAN_LLAMA3_SCALING = 8.0  # every llama3 flavor: ComplexRoPE scaling='llama', scaling_factor default 8
+# The eps of each model's norms in torchtitan 0.3.0: RMSNorm.Config's default 1e-5
+# (torchtitan/models/common/nn_modules.py), which llama3 and deepseek_v3 keep; qwen3 sets _EPS = 1e-6.
+FLAVOR_NORM_EPS = {"llama3": 1e-5, "qwen3": 1e-6, "deepseek_v3": 1e-5}
+# The model fields the 0.3.0 module writes or its flavor carries (autoplan.export.model_fields);
+# norm_eps: _norm_eps on every RMSNorm of the model config; num_mtp_layers: deepseek_v3's
+# model_registry(num_mtp_layers=) with MTPLoss (torchtitan/models/deepseek_v3/config_registry.py
+# deepseek_v3_debugmodel_mtp); expert bias: every torchtitan MoE balances with one
+# (models/common/moe.py load_balance_coeff 1e-3, expert_bias_E); token ids: the tokenizer's.
+MODEL_FIELDS = frozenset({"rope_theta", "rope_scaling", "norm_eps", "bos_token_id", "eos_token_id", "tied_embeddings",
+                          "qk_norm", "mla", "num_mtp_layers", "moe.router_bias", "moe.score_function",
+                          "moe.normalize_topk", "moe.routed_scaling_factor", "moe.num_expert_groups"})
 
 
 def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions,
@@ -64,9 +75,9 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     per_node, nodes = launch_shape(training)
     family, flavor, in_v02 = model_flavor(model)
     warnings = (check_model_features(model, training, "torchtitan") + _warnings(model, layout)
-                + model_warnings(model, family, flavor))
+                + model_warnings(model, family, flavor) + launch.no_checkpoint_warning("torchtitan"))
     toml_flavor = flavor if in_v02 else CUSTOM_FLAVOR
-    toml_warnings = list(warnings)
+    toml_warnings = list(warnings) + toml_model_warnings(model, family, toml_flavor)
     if layout.precision == "fp8" and training.fp8_recipe == "tensorwise":
         warnings.append("fp8_recipe=tensorwise: torchtitan 0.3.0's Float8LinearConverter has no tensorwise "
                         "recipe (rowwise, rowwise_with_gw_hp); this module runs rowwise, whose GEMMs keep 0.81 "
@@ -219,16 +230,22 @@ def _module(model, lay, training, launch, family, flavor, commands, warnings) ->
     parallel = ",\n".join(f"            {k}={v!r}" for k, v in _parallelism(model, lay).items())
     train = ",\n".join(f"            {k}={v!r}" for k, v in batch(lay, training).items())
     registry = f"_{family}.model_registry"
+    mtp = f", num_mtp_layers={model.num_mtp_layers}" if _writes_mtp(model, family) else ""
+    loss = ("MTPLoss.Config(global_vocab_size=decoder_vocab_size(model_spec))" if mtp else
+            "ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(\n"
+            "            global_vocab_size=decoder_vocab_size(model_spec)))")
     return (commented(head) + '"""torchtitan Trainer.Config for this plan: --config autoplan_config."""\n\n'
-            + _imports(family, flavor, fp8, training.fp8_recipe) + _required_helper(launch)
+            + _imports(family, flavor, fp8, training.fp8_recipe, _writes_mtp(model, family),
+                       _sets_norm_eps(model, family), bool(launch.checkpoint_dir))
+            + _required_helper(launch) + (NORM_EPS_HELPER if _sets_norm_eps(model, family) else "")
             + (_v03_flavor(model, lay, training) if flavor == CUSTOM_FLAVOR else "")
             + f"\nPLAN = {lay.to_record(training)!r}\n\n\n"
             + "def autoplan_config() -> Trainer.Config:\n"
-            + f"    model_spec = {registry}({flavor!r}, converters={converters})\n"
+            + f"    model_spec = {registry}({flavor!r}, converters={converters}{mtp})\n"
+            + (f"    _norm_eps(model_spec.model, {model.norm_eps!r})\n" if _sets_norm_eps(model, family) else "")
             + "    return Trainer.Config(\n"
             + "        model_spec=model_spec,\n"
-            + "        loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(\n"
-            + "            global_vocab_size=decoder_vocab_size(model_spec))),\n"
+            + f"        loss={loss},\n"
             + f"        hf_assets_path={_module_path(launch.tokenizer, 'TOKENIZER', launch)},\n"
             + f"        optimizer=default_adamw(lr={launch.lr!r}, weight_decay={launch.weight_decay!r}),\n"
             + f"        lr_scheduler=LRSchedulersContainer.Config(warmup_steps={launch.warmup_steps!r}, "
@@ -239,6 +256,8 @@ def _module(model, lay, training, launch, family, flavor, commands, warnings) ->
             + f"        dataloader=HuggingFaceTextDataLoader.Config({_module_data(launch)}),\n"
             + f"        parallelism=ParallelismConfig(\n{parallel}),\n"
             + f"        activation_checkpoint={ac},\n"
+            + (f"        checkpoint=CheckpointManager.Config(enable=True, folder={launch.checkpoint_dir!r}, "
+               f"interval={launch.train_steps!r}),\n" if launch.checkpoint_dir else "")
             + f"        compile=CompileConfig(enable={fp8!r}, components=['model', 'loss']),\n"
             + f"        debug=DebugConfig(seed={launch.seed!r}),\n"
             + "    )\n")
@@ -287,7 +306,31 @@ def _toml_data(launch: LaunchOptions) -> list[tuple[str, object]]:
     return [("dataset", DATA_SET)] + ([("dataset_path", launch.data_path)] if launch.data_path else [])
 
 
-def _imports(family: str, flavor: str, fp8: bool, recipe: str) -> str:
+def _writes_mtp(m: ModelSpec, family: str) -> bool:
+    return bool(m.num_mtp_layers) and family == "deepseek_v3"
+
+
+def _sets_norm_eps(m: ModelSpec, family: str) -> bool:
+    """Whether the flavor's norms (FLAVOR_NORM_EPS) need the model's eps written over them."""
+    return m.norm_eps != FLAVOR_NORM_EPS[family]
+
+
+# Sets eps on every RMSNorm.Config of a model config (torchtitan 0.3.0's configs are dataclasses).
+NORM_EPS_HELPER = (
+    "\n\ndef _norm_eps(config, eps: float) -> None:\n"
+    "    \"\"\"The model's norm eps on every RMSNorm of the flavor (built at RMSNorm's default).\"\"\"\n"
+    "    if isinstance(config, RMSNorm.Config):\n"
+    "        config.eps = eps\n"
+    "    elif dataclasses.is_dataclass(config) and not isinstance(config, type):\n"
+    "        for field in dataclasses.fields(config):\n"
+    "            _norm_eps(getattr(config, field.name), eps)\n"
+    "    elif isinstance(config, (list, tuple)):\n"
+    "        for item in config:\n"
+    "            _norm_eps(item, eps)\n\n")
+
+
+def _imports(family: str, flavor: str, fp8: bool, recipe: str, mtp: bool = False, norm_eps: bool = False,
+             checkpoint: bool = False) -> str:
     lines = ["from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss",
              "from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw",
              "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig",
@@ -300,9 +343,15 @@ def _imports(family: str, flavor: str, fp8: bool, recipe: str) -> str:
     if fp8:
         converter = "MXFP8LinearConverter" if recipe == "mxfp8" else "Float8LinearConverter"
         lines.insert(2, f"from torchtitan.components.quantization import {converter}")
+    if checkpoint:  # (as torchtitan's own config_registry modules import it)
+        lines.insert(0, "from torchtitan.components.checkpoint import CheckpointManager")
+    if mtp:
+        lines.append("from torchtitan.models.deepseek_v3.mtp import MTPLoss")
     if flavor == CUSTOM_FLAVOR:
         lines.append("from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm")
-    return "".join(line + "\n" for line in lines)
+    elif norm_eps:
+        lines.append("from torchtitan.models.common import RMSNorm")
+    return ("import dataclasses\n\n" if norm_eps else "") + "".join(line + "\n" for line in lines)
 
 
 def _v03_flavor(m: ModelSpec, lay: Layout, training: TrainingSpec) -> str:
@@ -354,6 +403,8 @@ def _toml(model, lay, training, launch, family, flavor, commands, warnings) -> s
                   *_toml_data(launch)]),
               ("parallelism", par + [("expert_tensor_parallel_degree", lay.etp)]),
               ("activation_checkpoint", ac),
+              *([("checkpoint", [("enable", True), ("folder", launch.checkpoint_dir),
+                                 ("interval", launch.train_steps)])] if launch.checkpoint_dir else []),
               ("compile", [("enable", lay.precision == "fp8"), ("components", ["model", "loss"])]),
               ("debug", [("seed", launch.seed)])]
     if lay.precision == "fp8":  # 0.2.2's job_config.py: Float8Linear.recipe_name, MXLinear.recipe_name
@@ -422,19 +473,48 @@ def model_warnings(m: ModelSpec, family: str, flavor: str) -> list[str]:
     """What the exported flavor cannot take from the model. torchtitan's own flavors match the
     model's shape, theta and norm eps; its llama3 flavors all apply Llama-3.1 RoPE scaling x8
     (``torchtitan/models/llama3/__init__.py``), which may differ from the model's."""
+    warnings = moe_warnings(m)
+    if m.num_mtp_layers and family != "deepseek_v3":
+        warnings.append(f"{m.num_mtp_layers} MTP layer(s): only torchtitan's deepseek_v3 has multi-token "
+                        "prediction; the model is trained without it")
     if flavor != CUSTOM_FLAVOR:
         factor = float(_llama3_scaling(m).get("factor", 0.0))
         if family == "llama3" and factor != TITAN_LLAMA3_SCALING:
             have = f"x{factor:g}" if factor else "none"
-            return [(f"torchtitan's {flavor} flavor applies Llama-3 RoPE scaling x{TITAN_LLAMA3_SCALING:g}; "
-                     f"the model's is {have}")]
-        return []
-    warnings = []
+            warnings.append(f"torchtitan's {flavor} flavor applies Llama-3 RoPE scaling x{TITAN_LLAMA3_SCALING:g}; "
+                            f"the model's is {have}")
+        return warnings
     if m.rope_scaling and not _llama3_scaling(m):
         warnings.append(f"rope_scaling {m.rope_scaling_dict} is not Llama-3 scaling; the flavor has none")
-    if m.norm_eps != 1e-5:
-        warnings.append(f"torchtitan 0.3.0's _build_llama3_layers fixes the layer norms' eps at 1e-5 "
-                        f"(the model's {m.norm_eps:g} is set on the final norm and in the 0.2.2 flavor)")
+    return warnings
+
+
+def moe_warnings(m: ModelSpec) -> list[str]:
+    """torchtitan's MoE balances load with an expert bias only (models/common/moe.py:
+    load_balance_coeff 1e-3 updates expert_bias_E; there is no balance loss)."""
+    moe = m.moe
+    if moe is None:
+        return []
+    warnings = []
+    if moe.aux_loss_coeff:
+        warnings.append(f"torchtitan's MoE has no balance loss: the model's aux loss of weight "
+                        f"{moe.aux_loss_coeff:g} is not applied (it balances with an expert bias, load_balance_coeff 1e-3)")
+    if not moe.router_bias:
+        warnings.append("torchtitan's MoE adds an expert bias (aux-loss-free balancing, load_balance_coeff 1e-3) "
+                        "that the model does not have")
+    return warnings
+
+
+def toml_model_warnings(m: ModelSpec, family: str, flavor: str) -> list[str]:
+    """What 0.2.2's TOML job cannot set that the 0.3.0 module writes: the norm eps of its own
+    flavors and multi-token prediction."""
+    warnings = []
+    if flavor != CUSTOM_FLAVOR and _sets_norm_eps(m, family):
+        warnings.append(f"the 0.2.2 TOML keeps the {flavor} flavor's norm eps {FLAVOR_NORM_EPS[family]:g} "
+                        f"(the model's {m.norm_eps:g}: the 0.3.0 module writes it)")
+    if _writes_mtp(m, family):
+        warnings.append(f"the 0.2.2 TOML has no MTP: the model's {m.num_mtp_layers} multi-token prediction "
+                        "layer(s) are left out (the 0.3.0 module writes them)")
     return warnings
 
 

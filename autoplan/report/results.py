@@ -58,6 +58,7 @@ def summary(result: SearchResult, top: int, references: Mapping[str, str | None]
     t, ctx = result.training, result.ctx
     plans = with_bands(result, result.top_records(top))
     return {"model": ctx.model.name, "hardware": ctx.cluster.gpu.name, "trainer": ctx.profile.name,
+            "trainer_version": ctx.profile.capabilities.version or None,  # whose capabilities ruled
             "inputs": inputs_record(ctx, references),
             "gpus": t.gpus, "seq_len": t.seq_len, "gbs_seqs": t.gbs_seqs,
             "gbs_tokens": t.gbs_seqs * t.seq_len, "gbs_tolerance": t.gbs_tolerance,

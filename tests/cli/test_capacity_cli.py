@@ -107,3 +107,22 @@ def test_bad_input_is_one_line_and_exit_2(args, text, tmp_path):
     assert result.exit_code == 2, result.output
     assert text in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.output
+
+
+def test_a_gpu_given_as_a_yaml_file_is_named_by_its_path_in_the_export_hint(tmp_path):
+    """A probed GPU's YAML (here h100-sxm's figures under another name) is no preset: the hint and
+    plans.json must name the file, or `autoplan export` cannot load the GPU."""
+    from autoplan.paths import data_dir
+
+    text = (data_dir("hardware_db") / "gpus" / "h100-sxm.yaml").read_text()
+    gpu = tmp_path / "probed-h100.yaml"
+    gpu.write_text(text.replace("name: h100-sxm", "name: probed-h100").replace(
+        "aliases: [h100, h100-sxm5, h100-80gb]", "aliases: []"))
+    out = tmp_path / "o"
+    result = CliRunner().invoke(main, ["capacity", "-m", "8b", "--train-tokens", "1T", "--gbs-tokens", "1M",
+                                       "--hardware", str(gpu), "--gpu-hour-price", "2.5",
+                                       "--gpus", "64..128", "--no-plots", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"--hardware {gpu}" in result.stderr and "--hardware probed-h100" not in result.stderr
+    exported = CliRunner().invoke(main, ["export", str(out / "plans.json"), "--to", "megatron"])
+    assert exported.exit_code == 0, exported.output

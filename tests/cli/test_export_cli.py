@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from autoplan.api import plan_from_record
@@ -254,3 +255,33 @@ def test_export_from_plans_json_labels_the_prediction(tmp_path):
     result = run("export", plans, "--to", "megatron")
     assert result.exit_code == 0, result.output
     assert "# Predicted: peak memory 50.0 GiB per GPU, step 2 s, 4,000 tokens/s per GPU, MFU 40.0%" in result.stdout
+
+
+def test_plans_json_records_the_trainer_version_and_export_writes_for_it(tmp_path):
+    """Muon needs Megatron-LM core_v0.16.0 (the megatron profile's later_versions): a search at
+    that version records it, and the export of its plan writes for it without being told."""
+    out = tmp_path / "run"
+    searched = run("search", "-m", "llama3-8b", "-g", "8", "--gbs-seqs", "64", "--tp", "1", "--pp", "1",
+                   "--optimizer", "muon", "--trainer-version", "core_v0.16.0", "--out", str(out))
+    assert searched.exit_code == 0, searched.output
+    plans = out / "plans.json"
+    assert json.loads(plans.read_text())["trainer_version"] == "core_v0.16.0"
+    exported = run("export", str(plans), "--to", "megatron")
+    assert exported.exit_code == 0, exported.output
+    assert "for Megatron-LM core_v0.16.0" in exported.stdout and "--optimizer muon" in exported.stdout
+    later = run("export", str(plans), "--to", "megatron", "--trainer-version", "core_v0.17.0")
+    assert later.exit_code == 0 and "for Megatron-LM core_v0.17.0" in later.stdout
+    assert "--trainer-version 'core_v0.17.0' overrides the 'core_v0.16.0'" in later.stderr
+
+
+def test_search_export_takes_the_launcher_and_checkpoint_dir(tmp_path):
+    out = tmp_path / "run"
+    result = run("search", "-m", "llama3-8b", "-g", "16", "--gbs-seqs", "64", "--tp", "1,2", "--pp", "1",
+                 "--export", "megatron,nanotron", "--launcher", "slurm", "--checkpoint-dir", "/ckpt/run 1",
+                 "--out", str(out))
+    assert result.exit_code == 0, result.output
+    script = (out / "configs" / "megatron_pretrain_gpt.sh").read_text()
+    assert "#SBATCH --nodes=2\n" in script and "--save '/ckpt/run 1'" in script
+    nanotron = yaml.safe_load((out / "configs" / "nanotron_config.yaml").read_text())
+    assert nanotron["checkpoints"]["checkpoints_path"] == "/ckpt/run 1"
+    assert "#SBATCH" in (out / "configs" / "nanotron_launch.sh").read_text()

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from autoplan.api import plan_from_record
-from autoplan.export import render
+from autoplan.export import LaunchOptions, render
 from autoplan.specs.models import load_model
 
 pytestmark = pytest.mark.trainers
@@ -63,9 +63,10 @@ def _model(case):
     return load_model(GOLDEN / name if name.endswith(".json") else name)
 
 
-def _export(case, trainer, folder: Path):
+def _export(case, trainer, folder: Path, launch: LaunchOptions | None = None):
     layout, training = plan_from_record(case["layout"])
-    result = render(trainer, _model(case), layout, training)
+    result = render(trainer, _model(case), layout, training, launch,
+                    trainer_version=case.get("trainer_version", {}).get(trainer))  # e.g. muon: core_v0.16.0
     for name, text in result.files.items():
         (folder / name).write_text(text)
     return layout
@@ -117,10 +118,23 @@ def test_deepspeed_accepts_the_config(case, tmp_path):
 
 TORCHTITAN = '''
 import importlib, sys
-folder, gpus = sys.argv[1], int(sys.argv[2])
+folder, gpus, eps = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 sys.path.insert(0, folder)
 cfg = importlib.import_module("torchtitan_autoplan").autoplan_config()
 cfg.model_spec.model.update_from_config(config=cfg)
+import dataclasses
+from torchtitan.models.common import RMSNorm
+def norms(config):
+    if isinstance(config, RMSNorm.Config):
+        yield config
+    elif dataclasses.is_dataclass(config) and not isinstance(config, type):
+        for f in dataclasses.fields(config):
+            yield from norms(getattr(config, f.name))
+    elif isinstance(config, (list, tuple)):
+        for item in config:
+            yield from norms(item)
+found = {n.eps for n in norms(cfg.model_spec.model)}
+assert found == {eps}, (found, eps)  # the model's norm eps on every norm of the flavor
 import torch.distributed as tdist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from torchtitan.distributed import ParallelDims
@@ -139,7 +153,8 @@ def test_torchtitan_builds_the_config_and_mesh(case, tmp_path):
     if case["layout"].get("precision") == "fp8":
         pytest.skip("torchtitan's Float8 converter needs an SM89+ GPU and torchao")
     _export(case, "torchtitan", tmp_path)
-    _check(TORCHTITAN, tmp_path, case["layout"]["gpus"], trainer="torchtitan")
+    paths = {"DATA_PATH": "/data/c4", "TOKENIZER": "/models/tokenizer"}  # read, not opened, by the config
+    _check(TORCHTITAN, tmp_path, case["layout"]["gpus"], _model(case).norm_eps, env=paths, trainer="torchtitan")
 
 
 MEGATRON_CORE = ARGS_OF + '''
@@ -218,7 +233,10 @@ def test_megatron_lm_parses_and_validates_the_arguments(case, tmp_path):
     if not (Path(root) / "megatron" / "training" / "arguments.py").exists():
         pytest.skip("set MEGATRON_LM to a Megatron-LM core_v0.15.3 checkout")
     _need("torch", "megatron")
-    lay = _export(case, "megatron", tmp_path)
+    version = case.get("trainer_version", {}).get("megatron")
+    if version:
+        pytest.skip(f"needs Megatron-LM {version}; MEGATRON_LM is the core_v0.15.3 checkout")
+    lay = _export(case, "megatron", tmp_path, LaunchOptions(checkpoint_dir="/ckpt/run"))
     model, (_, training) = _model(case), plan_from_record(case["layout"])
     # what the plan and the model say, read back from Megatron's own parsed args; the overlap
     # flags follow the megatron profile (dp_overlap 0.9, fsdp_overlap 0.8: both > 0)
@@ -228,6 +246,7 @@ def test_megatron_lm_parses_and_validates_the_arguments(case, tmp_path):
             "micro_batch_size": lay.mbs, "global_batch_size": lay.gbs_seqs, "seq_length": training.seq_len,
             "rotary_base": round(model.rope_theta), "norm_epsilon": model.norm_eps,
             "use_distributed_optimizer": lay.zero >= 1, "init_model_with_meta_device": lay.zero == 3,
-            "overlap_grad_reduce": lay.dp * lay.cp > 1, "padded_vocab_size": -(-model.vocab_size // lay.tp) * lay.tp}
+            "overlap_grad_reduce": lay.dp * lay.cp > 1, "padded_vocab_size": -(-model.vocab_size // lay.tp) * lay.tp,
+            "save": "/ckpt/run", "load": "/ckpt/run", "save_interval": LaunchOptions().train_steps}
     _check(MEGATRON_LM, tmp_path / "megatron_pretrain_gpt.sh", case["layout"]["gpus"], json.dumps(want),
            trainer="megatron")

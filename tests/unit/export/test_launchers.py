@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autoplan.api import plan_from_record
 from autoplan.export import TRAINERS, LaunchOptions, render, write_files
@@ -29,7 +30,7 @@ ENTRIES = {
                                           "deepspeed_config.json"]),
 }
 ENV = {"MEGATRON_LM": "/opt/mlm", "NANOTRON": "/opt/nanotron", "MEGATRON_DEEPSPEED": "/opt/mds",
-       "DATA_PATH": "/data/corpus_text_document", "TOKENIZER": "/models/tok"}
+       "DATA_PATH": "/data/corpus_text_document", "TOKENIZER": "/models/tok", "CHECKPOINT_DIR": "/ckpt/run"}
 
 
 def _files(trainer: str, launcher: str, **launch) -> dict[str, str]:
@@ -69,7 +70,8 @@ def _run_slurm(trainer: str, tmp_path: Path, env: dict[str, str]) -> subprocess.
     write_files(_files(trainer, "slurm"), out)
     bin_dir = _fake_tools(tmp_path / "bin")
     full = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node-[a-b]",
-            "SLURM_JOB_ID": "77", "LAUNCH_LOG": str(tmp_path / "log"), "EXPORT_DIR": str(out), **env}
+            "SLURM_JOB_ID": "77", "LAUNCH_LOG": str(tmp_path / "log"), "EXPORT_DIR": str(out),
+            "TMPDIR": str(tmp_path), **env}
     return subprocess.run([BASH, str(out / ENTRIES[trainer][0])], capture_output=True, text=True, env=full,
                           cwd=out)
 
@@ -86,11 +88,15 @@ def test_the_slurm_script_starts_torchrun_on_every_node(trainer, tmp_path):
     entry = ENTRIES[trainer][1]
     start = words.index(entry[0])
     assert all(word in words[start:] for word in entry), (entry, words[start:])
-    if trainer == "nanotron":
-        assert words[words.index("--config-file") + 1] == str(tmp_path / "export" / "nanotron_config.yaml")
+    if trainer == "nanotron":  # a copy of the exported config with DATA_PATH written in
+        filled = yaml.safe_load(Path(words[words.index("--config-file") + 1]).read_text())
+        exported = yaml.safe_load((tmp_path / "export" / "nanotron_config.yaml").read_text())
+        assert filled["data_stages"][0]["data"]["dataset"]["hf_dataset_or_datasets"] == ENV["DATA_PATH"]
+        assert filled["checkpoints"]["checkpoints_path"] == ENV["CHECKPOINT_DIR"]
+        assert filled["parallelism"] == exported["parallelism"] and filled["tokens"] == exported["tokens"]
 
 
-@pytest.mark.parametrize("trainer", ["megatron", "torchtitan", "deepspeed"])
+@pytest.mark.parametrize("trainer", TRAINERS)
 def test_an_unset_data_path_stops_the_script_before_the_launch(trainer, tmp_path):
     env = {k: v for k, v in ENV.items() if k != "DATA_PATH"}
     result = _run_slurm(trainer, tmp_path, env)
@@ -107,6 +113,18 @@ def test_megatron_trains_on_the_given_data_or_on_mock_data_only_when_asked():
     text = given["megatron_pretrain_gpt.sh"]
     assert "--data-path /d/text" in text and "--tokenizer-model meta-llama/Llama-3.1-8B" in text
     assert "${DATA_PATH" not in text and "${TOKENIZER" not in text
+
+
+def test_nanotron_trains_on_dummy_data_only_when_asked():
+    """dataset null is nanotron's dummy data generator: written with --mock-data only."""
+    def dataset(**launch):
+        text = _files("nanotron", "torchrun", **launch)["nanotron_config.yaml"]
+        return yaml.safe_load(text)["data_stages"][0]["data"]["dataset"]
+
+    assert dataset(mock_data=True) is None
+    assert dataset(data_path="HuggingFaceFW/fineweb")["hf_dataset_or_datasets"] == "HuggingFaceFW/fineweb"
+    assert dataset()["hf_dataset_or_datasets"] == "set-DATA_PATH"  # the launch script fills in DATA_PATH
+    assert "set DATA_PATH to" not in _files("nanotron", "torchrun", data_path="d")["nanotron_launch.sh"]
 
 
 def test_torchtitan_names_a_registered_data_set_and_its_path():
@@ -130,3 +148,39 @@ def test_a_dropless_plan_is_dropless_in_megatron_deepspeed():
     assert "--disable-moe-token-dropping" in script
     dense = render("deepspeed", load_model("llama3-8b"), *plan_from_record(RECORD | {"zero": 1}))
     assert "moe-token-dropping" not in dense.files["deepspeed_launch.sh"]
+
+
+def test_every_trainer_saves_in_the_checkpoint_dir():
+    """--checkpoint-dir: Megatron-LM / Megatron-DeepSpeed --save/--load/--save-interval
+    (arguments.py), torchtitan CheckpointManager.Config(enable, folder, interval) and 0.2.2's
+    [checkpoint], nanotron checkpoints.checkpoints_path, plain DeepSpeed CHECKPOINT_DIR for its
+    script; every run saves every --train-steps (1000) steps."""
+    ckpt = "/ckpt/run"
+    megatron = _files("megatron", "torchrun", checkpoint_dir=ckpt)["megatron_pretrain_gpt.sh"]
+    assert "--save /ckpt/run" in megatron and "--load /ckpt/run" in megatron and "--save-interval 1000" in megatron
+    titan = _files("torchtitan", "torchrun", checkpoint_dir=ckpt)
+    assert ("checkpoint=CheckpointManager.Config(enable=True, folder='/ckpt/run', interval=1000)"
+            in titan["torchtitan_autoplan.py"])
+    assert '[checkpoint]\nenable = true\nfolder = "/ckpt/run"\ninterval = 1000\n' in titan["torchtitan_job.toml"]
+    nanotron = yaml.safe_load(_files("nanotron", "torchrun", checkpoint_dir=ckpt)["nanotron_config.yaml"])
+    assert nanotron["checkpoints"]["checkpoints_path"] == ckpt
+    mds = _files("deepspeed", "torchrun", checkpoint_dir=ckpt)["deepspeed_launch.sh"]  # tp 2: Megatron-DeepSpeed
+    assert "--save /ckpt/run" in mds and "--save-interval 1000" in mds
+    layout, training = plan_from_record({**RECORD, "tp": 1, "zero": 1})
+    plain = render("deepspeed", load_model("llama3-8b"), layout, training, LaunchOptions(checkpoint_dir=ckpt))
+    assert 'CHECKPOINT_DIR="${CHECKPOINT_DIR:-/ckpt/run}"\nexport CHECKPOINT_DIR\n' in plain.files["deepspeed_launch.sh"]
+
+
+@pytest.mark.parametrize("trainer", ["megatron", "torchtitan", "deepspeed"])
+def test_without_a_checkpoint_dir_nothing_saved_is_a_warning(trainer):
+    layout, training = plan_from_record({**RECORD, "zero": 3 if trainer == "torchtitan" else 1})
+    result = render(trainer, load_model("llama3-8b"), layout, training)
+    assert any(w.startswith("no --checkpoint-dir:") for w in result.warnings)
+
+
+def test_nanotron_without_a_checkpoint_dir_requires_one_at_launch(tmp_path):
+    """nanotron needs checkpoints_path (CheckpointsArgs): the script stops without CHECKPOINT_DIR."""
+    config = yaml.safe_load(_files("nanotron", "torchrun")["nanotron_config.yaml"])
+    assert config["checkpoints"]["checkpoints_path"] == "set-CHECKPOINT_DIR"
+    result = _run_slurm("nanotron", tmp_path, {k: v for k, v in ENV.items() if k != "CHECKPOINT_DIR"})
+    assert result.returncode != 0 and "set CHECKPOINT_DIR to" in result.stderr

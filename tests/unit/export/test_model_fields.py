@@ -125,7 +125,7 @@ def test_deepspeed_moe_uses_autoep_without_megatron():
     result = render("deepspeed", load_model("deepseek-v3"), *layout)
     config = json.loads(result.files["deepspeed_config.json"])
     assert config["expert_parallel"] == {"enabled": True, "autoep_size": 8, "expert_tensor_parallel_size": 1,
-                                         "preset_model": "deepseek_v3"}
+                                         "preset_model": "deepseek_v3", "route_norm": True}  # norm_topk_prob
     assert not any("model code" in w for w in result.warnings)
 
 
@@ -188,3 +188,32 @@ def test_mla_keeps_its_q_and_kv_norms_in_megatron():
     assert model.mla is not None and not model.qk_norm
     _, words = _megatron_flags(model, dict(gpus=256, tp=2, ep=32, zero=1, seq_len=4096, gbs_seqs=1024))
     assert words.count("--qk-layernorm") == 1
+
+
+DEEPSEEK_EP = {"gpus": 64, "ep": 8, "zero": 3, "seq_len": 4096, "gbs_seqs": 64}
+
+
+def test_torchtitan_writes_deepseek_norm_eps_and_mtp():
+    """DeepSeek-V3's rms_norm_eps is 1e-6 and num_nextn_predict_layers 1 (config.json); torchtitan
+    0.3.0's 671B flavor builds its norms at RMSNorm's default 1e-5 and no MTP unless
+    model_registry(num_mtp_layers=) is given, trained with MTPLoss (config_registry.py)."""
+    files = render("torchtitan", load_model("deepseek-v3"), *plan_from_record(DEEPSEEK_EP)).files
+    module = files["torchtitan_autoplan.py"]
+    assert "_deepseek_v3.model_registry('671B', converters=None, num_mtp_layers=1)" in module
+    assert "    _norm_eps(model_spec.model, 1e-06)\n" in module and "config.eps = eps" in module
+    assert "loss=MTPLoss.Config(global_vocab_size=decoder_vocab_size(model_spec))" in module
+    toml = files["torchtitan_job.toml"]
+    assert "norm eps 1e-05 (the model's 1e-06" in toml and "has no MTP" in toml  # 0.2.2 cannot: warned
+    llama = render("torchtitan", load_model("llama3-8b"), *plan_from_record(DEEPSEEK_EP | {"ep": 1})).files
+    assert "_norm_eps" not in llama["torchtitan_autoplan.py"]  # 1e-5, the flavor's own
+
+
+def test_deepspeed_autoep_writes_route_norm_and_warns_about_the_expert_bias():
+    """AutoEP's deepseek_v3 preset has route_norm False and no load_balance_coeff (DeepSpeed 0.19.8
+    auto_ep_presets/deepseek_v3.py); DeepSeek-V3 renormalises its top-k weights (norm_topk_prob)."""
+    result = render("deepspeed", load_model("deepseek-v3"), *plan_from_record(DEEPSEEK_EP))
+    section = json.loads(result.files["deepspeed_config.json"])["expert_parallel"]
+    assert section["preset_model"] == "deepseek_v3" and section["route_norm"] is True
+    assert any("e_score_correction_bias" in w and "nothing updates it" in w for w in result.warnings)
+    mixtral = render("deepspeed", load_model("mixtral-8x7b"), *plan_from_record(DEEPSEEK_EP))
+    assert "route_norm" not in json.loads(mixtral.files["deepspeed_config.json"])["expert_parallel"]

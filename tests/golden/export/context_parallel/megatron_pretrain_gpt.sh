@@ -5,6 +5,7 @@
 # Batch: 128 sequences x 32768 tokens = 4194304 tokens per step (dp 8 x mbs 1 x grad_acc 16); precision bf16
 # Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 8 node(s), from this folder)
 # Note: --max-position-embeddings raised to seq_len 32768 (the model's is 8192)
+# WARNING: no --checkpoint-dir: Megatron-LM saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=8

@@ -7,6 +7,7 @@
 # Note: the model is torchtitan's own flavor
 # WARNING: torchtitan shards parameters over the cp group (FSDP over dp_shard·cp = 4) even with zero=0; memory is lower than predicted
 # WARNING: torchtitan's 8B flavor applies Llama-3 RoPE scaling x8; the model's is none
+# WARNING: no --checkpoint-dir: torchtitan saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 """torchtitan Trainer.Config for this plan: --config autoplan_config."""
 
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss

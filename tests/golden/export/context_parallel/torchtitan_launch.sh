@@ -6,6 +6,7 @@
 # Launch: NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash torchtitan_launch.sh   (on each of the 8 node(s), from this folder)
 # WARNING: torchtitan shards parameters over the cp group (FSDP over dp_shard·cp = 4) even with zero=0; memory is lower than predicted
 # WARNING: torchtitan's 8B flavor applies Llama-3 RoPE scaling x8; the model's is none
+# WARNING: no --checkpoint-dir: torchtitan saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=8

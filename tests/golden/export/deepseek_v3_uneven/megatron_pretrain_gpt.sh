@@ -5,6 +5,7 @@
 # Batch: 256 sequences x 4096 tokens = 1048576 tokens per step (dp 16 x mbs 1 x grad_acc 16); precision bf16
 # Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..31> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 32 node(s), from this folder)
 # WARNING: --mtp-num-layers 1: a --pipeline-model-parallel-layout, where one is written, places the MTP layer(s) as 'm' before the loss; Megatron versions whose layout parser predates 'm' refuse that layout
+# WARNING: no --checkpoint-dir: Megatron-LM saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=32

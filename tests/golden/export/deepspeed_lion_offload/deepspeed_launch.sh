@@ -6,6 +6,7 @@
 # Launch: TRAIN_SCRIPT=your_train.py NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each of the 2 node(s), from this folder)
 #         the script must call deepspeed.initialize(config=...) with its model, or be a Hugging Face Trainer script given --deepspeed deepspeed_config.json
 # Note: build the model with the shape above; the JSON holds batch, ZeRO-2 and precision
+# Note: checkpoints are the training script's (model_engine.save_checkpoint / load_checkpoint); --checkpoint-dir exports CHECKPOINT_DIR to it
 # Note: attention_kernel=flash: load the Hugging Face model with attn_implementation='sdpa', the kernel the prediction assumed
 set -euo pipefail
 NPROC_PER_NODE=8

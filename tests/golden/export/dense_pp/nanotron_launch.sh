@@ -5,12 +5,31 @@
 # Batch: 256 sequences x 4096 tokens = 1048576 tokens per step (dp 4 x mbs 2 x grad_acc 32); precision bf16
 # Launch: NANOTRON=/path/to/nanotron NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash nanotron_launch.sh   (on each of the 4 node(s), from this folder)
 # Note: nanotron assigns layers to pipeline stages itself, balancing the embedding and LM head too
-# WARNING: no --data-path: dataset null is nanotron's dummy data generator; give --data-path (a Hugging Face dataset) and --tokenizer, or --mock-data to train on dummy data
+# Note: the launch script requires DATA_PATH and CHECKPOINT_DIR and writes them over the set-NAME placeholders in a copy of this file (never dummy data unless exported with --mock-data)
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=4
 export CUDA_DEVICE_MAX_CONNECTIONS=1  # as nanotron's README launches run_train.py
 NANOTRON="${NANOTRON:-.}"
+CONFIG_FILE="${EXPORT_DIR:-$PWD}/nanotron_config.yaml"
+DATA_PATH="${DATA_PATH:?set DATA_PATH to a Hugging Face dataset name or path (or export with --data-path or --mock-data)}"
+export DATA_PATH
+CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to the folder nanotron saves checkpoints in (or export with --checkpoint-dir)}"
+export CHECKPOINT_DIR
+FILLED="$(mktemp -t nanotron_config.XXXXXX.yaml)"
+python3 - "$CONFIG_FILE" "$FILLED" <<'PY'
+import os, sys, yaml
+def fill(node):
+    if isinstance(node, dict):
+        return {key: fill(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [fill(value) for value in node]
+    if isinstance(node, str) and node.startswith('set-') and node[4:] in os.environ:
+        return os.environ[node[4:]]
+    return node
+yaml.safe_dump(fill(yaml.safe_load(open(sys.argv[1]))), open(sys.argv[2], 'w'), sort_keys=False)
+PY
+CONFIG_FILE="$FILLED"
 exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" \
     --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" \
-    "$NANOTRON/run_train.py" --config-file "${EXPORT_DIR:-$PWD}/nanotron_config.yaml" "$@"
+    "$NANOTRON/run_train.py" --config-file "$CONFIG_FILE" "$@"

@@ -6,6 +6,7 @@
 # Launch: MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each of the 8 node(s), from this folder)
 # Note: the optimizer comes from Megatron-DeepSpeed's flags, so the JSON has none
 # Note: recompute=selective: with flash attention Megatron-DeepSpeed's selective recompute checkpoints nothing (megatron/model/transformer.py sets checkpoint_core_attention only for unfused attention), as the prediction assumes; no flag is written
+# WARNING: no --checkpoint-dir: Megatron-DeepSpeed saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=8

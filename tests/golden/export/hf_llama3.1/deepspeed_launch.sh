@@ -6,6 +6,7 @@
 # Launch: MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each of the 2 node(s), from this folder)
 # Note: the optimizer comes from Megatron-DeepSpeed's flags, so the JSON has none
 # WARNING: rope_scaling {'factor': 8.0, 'high_freq_factor': 4.0, 'low_freq_factor': 1.0, 'original_max_position_embeddings': 8192, 'rope_type': 'llama3'} has no Megatron-DeepSpeed flag; RoPE is unscaled
+# WARNING: no --checkpoint-dir: Megatron-DeepSpeed saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=2

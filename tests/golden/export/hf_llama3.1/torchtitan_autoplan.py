@@ -5,6 +5,7 @@
 # Launch: NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash torchtitan_launch.sh   (on each of the 2 node(s), from this folder)
 #         dry run without GPUs: NGPU=16 COMM_MODE=fake_backend MODULE=torchtitan_autoplan CONFIG=autoplan_config ./run_train.sh   (with this folder on PYTHONPATH)
 # Note: the model is torchtitan's own flavor
+# WARNING: no --checkpoint-dir: torchtitan saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 """torchtitan Trainer.Config for this plan: --config autoplan_config."""
 
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss

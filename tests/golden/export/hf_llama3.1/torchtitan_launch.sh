@@ -4,6 +4,7 @@
 # Layout: tp=2 pp=1 dp=8 zero=0 mbs=1 ga=8 rc=none on 16 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 64 sequences x 8192 tokens = 524288 tokens per step (dp 8 x mbs 1 x grad_acc 8); precision bf16
 # Launch: NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash torchtitan_launch.sh   (on each of the 2 node(s), from this folder)
+# WARNING: no --checkpoint-dir: torchtitan saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=2

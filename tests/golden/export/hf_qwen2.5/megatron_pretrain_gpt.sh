@@ -4,6 +4,7 @@
 # Layout: tp=2 pp=1 dp=16 zero=1 mbs=1 ga=8 rc=none on 32 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 128 sequences x 4096 tokens = 524288 tokens per step (dp 16 x mbs 1 x grad_acc 8); precision bf16
 # Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 4 node(s), from this folder)
+# WARNING: no --checkpoint-dir: Megatron-LM saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=4

@@ -6,6 +6,7 @@
 # Launch: TRAIN_SCRIPT=your_train.py NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each of the 8 node(s), from this folder)
 #         the script must call deepspeed.initialize(config=...) with its model, or be a Hugging Face Trainer script given --deepspeed deepspeed_config.json
 # Note: build the model with the shape above; the JSON holds batch, ZeRO-3 and precision
+# Note: checkpoints are the training script's (model_engine.save_checkpoint / load_checkpoint); --checkpoint-dir exports CHECKPOINT_DIR to it
 # Note: full recompute: call model.gradient_checkpointing_enable() (Hugging Face) or wrap layers with deepspeed.checkpointing.checkpoint
 # Note: attention_kernel=flash: load the Hugging Face model with attn_implementation='sdpa', the kernel the prediction assumed
 set -euo pipefail

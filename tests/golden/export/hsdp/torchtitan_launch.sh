@@ -5,6 +5,7 @@
 # Batch: 512 sequences x 8192 tokens = 4194304 tokens per step (dp 64 x mbs 1 x grad_acc 8); precision bf16
 # Launch: NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash torchtitan_launch.sh   (on each of the 8 node(s), from this folder)
 # WARNING: torchtitan's 8B flavor applies Llama-3 RoPE scaling x8; the model's is none
+# WARNING: no --checkpoint-dir: torchtitan saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=8

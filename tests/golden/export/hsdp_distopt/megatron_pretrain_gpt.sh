@@ -4,6 +4,7 @@
 # Layout: tp=2 pp=1 dp=32 zero=1 mbs=1 ga=16 rc=selective hsdp=8 on 64 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 512 sequences x 8192 tokens = 4194304 tokens per step (dp 32 x mbs 1 x grad_acc 16); precision bf16
 # Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 8 node(s), from this folder)
+# WARNING: no --checkpoint-dir: Megatron-LM saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=8

@@ -4,6 +4,7 @@
 # Layout: tp=8 pp=4 vpp=5 dp=8 zero=0 mbs=1 ga=128 rc=full on 256 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 1024 sequences x 8192 tokens = 8388608 tokens per step (dp 8 x mbs 1 x grad_acc 128); precision bf16
 # Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..31> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 32 node(s), from this folder)
+# WARNING: no --checkpoint-dir: Megatron-LM saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=32

@@ -4,6 +4,7 @@
 # Layout: tp=8 pp=16 vpp=8 dp=64 zero=1 mbs=1 ga=32 rc=none split=embed-loss on 8192 GPUs; sp=true, placement=tp-cp-dp-pp
 # Batch: 2048 sequences x 8192 tokens = 16777216 tokens per step (dp 64 x mbs 1 x grad_acc 32); precision bf16
 # Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..1023> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 1024 node(s), from this folder)
+# WARNING: no --checkpoint-dir: Megatron-LM saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=1024

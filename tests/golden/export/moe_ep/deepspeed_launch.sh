@@ -5,6 +5,7 @@
 # Batch: 256 sequences x 4096 tokens = 1048576 tokens per step (dp 16 x mbs 1 x grad_acc 16); precision bf16
 # Launch: MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..7> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each of the 8 node(s), from this folder)
 # Note: the optimizer comes from Megatron-DeepSpeed's flags, so the JSON has none
+# WARNING: no --checkpoint-dir: Megatron-DeepSpeed saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=8

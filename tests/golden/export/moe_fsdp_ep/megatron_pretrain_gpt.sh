@@ -4,6 +4,7 @@
 # Layout: tp=1 pp=1 ep=8 etp=1 dp=32 zero=3 mbs=2 ga=4 rc=selective fp8 on 32 GPUs; sp=false, placement=tp-cp-dp-pp
 # Batch: 256 sequences x 4096 tokens = 1048576 tokens per step (dp 32 x mbs 2 x grad_acc 4); precision fp8
 # Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 4 node(s), from this folder)
+# WARNING: no --checkpoint-dir: Megatron-LM saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=4

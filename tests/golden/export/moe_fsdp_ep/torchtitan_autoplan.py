@@ -6,6 +6,9 @@
 #         dry run without GPUs: NGPU=32 COMM_MODE=fake_backend MODULE=torchtitan_autoplan CONFIG=autoplan_config ./run_train.sh   (with this folder on PYTHONPATH)
 # Note: the model is torchtitan's own flavor
 # WARNING: precision=fp8: torchtitan 0.3.0's Float8 converter covers nn.Linear layers only; the MoE experts (grouped GEMMs) stay BF16 while the prediction speeds them up
+# WARNING: torchtitan's MoE has no balance loss: the model's aux loss of weight 0.001 is not applied (it balances with an expert bias, load_balance_coeff 1e-3)
+# WARNING: torchtitan's MoE adds an expert bias (aux-loss-free balancing, load_balance_coeff 1e-3) that the model does not have
+# WARNING: no --checkpoint-dir: torchtitan saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 # WARNING: fp8_recipe=tensorwise: torchtitan 0.3.0's Float8LinearConverter has no tensorwise recipe (rowwise, rowwise_with_gw_hp); this module runs rowwise, whose GEMMs keep 0.81 of the tensorwise gain (measured on an H100 and an H200, validation/*_fp8_recipes.csv) and which the plan was not costed with: plan with --fp8-recipe rowwise, or run the 0.2.2 TOML (recipe_name tensorwise)
 """torchtitan Trainer.Config for this plan: --config autoplan_config."""
 

@@ -5,6 +5,9 @@
 # Batch: 256 sequences x 4096 tokens = 1048576 tokens per step (dp 32 x mbs 2 x grad_acc 4); precision fp8
 # Launch: NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash torchtitan_launch.sh   (on each of the 4 node(s), from this folder)
 # WARNING: precision=fp8: torchtitan 0.3.0's Float8 converter covers nn.Linear layers only; the MoE experts (grouped GEMMs) stay BF16 while the prediction speeds them up
+# WARNING: torchtitan's MoE has no balance loss: the model's aux loss of weight 0.001 is not applied (it balances with an expert bias, load_balance_coeff 1e-3)
+# WARNING: torchtitan's MoE adds an expert bias (aux-loss-free balancing, load_balance_coeff 1e-3) that the model does not have
+# WARNING: no --checkpoint-dir: torchtitan saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 # WARNING: fp8_recipe=tensorwise: torchtitan 0.3.0's Float8LinearConverter has no tensorwise recipe (rowwise, rowwise_with_gw_hp); this module runs rowwise, whose GEMMs keep 0.81 of the tensorwise gain (measured on an H100 and an H200, validation/*_fp8_recipes.csv) and which the plan was not costed with: plan with --fp8-recipe rowwise, or run the 0.2.2 TOML (recipe_name tensorwise)
 set -euo pipefail
 NPROC_PER_NODE=8

@@ -4,6 +4,7 @@
 # Layout: tp=1 pp=1 dp=16 zero=3 mbs=4 ga=2 rc=none on 16 GPUs; sp=false, placement=tp-cp-dp-pp
 # Batch: 128 sequences x 4096 tokens = 524288 tokens per step (dp 16 x mbs 4 x grad_acc 2); precision bf16
 # Launch: MEGATRON_LM=/path/to/Megatron-LM NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash megatron_pretrain_gpt.sh   (on each of the 2 node(s), from this folder)
+# WARNING: no --checkpoint-dir: Megatron-LM saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=2

@@ -6,6 +6,7 @@
 #         dry run without GPUs: NGPU=16 COMM_MODE=fake_backend MODULE=torchtitan_autoplan CONFIG=autoplan_config ./run_train.sh   (with this folder on PYTHONPATH)
 # Note: the model is torchtitan's own flavor
 # WARNING: torchtitan's 1B flavor applies Llama-3 RoPE scaling x8; the model's is x32
+# WARNING: no --checkpoint-dir: torchtitan saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 """torchtitan Trainer.Config for this plan: --config autoplan_config."""
 
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss

@@ -5,6 +5,7 @@
 # Batch: 128 sequences x 4096 tokens = 524288 tokens per step (dp 16 x mbs 4 x grad_acc 2); precision bf16
 # Launch: NODE_RANK=<0..1> MASTER_ADDR=<node 0> bash torchtitan_launch.sh   (on each of the 2 node(s), from this folder)
 # WARNING: torchtitan's 1B flavor applies Llama-3 RoPE scaling x8; the model's is x32
+# WARNING: no --checkpoint-dir: torchtitan saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=2
