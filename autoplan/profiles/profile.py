@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -200,12 +200,11 @@ PP_SPLIT_RULES = ("layout", "compute_cost")
 HYBRID_STYLES = ("none", "replicate", "secondary")  # how a trainer shards hybrid (autoplan.cost.hybrid_shard)
 _COEF_KEYS = [f.name for f in fields(ActivationCoefficients)]
 _PROFILE_KEYS = [f.name for f in fields(TrainerProfile) if f.name != "own_bands"]  # (own_bands: from a --profile file)
-_OPTIONAL_KEYS = ["dp_bucket_params", "dp_bucket_params_per_rank", "param_gather_bucket_params", "zero3_reuse_distance_params", "loss_hbm_bytes_per_logit",
-                  "pp_overlaps_grad_reduce", "pp_blocking_metadata_messages",
-                  "grad_accumulation_bytes_per_param", "mha_kv_copy_bytes", "ddp_bucket_grad_bytes",
-                  "pp_split_rule", "pp_grad_all_reduce_bytes", "eager_attention_dropout_bytes",
-                  "gpt_residual_dropout_mask_bytes", "norm_saving_bytes_per_h",
-                  "hybrid_shard_style", "offload_moves_gradients", "zero2_is_shard_grad_op"]
+# Optional in a profile's YAML: the fields with a default (the dataclass is the one declaration);
+# sources, parameters and options are read apart.
+_OPTIONAL_KEYS = [f.name for f in fields(TrainerProfile) if f.name in _PROFILE_KEYS
+                  and (f.default is not MISSING or f.default_factory is not MISSING)
+                  and f.name not in ("sources", "parameters", "options")]
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:
