@@ -44,22 +44,25 @@ Pair = tuple[str, str]
 
 
 def fold_fits(sources: Mapping[str, Source], held: str, seed: int = 0,
-              cache: dict | None = None) -> dict[Pair, CalibratedParameters]:
+              cache: dict | None = None, plan: Mapping[Pair, tuple[str, ...]] = FIT_PLAN,
+              start: Callable = row_context) -> dict[Pair, CalibratedParameters]:
     """Each pair of ``FIT_PLAN`` fitted on the fittable rows of every source but ``held``; a pair
-    whose rows are too few without it is left out. ``cache`` (shared between folds) keeps each fit
+    whose rows are too few without it is left out (``plan``: another fit plan, e.g. one parameter
+    fewer, and ``start`` the row -> context factory whose parameters the fit starts from and holds
+    the unfitted ones at: ``benchmarks/parameter_benefit.py``). ``cache`` (shared between folds) keeps each fit
     by its pair and the sources its rows came from: a fold refits only the pairs ``held`` has rows
     of, the others are the fit on every source (the same rows, the same numbers)."""
     cache = {} if cache is None else cache
     fitted_sources = [name for name in sources if name not in (held, *NOT_FITTED, *HELD_OUT_SOURCES)]
     masked = straggler_ids([r for s in sources.values() for r in s.rows])
     out = {}
-    for pair, params in FIT_PLAN.items():
+    for pair, params in plan.items():
         rows = without_straggler_speeds([r for name in fitted_sources for r in sources[name].rows
                                          if (r.has_time or r.has_memory) and (r.trainer, r.hardware) == pair], masked)
-        key = (pair, frozenset(r.source for r in rows), seed)
+        key = (pair, tuple(params), frozenset(r.source for r in rows), seed, start)
         if key not in cache:
             try:
-                cache[key], _ = fit_efficiency(rows, row_context, params, seed, loss=FIT_LOSS.get(pair, "soft_l1"),
+                cache[key], _ = fit_efficiency(rows, start, params, seed, loss=FIT_LOSS.get(pair, "soft_l1"),
                                                prior_rows=0.0)
             except CalibrationError:
                 cache[key] = None
