@@ -65,10 +65,9 @@ FIT_PLAN: dict[Pair, tuple[str, ...]] = {
     # gemm_half_flops keeps its default here: free, it leaves its plausible range for no held-out
     # gain (megatron.yaml h100-sxm note).
     ("megatron", "h100-sxm"): ("gemm_efficiency_max", "attention_efficiency"),
-    # NeMo's FP8 runs on GB200: only the GEMM ceiling (every row is FP8, so the FP8 gain and the
-    # GEMM efficiency are not separable; fp8_gemm_speedup stays at its default). B200 has 5 rows,
-    # too few to fit on 30% of them: its predictions use the defaults (an unmeasured pair).
-    ("megatron", "gb200-nvl72"): ("gemm_efficiency_max",),
+    # GB200 and B200 are not fitted: the GEMM ceiling fitted on NeMo's FP8 GB200 rows (0.458, under
+    # its plausible 0.5) had a negative LOSO benefit (-1.8 pt, benchmarks/parameter_benefit.py);
+    # both transfer from h100-sxm.
     # torchtitan's memory_reserve_bytes is 0 by construction (torchtitan.yaml defaults: its logged
     # peak is the allocator's reserved bytes, without the CUDA context and NCCL buffers): not fitted.
     ("torchtitan", "h100-96gb-500w"): ("gemm_efficiency_max", "gemm_half_flops", "fp8_gemm_speedup",
