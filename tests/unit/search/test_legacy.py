@@ -122,3 +122,10 @@ def test_a_resumed_search_of_a_claim_less_study_writes_the_same_plans(ctx, asses
 
 def _no_trial_read(*_args):
     raise AssertionError("a claimed study's trials were read")
+
+
+def test_the_resume_note_says_the_study_has_no_claims(ctx, assessed, storage):
+    _legacy_study(ctx, assessed, storage)
+    note = _store(ctx, storage).resumed
+    assert f"{len(assessed.table):,} stored layouts reused (stored without chunk claims" in note
+    assert note.endswith("1 of 1 chunks left to store")
