@@ -183,24 +183,29 @@ def store_layouts(store, space: SearchSpace, table: CostTable, chunk_size: int |
     k: flat indices [k·chunk_size, (k+1)·chunk_size)), each chunk unless the study holds it
     already: a chunk is claimed with its trials in one transaction
     (:func:`autoplan.search.storage.bulk_add`), so any number of processes on one study store
-    every layout once, and a resumed study reads which chunks it holds, not its trials.
+    every layout once, and a resumed study reads which chunks it holds, not its trials (a study
+    stored without claims: which layouts it holds, once, bounded: :mod:`autoplan.search.legacy`).
     Returns the trials added."""
-    from autoplan.search.storage import CLAIM_PREFIX, bulk_add, claims, num_trials
+    from autoplan.search.legacy import held_layouts, settle
+    from autoplan.search.storage import CLAIM_PREFIX, bulk_add, claims
     from autoplan.search.trials import frozen_trials
 
     chunk_size = chunk_size or CHUNK_SIZE
     study = store.study
     held = claims(study)
-    existing = _legacy_layouts(study) if not held and num_trials(study) else None
-    chunk = flat_index(space, table.batch) // chunk_size
+    existing = held_layouts(store, space)
+    index = flat_index(space, table.batch)
+    chunk = index // chunk_size
+    prefix = f"{CLAIM_PREFIX}chunk{chunk_size}:"
     added = 0
     for k in np.unique(chunk):
-        claim = f"{CLAIM_PREFIX}chunk{chunk_size}:{k}"
-        if claim not in held:
+        if f"{prefix}{k}" not in held:
             rows = np.flatnonzero(chunk == k)
-            if existing is not None:  # a study stored before chunks were claimed
-                rows = rows[missing_rows(recipe.take(table, rows), existing)]
-            added += bulk_add(study, frozen_trials(space, recipe.take(table, rows), 1), claim=claim)
+            rows = rows[~np.isin(index[rows], existing)]  # stored before chunks were claimed
+            added += bulk_add(study, frozen_trials(space, recipe.take(table, rows), 1), claim=f"{prefix}{k}")
+    claimed = {c for c in held if c.startswith(prefix)} | {f"{prefix}{k}" for k in np.unique(chunk)}
+    if len(existing) and len(claimed) >= num_chunks(space, chunk_size):
+        settle(study)  # a claim-less study now claimed whole: later resumes read claims only
     return added
 
 
@@ -215,22 +220,3 @@ def flat_index(space: SearchSpace, batch) -> np.ndarray:
         order = np.argsort(codes, kind="stable")
         axes.append(order[np.searchsorted(codes[order], getattr(batch, k))])
     return np.ravel_multi_index(axes, space.shape).astype(np.int64)
-
-
-def _legacy_layouts(study) -> set[tuple]:
-    """The knob values of every stored trial (a study an older autoplan stored without chunk
-    claims: read once, the chunks are claimed as they are stored again)."""
-    from autoplan.space import KNOBS
-
-    return {tuple(t.params.get(k) for k in KNOBS) for t in study.get_trials(deepcopy=False)}
-
-
-def missing_rows(table: CostTable, existing: set[tuple]) -> np.ndarray:
-    """Rows of ``table`` whose knob values are not among ``existing`` (tuples in KNOBS order)."""
-    from autoplan.space import KNOBS
-
-    if not existing:
-        return np.arange(len(table))
-    keys = [tuple(recipe.describe_knob(k, getattr(table.batch, k)[i]) for k in KNOBS)
-            for i in range(len(table))]
-    return np.array([i for i, key in enumerate(keys) if key not in existing], dtype=np.int64)

@@ -66,6 +66,7 @@ class StudyStore:
     stored: set = field(default_factory=set)  # working trial numbers in the persistent study
     seen: set = field(default_factory=set)  # ids of the persistent trials copied in
     resumed: str = ""  # one line on what a resumed study brings (search.study.resumed_line)
+    unclaimed: Any = None  # exhaustive: layouts stored without chunk claims (search.legacy)
 
     @property
     def study(self):

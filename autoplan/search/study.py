@@ -67,6 +67,7 @@ def resumed_line(store, space: SearchSpace, options, sampler: str) -> str:
         size = exhaustive.CHUNK_SIZE
         total = exhaustive.num_chunks(space, size)
         held = sum(k.startswith(f"{CLAIM_PREFIX}chunk{size}:") for k in claims(store.persistent))
-        return (f"{where}: {stored:,} stored layouts reused ({held} of {total} chunks); "
-                f"{max(0, total - held)} chunks left to store")
+        unclaimed = " (stored without chunk claims: their knob values are read once)" if not held else ""
+        return (f"{where}: {stored:,} stored layouts reused{unclaimed}; "
+                f"{max(0, total - held)} of {total} chunks left to store")
     return f"{where}: {store.num_loaded:,} stored trials reused; {max(0, options.trials - store.num_loaded):,} left to run"

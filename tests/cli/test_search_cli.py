@@ -275,3 +275,17 @@ def test_workers_on_a_small_space_say_they_will_not_pay(capsys):
     text = capsys.readouterr().err
     assert text.count("note: --workers 2: this space of 3,240 layouts searches in about a second") == 1
     assert text.count("note:") == 1
+
+
+def test_a_resumed_study_says_what_it_resumed(tmp_path):
+    """Issue 47: the second run of one command on one storage said nothing about the study."""
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    args = ["search", "-m", "8b", "-g", "64", "--gbs-tokens", "4M", "--pp", "1,2", "--storage", storage]
+    first, second = run(args, tmp_path, "first"), run(args, tmp_path, "second")
+    assert first.exit_code == second.exit_code == 0, first.stderr + second.stderr
+    assert "Note: resumed" not in first.stderr
+    notes = [line for line in second.stderr.splitlines() if line.startswith("Note: resumed study")]
+    rows = sum(1 for _ in csv.DictReader(io.StringIO((tmp_path / "first" / "plans.csv").read_text())))
+    assert len(notes) == 1 and "'autoplan-llama3-8b-64gpus-" in notes[0] and f"in {storage}: " in notes[0]
+    assert notes[0].endswith("stored layouts reused; 0 of 1 chunks left to store")  # 1 chunk of 65,536
+    assert int(notes[0].split(": ")[-1].split()[0].replace(",", "")) >= rows  # plans.csv folds twins

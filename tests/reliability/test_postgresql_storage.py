@@ -9,6 +9,12 @@ from __future__ import annotations
 import collections
 import importlib.util
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
 
 import optuna
@@ -16,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from autoplan.cli import main
+from autoplan.search.optuna_search import BATCH_SIZE  # a batch is written whole or not at all
 from autoplan.search.storage import WRITER_ATTR
 
 pytestmark = pytest.mark.postgresql  # starts a server: `pytest -m postgresql`
@@ -58,7 +65,51 @@ def test_exhaustive_workers_store_every_layout_once_in_postgresql(postgres_url, 
 
 
 def test_four_processes_create_one_postgresql_study_at_once(postgres_url):
-    spec = importlib.util.spec_from_file_location("concurrent_open", Path(__file__).with_name("test_concurrent_open.py"))
+    _sibling("test_concurrent_open.py").open_together(postgres_url)
+
+
+def _sibling(name: str):
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), Path(__file__).with_name(name))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.open_together(postgres_url)
+    return module
+
+
+def test_kill_9_of_the_search_with_4_workers_on_postgresql_leaves_none_and_resumes(postgres_url, tmp_path):
+    """Issue 48: every worker gone within 10 s of ``kill -9`` of the search; the rerun resumes
+    every stored trial (what was lost is at most each worker's batch in flight)."""
+    lease = _sibling("test_worker_lease.py")
+    marker = uuid.uuid4().hex
+    args = [*SEARCH, "--sampler", "tpe", "--workers", "4", "--storage", postgres_url, "--study-name", "kill"]
+    proc = subprocess.Popen([sys.executable, "-m", "autoplan.cli", *args, "--trials", "100000",
+                             "--out", str(tmp_path / "killed")], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "AUTOPLAN_KILL_TEST": marker})
+    key = f"AUTOPLAN_KILL_TEST={marker}".encode()
+    try:
+        deadline = time.monotonic() + 120
+        while (at_kill := _stored(postgres_url, "kill")) < 8 * BATCH_SIZE:  # every worker writing
+            assert proc.poll() is None and time.monotonic() < deadline, "the search stored too few trials"
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        end = time.monotonic() + lease.GONE_WITHIN_S
+        while (left := lease._marked(key)) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert left == [], f"workers {left} alive {lease.GONE_WITHIN_S:.0f} s after kill -9 of the search"
+    finally:
+        for pid in lease._marked(key):
+            os.kill(pid, signal.SIGKILL)
+    kept = optuna.load_study(study_name="kill", storage=postgres_url).trials
+    assert len(kept) >= at_kill and sorted(t.number for t in kept) == list(range(len(kept)))
+    again = CliRunner().invoke(main, [*args, "--trials", str(len(kept) + 32), "--out", str(tmp_path / "again")])
+    assert again.exit_code == 0, again.output + again.stderr
+    assert f": {len(kept):,} stored trials reused" in again.stderr
+    after = {t.number: t.params for t in optuna.load_study(study_name="kill", storage=postgres_url).trials}
+    assert all(after[t.number] == t.params for t in kept)
+
+
+def _stored(url: str, name: str) -> int:
+    try:
+        return len(optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False))
+    except KeyError:  # not created yet
+        return 0
