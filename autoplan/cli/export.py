@@ -17,8 +17,7 @@ from autoplan.cli.options import (
     training_options,
 )
 from autoplan.errors import AutoplanError, escape, shown
-
-TRAINER_CHOICES = ("megatron", "torchtitan", "nanotron", "deepspeed")
+from autoplan.export.registry import TRAINERS as TRAINER_CHOICES
 
 
 @click.command("export")

@@ -6,6 +6,7 @@ the search uses, :mod:`autoplan.rules`, evaluated on a batch of one) and returns
 Each renderer is a pure function pinned to a stated trainer version (``VERSIONS``):
 
 * ``megatron``: a bash launch script for Megatron-LM's ``pretrain_gpt.py``;
+* ``megatron-bridge``: a recipe override YAML and a launch script for Megatron-Bridge's ``run_recipe.py``;
 * ``torchtitan``: the Python config module of torchtitan 0.3.0 and the TOML job of 0.2.2;
 * ``nanotron``: the YAML config of ``run_train.py``;
 * ``deepspeed``: the DeepSpeed JSON and a launch script (Megatron-DeepSpeed when tp or pp > 1).
@@ -27,6 +28,7 @@ from typing import Any
 
 from autoplan.errors import AutoplanError
 from autoplan.export.common import ExportError, ExportResult, LaunchOptions
+from autoplan.export.registry import TRAINERS, VERSIONS, renderer_module
 from autoplan.layout import Layout
 from autoplan.layout_records import layout_from_record
 from autoplan.profiles import TrainerProfile, load_profile
@@ -38,13 +40,6 @@ from autoplan.specs.training import TrainingSpec
 __all__ = ["TRAINERS", "VERSIONS", "ExportError", "architecture_problem", "ExportResult", "LaunchOptions", "TrainerRuleError",
            "export_plan", "parse_trainers", "plan_training", "read_plans", "render", "select_plan", "write_files"]
 
-TRAINERS = ("megatron", "torchtitan", "nanotron", "deepspeed")
-VERSIONS = {
-    "megatron": "Megatron-LM core_v0.15.3",
-    "torchtitan": "torchtitan 0.3.0 (Python config) and 0.2.2 (TOML)",
-    "nanotron": "nanotron main @ 2411b022",
-    "deepspeed": "DeepSpeed 0.19.8 (+ Megatron-DeepSpeed @ 4efb479 when tp or pp > 1)",
-}
 
 
 def render(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSpec,
@@ -67,7 +62,7 @@ def render(trainer: str, model: ModelSpec, layout: Layout, training: TrainingSpe
     if profile.name != trainer:
         raise AutoplanError(f"the profile is {profile.name}'s, not {trainer}'s: export with that trainer's profile")
     check_layout(RuleContext(model, profile, training, allow_uneven_pp=allow_uneven_pp), layout)
-    module = importlib.import_module(f"autoplan.export.{trainer}")
+    module = importlib.import_module(renderer_module(trainer))
     return module.render(model, layout, training, launch or LaunchOptions(), profile)
 
 

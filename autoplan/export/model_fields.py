@@ -63,7 +63,9 @@ def written_fields(trainer: str, layout: Layout) -> frozenset[str]:
     """The fields ``trainer``'s exporter writes for ``layout`` (its module's ``MODEL_FIELDS``)."""
     import importlib
 
-    module = importlib.import_module(f"autoplan.export.{trainer}")
+    from autoplan.export.registry import renderer_module
+
+    module = importlib.import_module(renderer_module(trainer))
     if trainer == "deepspeed" and module.uses_megatron(layout):
         return module.MDS_MODEL_FIELDS
     return module.MODEL_FIELDS

@@ -159,6 +159,14 @@ class TrainerProfile:
     # of ``autoplan calibrate`` holds: calibration.own_band); search.ranking.context_band reads it.
     own_bands: dict[str, dict] = field(default_factory=dict)
     options: TrainerOptions = field(default_factory=TrainerOptions)  # see trainer_options.py
+    # The profiles this one inherits from, nearest first (``inherits:``, :func:`inherited_mapping`):
+    # rules bound to a base trainer bind it too, and an uncalibrated GPU borrows the base's fits.
+    lineage: tuple[str, ...] = ()
+
+    @property
+    def family(self) -> tuple[str, ...]:
+        """This profile's name and its lineage: the trainer names a rule may bind it by."""
+        return (self.name, *self.lineage)
 
     def parameters_for(self, gpu_name: str) -> CalibratedParameters:
         """The calibrated parameters for ``gpu_name``; for a GPU this trainer was not calibrated
@@ -166,7 +174,7 @@ class TrainerProfile:
         if gpu_name in self.parameters:
             return self.parameters[gpu_name]
         calibrated = {name: p for name, p in self.parameters.items() if name != "default"}
-        borrowed = None if calibrated else other_calibrations(self.name)
+        borrowed = None if calibrated else other_calibrations(self.name, self.lineage)
         return transfer_parameters(calibrated, gpu_name, self.parameters["default"], borrowed=borrowed)
 
     def with_parameters(self, gpu_name: str, params: CalibratedParameters) -> TrainerProfile:
@@ -199,12 +207,16 @@ class TrainerProfile:
 PP_SPLIT_RULES = ("layout", "compute_cost")
 HYBRID_STYLES = ("none", "replicate", "secondary")  # how a trainer shards hybrid (autoplan.cost.hybrid_shard)
 _COEF_KEYS = [f.name for f in fields(ActivationCoefficients)]
-_PROFILE_KEYS = [f.name for f in fields(TrainerProfile) if f.name != "own_bands"]  # (own_bands: from a --profile file)
+# (own_bands: from a --profile file; lineage: from ``inherits:``)
+_PROFILE_KEYS = [f.name for f in fields(TrainerProfile) if f.name not in ("own_bands", "lineage")]
 # Optional in a profile's YAML: the fields with a default (the dataclass is the one declaration);
 # sources, parameters and options are read apart.
 _OPTIONAL_KEYS = [f.name for f in fields(TrainerProfile) if f.name in _PROFILE_KEYS
                   and (f.default is not MISSING or f.default_factory is not MISSING)
                   and f.name not in ("sources", "parameters", "options")]
+INHERITS = "inherits"  # a built-in profile's base: its YAML holds only what differs from the base's
+_MERGED_BLOCKS = ("capabilities", "options")  # merged key by key with the base's; other keys replace
+_NOT_INHERITED = ("calibrated",)  # fits belong to the trainer measured: a child borrows them only by transfer
 
 
 def _coefficients(data: Any, where: str) -> ActivationCoefficients:
@@ -214,12 +226,36 @@ def _coefficients(data: Any, where: str) -> ActivationCoefficients:
     return ActivationCoefficients(**{k: float(v) for k, v in data.items()})
 
 
-def profile_from_mapping(data: dict, where: str) -> TrainerProfile:
-    """Build a ``TrainerProfile`` from a parsed YAML mapping."""
+def inherited_mapping(data: dict, base: dict, where: str) -> dict:
+    """A child profile's mapping (``inherits: <base>``) completed from its base's: the child's
+    keys replace the base's, but ``capabilities:`` and ``options:`` merge key by key (the child
+    states what it runs beyond or instead of the base), ``sources`` are the base's then the
+    child's, and the base's ``calibrated:`` fits are not carried (the child's GPUs borrow them by
+    transfer, ``transfer.transfer_parameters``, saying so)."""
+    for key in ("name", "description"):
+        if key not in data:
+            raise SpecError(where, f"{key}: a profile that inherits ({INHERITS}: {base.get('name')}) needs its own {key}")
+    out = {k: v for k, v in base.items() if k not in _NOT_INHERITED and k != INHERITS}
+    for key, value in data.items():
+        if key == INHERITS:
+            continue
+        if key in _MERGED_BLOCKS and isinstance(value, dict) and isinstance(base.get(key), dict):
+            out[key] = {**base[key], **value}
+        elif key == "sources":
+            out[key] = [*base.get("sources", ()), *value]
+        else:
+            out[key] = value
+    return out
+
+
+def profile_from_mapping(data: dict, where: str, lineage: tuple[str, ...] = ()) -> TrainerProfile:
+    """Build a ``TrainerProfile`` from a parsed YAML mapping (``lineage``: the profiles it was
+    completed from, :func:`inherited_mapping`)."""
     required = [k for k in _PROFILE_KEYS if k not in ("sources", "parameters", "options", *_OPTIONAL_KEYS)]
     parameters = profile_parameters(data, where)  # first: it names the sections that replace 'efficiency:'
     check_keys(data, where, required=required, optional=["sources", "defaults", "calibrated", *_OPTIONAL_KEYS, "options"])
     values = {k: v for k, v in data.items() if k not in ("defaults", "calibrated")}
+    values["lineage"] = lineage
     values["parameters"] = parameters
     for key in ("attention", "mlp"):
         values[key] = {mode: _coefficients(c, f"{where}: {key}.{mode}") for mode, c in data[key].items()}
@@ -256,7 +292,24 @@ def _builtin_profiles() -> dict[str, TrainerProfile]:
 @lru_cache(maxsize=None)
 def _profile_file(path: Path) -> TrainerProfile:
     """One built-in profile file, read once (the same object whether looked up alone or listed)."""
-    return profile_from_mapping(read_mapping(path), str(path))
+    data, lineage = _file_mapping(path, ())
+    return profile_from_mapping(data, str(path), lineage)
+
+
+def _file_mapping(path: Path, seen: tuple[str, ...]) -> tuple[dict, tuple[str, ...]]:
+    """A built-in profile file's mapping with its ``inherits:`` chain resolved (the base is the
+    file ``<base>.yaml`` beside it), and the base names, nearest first."""
+    data = read_mapping(path)
+    base_name = data.get(INHERITS)
+    if base_name is None:
+        return data, ()
+    base_path = _PROFILE_DIR / f"{base_name}.yaml"
+    if not isinstance(base_name, str) or not is_file_stem(base_name) or not base_path.is_file():
+        raise SpecError(str(path), f"{INHERITS}: expected a built-in profile's name, got {shown(base_name)}")
+    if base_name in seen or base_path == path:
+        raise SpecError(str(path), f"{INHERITS}: a cycle ({' -> '.join((*seen, path.stem, base_name))})")
+    base, lineage = _file_mapping(base_path, (*seen, path.stem))
+    return inherited_mapping(data, base, str(path)), (str(base.get("name", base_name)), *lineage)
 
 
 def _own_file_profile(key: str) -> TrainerProfile | None:
@@ -269,10 +322,18 @@ def _own_file_profile(key: str) -> TrainerProfile | None:
     return profile if profile.name == key else None
 
 
-def other_calibrations(trainer: str) -> dict[tuple[str, str], CalibratedParameters]:
+def other_calibrations(trainer: str, lineage: tuple[str, ...] = ()) -> dict[tuple[str, str], CalibratedParameters]:
     """(trainer, GPU) -> calibrated parameters of every built-in trainer but ``trainer``: where a
-    trainer calibrated on no GPU starts from (``transfer.transfer_parameters``)."""
-    return {(name, gpu): params for name, profile in _builtin_profiles().items() if name != trainer
+    trainer calibrated on no GPU starts from (``transfer.transfer_parameters``). A trainer that
+    inherits (``lineage``, nearest base first) starts from its nearest calibrated base's only: it
+    runs that base's code, so that base's fits are the closest measured ones."""
+    profiles = _builtin_profiles()
+    for base in lineage:
+        own = {(base, gpu): params for gpu, params in profiles[base].parameters.items() if gpu != "default"} \
+            if base in profiles else {}
+        if own:
+            return own
+    return {(name, gpu): params for name, profile in profiles.items() if name != trainer
             for gpu, params in profile.parameters.items() if gpu != "default"}
 
 

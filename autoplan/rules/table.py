@@ -69,7 +69,9 @@ class Rule:
     fix: Formatter | None = None  # the nearest change that repairs it ('' when none is obvious)
 
     def binds(self, ctx: RuleContext) -> bool:
-        return self.trainers == ALL or ctx.profile.name in self.trainers
+        """Whether the rule binds the context's trainer: by its name or a base it inherits
+        (``TrainerProfile.family``: Megatron-Core's rules bind Megatron-Bridge too)."""
+        return self.trainers == ALL or any(name in self.trainers for name in ctx.profile.family)
 
     def broken_mask(self, ctx: RuleContext, batch: LayoutBatch) -> np.ndarray:
         """The predicate as a bool array with one entry per layout."""

@@ -134,7 +134,7 @@ def test_output_folder_and_file(tmp_path):
 
 def test_help_lists_the_trainers():
     result = run("export", "--help")
-    assert result.exit_code == 0 and "megatron|torchtitan|nanotron|deepspeed" in result.output
+    assert result.exit_code == 0 and "megatron|megatron-bridge|torchtitan|nanotron|deepspeed" in result.output
 
 
 # --- quoting: nothing a user typed can run ---------------------------------------------------

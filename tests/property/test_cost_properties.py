@@ -186,7 +186,8 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
         etp = draw(st.sampled_from(etps))
     gpus = dp * tp * pp * cp
     assume(gpus <= 8 or gpus % 8 == 0)  # whole 8-GPU nodes beyond one node (legality rule)
-    sp = tp > 1 and (draw(st.booleans()) or (trainer == "megatron" and model.moe is not None))
+    # (Megatron-Core's moe_tp_needs_sp binds megatron and the profiles that inherit it)
+    sp = tp > 1 and (draw(st.booleans()) or ("megatron" in load_profile(trainer).family and model.moe is not None))
     if trainer == "torchtitan":  # torchtitan cuts the sequence (tp if sp) × (2·cp if cp > 1)
         assume(seq % ((tp if sp else 1) * (2 * cp if cp > 1 else 1)) == 0)
     return drawn(dict(

@@ -11,6 +11,7 @@ from autoplan.specs.models import load_model
 # What each trainer's files state about processes per node (and the node count).
 PER_NODE_TEXT = {
     "megatron": ("megatron_pretrain_gpt.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),
+    "megatron-bridge": ("megatron_bridge_pretrain.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),
     "torchtitan": ("torchtitan_launch.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),
     "nanotron": ("nanotron_launch.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),
     "deepspeed": ("deepspeed_launch.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),

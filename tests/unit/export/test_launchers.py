@@ -23,13 +23,15 @@ RECORD = dict(gpus=16, tp=2, seq_len=4096, gbs_seqs=64)
 # trainer -> (its launch script, what torchrun must run: the entry point and its config)
 ENTRIES = {
     "megatron": ("megatron_pretrain_gpt.sh", ["/opt/mlm/pretrain_gpt.py", "--tensor-model-parallel-size", "2"]),
+    "megatron-bridge": ("megatron_bridge_pretrain.sh", ["/opt/mb/scripts/training/run_recipe.py", "--recipe",
+                                                        "llama3_8b_pretrain_config", "model.tensor_model_parallel_size=2"]),
     "torchtitan": ("torchtitan_launch.sh", ["-m", "torchtitan.train", "--module", "torchtitan_autoplan",
                                             "--config", "autoplan_config"]),
     "nanotron": ("nanotron_launch.sh", ["/opt/nanotron/run_train.py", "--config-file"]),
     "deepspeed": ("deepspeed_launch.sh", ["/opt/mds/pretrain_gpt.py", "--deepspeed_config",
                                           "deepspeed_config.json"]),
 }
-ENV = {"MEGATRON_LM": "/opt/mlm", "NANOTRON": "/opt/nanotron", "MEGATRON_DEEPSPEED": "/opt/mds",
+ENV = {"MEGATRON_LM": "/opt/mlm", "MEGATRON_BRIDGE": "/opt/mb", "NANOTRON": "/opt/nanotron", "MEGATRON_DEEPSPEED": "/opt/mds",
        "DATA_PATH": "/data/corpus_text_document", "TOKENIZER": "/models/tok", "CHECKPOINT_DIR": "/ckpt/run"}
 
 

@@ -31,12 +31,13 @@ from tests.unit.export.test_roundtrip import (
     VERSIONS,
     from_deepspeed,
     from_megatron,
+    from_megatron_bridge,
     from_nanotron,
     from_torchtitan_module,
     load_model,
 )
 
-TRAINERS = ("megatron", "torchtitan", "nanotron", "deepspeed")
+TRAINERS = ("megatron", "megatron-bridge", "torchtitan", "nanotron", "deepspeed")
 PREDICTED = ("peak_memory_gib", "step_time_s", "tokens_per_s_per_gpu", "mfu")
 
 
@@ -51,6 +52,7 @@ def _read_back(trainer: str, files: dict[str, str], model, plan: dict) -> dict:
     """The plan as the exported files state it: the readers' knobs over the plan's record."""
     gpus = plan["gpus"]
     got = {"megatron": lambda: from_megatron(files, model),
+           "megatron-bridge": lambda: from_megatron_bridge(files, model),
            "torchtitan": lambda: from_torchtitan_module(files, model, gpus),
            "nanotron": lambda: from_nanotron(files, model),
            "deepspeed": lambda: from_deepspeed(files, model)}[trainer]()

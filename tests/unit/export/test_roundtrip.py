@@ -142,6 +142,48 @@ def from_megatron(files, model) -> dict:
     return _finish(values, model)
 
 
+def _hydra_parsed(value: str):
+    """A Hydra override value back as data: numbers (YAML 1.1 reads '3e-05' as text), quoted
+    strings, the rest as YAML flow (null, true, [a,b])."""
+    try:
+        return int(value) if value.lstrip("-").isdigit() else float(value)
+    except ValueError:
+        return yaml.safe_load(value.replace("'", '"') if "'" in value else value)
+
+
+def from_megatron_bridge(files, model) -> dict:
+    """The layout from the override YAML (yaml.safe_load); the launch script's overrides must be
+    the same mapping (Hydra's ``section.key=value`` words)."""
+    data = yaml.safe_load(files["megatron_bridge_overrides.yaml"])
+    script = files["megatron_bridge_pretrain.sh"]
+    words = [w for w in bash_words(script, "OVERRIDES") if "$" not in w]
+    assert len(words) == sum(len(section) for section in data.values())
+    for word in words:
+        key, value = word.split("=", 1)
+        section, name = key.split(".", 1)
+        assert _hydra_parsed(value) == data[section][name], word
+    m, train, ddp, prec = data["model"], data["train"], data["ddp"], data["mixed_precision"]
+    layout = m.get("pipeline_model_parallel_layout")
+    pp = m["pipeline_model_parallel_size"]
+    granularity = m.get("recompute_granularity")
+    values = {"gpus": _gpus(script), "tp": m["tensor_model_parallel_size"], "pp": pp,
+              "vpp": len(megatron_layout_stages(layout)) // pp if layout else m["virtual_pipeline_model_parallel_size"] or 1,
+              "cp": m["context_parallel_size"], "ep": m["expert_model_parallel_size"],
+              "etp": m["expert_tensor_parallel_size"],
+              "zero": 3 if ddp.get("use_megatron_fsdp") else 1 if ddp["use_distributed_optimizer"] else 0,
+              "mbs": train["micro_batch_size"], "gbs_seqs": train["global_batch_size"],
+              "seq_len": data["dataset"]["sequence_length"], "sp": m["sequence_parallel"],
+              "recompute": granularity or "none", "precision": "fp8" if prec.get("fp8") else "bf16"}
+    if layout:
+        counts = [stage.count("t") for stage in megatron_layout_stages(layout)]
+        if counts == virtual_stage_layers(model.num_layers, pp, values["vpp"], embed_loss=True) != virtual_stage_layers(
+                model.num_layers, pp, values["vpp"]):
+            values["pp_split"] = "embed-loss"
+    assert m["num_layers"] == model.num_layers and m["hidden_size"] == model.hidden_size
+    assert m["seq_length"] == values["seq_len"]
+    return _finish(values, model)
+
+
 def _torchtitan_common(par: dict, train: dict, model, gpus: int) -> dict:
     pp = par["pipeline_parallel_degree"]
     dp = par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
@@ -238,6 +280,8 @@ def test_files_parse_back_to_the_layout(model_name, values, trainer):
     expected = layout.to_record(training)
     if trainer == "megatron":
         recovered = [(from_megatron(files, model), expected)]
+    elif trainer == "megatron-bridge":
+        recovered = [(from_megatron_bridge(files, model), expected)]
     elif trainer == "torchtitan":
         module = from_torchtitan_module(files, model, training.gpus)
         assert module.pop("plan") == expected

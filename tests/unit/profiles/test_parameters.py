@@ -67,7 +67,8 @@ def test_shared_defaults_give_every_parameter_a_source():
 def test_every_profile_loads_with_its_gradient_reduction_dtype():
     # Megatron, torchtitan, nanotron and HF reduce fp32 gradients; DeepSpeed the bf16/fp16 ones.
     # llm-foundry's Composer FSDP 'DEFAULT' mixed precision reduces in fp32 too.
-    expected = {"megatron": 4, "torchtitan": 4, "nanotron": 4, "hf": 4, "deepspeed": 2, "llmfoundry": 4}
+    expected = {"megatron": 4, "torchtitan": 4, "nanotron": 4, "hf": 4, "deepspeed": 2, "llmfoundry": 4,
+                "megatron-bridge": 4}  # Bridge: megatron's (inherited; its recipes keep grad_reduce_in_fp32)
     assert set(list_trainers()) == set(expected)
     for trainer, grad_reduce_bytes in expected.items():
         profile = load_profile(trainer)

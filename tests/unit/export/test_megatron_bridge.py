@@ -1,0 +1,78 @@
+"""The megatron-bridge export against Megatron-Bridge's own field names.
+
+Megatron-Bridge does not import on a CPU (megatron/bridge/peft/lora_layers.py imports
+transformer_engine.pytorch, a CUDA build), so its ConfigContainer cannot load the YAML here; the
+field names of each section at tag v0.3.1 are test data (data/megatron_bridge_fields.yaml, written
+by tests/trainers/megatron_bridge_fields.py from the source at that commit), and every key the
+export writes must be one of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autoplan.api import plan_from_record
+from autoplan.export import ExportError, LaunchOptions, render
+from autoplan.export.megatron_bridge import OVERRIDES_FILE, hydra_value
+from autoplan.specs.models import load_model
+
+FIELDS = yaml.safe_load((Path(__file__).parent / "data" / "megatron_bridge_fields.yaml").read_text())
+SECTIONS = {name: set(names) for name, names in FIELDS["sections"].items()}
+LAUNCHES = {"plain": LaunchOptions(), "mock": LaunchOptions(mock_data=True),
+            "paths": LaunchOptions(tokenizer="meta-llama/Meta-Llama-3-70B", data_path="0.7 /d/a_text 0.3 /d/b_text",
+                                   checkpoint_dir="/ckpt")}
+PLANS = {
+    "dense_vpp": ("llama3-70b", dict(gpus=64, tp=4, pp=2, vpp=5, zero=1, mbs=1, seq_len=8192, gbs_seqs=512,
+                                     recompute="selective")),
+    "uneven_full": ("llama3.1-405b", dict(gpus=1024, tp=8, pp=16, zero=1, mbs=1, seq_len=8192, gbs_seqs=512,
+                                          recompute="full", recompute_layers=2)),
+    "fsdp_hsdp": ("llama3-8b", dict(gpus=64, zero=3, hsdp=8, mbs=1, seq_len=8192, gbs_seqs=512)),
+    "moe_offload_fp8": ("qwen3-30b-a3b", dict(gpus=32, ep=8, zero=3, mbs=2, seq_len=4096, gbs_seqs=256,
+                                              precision="fp8", offload_layers=2)),
+    "cpu_sgd": ("llama3-8b", dict(gpus=64, tp=2, zero=1, mbs=1, seq_len=8192, gbs_seqs=512, optimizer="sgd",
+                                  offload="optimizer", recompute="full")),
+}
+
+
+def _overrides(plan: str, launch: str) -> dict:
+    name, record = PLANS[plan]
+    layout, training = plan_from_record(record)
+    return yaml.safe_load(render("megatron-bridge", load_model(name), layout, training, LAUNCHES[launch]).files[OVERRIDES_FILE])
+
+
+def test_field_list_names_its_commit():
+    assert len(FIELDS["source_commit"]) == 40 and "tensor_model_parallel_size" in SECTIONS["model"]
+
+
+@pytest.mark.parametrize("launch", LAUNCHES)
+@pytest.mark.parametrize("plan", PLANS)
+def test_every_key_is_a_configcontainer_field(plan, launch):
+    data = _overrides(plan, launch)
+    assert set(data) <= SECTIONS[""], set(data) - SECTIONS[""]
+    unknown = {f"{section}.{key}" for section, values in data.items() for key in values if key not in SECTIONS[section]}
+    assert not unknown
+
+
+def test_blend_is_megatron_cores_prefixes_and_weights():
+    """GPTDatasetConfig.blend: (prefixes, weights); '0.7 /d/a_text 0.3 /d/b_text' -> both lists."""
+    assert _overrides("dense_vpp", "paths")["dataset"]["blend"] == [["/d/a_text", "/d/b_text"], [0.7, 0.3]]
+
+
+def test_mock_data_only_when_asked():
+    assert _overrides("dense_vpp", "mock")["dataset"]["mock"] is True
+    assert _overrides("dense_vpp", "plain")["dataset"]["mock"] is False
+
+
+def test_a_model_without_a_recipe_is_refused():
+    layout, training = plan_from_record(dict(gpus=8, zero=0, gbs_seqs=8, seq_len=4096))
+    with pytest.raises(ExportError, match="no v0.3.1 recipe builds 'mixtral-8x7b'"):
+        render("megatron-bridge", load_model("mixtral-8x7b"), layout, training)
+
+
+@pytest.mark.parametrize(("value", "text"), [(None, "null"), (True, "true"), (8, "8"), ([["/a b"], None], "[['/a b'],null]"),
+                                             ("99,1,0", "'99,1,0'"), ("selective", "selective"), ("it's", "'it\\'s'")])
+def test_hydra_values(value, text):
+    assert hydra_value(value) == text
