@@ -85,7 +85,7 @@ def run_script(trainer: str, rank: int, launcher: str, nodes: int, user_paths: M
     checks = "".join(f'export {name}="${{{name}:?set {name} to {what}}}"\n' for name, what in user_paths.items())
     if launcher == "torchrun" and nodes > 1:
         checks += 'export MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to node 0 (and NODE_RANK on each node)}"\n'
-    start = "bash run.sh on each node" if launcher == "torchrun" else "bash run.sh on the login node (sbatch --wait)"
+    start = "bash run.sh on each node" if launcher == "torchrun" else "bash run.sh on the login node: sbatch --wait"
     return ("#!/usr/bin/env bash\n"
             f"# autoplan trial: plan rank {rank} for {trainer} ({start}); output -> {LOG_FILE}, read by "
             "autoplan calibrate --from-log / rerank\n" "set -euo pipefail\n" 'cd "$(dirname "$0")"\n'

@@ -14,7 +14,8 @@ take ~15-20 s each.
   calibrate fits one parameter to). The three plans are ZeRO-3 with grad_acc 1, 4 and 8 (mbs
   8/2/1 for 16 sequences): ZeRO-3 gathers the parameters and reduce-scatters the gradients on
   every micro-batch (``stage3.py``), so on gloo the grad_acc 8 plan is measured ~2-3x slower
-  than grad_acc 1 (0.42 against 0.18 s/step here): the measured order is checkable, not a coin flip.
+  than grad_acc 1 (0.42-0.46 against 0.15-0.18 s/step in 3 runs here): the measured order is
+  checkable, not a coin flip.
 * one export per DeepSpeed feature (ZeRO 1/2/3, optimizer offload, AutoEP) trained 4 steps.
 """
 
