@@ -12,11 +12,15 @@ Logging per trainer: Megatron-LM already logs every iteration (``--log-interval 
 export) and prints ``report_memory`` after the first; the run script adds ``--log-throughput``.
 torchtitan: ``--metrics.log_freq 1`` on the command line. nanotron: the export's
 ``iteration_step_info_interval`` is already 1. DeepSpeed: the export's ``steps_per_print`` is
-already 1; ``wall_clock_breakdown`` is switched on in its JSON (the fwd/bwd/step breakdown).
+already 1; ``wall_clock_breakdown`` is switched on in its JSON (the fwd/bwd/step breakdown), and
+``log_level: info``: DeepSpeed 0.19.8's logger starts at WARNING (``deepspeed/utils/logging.py``)
+and the engine sets the JSON's level (``engine.py``), so without it the ``ThroughputTimer``
+line the log import reads (``logger.info``) is never printed under torchrun.
 
-The launch line comes from one function, :func:`node_command`, written for torchrun (the
-exporters' own line) or Slurm; it is the single place to point at the exporters' launcher API
-once they take one. Every path the user must give is a ``${NAME:?...}`` that fails loudly.
+There is one launch line per trainer, the exporter's: each folder's exported launch script
+(:mod:`autoplan.export.launch`, written for ``--launcher torchrun`` or ``slurm``), which
+``run.sh`` starts with the logging flags above (:func:`node_command`). Every path the user must
+give is a ``${NAME:?...}`` that run.sh checks before anything starts.
 """
 
 from __future__ import annotations
@@ -32,15 +36,17 @@ import numpy as np
 
 from autoplan.calibration.trial_runs import MANIFEST, MANIFEST_KIND
 from autoplan.errors import AutoplanError
+from autoplan.export.launch import LAUNCHERS
 
-LAUNCHERS = ("torchrun", "slurm")
 LOG_FILE = "train.log"
 RUN_FILE = "run.sh"
 # what each exported trainer needs from the user, as environment variables (checked by the script)
 USER_PATHS = {"megatron": {"MEGATRON_LM": "your Megatron-LM checkout"},
               "torchtitan": {},
-              "nanotron": {"NANOTRON": "your nanotron checkout (its run_train.py)"},
-              "deepspeed": {}}
+              "nanotron": {"NANOTRON": "your nanotron checkout (its run_train.py)"}}
+# what the trial adds to the exported launch script's trainer line for per-step logs (module docstring)
+LOGGING_ARGS = {"megatron": ("--log-throughput",), "torchtitan": ("--metrics.log_freq", "1"),
+                "nanotron": (), "deepspeed": ()}
 
 
 def trial_count(data: Mapping[str, Any]) -> int:
@@ -54,54 +60,56 @@ def trial_count(data: Mapping[str, Any]) -> int:
     return max(1, min(len(plans), reordered_count(tokens, min(near, len(plans)))))
 
 
-def node_command(trainer: str, files: list[str], launcher: str) -> str:
-    """The command that runs one node's share of the plan, from the exported files. (The one
-    place to call the exporters' launcher API once they take ``--launcher``.)"""
-    if trainer == "megatron":
-        return "bash megatron_pretrain_gpt.sh --log-throughput"
-    if trainer == "deepspeed":
-        return "bash deepspeed_launch.sh"
-    torchrun = ('torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "$NODE_RANK" '
-                '--master-addr "$MASTER_ADDR" --master-port "${MASTER_PORT:-29500}"')
-    if trainer == "torchtitan":
-        toml = next((f for f in files if f.endswith(".toml")), None)
-        if toml is None:
-            raise AutoplanError("torchtitan wrote no TOML job for this plan (see the export's warning): "
-                                "run its Python config module by hand")
-        return f"{torchrun} -m torchtitan.train --job.config_file {shlex.quote(toml)} --metrics.log_freq 1"
-    config = next(f for f in files if f.endswith((".yaml", ".yml")))
-    return f'CUDA_DEVICE_MAX_CONNECTIONS=1 {torchrun} "$NANOTRON/run_train.py" --config-file {shlex.quote(config)}'
+def launch_file(trainer: str) -> str:
+    """The exporter's launch script of ``trainer`` (:mod:`autoplan.export.launch`), the one launch
+    line per trainer that ``run.sh`` calls."""
+    from autoplan.export import deepspeed, megatron, nanotron, torchtitan
+
+    return {"megatron": megatron.FILE_NAME, "torchtitan": torchtitan.LAUNCH_FILE,
+            "nanotron": nanotron.LAUNCH_FILE, "deepspeed": deepspeed.SCRIPT_FILE}[trainer]
 
 
-def run_script(trainer: str, rank: int, files: list[str], launcher: str, gpus_per_node: int, nodes: int) -> str:
-    """run.sh of one plan: checks the paths, launches every node (Slurm) or this one (torchrun),
-    and tees the output into train.log next to it."""
-    checks = "".join(f'export {name}="${{{name}:?set {name} to {what}}}"\n'
-                     for name, what in USER_PATHS[trainer].items())
-    node = node_command(trainer, files, launcher)
-    head = ("#!/usr/bin/env bash\n"
-            f"# autoplan trial: plan rank {rank} for {trainer}; output -> {LOG_FILE} (read by autoplan calibrate "
-            "--from-log / rerank)\n" "set -euo pipefail\n" 'cd "$(dirname "$0")"\n' + checks
-            + f"export NPROC_PER_NODE={gpus_per_node} NNODES={nodes}\n")
+def node_command(trainer: str, launcher: str) -> str:
+    """The exported launch script with the trial's logging flags (``"$@"`` of its trainer line):
+    run with bash (torchrun on this node), or submitted with ``sbatch --wait`` whose output file
+    is the log (the script's ``#SBATCH`` lines reserve the nodes, its ``srun`` starts them)."""
+    words = " ".join([shlex.quote(launch_file(trainer)), *LOGGING_ARGS[trainer]])
     if launcher == "slurm":
-        return (head + f"# submit with: sbatch --nodes={nodes} --ntasks-per-node=1 --gpus-per-node={gpus_per_node} "
-                f"{RUN_FILE}\n"
-                'MASTER_ADDR="$(scontrol show hostnames "${SLURM_JOB_NODELIST:?run under sbatch or salloc}" '
-                '| head -n 1)"\nexport MASTER_ADDR\n'
-                f"srun --nodes={nodes} --ntasks-per-node=1 bash -c "
-                + shlex.quote(f'export NODE_RANK="$SLURM_NODEID"; {node}') + f" 2>&1 | tee {LOG_FILE}\n")
-    master = ('export MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to node 0 (and NODE_RANK on each node)}"\n'
-              if nodes > 1 else 'export MASTER_ADDR="${MASTER_ADDR:-localhost}"\n')
-    return (head + master + 'export NODE_RANK="${NODE_RANK:-0}"\n'
-            + f"{node} 2>&1 | tee {LOG_FILE}\n")
+        return f'sbatch --wait --chdir "$PWD" --output {LOG_FILE} {words}\ncat {LOG_FILE}\n'
+    return f"bash {words} 2>&1 | tee {LOG_FILE}\n"
 
 
-def _logging_on(trainer: str, folder: Path) -> None:
+def run_script(trainer: str, rank: int, launcher: str, nodes: int, user_paths: Mapping[str, str]) -> str:
+    """run.sh of one plan: checks the paths the export leaves to the user, then starts the
+    exported launch script (:func:`node_command`), its output going into train.log beside it."""
+    checks = "".join(f'export {name}="${{{name}:?set {name} to {what}}}"\n' for name, what in user_paths.items())
+    if launcher == "torchrun" and nodes > 1:
+        checks += 'export MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to node 0 (and NODE_RANK on each node)}"\n'
+    start = "bash run.sh on each node" if launcher == "torchrun" else "bash run.sh on the login node: sbatch --wait"
+    return ("#!/usr/bin/env bash\n"
+            f"# autoplan trial: plan rank {rank} for {trainer} ({start}); output -> {LOG_FILE}, read by "
+            "autoplan calibrate --from-log / rerank\n" "set -euo pipefail\n" 'cd "$(dirname "$0")"\n'
+            + checks + node_command(trainer, launcher))
+
+
+def user_paths(trainer: str, layout) -> dict[str, str]:
+    """What the exported run needs from the user, as environment variables (checked by run.sh
+    before anything starts, so that a missing path leaves no train.log)."""
+    if trainer == "deepspeed":
+        from autoplan.export.deepspeed import uses_megatron
+
+        return ({"MEGATRON_DEEPSPEED": "your Megatron-DeepSpeed checkout"} if uses_megatron(layout) else
+                {"TRAIN_SCRIPT": "your DeepSpeed training script (an absolute path: run.sh runs in its folder)"})
+    return USER_PATHS[trainer]
+
+
+def logging_on(trainer: str, folder: Path) -> None:
     """What the trainer's logging needs beyond the export (the module docstring)."""
     if trainer == "deepspeed":
         path = folder / "deepspeed_config.json"
         config = json.loads(path.read_text(encoding="utf-8"))
         config["wall_clock_breakdown"] = True
+        config["log_level"] = "info"  # 0.19.8's logger is at WARNING (utils/logging.py): no timer line else
         from autoplan.report.destination import write_text
 
         write_text(path, json.dumps(config, indent=2) + "\n")
@@ -142,6 +150,7 @@ def write_trial(plans_path: str | Path, trainer: str, out_dir: str | Path, *, st
                 top: int | None = None, launcher: str = "torchrun", skip_steps: int = 2) -> dict[str, Any]:
     """Write the trial folders and the manifest; returns the manifest."""
     from autoplan.export import LaunchOptions, export_plan, parse_trainers, read_plans
+    from autoplan.layout_records import layout_from_record
     from autoplan.specs.models import load_model
 
     trainer = parse_trainers(trainer)[0]
@@ -150,7 +159,9 @@ def write_trial(plans_path: str | Path, trainer: str, out_dir: str | Path, *, st
     if steps <= skip_steps:
         raise AutoplanError(f"--steps {steps} must exceed the {skip_steps} warm-up steps the logs' median drops")
     data = read_plans(plans_path)
-    model = load_model(str(data.get("model") or (data.get("inputs") or {}).get("model", {}).get("ref")))
+    from autoplan.report.plan_inputs import recorded_inputs
+
+    model = load_model(str(recorded_inputs(data)[0]["model"]))  # the searched file (a config.json), else the preset
     count = min(top, len(data["plans"])) if top else trial_count(data)
     out = Path(out_dir)
     chosen = [(int(r.get("rank", i + 1)), r, plan_training(data, r, model)) for i, r in enumerate(data["plans"][:count])]
@@ -158,12 +169,14 @@ def write_trial(plans_path: str | Path, trainer: str, out_dir: str | Path, *, st
     runs = []
     for rank, record, training in chosen:
         folder = out / f"rank-{rank}"
-        launch = LaunchOptions(train_steps=steps, warmup_steps=max(1, steps // 4))  # Megatron: warmup < decay
+        launch = LaunchOptions(train_steps=steps, warmup_steps=max(1, steps // 4),  # Megatron: warmup < decay
+                               launcher=launcher)
         written = export_plan(record, model, trainer, folder, training, launch)
-        _logging_on(trainer, folder)
+        logging_on(trainer, folder)
         files = [p.name for p in written]
         per_node = training.cluster.gpus_per_node
-        script = run_script(trainer, rank, files, launcher, per_node, max(1, training.gpus // per_node))
+        paths = user_paths(trainer, layout_from_record(record, training))
+        script = run_script(trainer, rank, launcher, max(1, training.gpus // per_node), paths)
         from autoplan.report.destination import write_text
 
         write_text(folder / RUN_FILE, script, executable=True)

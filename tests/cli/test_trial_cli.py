@@ -47,3 +47,32 @@ def test_trial_refuses_a_plan_the_trainer_cannot_run_before_writing(plans, tmp_p
     result = CliRunner().invoke(main, ["trial", str(plans), "--to", "deepspeed", "-o", str(out)])
     assert result.exit_code == 2 and "plan rank" in result.stderr and "search with --trainer deepspeed" in result.stderr
     assert not out.exists()
+
+
+def test_run_sh_starts_the_exported_launch_script_with_either_launcher(tmp_path):
+    searched = tmp_path / "s"
+    result = CliRunner().invoke(main, ["search", "-m", "8b", "-g", "16", "--gbs-tokens", "1M", "--trainer", "deepspeed",
+                                       "--tp", "1", "--pp", "1", "--out", str(searched)])
+    assert result.exit_code == 0, result.output + result.stderr
+    for launcher in ("torchrun", "slurm"):
+        out = tmp_path / launcher
+        result = CliRunner().invoke(main, ["trial", str(searched / "plans.json"), "--to", "deepspeed", "--top", "1",
+                                           "--steps", "6", "--launcher", launcher, "-o", str(out)])
+        assert result.exit_code == 0, result.output + result.stderr
+        folder = out / "rank-1"
+        script, exported = (folder / "run.sh").read_text(), (folder / "deepspeed_launch.sh").read_text()
+        assert all(subprocess.run(["bash", "-n", str(folder / f)]).returncode == 0
+                   for f in ("run.sh", "deepspeed_launch.sh"))
+        # one launch line per trainer: the export's (16 GPUs = 2 nodes of 8), which run.sh starts
+        if launcher == "torchrun":
+            assert "bash deepspeed_launch.sh 2>&1 | tee train.log" in script and '"${MASTER_ADDR:?' in script
+            assert "exec torchrun" in exported and "srun" not in exported
+        else:
+            assert 'sbatch --wait --chdir "$PWD" --output train.log deepspeed_launch.sh' in script
+            assert "#SBATCH --nodes=2" in exported and "exec srun" in exported
+        config = json.loads((folder / "deepspeed_config.json").read_text())
+        assert config["log_level"] == "info" and config["wall_clock_breakdown"] and config["steps_per_print"] == 1
+        assert config["scheduler"]["params"]["total_num_steps"] == 6
+        ran = subprocess.run(["bash", str(folder / "run.sh")], capture_output=True, text=True,
+                             env={"PATH": "/usr/bin:/bin", "MASTER_ADDR": "node0"})
+        assert ran.returncode != 0 and "set TRAIN_SCRIPT" in ran.stderr and not (folder / "train.log").exists()

@@ -4,7 +4,8 @@
 # cannot hold both. Prints the exports to paste (or eval):
 #   eval "$(bash tests/trainers/setup_envs.sh)" && pytest -m trainers tests/trainers
 # Environments live in $AUTOPLAN_TRAINER_ENVS (default ~/.cache/autoplan-trainer-envs); a
-# trainer whose environment is complete is not installed again (delete its folder to redo it).
+# trainer whose environment holds the packages below is not installed again; one whose list changed
+# gets the new packages installed into it (delete its folder to redo it from scratch).
 # Megatron-LM's own pretrain_gpt.py checks need a checkout at tag core_v0.15.3: give it as
 # MEGATRON_LM, or the script clones it into the cache (needs github.com).
 set -euo pipefail
@@ -20,19 +21,22 @@ MEGATRON_TAG="core_v0.15.3"
 #   it does not declare but imports whenever a model module loads (models/common/token_dispatcher.py
 #   -> distributed/minimal_async_ep/kernels.py `import triton`); on a CPU it only imports, its
 #   @triton.jit kernels compile on first GPU use. 3.8.0 is the wheel on this machine's index.
-# * deepspeed 0.19.8: DeepSpeedConfig (its own requirements).
+# * deepspeed 0.19.8: DeepSpeedConfig (its own requirements); transformers 5.22.2 for the CPU
+#   training runs (tests/trainers/deepspeed_train.py builds the Hugging Face model; AutoEP's
+#   mixtral/qwen3_moe presets need transformers >= 5.0.0, auto_ep_presets/*.py).
 declare -A PACKAGES=(
     [megatron]="numpy<2 megatron-core==0.15.3 einops==0.8.1 pyyaml packaging six==1.17.0 regex"
     [torchtitan]="torchtitan==0.3.0 triton==3.8.0"
-    [deepspeed]="deepspeed==0.19.8"
+    [deepspeed]="deepspeed==0.19.8 transformers==5.22.2"
 )
 for trainer in megatron torchtitan deepspeed; do
     env="$CACHE/$trainer"
-    if [ ! -f "$env/.installed" ]; then  # (an interrupted install is redone from scratch)
-        python3 -m venv --clear "$env" >&2
+    want="$TORCH ${PACKAGES[$trainer]}"
+    if [ "$(cat "$env/.installed" 2>/dev/null)" != "$want" ]; then  # (.installed is written last)
+        [ -x "$env/bin/python" ] || python3 -m venv --clear "$env" >&2
         # shellcheck disable=SC2086
-        "$env/bin/python" -m pip install -q "$TORCH" ${PACKAGES[$trainer]} >&2
-        echo "$TORCH ${PACKAGES[$trainer]}" > "$env/.installed"
+        "$env/bin/python" -m pip install -q $want >&2
+        echo "$want" > "$env/.installed"
     fi
     echo "export AUTOPLAN_${trainer^^}_PYTHON=$env/bin/python"
 done
