@@ -140,20 +140,38 @@ def load_scale_bands(path: Path = BANDS_FILE) -> dict[str, dict[str, ErrorBand]]
     return _load(path)[1]
 
 
+def _group_of_family(bands: Mapping[str, ErrorBand], trainer: str, generation: str, moe: bool) -> str:
+    """The group a prediction reads: the trainer's own, unless it is unmeasured and an ancestor's
+    (``TrainerProfile.lineage``) is measured."""
+    from autoplan.profiles import list_trainers, load_profile
+
+    own = group_name(trainer, generation, moe)
+    if own in bands and bands[own].measured or trainer not in list_trainers():
+        return own
+    for base in load_profile(trainer).lineage:
+        group = group_name(base, generation, moe)
+        if group in bands and bands[group].measured:
+            return group
+    return own
+
+
 def error_band(trainer: str, hardware: GPUSpec | str, moe: bool, gpus: float | None = None) -> ErrorBand:
     """The error band of predictions for ``trainer`` on ``hardware`` (the ``GPUSpec`` of
     ``TrainingSpec.cluster.gpu``, or a preset name), dense or MoE, on ``gpus`` GPUs: the band of
     the group's scale class where the file splits the group by scale and has that class, else
     the group's.
 
-    A trainer the file does not know (a user's own profile name) gets the widest unmeasured
-    band of the GPU's generation group across trainers.
+    A trainer that inherits another's profile (``inherits:``, e.g. megatron-bridge from megatron)
+    runs that trainer's code on its transferred parameters: where its own group is unmeasured, it
+    reads the nearest ancestor's group that is measured. A trainer the file does not know (a
+    user's own profile name) gets the widest unmeasured band of the GPU's generation group across
+    trainers.
     """
     bands = load_bands()
     generation = generation_of(hardware)
     if generation not in {name.split("/")[1] for name in bands}:
         generation = UNKNOWN_GENERATION
-    name = group_name(trainer.lower(), generation, moe)
+    name = _group_of_family(bands, trainer.lower(), generation, moe)
     if name in bands:
         split = load_scale_bands().get(name, {}) if gpus is not None else {}
         return split.get(scale_class(gpus), bands[name]) if split else bands[name]

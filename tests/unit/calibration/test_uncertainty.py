@@ -267,3 +267,12 @@ def test_an_unmeasured_pair_is_never_surer_than_its_trainers_measured_pairs():
             continue
         assert band.tokens_low_factor <= min(b.tokens_low_factor for b in peers), name
         assert band.tokens_high_factor >= max(b.tokens_high_factor for b in peers), name
+
+
+def test_an_inheriting_trainer_reads_its_bases_measured_group():
+    """megatron-bridge inherits megatron: on Hopper (a measured megatron group) its prediction
+    carries megatron's band; where megatron is unmeasured too it keeps its own group."""
+    for gpus in (8, 512):
+        own, base = error_band("megatron-bridge", "h100-sxm", False, gpus), error_band("megatron", "h100-sxm", False, gpus)
+        assert base.measured and own == base
+    assert error_band("megatron-bridge", "mi355x", False).group == "megatron-bridge/cdna4/dense"
