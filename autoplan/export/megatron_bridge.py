@@ -60,8 +60,15 @@ from autoplan.export.common import (
     header_lines,
     launch_shape,
 )
-from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
-from autoplan.export.megatron import assumed_efficiency, data_words, overlap_args, overlap_warnings, recompute_args
+from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script
+from autoplan.export.megatron import (
+    assumed_efficiency,
+    data_words,
+    overlap_args,
+    overlap_warnings,
+    path_lines,
+    recompute_args,
+)
 from autoplan.export.megatron_model import embed_loss_layout, pipeline_layout
 from autoplan.export.model_fields import FIELDS, used_fields
 from autoplan.export.placement import placement_warning
@@ -107,7 +114,7 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     head = header_lines(version, model, layout, training, launch=commands, warnings=warnings,
                         prediction=launch.prediction, notes=_notes(layout, training, launch))
     yaml_text = "".join(f"# {line}\n" for line in head) + yaml.safe_dump(sections, sort_keys=False)
-    setup = ('MEGATRON_BRIDGE="${MEGATRON_BRIDGE:-.}"\n' + _path_lines(launch)
+    setup = ('MEGATRON_BRIDGE="${MEGATRON_BRIDGE:-.}"\n' + path_lines(launch)
              + bash_array("OVERRIDES", hydra_words(sections) + _path_words(launch)))
     entry = Entry('"$MEGATRON_BRIDGE/scripts/training/run_recipe.py"', setup,
                   f'--recipe {recipe} "${{OVERRIDES[@]}}" "$@"')
@@ -237,17 +244,8 @@ def _tokenizer(m: ModelSpec, launch: LaunchOptions) -> dict[str, Any]:
     return {"tokenizer_type": "HuggingFaceTokenizer"}
 
 
-def _path_lines(launch: LaunchOptions) -> str:
-    lines = ""
-    if not launch.data_path and not launch.synthetic:
-        lines += required("DATA_PATH", "one Megatron .bin/.idx prefix (a blend: export with --data-path; or --mock-data)")
-    if not launch.tokenizer and not launch.synthetic:
-        lines += required("TOKENIZER", "a Hugging Face tokenizer name or path (or export with --tokenizer)")
-    return lines
-
-
 def _path_words(launch: LaunchOptions) -> list[str]:
-    """The overrides that read ``_path_lines``' variables (Hydra-quoted inside bash double quotes)."""
+    """The overrides that read ``megatron.path_lines``' variables (the same Megatron datasets) (Hydra-quoted inside bash double quotes)."""
     words = []
     if not launch.data_path and not launch.synthetic:
         words.append('"dataset.blend=[[\'${DATA_PATH}\'],null]"')

@@ -11,7 +11,7 @@ set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=8
 MEGATRON_BRIDGE="${MEGATRON_BRIDGE:-.}"
-DATA_PATH="${DATA_PATH:?set DATA_PATH to one Megatron .bin/.idx prefix (a blend: export with --data-path; or --mock-data)}"
+DATA_PATH="${DATA_PATH:?set DATA_PATH to a Megatron .bin/.idx prefix or blend (or export with --mock-data)}"
 TOKENIZER="${TOKENIZER:?set TOKENIZER to a Hugging Face tokenizer name or path (or export with --tokenizer)}"
 OVERRIDES=(
     model.tensor_model_parallel_size=4
