@@ -59,6 +59,7 @@ from autoplan.calibration.uncertainty import (
     generation_of,
     group_name,
     scale_class,
+    trainer_family,
 )
 from autoplan.profiles import list_trainers, load_profile
 from autoplan.specs.hardware import list_gpus
@@ -171,16 +172,9 @@ def build_groups(rows: Sequence[Row], heldout: Mapping[str, np.ndarray], default
     return envelop_unmeasured(out)
 
 
-def _family(trainer: str) -> tuple[str, ...]:
-    """The trainer and the profiles it inherits from (``TrainerProfile.family``: megatron-bridge
-    runs Megatron-Core's code, so Megatron's measured groups bound its bands); a name that is no
-    trainer profile stands alone."""
-    return load_profile(trainer).family if trainer in list_trainers() else (trainer,)
-
-
 def envelop_unmeasured(groups: Mapping[str, dict]) -> dict[str, dict]:
     """Every unmeasured group's band widened to hold each measured band of its trainer's family
-    (``_family``) and kind (dense or MoE; its group and scale-class bands, per figure): such a pair runs on parameters
+    (``uncertainty.trainer_family``) and kind (dense or MoE; its group and scale-class bands, per figure): such a pair runs on parameters
     transferred from those pairs (profiles.transfer), and a prediction for a generation the trainer was never
     measured on (MI355X's CDNA 4 today, or a GPU autoplan does not know) is never given a
     narrower band than one the trainer's measured runs earned on another generation."""
@@ -191,7 +185,7 @@ def envelop_unmeasured(groups: Mapping[str, dict]) -> dict[str, dict]:
             if entry[flag]:
                 continue
             trainer, _, kind = name.split("/")
-            family = _family(trainer)
+            family = trainer_family(trainer)  # megatron-bridge: Megatron's groups bound its bands
             seen = [g for n, g in groups.items() if n.split("/")[0] in family and n.endswith(f"/{kind}") and g[flag]]
             bands = [g[f] for g in seen] + [s["tokens_per_s"] for g in seen if f == "tokens_per_s"
                                            for s in (g.get("tokens_per_s_by_scale") or {}).values()]

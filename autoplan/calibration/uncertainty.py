@@ -140,15 +140,21 @@ def load_scale_bands(path: Path = BANDS_FILE) -> dict[str, dict[str, ErrorBand]]
     return _load(path)[1]
 
 
+def trainer_family(trainer: str) -> tuple[str, ...]:
+    """The trainer and the profiles it inherits from (``TrainerProfile.family``: megatron-bridge
+    runs Megatron-Core's code); a name that is no trainer profile stands alone."""
+    from autoplan.profiles import list_trainers, load_profile
+
+    return load_profile(trainer).family if trainer in list_trainers() else (trainer,)
+
+
 def _group_of_family(bands: Mapping[str, ErrorBand], trainer: str, generation: str, moe: bool) -> str:
     """The group a prediction reads: the trainer's own, unless it is unmeasured and an ancestor's
     (``TrainerProfile.lineage``) is measured."""
-    from autoplan.profiles import list_trainers, load_profile
-
     own = group_name(trainer, generation, moe)
-    if own in bands and bands[own].measured or trainer not in list_trainers():
+    if own in bands and bands[own].measured:
         return own
-    for base in load_profile(trainer).lineage:
+    for base in trainer_family(trainer)[1:]:
         group = group_name(base, generation, moe)
         if group in bands and bands[group].measured:
             return group

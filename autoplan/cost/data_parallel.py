@@ -49,21 +49,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost.arrays import select
 from autoplan.cost import comm, hybrid_shard
+from autoplan.cost.arrays import select
 from autoplan.cost.context import CostContext
-from autoplan.cost.model_states import expert_group
+from autoplan.cost.model_states import expert_group, shard_grad_op
 from autoplan.cost.recompute import full_recompute_share
 from autoplan.layout import LayoutBatch
 
 PARAM_GATHER_BYTES = 2.0  # bf16 parameters gathered (FSDP MixedPrecision param_dtype, Megatron, DeepSpeed)
 ZERO3_GATHERS_PER_MICROBATCH = 2.0  # forward and backward (ZeRO Sec. 7.2.2)
 SHARD_GRAD_OP_GATHERS_PER_MICROBATCH = 1.0  # forward only: kept unsharded until the backward ends
-
-
-def shard_grad_op(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
-    """Per layout: ZeRO-2 run as FSDP1's SHARD_GRAD_OP (the profile's ``zero2_is_shard_grad_op``)."""
-    return (b.zero == 2) & ctx.profile.zero2_is_shard_grad_op
 
 
 def zero3_gathers_per_microbatch(ctx: CostContext, b: LayoutBatch, layer_params: np.ndarray,

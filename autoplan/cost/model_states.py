@@ -61,6 +61,11 @@ def expert_group(b: LayoutBatch, group: np.ndarray) -> np.ndarray:
     return np.maximum(group * b.tp / (b.ep * b.etp), 1.0)
 
 
+def shard_grad_op(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """Per layout: ZeRO-2 run as FSDP1's SHARD_GRAD_OP (the profile's ``zero2_is_shard_grad_op``)."""
+    return (b.zero == 2) & ctx.profile.zero2_is_shard_grad_op
+
+
 @once_per_batch
 def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
     """(non-expert, expert) group sizes that ZeRO shards model states over.
@@ -163,7 +168,7 @@ def state_bytes_per_param_by_term(ctx: CostContext, b: LayoutBatch,
     # stays gathered from its forward to the end of its backward, so at the backward's start the
     # whole stage is unsharded (torch/distributed/fsdp/api.py ShardingStrategy.SHARD_GRAD_OP; the
     # profile's weight_bytes counts only the sharded fp32 flat parameter, the master).
-    weight_bytes = weight_bytes + np.where((b.zero == 2) & p.zero2_is_shard_grad_op, BF16_BYTES, 0.0)
+    weight_bytes = weight_bytes + np.where(shard_grad_op(ctx, b), BF16_BYTES, 0.0)
     # Megatron --grad-reduce-in-bf16: the main_grad buffer takes the parameters' dtype
     # (megatron/core/distributed/distributed_data_parallel.py, grad_dtype of the param_and_grad_buffer).
     grad_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else p.grad_bytes - ddp_free_grad_bytes(ctx, b)

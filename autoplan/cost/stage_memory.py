@@ -174,6 +174,11 @@ def _no_rank(b: LayoutBatch) -> dict[str, np.ndarray]:
     return {name: np.zeros(len(b)) for name in (*MEMORY_TERMS, "total", "host", "firm", "allocated")}
 
 
+def _largest(by_stage: dict[str, np.ndarray]) -> np.ndarray:
+    """Per layout, the largest of the first, middle and last stage's figure."""
+    return np.maximum(np.maximum(by_stage["first"], by_stage["middle"]), by_stage["last"])
+
+
 def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
     stage's terms are 0 where pp < 3 (there is no interior rank).
@@ -203,11 +208,10 @@ def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
         totals[stage_name] = out[f"mem_{stage_name}_total_bytes"] = terms["total"]
         host[stage_name], firm[stage_name] = terms["host"], terms["firm"]
         allocated[stage_name] = terms["allocated"]
-    out["peak_memory_bytes"] = np.maximum(np.maximum(totals["first"], totals["middle"]), totals["last"])
-    out["firm_peak_memory_bytes"] = np.maximum(np.maximum(firm["first"], firm["middle"]), firm["last"])
-    out["peak_allocated_memory_bytes"] = np.maximum(np.maximum(allocated["first"], allocated["middle"]),
-                                                   allocated["last"])
-    out["host_memory_bytes"] = np.maximum(np.maximum(host["first"], host["middle"]), host["last"])
+    out["peak_memory_bytes"] = _largest(totals)
+    out["firm_peak_memory_bytes"] = _largest(firm)
+    out["peak_allocated_memory_bytes"] = _largest(allocated)
+    out["host_memory_bytes"] = _largest(host)
     out["peak_stage"] = choose_stage(heaviest_stage(totals["first"], totals["middle"], totals["last"]),
                                       0.0, layers["middle_rank"], b.pp - 1.0)
     out["layers_first_stage"] = layers["first"]
