@@ -8,14 +8,10 @@ best *and* predicted within ``REORDER_WITHIN`` of it (:func:`autoplan.search.ran
 :mod:`autoplan.report.near_ties`): below that gap the model's order is not evidence, so a
 measurement decides. ``top`` overrides the count.
 
-Logging per trainer: Megatron-LM already logs every iteration (``--log-interval 1`` in the
-export) and prints ``report_memory`` after the first; the run script adds ``--log-throughput``.
-torchtitan: ``--metrics.log_freq 1`` on the command line. nanotron: the export's
-``iteration_step_info_interval`` is already 1. DeepSpeed: the export's ``steps_per_print`` is
-already 1; ``wall_clock_breakdown`` is switched on in its JSON (the fwd/bwd/step breakdown), and
-``log_level: info``: DeepSpeed 0.19.8's logger starts at WARNING (``deepspeed/utils/logging.py``)
-and the engine sets the JSON's level (``engine.py``), so without it the ``ThroughputTimer``
-line the log import reads (``logger.info``) is never printed under torchrun.
+Per trainer, what a trial needs of its export (the launch script, the flags or file edits for
+per-step timing and memory lines, the paths the user must give) is declared once, by its
+exporter module as ``TRIAL`` (:class:`autoplan.export.launch.TrialRun`, read by :func:`trial_run`):
+a trainer the export registry lists is one a trial can run.
 
 There is one launch line per trainer, the exporter's: each folder's exported launch script
 (:mod:`autoplan.export.launch`, written for ``--launcher torchrun`` or ``slurm``), which
@@ -26,9 +22,9 @@ give is a ``${NAME:?...}`` that run.sh checks before anything starts.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shlex
 from collections.abc import Mapping
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +32,11 @@ import numpy as np
 
 from autoplan.calibration.trial_runs import MANIFEST, MANIFEST_KIND
 from autoplan.errors import AutoplanError
-from autoplan.export.launch import LAUNCHERS
+from autoplan.export.launch import LAUNCHERS, TrialRun, required_lines
+from autoplan.export.registry import renderer_module
 
 LOG_FILE = "train.log"
 RUN_FILE = "run.sh"
-# what each exported trainer needs from the user, as environment variables (checked by the script)
-USER_PATHS = {"megatron": {"MEGATRON_LM": "your Megatron-LM checkout"},
-              "torchtitan": {},
-              "nanotron": {"NANOTRON": "your nanotron checkout (its run_train.py)"}}
-# what the trial adds to the exported launch script's trainer line for per-step logs (module docstring)
-LOGGING_ARGS = {"megatron": ("--log-throughput",), "torchtitan": ("--metrics.log_freq", "1"),
-                "nanotron": (), "deepspeed": ()}
 
 
 def trial_count(data: Mapping[str, Any]) -> int:
@@ -60,29 +50,31 @@ def trial_count(data: Mapping[str, Any]) -> int:
     return max(1, min(len(plans), reordered_count(tokens, min(near, len(plans)))))
 
 
-def launch_file(trainer: str) -> str:
-    """The exporter's launch script of ``trainer`` (:mod:`autoplan.export.launch`), the one launch
-    line per trainer that ``run.sh`` calls."""
-    from autoplan.export import deepspeed, megatron, nanotron, torchtitan
-
-    return {"megatron": megatron.FILE_NAME, "torchtitan": torchtitan.LAUNCH_FILE,
-            "nanotron": nanotron.LAUNCH_FILE, "deepspeed": deepspeed.SCRIPT_FILE}[trainer]
+def trial_run(trainer: str) -> TrialRun:
+    """What the exporter of ``trainer`` declares for a trial run (its module's ``TRIAL``,
+    :class:`autoplan.export.launch.TrialRun`): the one place per trainer."""
+    return import_module(renderer_module(trainer)).TRIAL
 
 
 def node_command(trainer: str, launcher: str) -> str:
     """The exported launch script with the trial's logging flags (``"$@"`` of its trainer line):
     run with bash (torchrun on this node), or submitted with ``sbatch --wait`` whose output file
     is the log (the script's ``#SBATCH`` lines reserve the nodes, its ``srun`` starts them)."""
-    words = " ".join([shlex.quote(launch_file(trainer)), *LOGGING_ARGS[trainer]])
+    run = trial_run(trainer)
+    words = " ".join([shlex.quote(run.launch_file), *map(shlex.quote, run.logging_args)])
     if launcher == "slurm":
         return f'sbatch --wait --chdir "$PWD" --output {LOG_FILE} {words}\ncat {LOG_FILE}\n'
     return f"bash {words} 2>&1 | tee {LOG_FILE}\n"
 
 
-def run_script(trainer: str, rank: int, launcher: str, nodes: int, user_paths: Mapping[str, str]) -> str:
-    """run.sh of one plan: checks the paths the export leaves to the user, then starts the
-    exported launch script (:func:`node_command`), its output going into train.log beside it."""
+def run_script(trainer: str, rank: int, launcher: str, nodes: int, user_paths: Mapping[str, str],
+               launch_text: str = "") -> str:
+    """run.sh of one plan: checks the paths the export leaves to the user (the trial's
+    ``user_paths``, and those the exported launch script ``launch_text`` stops on when unset),
+    then starts that script (:func:`node_command`), its output going into train.log beside it:
+    a missing path stops run.sh before any train.log is written."""
     checks = "".join(f'export {name}="${{{name}:?set {name} to {what}}}"\n' for name, what in user_paths.items())
+    checks += "".join(f"export {line}\n" for line in required_lines(launch_text))
     if launcher == "torchrun" and nodes > 1:
         checks += 'export MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to node 0 (and NODE_RANK on each node)}"\n'
     start = "bash run.sh on each node" if launcher == "torchrun" else "bash run.sh on the login node: sbatch --wait"
@@ -90,29 +82,6 @@ def run_script(trainer: str, rank: int, launcher: str, nodes: int, user_paths: M
             f"# autoplan trial: plan rank {rank} for {trainer} ({start}); output -> {LOG_FILE}, read by "
             "autoplan calibrate --from-log / rerank\n" "set -euo pipefail\n" 'cd "$(dirname "$0")"\n'
             + checks + node_command(trainer, launcher))
-
-
-def user_paths(trainer: str, layout) -> dict[str, str]:
-    """What the exported run needs from the user, as environment variables (checked by run.sh
-    before anything starts, so that a missing path leaves no train.log)."""
-    if trainer == "deepspeed":
-        from autoplan.export.deepspeed import uses_megatron
-
-        return ({"MEGATRON_DEEPSPEED": "your Megatron-DeepSpeed checkout"} if uses_megatron(layout) else
-                {"TRAIN_SCRIPT": "your DeepSpeed training script (an absolute path: run.sh runs in its folder)"})
-    return USER_PATHS[trainer]
-
-
-def logging_on(trainer: str, folder: Path) -> None:
-    """What the trainer's logging needs beyond the export (the module docstring)."""
-    if trainer == "deepspeed":
-        path = folder / "deepspeed_config.json"
-        config = json.loads(path.read_text(encoding="utf-8"))
-        config["wall_clock_breakdown"] = True
-        config["log_level"] = "info"  # 0.19.8's logger is at WARNING (utils/logging.py): no timer line else
-        from autoplan.report.destination import write_text
-
-        write_text(path, json.dumps(config, indent=2) + "\n")
 
 
 def plan_training(data: Mapping[str, Any], record: Mapping[str, Any], model):
@@ -172,11 +141,13 @@ def write_trial(plans_path: str | Path, trainer: str, out_dir: str | Path, *, st
         launch = LaunchOptions(train_steps=steps, warmup_steps=max(1, steps // 4),  # Megatron: warmup < decay
                                launcher=launcher)
         written = export_plan(record, model, trainer, folder, training, launch)
-        logging_on(trainer, folder)
+        if trial_run(trainer).logging_on is not None:
+            trial_run(trainer).logging_on(folder)
         files = [p.name for p in written]
         per_node = training.cluster.gpus_per_node
-        paths = user_paths(trainer, layout_from_record(record, training))
-        script = run_script(trainer, rank, launcher, max(1, training.gpus // per_node), paths)
+        paths = trial_run(trainer).user_paths(layout_from_record(record, training))
+        launch_text = (folder / trial_run(trainer).launch_file).read_text(encoding="utf-8")
+        script = run_script(trainer, rank, launcher, max(1, training.gpus // per_node), paths, launch_text)
         from autoplan.report.destination import write_text
 
         write_text(folder / RUN_FILE, script, executable=True)

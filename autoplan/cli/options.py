@@ -9,6 +9,7 @@ import click
 
 from autoplan.errors import AutoplanError, escape, shown
 from autoplan.layout import MAX_DEGREE
+from autoplan.profiles import builtin_trainer_names
 from autoplan.specs.training import (
     DEFAULT_FLOPS_CONVENTION,
     DEFAULT_GBS_TOLERANCE,
@@ -268,7 +269,7 @@ def trainer_options(func: Callable) -> Callable:
     """--trainer and --profile: whose implementation the cost model predicts."""
     options = [
         click.option("--trainer", default="megatron", show_default=True,
-                     help="Trainer profile: megatron, torchtitan, nanotron, deepspeed, hf."),
+                     help=f"Trainer profile: {', '.join(builtin_trainer_names())}."),
         click.option("--profile", "profile_path", default=None, type=click.Path(dir_okay=False),
                      help="Calibrated profile YAML written by `autoplan calibrate`."),
         click.option("--trainer-version", default=None,

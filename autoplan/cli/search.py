@@ -22,6 +22,7 @@ from autoplan.cli.options import (
 )
 from autoplan.cli.plan_table import COST_COLUMNS, print_table
 from autoplan.errors import NoFeasiblePlanError, escape
+from autoplan.export.registry import TRAINERS as EXPORT_TRAINERS
 from autoplan.knobs import SEARCHED
 
 SAMPLER_CHOICES = ("auto", "exhaustive", "tpe", "nsga2", "random")  # = autoplan.search.SAMPLERS
@@ -72,7 +73,7 @@ def knob_options(func):
 @click.option("--top", "top_k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Plans to show.")
 @click.option("--export", "export_to", default=None, metavar="TRAINER[,TRAINER...]",
-              help="Also write configs into <out>/configs/ for megatron, torchtitan, nanotron, deepspeed: "
+              help=f"Also write configs into <out>/configs/ for {', '.join(EXPORT_TRAINERS)}: "
                    "for each, the best plan that trainer can run (searched again with its own profile "
                    "and rules), labelled with its predicted figures.")
 @launch_options

@@ -6,11 +6,12 @@ import click
 
 from autoplan.calibration.trial import LAUNCHERS
 from autoplan.errors import escape
+from autoplan.export.registry import TRAINERS
 
 
 @click.command("trial")
 @click.argument("plans_path", type=click.Path(exists=True, dir_okay=False))
-@click.option("--to", "trainer", required=True, type=click.Choice(("megatron", "torchtitan", "nanotron", "deepspeed")),
+@click.option("--to", "trainer", required=True, type=click.Choice(TRAINERS),
               help="Trainer to run the plans with.")
 @click.option("--top", type=click.IntRange(1, 64), default=None,
               help="Run the first K plans [default: those the model cannot order, near-tied with the best and "

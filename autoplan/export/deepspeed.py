@@ -13,6 +13,7 @@ header (shape, warnings) is in the launch script.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.common import (
@@ -28,7 +29,7 @@ from autoplan.export.common import (
     shell_args,
 )
 from autoplan.export import model_fields
-from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
+from autoplan.export.launch import Entry, LaunchShape, TrialRun, how_to_run, launch_script, required
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
@@ -37,7 +38,7 @@ from autoplan.specs.training import TrainingSpec
 VERSION = "DeepSpeed 0.19.8"
 MDS_VERSION = "DeepSpeed 0.19.8 + Megatron-DeepSpeed @ 4efb479"
 CONFIG_FILE = "deepspeed_config.json"
-SCRIPT_FILE = "deepspeed_launch.sh"
+LAUNCH_FILE = "deepspeed_launch.sh"
 ORDERS = {"topology": "tp-dp-cp-pp"}  # PipeModelDataParallelTopology axes: pipe, data, model
 
 Args = list[tuple[str, object]]
@@ -45,6 +46,29 @@ Args = list[tuple[str, object]]
 
 def uses_megatron(layout: Layout) -> bool:
     return layout.tp > 1 or layout.pp > 1
+
+
+def _trial_paths(layout: Layout) -> dict[str, str]:
+    if uses_megatron(layout):
+        return {"MEGATRON_DEEPSPEED": "your Megatron-DeepSpeed checkout"}
+    return {"TRAIN_SCRIPT": "your DeepSpeed training script (an absolute path: run.sh runs in its folder)"}
+
+
+def _trial_logging_on(folder: Path) -> None:
+    """The JSON's wall-clock breakdown (the fwd/bwd/step timers) and ``log_level: info``:
+    DeepSpeed 0.19.8's logger starts at WARNING (``deepspeed/utils/logging.py``) and the engine
+    sets the JSON's level (``engine.py``), so without it the ``ThroughputTimer`` line that
+    ``calibrate --from-log`` reads (``logger.info``) is never printed under torchrun."""
+    from autoplan.report.destination import write_text
+
+    path = folder / CONFIG_FILE
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config.update(wall_clock_breakdown=True, log_level="info")
+    write_text(path, json.dumps(config, indent=2) + "\n")
+
+
+# autoplan trial: steps_per_print is already 1 in the export; _trial_logging_on adds the rest.
+TRIAL = TrialRun(LAUNCH_FILE, (), _trial_paths, _trial_logging_on)
 
 
 def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions,
@@ -59,7 +83,7 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     if model.moe is not None and layout.ep > 1 and not uses_megatron(layout):
         config["expert_parallel"] = autoep_section(model, layout)
     files = {CONFIG_FILE: json.dumps(config, indent=2) + "\n"}
-    files[SCRIPT_FILE] = _script(model, layout, training, launch, per_node, nodes, warnings)
+    files[LAUNCH_FILE] = _script(model, layout, training, launch, per_node, nodes, warnings)
     return ExportResult(files, warnings)
 
 
@@ -230,12 +254,12 @@ def _script(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOpt
             data += required("TOKENIZER", "a Hugging Face tokenizer name or path (or export with --tokenizer)")
         words = shell_args(megatron_deepspeed_args(m, lay, training, launch)) + ['--data-path "$DATA_PATH"']
         words += [] if launch.tokenizer else ['--tokenizer-model "$TOKENIZER"']
-        commands = [how_to_run(SCRIPT_FILE, launch.launcher, nodes, "MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed")]
+        commands = [how_to_run(LAUNCH_FILE, launch.launcher, nodes, "MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed")]
         setup = 'MEGATRON_DEEPSPEED="${MEGATRON_DEEPSPEED:-.}"\n' + data + bash_array("ARGS", words)
         entry = Entry('"$MEGATRON_DEEPSPEED/pretrain_gpt.py"', setup, '"${ARGS[@]}" "$@"')
         version = MDS_VERSION
     else:
-        commands = [how_to_run(SCRIPT_FILE, launch.launcher, nodes, "TRAIN_SCRIPT=your_train.py"),
+        commands = [how_to_run(LAUNCH_FILE, launch.launcher, nodes, "TRAIN_SCRIPT=your_train.py"),
                     "the script must call deepspeed.initialize(config=...) with its model, or be a Hugging "
                     f"Face Trainer script given --deepspeed {CONFIG_FILE}"]
         setup = (required("TRAIN_SCRIPT", "your DeepSpeed training script")

@@ -20,8 +20,9 @@ stops with ``${NAME:?set NAME to ...}`` before anything starts (:func:`required`
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from autoplan.export.common import ExportError, commented
 
@@ -48,12 +49,34 @@ class Entry:
     args: str = '"$@"'
 
 
+@dataclass(frozen=True)
+class TrialRun:
+    """What ``autoplan trial`` needs of a trainer's export to run it a few steps with per-step
+    logs (:mod:`autoplan.calibration.trial`), declared by each renderer module as ``TRIAL``:
+    ``launch_file`` (the export's launch script, which run.sh starts), ``logging_args`` (added
+    to its trainer line for per-step timing and memory lines), ``user_paths`` (layout ->
+    environment variable -> what the user must set it to; run.sh checks them before anything
+    starts) and ``logging_on`` (edits of the written files the logs need, if any)."""
+
+    launch_file: str
+    logging_args: tuple[str, ...]
+    user_paths: Callable[[object], Mapping[str, str]]
+    logging_on: Callable[[Path], None] | None = None
+
+
 def required(name: str, what: str, given: str | None = None) -> str:
     """The bash line that sets ``name``: the export's ``given`` value (the environment may
     override it), else the environment's, stopping the script with ``what`` when unset."""
     if given:
         return f'{name}="${{{name}:-{_inner(given)}}}"\n'
     return f'{name}="${{{name}:?set {name} to {_message(what)}}}"\n'
+
+
+def required_lines(script: str) -> list[str]:
+    """The lines of a launch script that :func:`required` wrote without a value (those that
+    stop the script when unset), in order: what a wrapper checks before it starts the script."""
+    return [line for line in script.splitlines()
+            if (name := line.split("=", 1)[0]).isidentifier() and line.startswith(f'{name}="${{{name}:?')]
 
 
 def _inner(value: str) -> str:

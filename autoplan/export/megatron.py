@@ -65,7 +65,7 @@ from autoplan.export.common import (
     shell_args,
 )
 from autoplan.export import optimizer_precision
-from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
+from autoplan.export.launch import Entry, LaunchShape, TrialRun, how_to_run, launch_script, required
 from autoplan.export.megatron_model import LOCAL_ATTENTION, model_args, model_warnings
 from autoplan.export.megatron_model import MODEL_FIELDS as MODEL_FIELDS  # (the declaration, model_fields.py)
 from autoplan.export.placement import matching_order, placement_warning
@@ -76,7 +76,10 @@ from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import TrainingSpec
 
 TRAINER = "Megatron-LM"
-FILE_NAME = "megatron_pretrain_gpt.sh"
+LAUNCH_FILE = "megatron_pretrain_gpt.sh"
+# autoplan trial: the export logs every iteration (--log-interval 1) and report_memory after the
+# first; --log-throughput adds the TFLOP/s line (megatron/training/training.py training_log).
+TRIAL = TrialRun(LAUNCH_FILE, ("--log-throughput",), lambda layout: {"MEGATRON_LM": "your Megatron-LM checkout"})
 ORDERS = {"default": "tp-cp-dp-pp", "--use-tp-pp-dp-mapping": "tp-cp-pp-dp"}
 
 Args = list[tuple[str, object]]
@@ -96,7 +99,7 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
             + recompute_args(layout) + optimizer_args(layout, training)
             + precision_args(layout, training) + model_args(model, layout, training) + vocab_args(model, layout, launch)
             + data_args(launch) + schedule_args(launch) + megatron_checkpoint_args(launch))
-    commands = [how_to_run(FILE_NAME, launch.launcher, nodes, "MEGATRON_LM=/path/to/Megatron-LM")]
+    commands = [how_to_run(LAUNCH_FILE, launch.launcher, nodes, "MEGATRON_LM=/path/to/Megatron-LM")]
     version = f"{TRAINER} {profile.capabilities.version} (pretrain_gpt.py)"
     head = header_lines(version, model, layout, training, launch=commands, warnings=warnings,
                         prediction=launch.prediction,
@@ -108,7 +111,7 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     setup = (env + 'MEGATRON_LM="${MEGATRON_LM:-.}"\n' + path_lines(launch) + bash_array("ARGS", words))
     entry = Entry('"$MEGATRON_LM/pretrain_gpt.py"', setup, '"${ARGS[@]}" "$@"')
     script = launch_script(LaunchShape(per_node, nodes), entry, launch.launcher, head, "autoplan-megatron")
-    return ExportResult({FILE_NAME: script}, warnings)
+    return ExportResult({LAUNCH_FILE: script}, warnings)
 
 
 def parallel_args(lay: Layout) -> Args:

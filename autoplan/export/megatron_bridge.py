@@ -60,7 +60,7 @@ from autoplan.export.common import (
     header_lines,
     launch_shape,
 )
-from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script
+from autoplan.export.launch import Entry, LaunchShape, TrialRun, how_to_run, launch_script
 from autoplan.export.megatron import (
     assumed_efficiency,
     data_words,
@@ -79,7 +79,12 @@ from autoplan.specs.training import TrainingSpec
 
 TRAINER = "Megatron-Bridge"
 OVERRIDES_FILE = "megatron_bridge_overrides.yaml"
-SCRIPT_FILE = "megatron_bridge_pretrain.sh"
+LAUNCH_FILE = "megatron_bridge_pretrain.sh"
+# autoplan trial: the overrides log every iteration (logger.log_interval 1); the Bridge prints
+# Megatron's training_log line, with throughput under LoggerConfig.log_throughput
+# (megatron/bridge/training/config.py, utils/train_utils.py).
+TRIAL = TrialRun(LAUNCH_FILE, ("logger.log_throughput=true",),
+                 lambda layout: {"MEGATRON_BRIDGE": "your Megatron-Bridge checkout (its scripts/training/run_recipe.py)"})
 ORDERS = {"default": "tp-cp-dp-pp"}
 # Model preset -> the v0.3.1 recipe that builds it (src/megatron/bridge/recipes/*: llama/llama3.py,
 # llama/llama2.py, qwen/qwen3.py, qwen/qwen3_moe.py, deepseek/deepseek_v3.py, gpt/gpt3_175b.py).
@@ -110,7 +115,7 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     warnings += [order] if order else []
     sections = overrides(model, layout, training, launch, profile)
     version = f"{TRAINER} {profile.capabilities.version} (scripts/training/run_recipe.py --recipe {recipe})"
-    commands = [how_to_run(SCRIPT_FILE, launch.launcher, nodes, "MEGATRON_BRIDGE=/path/to/Megatron-Bridge")]
+    commands = [how_to_run(LAUNCH_FILE, launch.launcher, nodes, "MEGATRON_BRIDGE=/path/to/Megatron-Bridge")]
     head = header_lines(version, model, layout, training, launch=commands, warnings=warnings,
                         prediction=launch.prediction, notes=_notes(layout, training, launch))
     yaml_text = "".join(f"# {line}\n" for line in head) + yaml.safe_dump(sections, sort_keys=False)
@@ -119,7 +124,7 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
     entry = Entry('"$MEGATRON_BRIDGE/scripts/training/run_recipe.py"', setup,
                   f'--recipe {recipe} "${{OVERRIDES[@]}}" "$@"')
     script = launch_script(LaunchShape(per_node, nodes), entry, launch.launcher, head, "autoplan-megatron-bridge")
-    return ExportResult({OVERRIDES_FILE: yaml_text, SCRIPT_FILE: script}, warnings)
+    return ExportResult({OVERRIDES_FILE: yaml_text, LAUNCH_FILE: script}, warnings)
 
 
 def recipe_of(model: ModelSpec) -> str:

@@ -25,7 +25,7 @@ from autoplan.export.common import (
     launch_shape,
     padded_vocab,
 )
-from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
+from autoplan.export.launch import Entry, LaunchShape, TrialRun, how_to_run, launch_script, required
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
@@ -34,6 +34,8 @@ from autoplan.specs.training import TrainingSpec
 VERSION = "nanotron main @ 2411b022 (2026-04-07; package version 0.4)"
 FILE_NAME = "nanotron_config.yaml"
 LAUNCH_FILE = "nanotron_launch.sh"
+# autoplan trial: the export's iteration_step_info_interval is already 1 (a step line each step).
+TRIAL = TrialRun(LAUNCH_FILE, (), lambda layout: {"NANOTRON": "your nanotron checkout (its run_train.py)"})
 ORDERS = {"context": "tp-cp-dp-pp"}  # ParallelContext: ranks reshaped as (ep, pp, dp, cp, tp)
 # The model fields the config writes (autoplan.export.model_fields); the others are refused
 # (check_architecture) or warned (model_warnings).

@@ -32,7 +32,7 @@ from autoplan.export.common import (
     launch_shape,
     toml_tables,
 )
-from autoplan.export.launch import Entry, LaunchShape, how_to_run, launch_script, required
+from autoplan.export.launch import Entry, LaunchShape, TrialRun, how_to_run, launch_script, required
 from autoplan.export.placement import placement_warning
 from autoplan.layout import Layout
 from autoplan.specs.model import ModelSpec
@@ -42,6 +42,8 @@ VERSION = "torchtitan 0.3.0 (Python config module)"
 TOML_VERSION = "torchtitan 0.2.2 (TOML job file)"
 MODULE_FILE = "torchtitan_autoplan.py"
 LAUNCH_FILE = "torchtitan_launch.sh"  # runs the 0.3.0 module
+# autoplan trial: a metrics line every step (MetricsProcessor.log at metrics.log_freq).
+TRIAL = TrialRun(LAUNCH_FILE, ("--metrics.log_freq", "1"), lambda layout: {})
 TOML_FILE = "torchtitan_job.toml"
 FLAVOR_MODULE = "autoplan_torchtitan_flavor"
 CUSTOM_FLAVOR = "autoplan"

@@ -28,6 +28,7 @@ from autoplan.profiles.efficiency import (  # noqa: F401
 from autoplan.profiles.profile import (  # noqa: F401
     ActivationCoefficients,
     TrainerProfile,
+    builtin_trainer_names,
     list_trainers,
     load_profile,
 )

@@ -16,11 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 from autoplan.cli import main
+from autoplan.profiles import list_trainers
 
 MODELS = ["8b", "llama3.2-1b", "70b", "405b", "mixtral", "qwen3-30b-a3b", "deepseek-v3", "gpt3",
           "usp-1b", "qwen3-8b", "llama3-8bb", ""]
 HARDWARE = ["h100-sxm", "a100-80gb", "a100-40gb", "gb200", "mi300x", "h100-pcie", "b200", "h200", "h100x"]
-TRAINERS = ["megatron", "torchtitan", "nanotron", "deepspeed", "hf", "jax"]
+TRAINERS = [*list_trainers(), "jax"]  # and one autoplan does not know
 BAD_NUMBERS = ["0", "-1", "1.5", "1e30", "x", "", "99999999999", "3"]
 SEEDS = [0, 1, 2, 3]
 RUNS_PER_SEED = 100

@@ -7,9 +7,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+from autoplan.calibration.trial import trial_run
 from autoplan.cli import main
+from autoplan.export.launch import required_lines
+from autoplan.export.registry import TRAINERS
 
 REVERSAL = Path(__file__).parents[1] / "unit" / "calibration" / "logs" / "reversal"
 
@@ -76,3 +80,30 @@ def test_run_sh_starts_the_exported_launch_script_with_either_launcher(tmp_path)
         ran = subprocess.run(["bash", str(folder / "run.sh")], capture_output=True, text=True,
                              env={"PATH": "/usr/bin:/bin", "MASTER_ADDR": "node0"})
         assert ran.returncode != 0 and "set TRAIN_SCRIPT" in ran.stderr and not (folder / "train.log").exists()
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_every_exporter_can_run_a_trial(trainer, tmp_path):
+    """The contract of a trainer in the export registry: its exporter's ``TRIAL`` makes a run.sh
+    that starts the exported launch script with the declared logging flags and stops, before
+    anything runs, on each path the user has not set."""
+    searched = tmp_path / "s"
+    result = CliRunner().invoke(main, ["search", "-m", "8b", "-g", "16", "--gbs-tokens", "1M", "--trainer", trainer,
+                                       "--out", str(searched)])
+    assert result.exit_code == 0, result.output + result.stderr
+    out = tmp_path / "trial"
+    result = CliRunner().invoke(main, ["trial", str(searched / "plans.json"), "--to", trainer, "--top", "1",
+                                       "--steps", "6", "-o", str(out)])
+    assert result.exit_code == 0, result.output + result.stderr
+    run, folder = trial_run(trainer), out / "rank-1"
+    script = (folder / "run.sh").read_text()
+    assert (folder / run.launch_file).is_file() and subprocess.run(["bash", "-n", str(folder / "run.sh")]).returncode == 0
+    assert f"bash {' '.join([run.launch_file, *run.logging_args])} 2>&1 | tee train.log" in script
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["trainer"] == trainer and manifest["runs"][0]["files"]
+    ran = subprocess.run(["bash", str(folder / "run.sh")], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "MASTER_ADDR": "node0"})
+    assert ran.returncode != 0 and not (folder / "train.log").exists()
+    assert "set " in ran.stderr  # names what is missing
+    # every path the exported launch script stops on, run.sh checks first
+    assert all(f"export {line}" in script for line in required_lines((folder / run.launch_file).read_text()))

@@ -20,11 +20,12 @@ from autoplan.cost.evaluate import evaluate
 from autoplan.cost.terms import STAGES, STEP_TIME, summands
 from autoplan.errors import AutoplanError
 from autoplan.layout import PLACEMENTS, LayoutBatch, resolve_layout
+from autoplan.profiles import list_trainers
 from autoplan.report.explain import explain_terms
 from autoplan.units import GiB
 
 PRESETS = ("llama3.2-1b", "llama3-8b", "qwen3-8b", "gpt3-175b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3")
-TRAINERS = ("megatron", "torchtitan", "nanotron", "deepspeed", "hf")
+TRAINERS = tuple(list_trainers())
 EXAMPLES = settings(max_examples=int(os.environ.get("AUTOPLAN_PROPERTY_EXAMPLES", "40")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 

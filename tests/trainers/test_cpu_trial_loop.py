@@ -34,7 +34,7 @@ from click.testing import CliRunner
 
 from autoplan.api import plan_from_record
 from autoplan.calibration.log_import import parse_log
-from autoplan.calibration.trial import logging_on
+from autoplan.calibration.trial import trial_run
 from autoplan.cli import main
 from autoplan.export import LaunchOptions, render
 from autoplan.specs.models import load_model
@@ -145,7 +145,7 @@ def test_deepspeed_trains_the_export_on_cpu(name, ds_bin, tmp_path):
                     LaunchOptions(train_steps=steps, warmup_steps=1))
     for file, text in result.files.items():
         (tmp_path / file).write_text(text)
-    logging_on("deepspeed", tmp_path)
+    trial_run("deepspeed").logging_on(tmp_path)
     config = json.loads((tmp_path / "deepspeed_config.json").read_text())
     assert config["zero_optimization"]["stage"] == knobs["zero"]
     done = _run(tmp_path / "deepspeed_launch.sh", ds_bin, MODELS / model_file, 29620 + list(FEATURES).index(name))

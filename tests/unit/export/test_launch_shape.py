@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
+from importlib import import_module
+
 import pytest
 
 from autoplan.api import plan_from_record
 from autoplan.export import TRAINERS, render
+from autoplan.export.registry import renderer_module
 from autoplan.specs.models import load_model
 
-# What each trainer's files state about processes per node (and the node count).
-PER_NODE_TEXT = {
-    "megatron": ("megatron_pretrain_gpt.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),
-    "megatron-bridge": ("megatron_bridge_pretrain.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),
-    "torchtitan": ("torchtitan_launch.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),
-    "nanotron": ("nanotron_launch.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),
-    "deepspeed": ("deepspeed_launch.sh", "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"),
-}
+# What every trainer's launch script states about processes per node (and the node count).
+PER_NODE_TEXT = "NPROC_PER_NODE={per_node}\nNNODES={nodes}\n"
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)
@@ -27,8 +24,8 @@ def test_processes_per_node_follow_the_hardware(trainer, hardware, per_node):
                                         hardware=hardware)
     assert training.cluster.gpus_per_node == per_node
     files = render(trainer, load_model("llama3-8b"), layout, training).files
-    name, text = PER_NODE_TEXT[trainer]
-    assert text.format(per_node=per_node, nodes=16 // per_node) in files[name]
+    name = import_module(renderer_module(trainer)).LAUNCH_FILE
+    assert PER_NODE_TEXT.format(per_node=per_node, nodes=16 // per_node) in files[name]
 
 
 def test_gpus_per_node_override_reaches_the_launch_line():

@@ -13,7 +13,7 @@ import yaml
 
 from autoplan.api import plan_from_record
 from autoplan.export import TRAINERS, LaunchOptions, render, write_files
-from autoplan.export.launch import LAUNCHERS
+from autoplan.export.launch import LAUNCHERS, required, required_lines
 from autoplan.specs.models import load_model
 
 BASH = shutil.which("bash")
@@ -186,3 +186,9 @@ def test_nanotron_without_a_checkpoint_dir_requires_one_at_launch(tmp_path):
     assert config["checkpoints"]["checkpoints_path"] == "set-CHECKPOINT_DIR"
     result = _run_slurm("nanotron", tmp_path, {k: v for k, v in ENV.items() if k != "CHECKPOINT_DIR"})
     assert result.returncode != 0 and "set CHECKPOINT_DIR to" in result.stderr
+
+
+def test_required_lines_are_those_required_writes_without_a_value():
+    script = (required("DATA_PATH", "your corpus") + required("TOKENIZER", "x", given="/tok")
+              + 'EXTRA="${DATA_PATH:?not written by required}"\n' + "echo hi\n")
+    assert required_lines(script) == ['DATA_PATH="${DATA_PATH:?set DATA_PATH to your corpus}"']

@@ -17,7 +17,7 @@ import pytest
 
 from autoplan.api import build_context, build_training, plan_from_record
 from autoplan.cost.evaluate import evaluate
-from autoplan.export import LaunchOptions, plan_training, render
+from autoplan.export import TRAINERS, LaunchOptions, plan_training, render
 from autoplan.export.common import Prediction
 from autoplan.export.per_trainer import best_plans
 from autoplan.layout import LayoutBatch
@@ -37,7 +37,6 @@ from tests.unit.export.test_roundtrip import (
     load_model,
 )
 
-TRAINERS = ("megatron", "megatron-bridge", "torchtitan", "nanotron", "deepspeed")
 PREDICTED = ("peak_memory_gib", "step_time_s", "tokens_per_s_per_gpu", "mfu")
 
 

@@ -13,7 +13,7 @@ from autoplan.api import build_context, build_training
 from autoplan.cost.evaluate import evaluate
 from autoplan.errors import SpecError
 from autoplan.layout import LayoutBatch, resolve_layout
-from autoplan.profiles import list_trainers, load_profile
+from autoplan.profiles import builtin_trainer_names, list_trainers, load_profile
 from autoplan.profiles.profile import _PROFILE_DIR, profile_from_mapping
 from autoplan.rules import REASON_CODES, broken_rules
 
@@ -115,3 +115,9 @@ def test_a_run_whose_framework_runs_more_is_let_through_by_its_override():
     assert REASON_CODES[int(evaluate(ctx, batch)["reason_code"][0])] == "trainer_setting"
     allowed = ctx.profile.with_overrides([("allow_setting", ("master_weights", "none"))])
     assert np.all(evaluate(dataclasses.replace(ctx, profile=allowed), batch)["reason_code"] == 0)
+
+
+def test_each_builtin_profile_file_is_named_after_its_trainer():
+    """--help lists the trainers from the file names (no file read at start-up): so the names
+    must be the profiles' own."""
+    assert builtin_trainer_names() == list_trainers()
