@@ -33,6 +33,9 @@ _BANDWIDTH = {"gb/s": GB, "tb/s": TB, "mb/s": MB, "gib/s": GiB,
               "gbit/s": GB / BITS_PER_BYTE, "mbit/s": MB / BITS_PER_BYTE, "gbps": GB / BITS_PER_BYTE, "tbit/s": TB / BITS_PER_BYTE}
 _FLOPS = {"flop/s": 1.0, "gflop/s": 1e9, "tflop/s": 1e12, "pflop/s": 1e15,
           "tflops": 1e12, "pflops": 1e15}
+# Exponentials per second of a GPU's special-function units (MUFU.EX2; NVIDIA quotes
+# "TeraExponentials/s"): a count per second, like FLOP/s.
+_EXP = {"exp/s": 1.0, "gexp/s": 1e9, "texp/s": 1e12}
 _TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
 _COUNT_BINARY = {"": 1.0, "k": 2.0**10, "m": 2.0**20, "g": 2.0**30, "b": 2.0**30, "t": 2.0**40}
 _COUNT_DECIMAL = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12}
@@ -110,6 +113,11 @@ def bandwidth_qualifier(text: str) -> str:
 def parse_flops_rate(text: object) -> float:
     """'989 TFLOP/s' -> 9.89e14 FLOP/s."""
     return _parse(text, _FLOPS, "a compute rate", "989 TFLOP/s")
+
+
+def parse_exp_rate(text: object) -> float:
+    """'10.7 Texp/s' -> 1.07e13 exponentials per second."""
+    return _parse(text, _EXP, "an exponential rate", "10.7 Texp/s")
 
 
 def parse_time(text: object) -> float:

@@ -32,6 +32,14 @@ def attention_score_flops_per_token(ctx: CostContext, seq_len: np.ndarray, *, wi
     return 2.0 * keys * m.num_attention_heads * (d_qk + d_v)
 
 
+def attention_exp_ops_per_token(ctx: CostContext, seq_len: np.ndarray) -> np.ndarray:
+    """Softmax exponentials of one layer's forward per token, unmasked: k̄·a, one exp(s_ij − m_i)
+    per attention score (FlashAttention-2, Dao 2023, Algorithm 1: P̃ = exp(S − m̃) of each tile; its
+    backward, Algorithm 2, recomputes P = exp(S − L) once more). Halved for causal attention by the
+    caller, as the FLOPs are (the tiles above the diagonal are skipped)."""
+    return attention_keys(ctx.model, seq_len) * ctx.model.num_attention_heads
+
+
 def attention_keys(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
     """k̄: the layers' mean of the unmasked-equivalent keys per query, 2 × the causal mean, so that
     the causal half of 2·k̄·a·d is what the kernel multiplies; s for a full layer.

@@ -33,7 +33,7 @@ __all__ = ["CONSTANTS", "KINDS", "STAGES", "STEP_TIME", "Term", "BY_COLUMN", "TE
 GEMM = ("gemm_efficiency_max", "gemm_half_flops", "fp8_gemm_speedup", "attention_efficiency", "attention_half_seq_tokens",
         "attention_half_head_dim",
         "elementwise_bytes_per_token_hidden", "hbm_efficiency", "peak_bf16_flops_per_s",
-        "power_limited_clock_fraction", "hbm_bytes_per_s",
+        "power_limited_clock_fraction", "hbm_bytes_per_s", "exp_ops_per_s",
         "ATTENTION_BACKWARD_FACTOR", "REPLICATED_ELEMENTWISE_SHARE", "unfused_attention_factor",
         "BACKWARD_MATMUL_FACTOR")
 LINKS = ("scale_up_efficiency", "scale_out_efficiency", "scale_up_bytes_per_s", "nic_bytes_per_s",
@@ -86,7 +86,8 @@ def _time(term: str, meaning: str, formula: str, source: str, parameters: tuple[
 TIME_TERMS_DEFINED = [
     _time("compute", "forward and backward compute of the slowest stage",
           TIME_FORMULAS["compute"].general(),
-          f"{SC21} Sec. 5.1 (backward = 2 × forward); FlashAttention-2 (Dao 2023) Sec. 3; PyTorch "
+          f"{SC21} Sec. 5.1 (backward = 2 × forward); FlashAttention-2 (Dao 2023) Sec. 3; FlashAttention-4 (Zadouri et al. 2026) "
+          "Sec. 3 (the forward bound by the slower of tensor cores and exp units: time.exp_floor_s); PyTorch "
           "cross_entropy (log_softmax + nll_loss) passes over the logits; autoplan/cost/fp8.py "
           "(DeepSeek-V3 report Sec. 3.3.2, Transformer Engine recipes); autoplan/cost/moe_time.py (Megatron-Core "
           "--moe-grouped-gemm, MoEAlltoAllTokenDispatcher); nanotron src/nanotron/optim/gradient_accumulator.py "

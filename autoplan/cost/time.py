@@ -23,6 +23,7 @@ from autoplan.cost import comm, fp8, moe_time
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.flops import (
+    attention_exp_ops_per_token,
     attention_score_flops_per_token,
     layer_matmul_flops_per_token,
     routed_matmul_flops_per_token,
@@ -121,6 +122,8 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
     skips the tiles outside the window) at ``attention_efficiency``·k/(k + ``attention_half_seq_tokens``), k = s/cp the keys per
     call (the kernel's fall at short sequences, measured on an H100: validation/h100_sxm_kernels.csv),
     × ``head_dim_factor`` (its fall with smaller heads); backward ATTENTION_BACKWARD_FACTOR × forward.
+    The exp co-limit (``exp_floor_s``): each pass is max(tensor time, exp time) at that efficiency,
+    the exp time its softmax exponentials at the GPU's SFU rate.
     Eager attention (``attention_kernel: eager``; Megatron-LM's CoreAttention of 2021-22, the
     Megatron-DeepSpeed BLOOM path): two cuBLAS batched GEMMs (baddbmm QKᵀ, bmm PV) over the full
     s×s square (the causal mask is applied in the softmax, after the product: none of it is
@@ -135,14 +138,39 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
         keys = s / b.cp  # keys per call: one ring block under context parallelism
         efficiency = (e.attention_efficiency * keys / (keys + e.attention_half_seq_tokens)
                       * head_dim_factor(ctx.model, e.attention_half_head_dim))
-        forward = score_flops / 2.0 / (peak * efficiency)
-        return forward, ATTENTION_BACKWARD_FACTOR * forward
+        tensor = score_flops / 2.0 / peak
+        exp = exp_floor_s(ctx, b, tokens)
+        return (np.maximum(tensor, exp) / efficiency,
+                np.maximum(ATTENTION_BACKWARD_FACTOR * tensor, exp) / efficiency)
     score_flops = tokens * attention_score_flops_per_token(ctx, s, windowed=False) / b.tp  # masks after the product
     bmm = score_flops / (peak * gemm_efficiency(ctx, score_flops / 2.0)) * factor
     scores = tokens * s * ctx.model.num_attention_heads / b.tp
     dropout = ctx.profile.eager_attention_dropout_bytes
     return (bmm + scores * (EAGER_SCORE_BYTES_FORWARD + dropout) / ctx.effective_hbm_bytes_per_s,
             BACKWARD_MATMUL_FACTOR * bmm + scores * (EAGER_SCORE_BYTES_BACKWARD + dropout) / ctx.effective_hbm_bytes_per_s)
+
+
+def exp_floor_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:
+    """Seconds one flash-attention pass of one layer needs for its softmax exponentials on one GPU
+    for one micro-batch at the SFU peak: the causal half of tokens·k̄·a/tp exps
+    (``flops.attention_exp_ops_per_token``) / ``GPUSpec.compute_exp_ops_per_s``; 0 where the GPU
+    states no exp rate.
+
+    Rule (``attention_s``): each pass takes max(tensor time, this)/η, η the kernel's efficiency: a
+    roofline over two units that run concurrently. FlashAttention-4 (Zadouri et al. 2026, arXiv
+    2603.05451, Sec. 3) overlaps the softmax of one tile with the MMAs of another, so the forward is
+    bound by the slower unit; cuDNN's Blackwell kernels likewise (NVIDIA, "Making Softmax More
+    Efficient with NVIDIA Blackwell Ultra", 2026: the tensor cores idle while the SFUs finish). Per
+    score the forward runs 2·(d_qk + d_v) tensor FLOPs and 1 exp, the backward 2.5× the FLOPs and 1
+    exp (P recomputed), so the floor binds first in the forward and with small heads: on a GB200
+    (2.5 PFLOP/s BF16, 5 Texp/s) at head dim 128 a score takes 512/2.5e15 = 2.05e-13 s of tensor
+    time against 1/5e12 = 2.0e-13 s of exp time, at head dim 64 half that tensor time; Blackwell
+    Ultra's 10.7 Texp/s halves the exp time. A kernel that emulates part of its exponentials on the
+    FMA units (FlashAttention-4's polynomial exp2) runs above this floor; it is not modelled."""
+    rate = ctx.cluster.gpu.compute_exp_ops_per_s
+    if rate <= 0:  # the GPU states no exp rate
+        return np.zeros(len(b))
+    return tokens * attention_exp_ops_per_token(ctx, ctx.training.seq_len) / 2.0 / b.tp / rate
 
 
 def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, np.ndarray]:

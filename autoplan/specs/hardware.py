@@ -37,6 +37,7 @@ from autoplan.units import (
     normalise_qualifier,
     parse_bandwidth,
     parse_bytes,
+    parse_exp_rate,
     parse_flops_rate,
     parse_time,
 )
@@ -46,7 +47,8 @@ _REQUIRED_KEYS = ("name", "memory", "usable_memory", "peak_bf16", "peak_fp8", "h
                   "scale_up_bandwidth", "scale_up_domain", "nic_bandwidth", "gpus_per_node",
                   "scale_up_latency", "scale_out_latency", "sources")
 _OPTIONAL_KEYS = ("aliases", "description", "notes", "host_link", "fp8_block_scaled_mma", "host_memory",
-                  "host_memory_bandwidth", "power_limited_clock_fraction", "scale_up_peer_link")
+                  "host_memory_bandwidth", "power_limited_clock_fraction", "scale_up_peer_link",
+                  "exp_throughput")
 # The GPU's link to host memory when a file does not state one: PCIe Gen5 x16, 32 GT/s per lane
 # × 16 lanes, 64 GB/s per direction nominal (PCI-SIG PCIe 5.0 Base Specification).
 PCIE_GEN5_X16_BYTES_PER_S = 64e9
@@ -95,6 +97,8 @@ class GPUSpec:
     # scale_up_bytes_per_s (autoplan.cost.comm.group_link); 0 = a switch (NVSwitch): every group
     # reaches scale_up_bytes_per_s.
     scale_up_peer_link_bytes_per_s: float = 0.0
+    exp_ops_per_s: float = 0.0  # special-function-unit exponentials per second (MUFU.EX2); 0 = not stated
+    # (the attention's exp floor is then not applied: autoplan.cost.time.attention_s)
 
     def __post_init__(self) -> None:
         problem = _gpu_problem(self)
@@ -110,6 +114,11 @@ class GPUSpec:
         """Nominal peak × power_limited_clock_fraction (MFU keeps the nominal peak)."""
         return self.peak_bf16_flops_per_s * self.power_limited_clock_fraction
 
+    @property
+    def compute_exp_ops_per_s(self) -> float:
+        """exp_ops_per_s × power_limited_clock_fraction: the SFUs run on the same SM clock."""
+        return self.exp_ops_per_s * self.power_limited_clock_fraction
+
 
 _YAML_KEYS = {"memory_bytes": "memory", "usable_memory_bytes": "usable_memory",
               "peak_bf16_flops_per_s": "peak_bf16", "peak_fp8_flops_per_s": "peak_fp8",
@@ -118,8 +127,9 @@ _YAML_KEYS = {"memory_bytes": "memory", "usable_memory_bytes": "usable_memory",
               "scale_up_latency_s": "scale_up_latency", "scale_out_latency_s": "scale_out_latency",
               "host_bytes_per_s": "host_link", "host_memory_bytes": "host_memory",
               "host_memory_bytes_per_s": "host_memory_bandwidth",
-              "scale_up_peer_link_bytes_per_s": "scale_up_peer_link"}
-_ZERO_OK = ("peak_fp8_flops_per_s", "host_memory_bytes", "host_memory_bytes_per_s", "scale_up_peer_link_bytes_per_s")
+              "scale_up_peer_link_bytes_per_s": "scale_up_peer_link", "exp_ops_per_s": "exp_throughput"}
+_ZERO_OK = ("peak_fp8_flops_per_s", "host_memory_bytes", "host_memory_bytes_per_s", "scale_up_peer_link_bytes_per_s",
+            "exp_ops_per_s")
 
 
 def _gpu_problem(gpu: Any, names: Mapping[str, str] | None = None) -> str | None:
@@ -218,6 +228,7 @@ def _quantity(data: Mapping[str, Any], key: str, where: str, parse: Callable[[ob
 
 # Upper bounds far above any real accelerator; larger values are typos (e.g. '1e30 GiB').
 _PLAUSIBLE_MAX = {"a size": (2.0**50, "1 PiB"), "a compute rate": (1e18, "1 EFLOP/s"),
+                  "an exponential rate": (1e16, "10,000 Texp/s"),
                   "a time": (1.0, "1 s"), "a bandwidth": (1e15, "1 PB/s")}
 
 
@@ -292,7 +303,9 @@ def gpu_from_mapping(data: dict, where: str) -> GPUSpec:
                                  if "host_memory_bandwidth" in data else 0.0),
         power_limited_clock_fraction=data.get("power_limited_clock_fraction", 1.0),
         scale_up_peer_link_bytes_per_s=(_bandwidth(data, "scale_up_peer_link", where, "64 GB/s per direction",
-                                                   directional=True) if "scale_up_peer_link" in data else 0.0))
+                                                   directional=True) if "scale_up_peer_link" in data else 0.0),
+        exp_ops_per_s=(_quantity(data, "exp_throughput", where, parse_exp_rate, "an exponential rate", "10.7 Texp/s")
+                       if "exp_throughput" in data else 0.0))
     problem = _gpu_problem(SimpleNamespace(**kwargs), _YAML_KEYS)
     if problem:
         raise SpecError(where, problem)
@@ -317,6 +330,7 @@ _WRITE_UNITS: dict[str, tuple[tuple[tuple[str, float], ...], str]] = {
     "nic_bandwidth": ((("Gb/s", GB / BITS_PER_BYTE), ("GB/s", GB), ("GiB/s", GiB)), " " + PER_DIRECTION),
     "scale_up_latency": ((("us", 1e-6), ("s", 1.0)), ""),
     "scale_out_latency": ((("us", 1e-6), ("s", 1.0)), ""),
+    "exp_throughput": ((("Texp/s", 1e12), ("exp/s", 1.0)), ""),
 }
 
 
@@ -325,7 +339,7 @@ def gpu_to_mapping(gpu: GPUSpec) -> dict[str, Any]:
     data: dict[str, Any] = {"name": gpu.name, "aliases": list(gpu.aliases), "description": gpu.description}
     for attr, key in _YAML_KEYS.items():
         value = getattr(gpu, attr)
-        if key in ("host_memory", "host_memory_bandwidth", "scale_up_peer_link") and not value:
+        if key in ("host_memory", "host_memory_bandwidth", "scale_up_peer_link", "exp_throughput") and not value:
             continue  # not stated: left out, read back as 0
         if key in _WRITE_UNITS:
             units, suffix = _WRITE_UNITS[key]

@@ -146,7 +146,8 @@ def _quantity(limit: float, low: float = 1e-3):
 
 @st.composite
 def gpu_specs(draw) -> GPUSpec:
-    """A valid GPUSpec within the readers' plausibility limits (1 PiB, 1 EFLOP/s, 1 PB/s, 1 s)."""
+    """A valid GPUSpec within the readers' plausibility limits (1 PiB, 1 EFLOP/s, 1 PB/s, 1 s,
+    10,000 Texp/s)."""
     memory = draw(_quantity(2.0**50, 1.0))
     return GPUSpec(
         name=draw(TEXT), aliases=tuple(draw(st.lists(TEXT, max_size=3))), description=draw(st.just("") | TEXT),
@@ -157,7 +158,8 @@ def gpu_specs(draw) -> GPUSpec:
         scale_up_domain_size=draw(st.integers(1, 1 << 16)), nic_bytes_per_s=draw(_quantity(1e15, 1.0)),
         gpus_per_node=draw(st.integers(1, 1024)), scale_up_latency_s=draw(_quantity(1.0, 1e-12)),
         scale_out_latency_s=draw(_quantity(1.0, 1e-12)), sources=tuple(draw(st.lists(TEXT, min_size=1, max_size=3))),
-        power_limited_clock_fraction=draw(st.just(1.0) | st.floats(1e-3, 1.0)))
+        power_limited_clock_fraction=draw(st.just(1.0) | st.floats(1e-3, 1.0)),
+        exp_ops_per_s=draw(st.just(0.0) | _quantity(1e16, 1.0)))
 
 
 @FAST
