@@ -281,11 +281,21 @@ got = {"dp": p.dp, "tp": p.tp, "pp": p.pp, "pp_engine": engine, "cp": p.context_
        "hidden_size": m.hidden_size, "ffn_hidden_size": m.intermediate_size, "num_heads": m.num_attention_heads,
        "num_kv_heads": m.num_key_value_heads, "vocab_size": m.vocab_size, "rope_theta": m.rope_theta,
        "norm_eps": m.rms_norm_eps, "tied_embeddings": m.tie_word_embeddings, "qkv_bias": m.attention_bias}
+moe = getattr(m, "moe_config", None)
+got["moe"] = moe and {"num_experts": moe.num_experts, "top_k": moe.top_k, "ffn_hidden_size": moe.moe_intermediate_size,
+                      "shared_ffn_hidden_size": moe.shared_expert_intermediate_size if moe.enable_shared_expert else 0,
+                      "layers": moe.layers}
 assert got == want, {k: (got[k], want[k]) for k in want if got[k] != want[k]}
 '''
 
 
-@pytest.mark.parametrize("case", _cases("nanotron"))
+# Not a golden plan: the MoE plan of issue 46 (search --model mixtral-8x7b --gpus 64 --gbs-tokens 4M
+# --export nanotron: tp 1, pp 16); dp = 64/16 = 4, grad_acc = 1024/(4·1) = 256
+NANOTRON_MOE = {"name": "nanotron_moe_pp16", "model": "mixtral-8x7b",
+                "layout": {"gpus": 64, "pp": 16, "zero": 1, "mbs": 1, "seq_len": 4096, "gbs_seqs": 1024}}
+
+
+@pytest.mark.parametrize("case", [*_cases("nanotron"), pytest.param(NANOTRON_MOE, id=NANOTRON_MOE["name"])])
 def test_nanotron_loads_the_config(case, tmp_path):
     _need("nanotron.config", "nanotron", NANOTRON_ENV)
     lay = _export(case, "nanotron", tmp_path)
@@ -302,7 +312,13 @@ def test_nanotron_loads_the_config(case, tmp_path):
             "hidden_size": model.hidden_size, "ffn_hidden_size": model.ffn_hidden_size,
             "num_heads": model.num_attention_heads, "num_kv_heads": model.num_kv_heads,
             "vocab_size": model.vocab_size, "rope_theta": model.rope_theta, "norm_eps": model.norm_eps,
-            "tied_embeddings": model.tied_embeddings, "qkv_bias": model.qkv_bias}
+            "tied_embeddings": model.tied_embeddings, "qkv_bias": model.qkv_bias, "moe": None}
+    if model.moe is not None:  # every layer from the first after the dense ones (Qwen2Config: [-1] = all)
+        moe = model.moe
+        want["moe"] = {"num_experts": moe.num_experts, "top_k": moe.num_experts_per_token,
+                       "ffn_hidden_size": moe.expert_ffn_hidden_size,
+                       "shared_ffn_hidden_size": moe.num_shared_experts * moe.shared_expert_ffn_hidden_size,
+                       "layers": list(range(moe.num_dense_layers, model.num_layers))}
     _check(NANOTRON, tmp_path / "nanotron_config.yaml", json.dumps(want), env=NANOTRON_ENV, trainer="nanotron")
 
 
