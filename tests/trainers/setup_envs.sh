@@ -43,8 +43,8 @@ declare -A PACKAGES=(
     [megatron]="numpy<2 megatron-core==0.15.3 einops==0.8.1 pyyaml packaging six==1.17.0 regex"
     [torchtitan]="torchtitan==0.3.0 triton==3.8.0"
     [deepspeed]="deepspeed==0.19.8 transformers==5.22.2"
-    [nanotron]="numpy==1.26.4 pyyaml==6.0.4 packaging safetensors==0.8.0 dacite==1.9.2 tqdm datasets==5.2.0 pyarrow==24.0.0 torchtyping==0.1.5 transformers==5.24.0 triton==3.8.0 einops==0.8.1"
-    [megatron-bridge]="megatron-core==0.16.1 omegaconf==2.3.1 hydra-core==1.3.2 transformers==4.57.6 einops==0.8.2 six==1.17.0 regex pyyaml==6.0.4 tqdm rich typing-extensions"
+    [nanotron]="numpy==1.26.4 pyyaml==6.0.4 packaging==26.4 safetensors==0.8.0 dacite==1.9.2 tqdm==4.70.1 datasets==5.2.0 pyarrow==24.0.0 torchtyping==0.1.5 transformers==5.24.0 triton==3.8.0 einops==0.8.1"
+    [megatron-bridge]="megatron-core==0.16.1 numpy==2.4.6 omegaconf==2.3.1 hydra-core==1.3.2 transformers==4.57.6 einops==0.8.2 six==1.17.0 regex==2026.11.19 pyyaml==6.0.4 tqdm==4.70.1 rich==15.0.0 typing-extensions==4.16.0"
 )
 # Installed after PACKAGES, without their declared requirements (see above).
 NANOTRON_COMMIT="2411b022a75fb7f7561a1bb4166706da5e1b76de"
