@@ -34,9 +34,16 @@ optimizer          optimizer.optimizer adam|sgd; offload: optimizer_cpu_offload,
                    use_precision_aware_optimizer
 precision          mixed_precision fields over the recipe's bf16_mixed: fp8 hybrid, fp8_recipe,
                    fp8_param_gather, grad_reduce_in_fp32, and every layer in FP8 (the current-scaling
-                   recipe's first/last bf16 layers off: the cost model runs all layers in FP8)
-MoE dispatch       model.moe_token_dispatcher_type flex + moe_enable_deepep (profile option
-                   moe_token_dedup) or alltoall; moe_grouped_gemm
+                   recipe's first/last bf16 layers off: the cost model runs all layers in FP8);
+                   written whole (``_target_`` MixedPrecisionConfig) where the recipe holds a name
+                   (``RECIPE_OBJECTS``)
+TP overlap         comm_overlap.tp_comm_overlap; a CommOverlapConfig (``_target_``) where the recipe
+                   has none and the plan overlaps, nothing where neither overlaps
+MoE dispatch       model.moe_token_dispatcher_type flex + moe_flex_dispatcher_backend deepep (profile
+                   option moe_token_dedup; megatron-core 0.16's ``moe_enable_deepep`` is deprecated)
+                   or alltoall; moe_grouped_gemm
+checkpoint         save/load/save_interval from --checkpoint-dir; without it save and load null (the
+                   recipes save into ./nemo_experiments/default/checkpoints and resume from there)
 data, tokenizer    dataset.blend / split or dataset.mock (only with --mock-data);
                    tokenizer.tokenizer_type HuggingFaceTokenizer + tokenizer_model, else the
                    script's required DATA_PATH and TOKENIZER
@@ -93,6 +100,24 @@ RECIPES = {"llama2-7b": "llama2_7b_pretrain_config", "llama3-8b": "llama3_8b_pre
            "llama3.2-1b": "llama32_1b_pretrain_config", "qwen3-8b": "qwen3_8b_pretrain_config",
            "qwen3-30b-a3b": "qwen3_30b_a3b_pretrain_config", "qwen3-235b-a22b": "qwen3_235b_a22b_pretrain_config",
            "deepseek-v3": "deepseek_v3_pretrain_config", "gpt3-175b": "gpt3_175b_pretrain_config"}
+# The sections a recipe holds as config objects (Bridge's override merge sets their fields);
+# every other recipe keeps recipes/common.py _pretrain_common's comm_overlap=None and
+# mixed_precision="bf16_mixed" (a name). Over None or a name, Bridge's overrides
+# (training/utils/omegaconf_utils.py process_config_with_overrides) cannot set one field: Hydra
+# refuses the key ("Could not override 'mixed_precision.bf16'") and the YAML merge leaves a plain
+# dict that runtime_config_update's ``cfg.mixed_precision.finalize()`` fails on. There the section
+# is written whole as a ``_target_`` object, which _apply_overrides instantiates
+# (utils/instantiate_utils.py). Read from each recipe function at v0.3.1 (``cfg.comm_overlap =
+# CommOverlapConfig(...)``, ``cfg.mixed_precision = bf16_mixed()`` / ``MixedPrecisionConfig(...)``).
+RECIPE_OBJECTS = {"llama2_7b_pretrain_config": {"comm_overlap"},
+                  "llama3_70b_pretrain_config": {"comm_overlap", "mixed_precision"},
+                  "llama31_405b_pretrain_config": {"comm_overlap", "mixed_precision"},
+                  "deepseek_v3_pretrain_config": {"comm_overlap", "mixed_precision"},
+                  "gpt3_175b_pretrain_config": {"comm_overlap", "mixed_precision"}}
+TARGETS = {"mixed_precision": "megatron.bridge.training.mixed_precision.MixedPrecisionConfig",
+           "comm_overlap": "megatron.bridge.training.comm_overlap.CommOverlapConfig"}
+# torch.bfloat16 as Bridge writes a dtype in YAML (utils/yaml_utils.py _torch_dtype_representer)
+BF16_DTYPE = {"_target_": "torch.bfloat16", "_call_": False}
 # The model fields the export writes beyond the shape: none (the recipe's provider sets them).
 MODEL_FIELDS: frozenset[str] = frozenset()
 # fp8 recipe -> the training/mixed_precision.py recipe whose fields the export writes (for the header).
@@ -113,7 +138,7 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
                 + overlap_warnings(layout, efficiency) + launch.no_checkpoint_warning(TRAINER))
     order = placement_warning(TRAINER, ORDERS, layout)
     warnings += [order] if order else []
-    sections = overrides(model, layout, training, launch, profile)
+    sections = overrides(model, layout, training, launch, profile, recipe)
     version = f"{TRAINER} {profile.capabilities.version} (scripts/training/run_recipe.py --recipe {recipe})"
     commands = [how_to_run(LAUNCH_FILE, launch.launcher, nodes, "MEGATRON_BRIDGE=/path/to/Megatron-Bridge")]
     head = header_lines(version, model, layout, training, launch=commands, warnings=warnings,
@@ -138,9 +163,11 @@ def recipe_of(model: ModelSpec) -> str:
 
 
 def overrides(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchOptions,
-              profile: TrainerProfile) -> Sections:
-    """Section -> {ConfigContainer field: value} for this plan (the module doc's table)."""
+              profile: TrainerProfile, recipe: str | None = None) -> Sections:
+    """Section -> {ConfigContainer field: value} for this plan (the module doc's table), over
+    ``recipe`` (default: the model's)."""
     flags = dict(overlap_args(lay, assumed_efficiency(training, profile), profile))
+    objects = RECIPE_OBJECTS.get(recipe or recipe_of(m), set())
     sections: Sections = {
         "model": _model(m, lay, training, profile),
         "train": {"train_iters": launch.train_steps, "global_batch_size": lay.gbs_seqs, "micro_batch_size": lay.mbs},
@@ -159,9 +186,23 @@ def overrides(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchO
     checkpoint = {"ckpt_format": "fsdp_dtensor"} if lay.zero == 3 else {}
     if launch.checkpoint_dir:
         checkpoint.update(save=launch.checkpoint_dir, load=launch.checkpoint_dir, save_interval=launch.train_steps)
-    if checkpoint:
-        sections["checkpoint"] = checkpoint
-    return sections
+    else:  # as the header says: no checkpoint (not the recipe's ./nemo_experiments folder)
+        checkpoint.update(save=None, load=None)
+    sections["checkpoint"] = checkpoint
+    for name in ("mixed_precision", "comm_overlap"):
+        if name not in objects:
+            sections[name] = _whole(name, sections[name])
+    return {name: fields for name, fields in sections.items() if fields is not None}
+
+
+def _whole(name: str, fields: dict[str, Any]) -> dict[str, Any] | None:
+    """Section ``name`` as a ``_target_`` object, over a recipe that holds None or a name
+    (RECIPE_OBJECTS); a comm_overlap that overlaps nothing stays the recipe's None."""
+    if name == "comm_overlap":
+        return {"_target_": TARGETS[name], **fields} if any(fields.values()) else None
+    # bf16_mixed()'s fields (training/mixed_precision.py), the ones written over them after
+    return {"_target_": TARGETS[name], "bf16": True, "params_dtype": dict(BF16_DTYPE),
+            "pipeline_dtype": dict(BF16_DTYPE), "autocast_enabled": False, **fields}
 
 
 def _model(m: ModelSpec, lay: Layout, training: TrainingSpec, profile: TrainerProfile) -> dict[str, Any]:
@@ -186,8 +227,9 @@ def _model(m: ModelSpec, lay: Layout, training: TrainingSpec, profile: TrainerPr
         out.update(init_model_with_meta_device=True, gradient_accumulation_fusion=False)
     if m.moe is not None:
         dedup = profile.options.moe_token_dedup
-        out.update(moe_token_dispatcher_type="flex" if dedup else "alltoall", moe_enable_deepep=dedup,
-                   moe_grouped_gemm=profile.options.moe_grouped_gemm)
+        out.update(moe_token_dispatcher_type="flex" if dedup else "alltoall", moe_grouped_gemm=profile.options.moe_grouped_gemm)
+        if dedup:
+            out["moe_flex_dispatcher_backend"] = "deepep"
     return out
 
 
@@ -272,6 +314,8 @@ def hydra_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{key}:{hydra_value(v)}" for key, v in value.items()) + "}"
     text = str(value)
     if _BARE.match(text) and text.lower() not in ("null", "true", "false"):
         return text
@@ -279,11 +323,17 @@ def hydra_value(value: Any) -> str:
 
 
 def hydra_words(sections: Sections) -> list[str]:
-    """``section.field=value`` for every override, shell-quoted (the same mapping as the YAML)."""
+    """``section.field=value`` for every override, shell-quoted (the same mapping as the YAML);
+    a section written whole (``_target_``) as one ``section={...}``."""
     import shlex
 
-    return [shlex.quote(f"{section}.{key}={hydra_value(value)}")
-            for section, fields in sections.items() for key, value in fields.items()]
+    words = []
+    for section, fields in sections.items():
+        if "_target_" in fields:
+            words.append(shlex.quote(f"{section}={hydra_value(fields)}"))
+        else:
+            words += [shlex.quote(f"{section}.{key}={hydra_value(value)}") for key, value in fields.items()]
+    return words
 
 
 def _recipe_warnings(m: ModelSpec, recipe: str) -> list[str]:

@@ -44,8 +44,8 @@ WRITTEN = {
     ("megatron", "master_weights", "remainders"): "--use-precision-aware-optimizer",
     ("megatron", "moe_capacity_factor", 1.25): "--moe-expert-capacity-factor 1.25",
     ("deepspeed", "attention_kernel", "eager"): "attn_implementation='eager'",
-    ("megatron-bridge", "fp8_param_gather", True): "mixed_precision.fp8_param_gather=true",
-    ("megatron-bridge", "grad_reduce_in_bf16", True): "mixed_precision.grad_reduce_in_fp32=false",
+    ("megatron-bridge", "fp8_param_gather", True): "fp8_param_gather: true",   # in mixed_precision
+    ("megatron-bridge", "grad_reduce_in_bf16", True): "grad_reduce_in_fp32: false",
 }
 
 

@@ -5,10 +5,12 @@ Megatron-Bridge does not import on a CPU (megatron/bridge/peft/lora_layers.py im
 transformer_engine.pytorch, a CUDA build), so its own dataclasses are read from the source with
 ``ast`` (annotated class attributes, walking the base classes defined in Bridge), and the
 Megatron-Core bases (TransformerConfig, DistributedDataParallelConfig, OptimizerConfig,
-GPTDatasetConfig) with ``dataclasses.fields`` from the megatron trainer env (megatron-core 0.15.3):
+GPTDatasetConfig) with ``dataclasses.fields`` from the megatron-bridge trainer env
+(megatron-core 0.16.1, the core v0.3.1 ships as its 3rdparty/Megatron-LM submodule, core_v0.16.1):
 
   git clone https://github.com/NVIDIA-NeMo/Megatron-Bridge && git -C Megatron-Bridge checkout v0.3.1
-  $AUTOPLAN_MEGATRON_PYTHON tests/trainers/megatron_bridge_fields.py Megatron-Bridge [COMMIT] > tests/unit/export/data/megatron_bridge_fields.yaml
+  $AUTOPLAN_MEGATRON_BRIDGE_PYTHON tests/trainers/megatron_bridge_fields.py Megatron-Bridge [COMMIT] \
+      > tests/unit/export/data/megatron_bridge_fields.yaml
 """
 
 from __future__ import annotations
@@ -76,7 +78,10 @@ def main(root: Path) -> None:
     commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip() if len(sys.argv) < 3 else sys.argv[2]
     print(f"# Written by tests/trainers/megatron_bridge_fields.py from NVIDIA-NeMo/Megatron-Bridge at {commit}")
-    print("# (tag v0.3.1) with megatron-core 0.15.3's dataclasses; section '' is ConfigContainer's own fields.")
+    import megatron.core
+
+    print(f"# (tag v0.3.1) with megatron-core {megatron.core.__version__}'s dataclasses; section '' is "
+          "ConfigContainer's own fields.")
     print(f"source_commit: {commit}")
     print("sections:")
     for section, (_, cls) in SECTIONS.items():

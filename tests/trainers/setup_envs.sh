@@ -24,22 +24,81 @@ MEGATRON_TAG="core_v0.15.3"
 # * deepspeed 0.19.8: DeepSpeedConfig (its own requirements); transformers 5.22.2 for the CPU
 #   training runs (tests/trainers/deepspeed_train.py builds the Hugging Face model; AutoEP's
 #   mixtral/qwen3_moe presets need transformers >= 5.0.0, auto_ep_presets/*.py).
+# * nanotron main @ 2411b022 (no release holds it: PyPI's 0.4 is 2024's code): installed from a
+#   checkout (NANOTRON, or cloned into the cache) with --no-deps and its pyproject's requirements
+#   (numpy<2; pyarrow 24.0.0, the newest that runs on numpy 1, as datasets 5.2.0 needs) plus what
+#   its config module imports without declaring it: transformers (config.py `AutoTokenizer`) and
+#   flash_attn (config/models_config.py -> nn/attention.py -> nn/ring_attention.py, at import).
+#   flash-attn 2.8.3 is built without its CUDA extension (FLASH_ATTENTION_SKIP_CUDA_BUILD) and the
+#   tests import it through its own Triton backend (FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE, needs
+#   triton and einops); nanotron's config loader runs no kernel.
+# * megatron-bridge 0.3.1 (PyPI; commit 9c9dd84896) with the megatron-core it ships,
+#   0.16.1 (its 3rdparty/Megatron-LM submodule, tag core_v0.16.1), --no-deps: the wheel requires
+#   transformer-engine (CUDA builds), mamba-ssm, causal-conv1d and nvidia-resiliency-ext, none of
+#   which installs on a CPU; the pure-python requirements its config path reads are pinned.
+#   Without Transformer Engine nothing of megatron.bridge imports (megatron/bridge/__init__.py ->
+#   ... -> peft/lora_layers.py `import transformer_engine.pytorch`): its loader test skips with
+#   that line, the megatron-core 0.16.1 and Hydra checks run.
 declare -A PACKAGES=(
     [megatron]="numpy<2 megatron-core==0.15.3 einops==0.8.1 pyyaml packaging six==1.17.0 regex"
     [torchtitan]="torchtitan==0.3.0 triton==3.8.0"
     [deepspeed]="deepspeed==0.19.8 transformers==5.22.2"
+    [nanotron]="numpy==1.26.4 pyyaml==6.0.4 packaging==26.4 safetensors==0.8.0 dacite==1.9.2 tqdm==4.70.1 datasets==5.2.0 pyarrow==24.0.0 torchtyping==0.1.5 transformers==5.24.0 triton==3.8.0 einops==0.8.1"
+    [megatron-bridge]="megatron-core==0.16.1 numpy==2.4.6 omegaconf==2.3.1 hydra-core==1.3.2 transformers==4.57.6 einops==0.8.2 six==1.17.0 regex==2026.11.19 pyyaml==6.0.4 tqdm==4.70.1 rich==15.0.0 typing-extensions==4.16.0"
 )
-for trainer in megatron torchtitan deepspeed; do
+# Installed after PACKAGES, without their declared requirements (see above).
+NANOTRON_COMMIT="2411b022a75fb7f7561a1bb4166706da5e1b76de"
+declare -A NO_DEPS=(
+    [nanotron]="flash-attn==2.8.3 nanotron@$NANOTRON_COMMIT"
+    [megatron-bridge]="megatron-bridge==0.3.1"
+)
+# Arguments name the trainers to set up (default: all of them), e.g. `bash setup_envs.sh nanotron`.
+TRAINERS=("$@")
+[ ${#TRAINERS[@]} -gt 0 ] || TRAINERS=(megatron torchtitan deepspeed nanotron megatron-bridge)
+if [ -z "${NANOTRON:-}" ] && [[ " ${TRAINERS[*]} " == *" nanotron "* ]]; then
+    NANOTRON="$CACHE/nanotron-${NANOTRON_COMMIT:0:8}"
+    if [ ! -f "$NANOTRON/src/nanotron/config/config.py" ]; then
+        { git init -q "$NANOTRON" && git -C "$NANOTRON" fetch -q --depth 1 https://github.com/huggingface/nanotron "$NANOTRON_COMMIT" \
+            && git -C "$NANOTRON" checkout -q FETCH_HEAD; } >&2 \
+            || echo "# could not fetch nanotron $NANOTRON_COMMIT: its checks will skip" >&2
+    fi
+fi
+no_deps() {  # the NO_DEPS of trainer $1 into python $2
+    local package
+    for package in ${NO_DEPS[$1]:-}; do
+        case "$package" in
+            flash-attn==*)  # the Python package only; its CUDA kernels are not built (see above)
+                FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE FLASH_ATTENTION_FORCE_BUILD=TRUE \
+                    "$2" -m pip install -q --no-deps --no-build-isolation "$package" >&2 ;;
+            nanotron@*)
+                [ -f "$NANOTRON/src/nanotron/config/config.py" ] || return 1
+                [ "$(git -C "$NANOTRON" rev-parse HEAD)" = "$NANOTRON_COMMIT" ] \
+                    || echo "# NANOTRON=$NANOTRON is not at $NANOTRON_COMMIT" >&2
+                "$2" -m pip install -q --no-deps "$NANOTRON" >&2 ;;
+            *) "$2" -m pip install -q --no-deps "$package" >&2 ;;
+        esac
+    done
+}
+for trainer in "${TRAINERS[@]}"; do
+    [ -n "${PACKAGES[$trainer]:-}" ] || { echo "unknown trainer '$trainer' (one of: ${!PACKAGES[*]})" >&2; exit 2; }
     env="$CACHE/$trainer"
-    want="$TORCH ${PACKAGES[$trainer]}"
+    want="$TORCH ${PACKAGES[$trainer]}${NO_DEPS[$trainer]:+ ${NO_DEPS[$trainer]}}"
     if [ "$(cat "$env/.installed" 2>/dev/null)" != "$want" ]; then  # (.installed is written last)
         [ -x "$env/bin/python" ] || python3 -m venv --clear "$env" >&2
         # shellcheck disable=SC2086
-        "$env/bin/python" -m pip install -q $want >&2
-        echo "$want" > "$env/.installed"
+        "$env/bin/python" -m pip install -q $TORCH ${PACKAGES[$trainer]} >&2
+        if no_deps "$trainer" "$env/bin/python"; then
+            echo "$want" > "$env/.installed"
+        else
+            echo "# $trainer: no checkout to install from: its checks will skip" >&2
+        fi
     fi
-    echo "export AUTOPLAN_${trainer^^}_PYTHON=$env/bin/python"
+    name="${trainer^^}"
+    echo "export AUTOPLAN_${name//-/_}_PYTHON=$env/bin/python"
 done
+if [[ " ${TRAINERS[*]} " != *" megatron "* ]]; then
+    exit 0
+fi
 if [ -z "${MEGATRON_LM:-}" ]; then
     MEGATRON_LM="$CACHE/Megatron-LM-$MEGATRON_TAG"
     if [ ! -f "$MEGATRON_LM/pretrain_gpt.py" ]; then

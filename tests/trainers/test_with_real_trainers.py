@@ -14,6 +14,11 @@ checkout must not shadow the installed megatron-core):
 * Megatron-LM core_v0.15.3 (``MEGATRON_LM`` = a checkout): ``parse_args`` + ``validate_args`` +
   ``core_transformer_config_from_args`` on the script's arguments (GPU capability stubbed to
   Hopper; Transformer Engine kernel switches off).
+* nanotron main @ 2411b022: ``get_config_from_file`` (what ``run_train.py`` loads) on the YAML,
+  its parallelism, batch and model fields read back.
+* Megatron-Bridge 0.3.1: the recipe with ``process_config_with_overrides`` (YAML and Hydra words;
+  skips without Transformer Engine, which ``import megatron.bridge`` needs); Hydra/OmegaConf (its
+  parsers) on the script's words; megatron-core 0.16.1 (its core) on the model, ddp and optimizer.
 """
 
 from __future__ import annotations
@@ -42,20 +47,23 @@ def _cases(trainer):
 
 
 def _python(trainer: str) -> str:
-    """The interpreter of ``trainer``'s environment (AUTOPLAN_<TRAINER>_PYTHON, else this one)."""
-    return os.environ.get(f"AUTOPLAN_{trainer.upper()}_PYTHON", sys.executable)
+    """The interpreter of ``trainer``'s environment (AUTOPLAN_<TRAINER>_PYTHON with '-' as '_',
+    else this one)."""
+    return os.environ.get(f"AUTOPLAN_{trainer.upper().replace('-', '_')}_PYTHON", sys.executable)
 
 
-def _need(module, trainer):
+def _need(module, trainer, env=None):
     """Skip unless ``module`` imports in ``trainer``'s interpreter (an import that fails, e.g. on
-    a numpy ABI clash, skips rather than fails)."""
+    a numpy ABI clash, skips rather than fails, naming the import that failed)."""
     python = _python(trainer)
     if python == sys.executable and importlib.util.find_spec(module.split(".")[0]) is None:
         pytest.skip(f"{module} is not installed (see docs/export.md)")
     done = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, timeout=300,
-                          check=False)
+                          check=False, env={**os.environ, **(env or {})})
     if done.returncode:
-        pytest.skip(f"{module} does not import in {python}: {done.stderr.strip().splitlines()[-1:]}")
+        lines = done.stderr.strip().splitlines()
+        where = [line.strip() for line in lines if line.strip().startswith("File ")][-1:]
+        pytest.skip(f"{module} does not import in {python}: {where + lines[-1:]}")
 
 
 def _model(case):
@@ -250,3 +258,211 @@ def test_megatron_lm_parses_and_validates_the_arguments(case, tmp_path):
             "save": "/ckpt/run", "load": "/ckpt/run", "save_interval": LaunchOptions().train_steps}
     _check(MEGATRON_LM, tmp_path / "megatron_pretrain_gpt.sh", case["layout"]["gpus"], json.dumps(want),
            trainer="megatron")
+
+
+# nanotron's config module imports flash_attn (config/models_config.py -> nn/attention.py ->
+# nn/ring_attention.py); setup_envs.sh builds flash-attn without its CUDA kernels, so it imports
+# through flash-attn's own Triton backend. The config loader runs no kernel.
+NANOTRON_ENV = {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"}
+NANOTRON = '''
+import json, sys
+from nanotron.config import get_config_from_file
+from nanotron.parallel.pipeline_parallel.engine import AllForwardAllBackwardPipelineEngine, OneForwardOneBackwardPipelineEngine
+from nanotron.parallel.tensor_parallel.nn import TensorParallelLinearMode
+want = json.loads(sys.argv[2])
+cfg = get_config_from_file(sys.argv[1])   # run_train.py -> DistributedTrainer(config_file) -> this
+p, t, m, o = cfg.parallelism, cfg.tokens, cfg.model.model_config, cfg.optimizer
+engine = {OneForwardOneBackwardPipelineEngine: "1f1b", AllForwardAllBackwardPipelineEngine: "afab"}[type(p.pp_engine)]
+got = {"dp": p.dp, "tp": p.tp, "pp": p.pp, "pp_engine": engine, "cp": p.context_parallel_size,
+       "ep": p.expert_parallel_size, "sequence_parallel": p.tp_mode is TensorParallelLinearMode.REDUCE_SCATTER,
+       "recompute_layer": p.recompute_layer, "seq_len": t.sequence_length, "mbs": t.micro_batch_size,
+       "grad_acc": t.batch_accumulation_per_replica, "gbs_seqs": cfg.global_batch_size, "zero": o.zero_stage,
+       "optimizer": o.optimizer_factory.name, "model_class": type(m).__name__, "num_layers": m.num_hidden_layers,
+       "hidden_size": m.hidden_size, "ffn_hidden_size": m.intermediate_size, "num_heads": m.num_attention_heads,
+       "num_kv_heads": m.num_key_value_heads, "vocab_size": m.vocab_size, "rope_theta": m.rope_theta,
+       "norm_eps": m.rms_norm_eps, "tied_embeddings": m.tie_word_embeddings, "qkv_bias": m.attention_bias}
+moe = getattr(m, "moe_config", None)
+got["moe"] = moe and {"num_experts": moe.num_experts, "top_k": moe.top_k, "ffn_hidden_size": moe.moe_intermediate_size,
+                      "shared_ffn_hidden_size": moe.shared_expert_intermediate_size if moe.enable_shared_expert else 0,
+                      "layers": moe.layers}
+assert got == want, {k: (got[k], want[k]) for k in want if got[k] != want[k]}
+'''
+
+
+# Not a golden plan: the MoE plan of issue 46 (search --model mixtral-8x7b --gpus 64 --gbs-tokens 4M
+# --export nanotron: tp 1, pp 16); dp = 64/16 = 4, grad_acc = 1024/(4·1) = 256
+NANOTRON_MOE = {"name": "nanotron_moe_pp16", "model": "mixtral-8x7b",
+                "layout": {"gpus": 64, "pp": 16, "zero": 1, "mbs": 1, "seq_len": 4096, "gbs_seqs": 1024}}
+
+
+@pytest.mark.parametrize("case", [*_cases("nanotron"), pytest.param(NANOTRON_MOE, id=NANOTRON_MOE["name"])])
+def test_nanotron_loads_the_config(case, tmp_path):
+    _need("nanotron.config", "nanotron", NANOTRON_ENV)
+    lay = _export(case, "nanotron", tmp_path)
+    model, (_, training) = _model(case), plan_from_record(case["layout"])
+    # the plan's layout and the model's shape, read back from nanotron's parsed Config; nanotron
+    # has no selective recompute (recompute_layer is full recompute only), and its adamW/sgd are
+    # autoplan's adamw/sgd; LlamaConfig for Llama-shaped dense models, Qwen2Config otherwise
+    qwen = model.moe is not None or model.model_type in ("qwen2", "qwen3")
+    want = {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "pp_engine": "afab" if lay.pp_schedule == "afab" else "1f1b",
+            "cp": lay.cp, "ep": lay.ep, "sequence_parallel": bool(lay.sp), "recompute_layer": lay.recompute == "full",
+            "seq_len": training.seq_len, "mbs": lay.mbs, "grad_acc": lay.grad_acc, "gbs_seqs": lay.gbs_seqs,
+            "zero": lay.zero, "optimizer": {"adamw": "adamW", "sgd": "sgd"}[lay.optimizer],
+            "model_class": "Qwen2Config" if qwen else "LlamaConfig", "num_layers": model.num_layers,
+            "hidden_size": model.hidden_size, "ffn_hidden_size": model.ffn_hidden_size,
+            "num_heads": model.num_attention_heads, "num_kv_heads": model.num_kv_heads,
+            "vocab_size": model.vocab_size, "rope_theta": model.rope_theta, "norm_eps": model.norm_eps,
+            "tied_embeddings": model.tied_embeddings, "qkv_bias": model.qkv_bias, "moe": None}
+    if model.moe is not None:  # every layer from the first after the dense ones (Qwen2Config: [-1] = all)
+        moe = model.moe
+        want["moe"] = {"num_experts": moe.num_experts, "top_k": moe.num_experts_per_token,
+                       "ffn_hidden_size": moe.expert_ffn_hidden_size,
+                       "shared_ffn_hidden_size": moe.num_shared_experts * moe.shared_expert_ffn_hidden_size,
+                       "layers": list(range(moe.num_dense_layers, model.num_layers))}
+    _check(NANOTRON, tmp_path / "nanotron_config.yaml", json.dumps(want), env=NANOTRON_ENV, trainer="nanotron")
+
+
+# Megatron-Bridge v0.3.1 (megatron-bridge 0.3.1 with megatron-core 0.16.1, setup_envs.sh). Without
+# Transformer Engine nothing of megatron.bridge imports: megatron/bridge/__init__.py -> models ->
+# models/conversion/auto_bridge.py -> model_bridge.py -> peft_bridge.py -> peft/canonical_lora.py ->
+# peft/lora_layers.py:20 `import transformer_engine.pytorch as te`; the loader test then skips with
+# that line, and the two checks below it read what imports without Bridge.
+BRIDGE_PATHS = {"DATA_PATH": "/data/c4_text_document", "TOKENIZER": "meta-llama/Meta-Llama-3-70B"}
+
+
+def _bridge_export(case, folder: Path):
+    """The export's YAML mapping and the launch script's override words as bash passes them."""
+    lay = _export(case, "megatron-bridge", folder)
+    script = (folder / "megatron_bridge_pretrain.sh").read_text()
+    body = script.split("OVERRIDES=(\n", 1)[1].split("\n)\n", 1)[0]
+    done = subprocess.run(["bash", "-c", f'OVERRIDES=(\n{body}\n)\nprintf "%s\\0" "${{OVERRIDES[@]}}"'],
+                          capture_output=True, text=True, check=True, env={**os.environ, **BRIDGE_PATHS})
+    words = done.stdout.split("\0")[:-1]
+    data = yaml.safe_load((folder / "megatron_bridge_overrides.yaml").read_text())
+    return lay, data, words, script.split("--recipe ", 1)[1].split()[0]
+
+
+def _bridge_want(case, lay) -> dict:
+    """ConfigContainer attribute -> the plan's value (what a loaded config must hold)."""
+    _, training = plan_from_record(case["layout"])
+    model = _model(case)
+    want = {"model.tensor_model_parallel_size": lay.tp, "model.pipeline_model_parallel_size": lay.pp,
+            "model.virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
+            "model.context_parallel_size": lay.cp, "model.expert_model_parallel_size": lay.ep,
+            "model.expert_tensor_parallel_size": lay.etp, "model.sequence_parallel": bool(lay.sp),
+            "model.seq_length": training.seq_len, "dataset.sequence_length": training.seq_len,
+            "model.num_layers": model.num_layers, "model.hidden_size": model.hidden_size,
+            "train.micro_batch_size": lay.mbs, "train.global_batch_size": lay.gbs_seqs,
+            "ddp.use_distributed_optimizer": lay.zero >= 1, "ddp.use_megatron_fsdp": lay.zero == 3,
+            "model.recompute_granularity": None if lay.recompute == "none" else lay.recompute,
+            "model.cpu_offloading_num_layers": lay.offload_layers, "mixed_precision.bf16": True,
+            "mixed_precision.fp8": "hybrid" if lay.precision == "fp8" else None,
+            "checkpoint.save": None, "checkpoint.load": None}
+    if not lay.offload_layers:
+        del want["model.cpu_offloading_num_layers"]  # the recipe's own (0): not the plan's to say
+    return want
+
+
+BRIDGE_LOADER = '''
+import json, sys
+from megatron.bridge import recipes
+from megatron.bridge.training.mixed_precision import MixedPrecisionConfig
+from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+path, recipe, words, want = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+for how in ("yaml", "hydra"):   # the YAML file, and run_recipe.py's Hydra words
+    try:
+        cfg = getattr(recipes, recipe)()
+    except OSError as error:  # AutoBridge.from_hf_pretrained reads the model's config from the Hub
+        print("SKIP: the recipe could not read the model's Hugging Face config:", error)
+        sys.exit(0)
+    cfg = process_config_with_overrides(cfg, **({"config_filepath": path} if how == "yaml" else {"cli_overrides": words}))
+    assert isinstance(cfg.mixed_precision, (MixedPrecisionConfig, str)), (how, cfg.mixed_precision)
+    if isinstance(cfg.mixed_precision, str):
+        from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+        cfg.mixed_precision = get_mixed_precision_config(cfg.mixed_precision)
+    got = {key: getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1]) for key in want}
+    assert got == want, (how, {k: (got[k], want[k]) for k in want if got[k] != want[k]})
+'''
+
+
+@pytest.mark.parametrize("case", _cases("megatron-bridge"))
+def test_megatron_bridge_loads_the_overrides_over_its_recipe(case, tmp_path):
+    _need("megatron.bridge.training.utils.omegaconf_utils", "megatron-bridge")
+    lay, _, words, recipe = _bridge_export(case, tmp_path)
+    out = _check(BRIDGE_LOADER, tmp_path / "megatron_bridge_overrides.yaml", recipe, json.dumps(words),
+                 json.dumps(_bridge_want(case, lay)), trainer="megatron-bridge")
+    if out.startswith("SKIP: "):
+        pytest.skip(out[len("SKIP: "):].strip())
+
+
+BRIDGE_HYDRA = '''
+import json, sys
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+path, words, data, paths = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
+assert OmegaConf.to_container(OmegaConf.load(path)) == data   # process_config_with_overrides' OmegaConf.load
+parsed = OverridesParser.create().parse_overrides(overrides=words)   # as parse_hydra_overrides
+got = {}
+for override in parsed:
+    value = override.value()
+    section, _, key = override.key_or_group.partition(".")
+    if key:
+        got.setdefault(section, {})[key] = value
+    else:
+        got[section] = value
+# the script's data and tokenizer words read its required DATA_PATH and TOKENIZER (not in the YAML)
+assert got["dataset"].pop("blend") == data["dataset"].pop("blend", [[paths["DATA_PATH"]], None])
+assert got["tokenizer"].pop("tokenizer_model") == data["tokenizer"].pop("tokenizer_model", paths["TOKENIZER"])
+assert got == data, {k: (got.get(k), data.get(k)) for k in set(got) | set(data) if got.get(k) != data.get(k)}
+'''
+
+
+@pytest.mark.parametrize("case", _cases("megatron-bridge"))
+def test_megatron_bridge_script_overrides_parse_as_the_yaml(case, tmp_path):
+    """Bridge's parsers (hydra-core 1.3.2, omegaconf 2.3), which import without Bridge: the launch
+    script's words parse to the override file's mapping."""
+    _need("hydra.core.override_parser.overrides_parser", "megatron-bridge")
+    _, data, words, _ = _bridge_export(case, tmp_path)
+    _check(BRIDGE_HYDRA, tmp_path / "megatron_bridge_overrides.yaml", json.dumps(words), json.dumps(data),
+           json.dumps(BRIDGE_PATHS), trainer="megatron-bridge")
+
+
+BRIDGE_CORE = '''
+import dataclasses, json, sys, torch
+from megatron.core.distributed import DistributedDataParallelConfig
+from megatron.core.optimizer import OptimizerConfig
+from megatron.core.transformer import TransformerConfig
+data, shape, want = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+names = {f.name for f in dataclasses.fields(TransformerConfig)}
+precision = {k: v for k, v in data["mixed_precision"].items() if k in names and not isinstance(v, dict)}
+dtypes = {"params_dtype": torch.bfloat16, "pipeline_dtype": torch.bfloat16}   # bf16_mixed's
+# the model section over the shape the recipe's provider takes from the Hugging Face config, with
+# the precision fields MixedPrecisionConfig.setup copies onto it (training/mixed_precision.py)
+model = {**shape, **{k: v for k, v in data["model"].items() if k in names}, **precision, **dtypes}
+config = TransformerConfig(**model)
+ddp = DistributedDataParallelConfig(**data["ddp"], grad_reduce_in_fp32=data["mixed_precision"]["grad_reduce_in_fp32"])
+optimizer = OptimizerConfig(**data["optimizer"], bf16=True, params_dtype=torch.bfloat16)
+objects = {"model": config, "ddp": ddp, "optimizer": optimizer}
+got = {key: getattr(objects[key.split(".")[0]], key.split(".")[1]) for key in want}
+assert got == want, {k: (got[k], want[k]) for k in want if got[k] != want[k]}
+'''
+
+
+@pytest.mark.parametrize("case", _cases("megatron-bridge"))
+def test_megatron_core_of_bridge_accepts_the_model_ddp_and_optimizer(case, tmp_path):
+    """megatron-core 0.16.1 (Bridge v0.3.1's core): GPTModelProvider is a TransformerConfig, the ddp
+    and optimizer sections Megatron-Core's own dataclasses; their __post_init__ validates them."""
+    _need("megatron.core.transformer", "megatron-bridge")
+    if case["layout"].get("precision") == "fp8":
+        pytest.skip("megatron-core 0.16.1 TransformerConfig.__post_init__ asks Transformer Engine's version for "
+                    "an FP8 MoE (`is_te_min_version('1.7.0.dev0')`); Transformer Engine does not install on a CPU")
+    lay, data, _, _ = _bridge_export(case, tmp_path)
+    model = _model(case)
+    shape = {"num_attention_heads": model.num_attention_heads, "gated_linear_unit": True,
+             "normalization": "RMSNorm", "add_bias_linear": False, "apply_rope_fusion": False}
+    if model.moe is not None:
+        shape.update(num_moe_experts=model.moe.num_experts, moe_router_topk=model.moe.num_experts_per_token,
+                     moe_ffn_hidden_size=model.moe.expert_ffn_hidden_size)
+    want = {k: v for k, v in _bridge_want(case, lay).items() if k.split(".")[0] in ("model", "ddp")
+            and k not in ("model.seq_length",)}   # seq_length: GPTModelProvider's, not TransformerConfig's
+    _check(BRIDGE_CORE, json.dumps(data), json.dumps(shape), json.dumps(want), trainer="megatron-bridge")

@@ -3,8 +3,8 @@
 Megatron-Bridge does not import on a CPU (megatron/bridge/peft/lora_layers.py imports
 transformer_engine.pytorch, a CUDA build), so its ConfigContainer cannot load the YAML here; the
 field names of each section at tag v0.3.1 are test data (data/megatron_bridge_fields.yaml, written
-by tests/trainers/megatron_bridge_fields.py from the source at that commit), and every key the
-export writes must be one of them.
+by tests/trainers/megatron_bridge_fields.py from the source at that commit and megatron-core
+0.16.1), and every key the export writes must be one of them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import yaml
 
 from autoplan.api import plan_from_record
 from autoplan.export import ExportError, LaunchOptions, render
-from autoplan.export.megatron_bridge import OVERRIDES_FILE, hydra_value
+from autoplan.export.megatron_bridge import OVERRIDES_FILE, RECIPE_OBJECTS, RECIPES, TARGETS, hydra_value
 from autoplan.specs.models import load_model
 
 FIELDS = yaml.safe_load((Path(__file__).parent / "data" / "megatron_bridge_fields.yaml").read_text())
@@ -52,8 +52,30 @@ def test_field_list_names_its_commit():
 def test_every_key_is_a_configcontainer_field(plan, launch):
     data = _overrides(plan, launch)
     assert set(data) <= SECTIONS[""], set(data) - SECTIONS[""]
-    unknown = {f"{section}.{key}" for section, values in data.items() for key in values if key not in SECTIONS[section]}
+    unknown = {f"{section}.{key}" for section, values in data.items() for key in values
+               if key not in SECTIONS[section] and key != "_target_"}
     assert not unknown
+    # a section written whole is an object of that section's class (instantiated by Bridge)
+    assert all(values["_target_"] == TARGETS[section] for section, values in data.items() if "_target_" in values)
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_a_section_the_recipe_holds_as_a_name_or_none_is_written_whole(plan):
+    """recipes/common.py _pretrain_common: comm_overlap=None, mixed_precision='bf16_mixed'; a
+    field of either cannot be overridden (Hydra: "Could not override 'mixed_precision.bf16'")."""
+    name, _ = PLANS[plan]
+    objects = RECIPE_OBJECTS.get(RECIPES[name], set())
+    data = _overrides(plan, "plain")
+    assert ("_target_" in data["mixed_precision"]) == ("mixed_precision" not in objects)
+    if "comm_overlap" not in objects:
+        assert "comm_overlap" not in data or "_target_" in data["comm_overlap"]
+
+
+def test_no_checkpoint_dir_saves_nothing():
+    """The recipes save to ./nemo_experiments/default/checkpoints (recipes/common.py); without
+    --checkpoint-dir the export writes save/load null, as its header warning says."""
+    assert _overrides("dense_vpp", "plain")["checkpoint"] == {"save": None, "load": None}
+    assert _overrides("dense_vpp", "paths")["checkpoint"]["save"] == "/ckpt"
 
 
 def test_blend_is_megatron_cores_prefixes_and_weights():
@@ -73,6 +95,8 @@ def test_a_model_without_a_recipe_is_refused():
 
 
 @pytest.mark.parametrize(("value", "text"), [(None, "null"), (True, "true"), (8, "8"), ([["/a b"], None], "[['/a b'],null]"),
-                                             ("99,1,0", "'99,1,0'"), ("selective", "selective"), ("it's", "'it\\'s'")])
+                                             ("99,1,0", "'99,1,0'"), ("selective", "selective"), ("it's", "'it\\'s'"),
+                                             ({"_target_": "torch.bfloat16", "_call_": False},
+                                              "{_target_:torch.bfloat16,_call_:false}")])
 def test_hydra_values(value, text):
     assert hydra_value(value) == text

@@ -51,6 +51,8 @@ OVERRIDES=(
     tokenizer.tokenizer_type=HuggingFaceTokenizer
     rng.seed=1234
     logger.log_interval=1
+    checkpoint.save=null
+    checkpoint.load=null
     "dataset.blend=[['${DATA_PATH}'],null]"
     "tokenizer.tokenizer_model='${TOKENIZER}'"
 )
