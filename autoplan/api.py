@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from autoplan.calibration.profile_file import apply_profile_file
@@ -13,7 +14,7 @@ from autoplan.profiles import load_profile
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.models import load_model
-from autoplan.specs.training import DEFAULT_FLOPS_CONVENTION, DEFAULT_GBS_TOLERANCE, TrainingSpec
+from autoplan.specs.training import DEFAULT_FLOPS_CONVENTION, DEFAULT_GBS_TOLERANCE, SETTING_FIELDS, TrainingSpec
 from autoplan.units import parse_bandwidth
 
 
@@ -45,9 +46,13 @@ def plan_from_record(record: Mapping[str, Any], *, hardware: str = "h100-sxm", g
                      nic: str | None = None, flops_convention: str = DEFAULT_FLOPS_CONVENTION) -> tuple[Layout, TrainingSpec]:
     """The layout and the training setup of a record that carries gpus, seq_len and gbs_seqs
     (a plans.json or CSV row, or a dict like ``dict(gpus=64, tp=2, seq_len=8192, gbs_seqs=512)``).
-    A record's gbs_seqs is the batch its plan trains with, so it must be met exactly."""
+    A record's gbs_seqs is the batch its plan trains with, so it must be met exactly. Setup
+    settings the record names (``fp8_recipe="mxfp8"``, ``grad_reduce_in_bf16=True``: the
+    ``SETTINGS`` of ``specs.training``) apply to the setup; a record without them takes the defaults."""
     setup = record_setup(record, required=SETUP_FIELDS)
     training = build_training(setup["gpus"], setup["seq_len"], setup["gbs_seqs"], hardware=hardware,
                               gpus_per_node=gpus_per_node, nic=nic, flops_convention=flops_convention,
                               gbs_tolerance=0.0)
+    settings = {name: record[name] for name in SETTING_FIELDS if record.get(name) is not None}
+    training = replace(training, **settings) if settings else training
     return layout_from_record(record, training), training

@@ -267,9 +267,18 @@ def _optimizer(lay: Layout, launch: LaunchOptions) -> dict[str, Any]:
 def _precision(lay: Layout, training: TrainingSpec) -> dict[str, Any]:
     out: dict[str, Any] = {"bf16": True, "grad_reduce_in_fp32": not training.grad_reduce_in_bf16}
     if lay.precision == "fp8":
-        out.update(fp8="hybrid", fp8_recipe=training.fp8_recipe, fp8_param_gather=bool(training.fp8_param_gather),
+        out.update(fp8=FP8_FORMAT.get(training.fp8_recipe, "hybrid"), fp8_recipe=training.fp8_recipe,
+                   fp8_param_gather=bool(training.fp8_param_gather), **FP8_RECIPE_FIELDS.get(training.fp8_recipe, {}),
                    first_last_layers_bf16=False, num_layers_at_start_in_bf16=0, num_layers_at_end_in_bf16=0)
     return out
+
+
+# The fields Bridge v0.3.1's own mixed-precision presets set per FP8 recipe
+# (megatron/bridge/training/mixed_precision.py): bf16_with_mxfp8_mixed runs E4M3 throughout
+# (fp8 "e4m3"; the others "hybrid": E4M3 forward, E5M2 gradients), and
+# bf16_with_fp8_delayed_scaling_mixed keeps a 1024-step amax history reduced by max, margin 0.
+FP8_FORMAT = {"mxfp8": "e4m3"}
+FP8_RECIPE_FIELDS = {"delayed": {"fp8_margin": 0, "fp8_amax_history_len": 1024, "fp8_amax_compute_algo": "max"}}
 
 
 def _dataset(training: TrainingSpec, launch: LaunchOptions) -> dict[str, Any]:

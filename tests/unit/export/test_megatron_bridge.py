@@ -100,3 +100,21 @@ def test_a_model_without_a_recipe_is_refused():
                                               "{_target_:torch.bfloat16,_call_:false}")])
 def test_hydra_values(value, text):
     assert hydra_value(value) == text
+
+
+@pytest.mark.parametrize(("recipe", "expected"), [
+    # Bridge v0.3.1's presets (megatron/bridge/training/mixed_precision.py): bf16_with_mxfp8_mixed,
+    # bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_scaling_mixed
+    ("mxfp8", {"fp8": "e4m3", "fp8_recipe": "mxfp8"}),
+    ("delayed", {"fp8": "hybrid", "fp8_recipe": "delayed", "fp8_margin": 0, "fp8_amax_history_len": 1024,
+                 "fp8_amax_compute_algo": "max"}),
+    ("tensorwise", {"fp8": "hybrid", "fp8_recipe": "tensorwise"}),
+])
+def test_fp8_fields_follow_bridges_own_preset_of_the_recipe(recipe, expected):
+    hardware = "b200" if recipe == "mxfp8" else "h100-sxm"
+    layout, training = plan_from_record(dict(gpus=64, tp=4, pp=2, zero=1, mbs=1, seq_len=8192, gbs_seqs=512,
+                                             precision="fp8", fp8_recipe=recipe), hardware=hardware)
+    data = yaml.safe_load(render("megatron-bridge", load_model("llama3-70b"), layout, training).files[OVERRIDES_FILE])
+    precision = data["mixed_precision"]
+    assert {k: precision[k] for k in expected} == expected
+    assert recipe == "delayed" or "fp8_amax_history_len" not in precision
