@@ -98,12 +98,15 @@ def rank_chunk_layers(num_layers: int, pp: np.ndarray, vpp: np.ndarray, embed_lo
     # The loss is the last unit: on the last virtual stage, or with fewer units than virtual
     # stages (base 0; an illegal layout, rules.stages pp_layers) on the last one that has a unit.
     loss_stage = np.where(base > 0, stages - 1, extra - 1)
-    out = []
-    for k in range(int(np.max(vpp, initial=1.0))):
-        stage = k * pp + rank
-        layers = base + (stage < extra) - ends * ((stage == 0) + (stage == loss_stage))
-        out.append(np.where(k < vpp, np.maximum(layers, 0.0), 0.0))
-    return np.array(out).reshape(len(out), *np.broadcast_shapes(np.shape(pp), np.shape(rank)))
+    k = _chunk_axis(int(np.max(vpp, initial=1.0)), max(np.ndim(pp), np.ndim(rank)))
+    stage = k * pp + rank
+    layers = base + (stage < extra) - ends * ((stage == 0) + (stage == loss_stage))
+    return np.where(k < vpp, np.maximum(layers, 0.0), 0.0)
+
+
+def _chunk_axis(num_chunks: int, ndim: int) -> np.ndarray:
+    """0, 1, ..., num_chunks − 1 on a leading axis before ``ndim`` others: a rank's model chunks."""
+    return np.arange(float(num_chunks)).reshape(-1, *([1] * ndim))
 
 
 def stage_layers(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray | None = None,
@@ -151,12 +154,9 @@ def _dense_on_rank(num_layers: int, num_dense: float, pp: np.ndarray, vpp: np.nd
     units = num_layers + 2.0 * ends
     base = np.floor(units / stages)
     extra = units - base * stages
-    out = np.zeros(chunks.shape[1:])
-    for k in range(chunks.shape[0]):
-        stage = k * pp + rank
-        start = stage * base + np.minimum(stage, extra) - ends * (stage > 0)
-        out = out + np.clip(num_dense - start, 0.0, chunks[k])
-    return out
+    stage = _chunk_axis(chunks.shape[0], chunks.ndim - 1) * pp + rank
+    start = stage * base + np.minimum(stage, extra) - ends * (stage > 0)
+    return np.minimum(np.maximum(num_dense - start, 0.0), chunks).sum(axis=0)  # (np.clip, without its overhead)
 
 
 def _middle_rank(num_layers: float, num_dense: float, pp: np.ndarray, vpp: np.ndarray,
