@@ -69,7 +69,8 @@ def heaviest_stage(first: np.ndarray, middle: np.ndarray, last: np.ndarray) -> n
 def choose_stage(pick: np.ndarray, first, middle, last) -> np.ndarray:
     """``np.choose(pick, [first, middle, last])`` (``pick`` from ``heaviest_stage``) by two masked
     copies: the same values, about 10x faster where most layouts pick the same stage."""
-    out = np.empty(np.shape(pick), dtype=np.result_type(first, middle, last))
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (pick, first, middle, last)))
+    out = np.empty(shape, dtype=np.result_type(first, middle, last))
     np.copyto(out, last)  # (broadcast: np.broadcast_to costs ~2 µs a call more)
     np.copyto(out, middle, where=pick == 1)
     np.copyto(out, first, where=pick == 0)

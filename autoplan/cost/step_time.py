@@ -85,11 +85,11 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     tp = n * lc["tp"] * (1.0 - ov.tp)
     cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
     ep = n_moe * lc["ep"] * (1.0 - ov.ep)
-    stage_time = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload)
+    stage_time = np.stack(np.broadcast_arrays(compute, recompute, tp, cp, ep, offload), axis=1)  # (3, part, layouts)
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
     # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
     pick = heaviest_stage(*(compute + recompute))
-    parts = {k: choose_stage(pick, *stage_time[k]) for k in STAGE_PARTS}
+    parts = dict(zip(STAGE_PARTS, choose_stage(pick, *stage_time)))
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pp_schedule)
     hidden = hides_pipeline_and_expert_comm(schedule)
