@@ -5,19 +5,22 @@ The terms are ``cost.memory``'s (per layer and micro-batch), ``cost.model_states
 ``cost.schedule``'s (what is in flight). The product that sets the activations, bytes per layer
 (the micro-batch's knobs: tp, sp, cp, mbs, recompute, precision) × layer-activations in flight
 (the pipeline's: pp, vpp, grad_acc, schedule), is formed per layout from its two factors, each
-computed by ``broadcast.per_group`` on its own few distinct values:
+computed by ``broadcast.per_group`` on its own few distinct values. Each term is evaluated for
+the three stages at once (``*_by_stage``: ``shared_terms.STAGES`` on a leading axis of 3, one
+numpy call where there were three; ``stage_memory`` and the like give one stage's row):
 
-* ``stage_state_terms``: the model states on the GPU (weights, gradients, master weights,
+* ``state_terms_by_stage``: the model states on the GPU (weights, gradients, master weights,
   optimizer states), what offload keeps on the host, and the buffers that scale with one layer's
   parameters (ZeRO-3's gathered layer, the sharded gradients' transient);
-* ``stage_layer_bytes``: one layer's activation bytes under the layout's recompute, and the
+* ``layer_bytes_by_stage``: one layer's activation bytes under the layout's recompute, and the
   working bytes recompute re-materialises in backward;
-* ``shared_terms.stage_in_flight``: the layer-activations in flight;
-* ``stage_buffer_bytes``: the embedding output, logits and loss, the TP all-gather and MoE
+* ``shared_terms.in_flight_by_stage``: the layer-activations in flight;
+* ``buffer_bytes_by_stage``: the embedding output, logits and loss, the TP all-gather and MoE
   dispatch buffers;
-* ``memory_table``: per layout, the activations, the communication buffers, the allocator's
-  reserve (which scales with every transient term), each stage's total, the peak and its stage,
-  and the firm peak (the peak less what the allocator can give back when memory runs out).
+* ``memory_by_stage``: the activations, the communication buffers, the allocator's reserve
+  (which scales with every transient term) and each stage's total; ``memory_table``: per layout,
+  each stage's terms, the peak and its stage, and the firm peak (the peak less what the allocator
+  can give back when memory runs out).
 
 Each total is summed in ``MEMORY_TERMS`` order, the model states first, so that it is never below
 their sum (``search.prune`` relies on it to the last bit).
@@ -82,11 +85,6 @@ def state_terms_by_stage(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarr
     zero3 = np.where(b.zero >= 3, zero3_gathered_bytes(ctx.profile, one_layer_params), 0.0)
     out["zero3"] = zero3 + sharded_gradient_transient_bytes(ctx, b, one_layer_params)
     return _on_rank(b, out)
-
-
-def stage_state_terms(ctx: CostContext, b: LayoutBatch, stage: str) -> dict[str, np.ndarray]:
-    """``state_terms_by_stage`` of one stage ('first', 'middle' or 'last')."""
-    return of_stage(state_terms_by_stage(ctx, b), stage)
 
 
 @per_group  # once per distinct (tp, sp, cp, mbs, recompute, precision, ...): cost.broadcast
