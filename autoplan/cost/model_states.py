@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost import hybrid_shard
+from autoplan.cost.arrays import stacked
 from autoplan.cost.broadcast import once_per_batch
 from autoplan.cost.context import CostContext
 from autoplan.cost.optimizer import state_bytes_per_param
@@ -44,7 +45,7 @@ def params_on_stages(ctx: CostContext, b: LayoutBatch, dense_layers: np.ndarray,
     # the last stage also holds the MTP projections and norms (its blocks are in the layer counts)
     mtp = pc.num_mtp_layers * pc.mtp_projection_per_depth / b.tp
     last = dense[2] + head + np.where(single, embedding, 0.0) + mtp
-    return np.stack(np.broadcast_arrays(first, dense[1], last)), expert
+    return stacked(first, dense[1], last), expert
 
 
 def shard_divisor(zero: np.ndarray, stage: int, group: np.ndarray) -> np.ndarray:

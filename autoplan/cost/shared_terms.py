@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import stacked
 from autoplan.cost.broadcast import on_distinct, once_per_batch, per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import model_state_bytes, owned_params, params_on_stages
@@ -33,11 +34,6 @@ STAGE_COUNTS = ("first", "middle", "last", "first_dense", "middle_dense", "last_
 # The stages a term ``*_by_stage`` is evaluated for at once, on a leading axis of 3: one
 # evaluation of each formula, not three (a batch of one pays per numpy call, not per layout).
 STAGES = ("first", "middle", "last")
-
-
-def by_stage(*values: np.ndarray) -> np.ndarray:
-    """The first, middle and last stage's ``values`` on a leading axis: a (3, layouts) array."""
-    return np.stack(np.broadcast_arrays(*values))
 
 
 def of_stage(value, stage: str):
@@ -65,9 +61,9 @@ def in_flight_by_stage(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     correction ``Corrections.pp_extra_layers_per_microbatch`` extra layer-activations per in-flight
     micro-batch of a pipelined stage."""
     layers = _trainer_layers(ctx, b)
-    rank = by_stage(np.zeros_like(b.pp), layers.middle_rank, b.pp - 1.0)
+    rank = stacked(np.zeros_like(b.pp), layers.middle_rank, b.pp - 1.0)
     schedule = resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule)
-    chunks = np.stack([layers.first_chunks, layers.middle_chunks, layers.last_chunks], axis=1)
+    chunks = stacked(layers.first_chunks, layers.middle_chunks, layers.last_chunks).swapaxes(0, 1)
     flying = in_flight_layers(chunks, b.pp, b.vpp, b.grad_acc, rank, schedule)
     extra = ctx.corrections.pp_extra_layers_per_microbatch
     if extra == 0.0:  # neutral (most profiles): 0 · a finite count, skipped
@@ -92,8 +88,8 @@ def params_by_stage(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.nd
     """(non-expert, expert) parameters per GPU of each stage (STAGES), times the schedule's
     copies (``schedule.parameter_copies``: 2 under DualPipe)."""
     layers = _trainer_layers(ctx, b)
-    dense, expert = params_on_stages(ctx, b, by_stage(layers.first_dense, layers.middle_dense, layers.last_dense),
-                                     by_stage(layers.first_moe, layers.middle_moe, layers.last_moe))
+    dense, expert = params_on_stages(ctx, b, stacked(layers.first_dense, layers.middle_dense, layers.last_dense),
+                                     stacked(layers.first_moe, layers.middle_moe, layers.last_moe))
     copies = _copies(ctx, b)
     return copies * dense, copies * expert
 

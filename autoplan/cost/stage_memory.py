@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost.arrays import select
+from autoplan.cost.arrays import select, stacked
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.memory import (
@@ -45,7 +45,6 @@ from autoplan.cost.model_states import sharded_gradient_transient_bytes, zero3_g
 from autoplan.cost.recompute import OFFLOAD_STAGING_LAYERS, full_recompute_share, offloaded_share
 from autoplan.cost.shared_terms import (
     STAGES,
-    by_stage,
     in_flight_by_stage,
     model_states_by_stage,
     of_stage,
@@ -75,7 +74,7 @@ def state_terms_by_stage(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarr
     ``states`` their sum; ``host``: what offload keeps on the host; ``zero3``: ZeRO-3's gathered
     layer and the sharded gradients' transient, of one layer's parameters."""
     counts = stage_layer_counts(ctx, b)
-    n_layers = by_stage(counts["first"], counts["middle"], counts["last"])
+    n_layers = stacked(counts["first"], counts["middle"], counts["last"])
     dense_params, expert_params = params_by_stage(ctx, b)
     terms, host = model_states_by_stage(ctx, b)  # of params_by_stage (shared_terms)
     out = {name: terms[name] for name in STATE_TERMS}
@@ -97,7 +96,7 @@ def layer_bytes_by_stage(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarr
     dropped). The stage's layers are read only where they matter (MoE layers, recompute_layers):
     elsewhere each term is one array, the same on every stage."""
     p, m = ctx.profile, ctx.model
-    layers = lambda suffix: by_stage(*(stage_layer_counts(ctx, b)[f"{s}{suffix}"] for s in STAGES))  # noqa: E731
+    layers = lambda suffix: stacked(*(stage_layer_counts(ctx, b)[f"{s}{suffix}"] for s in STAGES))  # noqa: E731
     acts = {mode: layer_activation_bytes(ctx, b, mode) for mode in ("none", "selective")}
     acts["selective"] = selective_module_bytes(ctx, b, acts)
     act_none, act_sel = acts["none"], acts["selective"]
@@ -137,11 +136,11 @@ def buffer_bytes_by_stage(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndar
     # Each MTP depth computes its own vocab-sized logits and loss on the last stage (DeepSeek-V3 Sec. 2.2).
     mtp_logits = logits * (1.0 + m.num_mtp_layers) if m.num_mtp_layers else logits
     out = {"embedding_output": np.where(FIRST_STAGE, embedding_output, 0.0),
-           "logits_and_loss": by_stage(np.where(b.pp == 1, logits, 0.0), np.zeros_like(logits), mtp_logits),
+           "logits_and_loss": stacked(np.where(b.pp == 1, logits, 0.0), np.zeros_like(logits), mtp_logits),
            "tp_buffer": np.where(b.tp > 1, tokens * m.hidden_size * BF16_BYTES, 0.0)}
     if m.moe is not None:
         layers = stage_layer_counts(ctx, b)
-        moe_layers = by_stage(*(layers[s] - layers[f"{s}_dense"] for s in STAGES))
+        moe_layers = stacked(*(layers[s] - layers[f"{s}_dense"] for s in STAGES))
         out["moe_dispatch"] = moe_dispatch_bytes(ctx, b, tokens, moe_layers)
     return _on_rank(b, out)
 
@@ -169,7 +168,7 @@ def memory_by_stage(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     if b.offload_layers.any():  # (the same result without the arithmetic when nothing is offloaded)
         staging = np.where(b.offload_layers > 0, OFFLOAD_STAGING_LAYERS, 0.0)
         counts = stage_layer_counts(ctx, b)
-        share = offloaded_share(b, by_stage(*(counts[s] for s in STAGES)))
+        share = offloaded_share(b, stacked(*(counts[s] for s in STAGES)))
         kept = flying * (1.0 - share) + staging
         host = host + np.where(exists, layer["per_layer"] * flying * share, 0.0)
     terms["activations"] = np.where(exists, layer["per_layer"] * kept + layer["working"], 0.0)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoplan.cost.arrays import select
+from autoplan.cost.arrays import select, stacked
 from autoplan.specs.model import ModelSpec
 
 
@@ -127,7 +127,7 @@ def stage_layers(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray | None = None
     # The three ranks (first, middle, last) at once, a leading axis of 3: one evaluation of each
     # formula instead of three (a batch of one pays per numpy call, not per layout). The middle
     # rank exists only where pp >= 3.
-    ranks = np.stack(np.broadcast_arrays(np.zeros_like(pp), middle_rank, pp - 1.0))
+    ranks = stacked(np.zeros_like(pp), middle_rank, pp - 1.0)
     exists = np.array([True, False, True]).reshape(3, *([1] * np.ndim(pp))) | (pp >= 3)
     chunks = np.where(exists, rank_chunk_layers(model.num_layers, pp, vpp, embed_loss, ranks), 0.0)
     dense = _dense_on_rank(model.num_layers, num_dense, pp, vpp, embed_loss, ranks, chunks)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost import comm
+from autoplan.cost.arrays import stacked
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.data_parallel import dp_comm_s
@@ -71,8 +72,8 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     lc = _per_layer_comm_s(ctx, b, st)
     # The first, the middle and the last stage at once, on a leading axis of 3 (one evaluation
     # of each formula, not three: a batch of one pays per numpy call). The head is the last's.
-    n = np.stack(np.broadcast_arrays(layers["first"], layers["middle"], layers["last"]))
-    n_dense = np.stack(np.broadcast_arrays(layers["first_dense"], layers["middle_dense"], layers["last_dense"]))
+    n = stacked(layers["first"], layers["middle"], layers["last"])
+    n_dense = stacked(layers["first_dense"], layers["middle_dense"], layers["last_dense"])
     n_moe = n - n_dense
     compute = n_dense * dense_c + n_moe * moe_c + np.where(LAST_STAGE, head, 0.0)
     full = full_recompute_share(b, n)
@@ -85,7 +86,7 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     tp = n * lc["tp"] * (1.0 - ov.tp)
     cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
     ep = n_moe * lc["ep"] * (1.0 - ov.ep)
-    stage_time = np.stack(np.broadcast_arrays(compute, recompute, tp, cp, ep, offload), axis=1)  # (3, part, layouts)
+    stage_time = stacked(compute, recompute, tp, cp, ep, offload).swapaxes(0, 1)  # (3, part, layouts)
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
     # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
     pick = heaviest_stage(*(compute + recompute))
