@@ -319,16 +319,18 @@ class LayoutBatch:
     @classmethod
     def from_layouts(cls, layouts: Iterable[Layout]) -> LayoutBatch:
         layouts = list(layouts)
-        arrays: dict[str, np.ndarray] = {}
+        columns = []
         for name in FIELDS:
             if name in CODE_FIELDS:
                 codes = CODE_FIELDS[name]
-                arrays[name] = np.array([codes.index(getattr(x, name)) for x in layouts], dtype=np.float64)
+                columns.append([codes.index(getattr(x, name)) for x in layouts])
             elif name == "recompute_modules":
-                arrays[name] = np.array([modules_code(x.recompute_modules) for x in layouts], dtype=np.float64)
+                columns.append([modules_code(x.recompute_modules) for x in layouts])
             else:
-                arrays[name] = np.array([float(getattr(x, name)) for x in layouts], dtype=np.float64)
-        return cls(arrays)
+                columns.append([float(getattr(x, name)) for x in layouts])
+        # (one array, a row per field: one numpy call where there were one per field)
+        table = np.array(columns, dtype=np.float64).reshape(len(FIELDS), len(layouts))
+        return cls(dict(zip(FIELDS, table)))
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {name: getattr(self, name) for name in FIELDS}

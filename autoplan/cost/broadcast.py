@@ -87,7 +87,10 @@ def _cache(batch: LayoutBatch) -> dict:
     scopes = _LOCAL.__dict__.get("scopes")
     if not scopes:
         return {}
-    return scopes[-1].setdefault(id(batch), (batch, {}))[1]  # the batch kept: its id stays its own
+    entry = scopes[-1].get(id(batch))
+    if entry is None:  # the batch kept: its id stays its own
+        entry = scopes[-1][id(batch)] = (batch, {})
+    return entry[1]
 
 
 def _column_codes(batch: LayoutBatch, name: str) -> tuple[np.ndarray | None, int]:

@@ -28,9 +28,9 @@ from autoplan.layout import LayoutBatch
 Values = dict[str, np.ndarray]
 
 PARAMS = Quantity("params", "params", "non-expert parameters one GPU holds on the stage (×2 under dualpipe)",
-                  "shared_terms.stage_params")
+                  "shared_terms.params_by_stage")
 EXPERT_PARAMS = Quantity("expert_params", "params", "expert parameters one GPU holds on the stage",
-                         "shared_terms.stage_params")
+                         "shared_terms.params_by_stage")
 ON_GPU = Quantity("on_gpu", "1", "0 where offload moves the term to the host, else 1", "offload.move_to_host")
 
 
@@ -111,7 +111,7 @@ def _reserve(ctx: CostContext, b: LayoutBatch, stage: str) -> Values:
 
 TOKENS = (Quantity("tokens", "tokens", "tokens of one micro-batch on one GPU: mbs·seq_len/cp", "stage_memory"),
           Quantity("h_div", "1", "tp under sequence parallelism, else 1", "stage_memory"))
-ON_STAGE = Quantity("on_stage", "1", "1 where the stage holds the buffer, else 0", "stage_memory.stage_buffer_bytes")
+ON_STAGE = Quantity("on_stage", "1", "1 where the stage holds the buffer, else 0", "stage_memory.buffer_bytes_by_stage")
 
 MEMORY_FORMULAS: dict[str, Formula] = {
     "weights": _state("weights", "on_gpu * (bytes_per_param * (params / shard + expert_params / expert_shard) + secondary)",
@@ -133,16 +133,16 @@ MEMORY_FORMULAS: dict[str, Formula] = {
     "activations": Formula(
         "layer_bytes * (in_flight * (1 - offloaded) + staging) + working",
         (Quantity("layer_bytes", "B", "one layer's activations of one micro-batch under the layout's recompute, "
-                  "mean over the stage's dense and MoE layers", "stage_memory.stage_layer_bytes, "
+                  "mean over the stage's dense and MoE layers", "stage_memory.layer_bytes_by_stage, "
                   "memory.layer_activation_bytes"),
          Quantity("in_flight", "layers", "layer-activations in flight at the stage's peak (schedule warm-up, "
-                  "+ pp_extra_layers_per_microbatch)", "shared_terms.stage_in_flight, schedule.in_flight_layers"),
+                  "+ pp_extra_layers_per_microbatch)", "shared_terms.in_flight_by_stage, schedule.in_flight_layers"),
          Quantity("offloaded", "1", "share of the stage's layers offloaded to the host (offload_layers)",
                   "recompute.offloaded_share"),
          Quantity("staging", "layers", "layers kept in transfer while offloading (OFFLOAD_STAGING_LAYERS)",
                   "recompute.OFFLOAD_STAGING_LAYERS"),
          Quantity("working", "B", "what recompute re-materialises one layer at a time in backward",
-                  "stage_memory.stage_layer_bytes")), _activations),
+                  "stage_memory.layer_bytes_by_stage")), _activations),
     "embedding_output": Formula(
         "on_stage * tokens * hidden * element_bytes / h_div",
         (ON_STAGE, *TOKENS, Quantity("hidden", "1", "hidden size h", "ModelSpec.hidden_size"),
@@ -153,7 +153,7 @@ MEMORY_FORMULAS: dict[str, Formula] = {
          Quantity("tp", "ranks", "tensor-parallel degree", "Layout.tp"),
          Quantity("bytes_per_logit", "B", "logits_bytes_per_vocab: logits and loss buffers per logit",
                   "TrainerProfile.logits_bytes_per_vocab"),
-         Quantity("heads", "1", "output heads: 1 + num_mtp_layers on the last stage", "stage_memory.stage_buffer_bytes")),
+         Quantity("heads", "1", "output heads: 1 + num_mtp_layers on the last stage", "stage_memory.buffer_bytes_by_stage")),
         _logits),
     "communication_buffers": Formula(
         "zero3_layers + grad_transient + tp_buffer + moe_dispatch",
@@ -162,7 +162,7 @@ MEMORY_FORMULAS: dict[str, Formula] = {
          Quantity("grad_transient", "B", "one layer's unsharded gradient being reduce-scattered (zero 2, or 1 under "
                   "shard_gradients)", "model_states.sharded_gradient_transient_bytes"),
          Quantity("tp_buffer", "B", "the TP all-gather's full-sequence buffer tokens·h·2 (tp > 1)",
-                  "stage_memory.stage_buffer_bytes"),
+                  "stage_memory.buffer_bytes_by_stage"),
          Quantity("moe_dispatch", "B", "the all-to-all dispatch buffers of the routed tokens",
                   "memory.moe_dispatch_bytes")), _buffers),
     "reserve": Formula(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost import hybrid_shard
+from autoplan.cost.arrays import stacked
 from autoplan.cost.broadcast import once_per_batch
 from autoplan.cost.context import CostContext
 from autoplan.cost.optimizer import state_bytes_per_param
@@ -25,11 +26,11 @@ FP8_WEIGHT_ELEMENT_BYTES = {"tensorwise": 1.0, "delayed": 1.0, "blockwise": 1.0 
                             "rowwise": 1.0}  # torchao: one fp32 scale per row of thousands of elements
 
 
-def params_on_stage(ctx: CostContext, b: LayoutBatch, dense_layers: np.ndarray,
-                     moe_layers: np.ndarray, first: bool | None) -> tuple[np.ndarray, np.ndarray]:
-    """(non-expert, expert) parameters held by one GPU of a stage (element counts): ``first``
-    True for the first stage (with the embedding), False for the last (with the head), None for
-    an interior stage (its layers only)."""
+def params_on_stages(ctx: CostContext, b: LayoutBatch, dense_layers: np.ndarray,
+                     moe_layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) parameters held by one GPU of the first, a middle and the last stage
+    (element counts; (3, layouts) arrays, as ``dense_layers`` and ``moe_layers``): the first
+    stage also holds the embedding, the last the head, an interior stage its layers only."""
     pc = ctx.params
     per_dense = pc.attention_per_layer / b.tp + pc.norm_per_layer + pc.dense_mlp_per_layer / b.tp
     per_moe_dense_part = (pc.attention_per_layer / b.tp + pc.norm_per_layer + pc.router_per_layer
@@ -40,14 +41,11 @@ def params_on_stage(ctx: CostContext, b: LayoutBatch, dense_layers: np.ndarray,
     single = b.pp == 1
     embedding = pc.embedding / b.tp
     head = pc.final_norm + np.where((b.pp > 1) & (pc.lm_head == 0), pc.lm_head_matmul, pc.lm_head) / b.tp
-    if first is None:
-        return dense, expert
-    if first:
-        dense = dense + embedding + np.where(single, head, 0.0)
-    else:  # the last stage also holds the MTP projections and norms (its blocks are in the layer counts)
-        mtp = pc.num_mtp_layers * pc.mtp_projection_per_depth / b.tp
-        dense = dense + head + np.where(single, embedding, 0.0) + mtp
-    return dense, expert
+    first = dense[0] + embedding + np.where(single, head, 0.0)
+    # the last stage also holds the MTP projections and norms (its blocks are in the layer counts)
+    mtp = pc.num_mtp_layers * pc.mtp_projection_per_depth / b.tp
+    last = dense[2] + head + np.where(single, embedding, 0.0) + mtp
+    return stacked(first, dense[1], last), expert
 
 
 def shard_divisor(zero: np.ndarray, stage: int, group: np.ndarray) -> np.ndarray:

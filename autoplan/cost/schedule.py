@@ -67,11 +67,9 @@ def interleaved_in_flight(chunks: np.ndarray, pp: np.ndarray, vpp: np.ndarray, n
     group = np.minimum(pp, num_micro)  # fewer micro-batches than p: one round of m (torch's Interleaved1F1B)
     live = np.minimum(2.0 * (pp - rank - 1.0) + (vpp - 1.0) * group + 1.0, num_micro * vpp)
     cycles, rest = np.floor(live / (group * vpp)), np.mod(live, group * vpp)
-    total = np.zeros_like(pp)
-    for k in range(chunks.shape[0]):
-        count = np.minimum(cycles * group + np.clip(rest - k * group, 0.0, group), num_micro)
-        total = total + np.where(k < vpp, count * chunks[k], 0.0)
-    return total
+    k = np.arange(float(chunks.shape[0])).reshape(-1, *([1] * (chunks.ndim - 1)))  # the chunks, on their axis
+    count = np.minimum(cycles * group + np.minimum(np.maximum(rest - k * group, 0.0), group), num_micro)
+    return np.where(k < vpp, count * chunks, 0.0).sum(axis=0)
 
 
 def in_flight_layers(chunks: np.ndarray, pp: np.ndarray, vpp: np.ndarray, num_micro: np.ndarray,

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import stacked
 from autoplan.cost.broadcast import on_distinct, once_per_batch, per_group
 from autoplan.cost.context import CostContext
-from autoplan.cost.model_states import model_state_bytes, owned_params, params_on_stage
+from autoplan.cost.model_states import model_state_bytes, owned_params, params_on_stages
 from autoplan.cost.offload import move_to_host
 from autoplan.cost.schedule import in_flight_layers, parameter_copies, resolved_schedule
 from autoplan.cost.stages import StageLayers, choose_stage, heaviest_stage, trainer_stage_layers
@@ -30,6 +31,19 @@ def _trainer_layers(ctx: CostContext, b: LayoutBatch) -> StageLayers:
 
 
 STAGE_COUNTS = ("first", "middle", "last", "first_dense", "middle_dense", "last_dense", "most", "middle_rank")
+# The stages a term ``*_by_stage`` is evaluated for at once, on a leading axis of 3: one
+# evaluation of each formula, not three (a batch of one pays per numpy call, not per layout).
+STAGES = ("first", "middle", "last")
+
+
+def of_stage(value, stage: str):
+    """One stage's part of a term ``*_by_stage`` (arrays with STAGES on their leading axis; an
+    array of one dimension is the same on every stage), of dicts and tuples of them too."""
+    if isinstance(value, dict):
+        return {name: of_stage(v, stage) for name, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(of_stage(v, stage) for v in value)
+    return value[STAGES.index(stage)] if np.ndim(value) == 2 else value
 
 
 @per_group
@@ -41,32 +55,26 @@ def stage_layer_counts(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray
 
 
 @per_group
-def stage_in_flight(ctx: CostContext, b: LayoutBatch, stage: str) -> np.ndarray:
-    """Layer-activations (layers × micro-batches) the ``stage`` ('first', 'middle' or 'last' of
-    ``stages.stage_layers``) holds at the end of its warm-up: ``schedule.in_flight_layers`` of
-    its chunks, plus the correction ``Corrections.pp_extra_layers_per_microbatch`` extra
-    layer-activations per in-flight micro-batch of a pipelined stage."""
+def in_flight_by_stage(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """Layer-activations (layers × micro-batches) each stage (STAGES, ``stages.stage_layers``)
+    holds at the end of its warm-up: ``schedule.in_flight_layers`` of its chunks, plus the
+    correction ``Corrections.pp_extra_layers_per_microbatch`` extra layer-activations per in-flight
+    micro-batch of a pipelined stage."""
     layers = _trainer_layers(ctx, b)
-    rank = {"first": np.zeros_like(b.pp), "middle": layers.middle_rank, "last": b.pp - 1.0}[stage]
+    rank = stacked(np.zeros_like(b.pp), layers.middle_rank, b.pp - 1.0)
     schedule = resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule)
-    chunks = getattr(layers, f"{stage}_chunks")
+    chunks = stacked(layers.first_chunks, layers.middle_chunks, layers.last_chunks).swapaxes(0, 1)
     flying = in_flight_layers(chunks, b.pp, b.vpp, b.grad_acc, rank, schedule)
     extra = ctx.corrections.pp_extra_layers_per_microbatch
     if extra == 0.0:  # neutral (most profiles): 0 · a finite count, skipped
         return flying
-    micro_in_flight = in_flight_layers(np.ones((1, len(b))), b.pp, np.ones_like(b.pp), b.grad_acc, rank, schedule)
+    micro_in_flight = in_flight_layers(np.ones((1, 1, len(b))), b.pp, np.ones_like(b.pp), b.grad_acc, rank, schedule)
     return flying + np.where(b.pp > 1, extra * micro_in_flight, 0.0)
 
 
-STAGE_ENDS = {"first": True, "middle": None, "last": False}  # params_on_stage's ``ends`` per stage
-
-
-def _one_stage_params(ctx: CostContext, b: LayoutBatch, layers: StageLayers, stage: str,
-                      copies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(non-expert, expert) parameters per GPU of ``stage``, times ``copies``."""
-    dense, expert = params_on_stage(ctx, b, getattr(layers, f"{stage}_dense"), getattr(layers, f"{stage}_moe"),
-                                    STAGE_ENDS[stage])
-    return copies * dense, copies * expert
+def stage_in_flight(ctx: CostContext, b: LayoutBatch, stage: str) -> np.ndarray:
+    """``in_flight_by_stage`` of one stage ('first', 'middle' or 'last')."""
+    return of_stage(in_flight_by_stage(ctx, b), stage)
 
 
 @once_per_batch
@@ -75,35 +83,37 @@ def _copies(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     return parameter_copies(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule))
 
 
-def stage_param_counts(ctx: CostContext, b: LayoutBatch, layers: StageLayers) -> dict[str, tuple]:
-    """(non-expert, expert) parameters per GPU of the first, the middle and the last stage,
-    times the schedule's copies (``schedule.parameter_copies``: 2 under DualPipe)."""
+@per_group
+def params_by_stage(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) parameters per GPU of each stage (STAGES), times the schedule's
+    copies (``schedule.parameter_copies``: 2 under DualPipe)."""
+    layers = _trainer_layers(ctx, b)
+    dense, expert = params_on_stages(ctx, b, stacked(layers.first_dense, layers.middle_dense, layers.last_dense),
+                                     stacked(layers.first_moe, layers.middle_moe, layers.last_moe))
     copies = _copies(ctx, b)
-    return {stage: _one_stage_params(ctx, b, layers, stage, copies) for stage in STAGE_ENDS}
+    return copies * dense, copies * expert
 
 
-def heavier_stage_params(params: dict[str, tuple]) -> dict[str, np.ndarray]:
-    """Parameters per GPU of the heaviest of the first, middle and last stage (dense, expert)."""
-    pick = heaviest_stage(*(params[s][0] + params[s][1] for s in ("first", "middle", "last")))
-    return {"dense": choose_stage(pick, *(params[s][0] for s in ("first", "middle", "last"))),
-            "expert": choose_stage(pick, *(params[s][1] for s in ("first", "middle", "last")))}
+def stage_params(ctx: CostContext, b: LayoutBatch, stage: str) -> tuple[np.ndarray, np.ndarray]:
+    """``params_by_stage`` of one stage."""
+    return of_stage(params_by_stage(ctx, b), stage)
+
+
+def heavier_stage_params(dense: np.ndarray, expert: np.ndarray) -> dict[str, np.ndarray]:
+    """Parameters per GPU of the heaviest of the stages (``params_by_stage``: dense, expert)."""
+    pick = heaviest_stage(*(dense + expert))
+    return {"dense": choose_stage(pick, *dense), "expert": choose_stage(pick, *expert)}
 
 
 @per_group
 def layout_stage_params(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
-    """``heavier_stage_params`` of the batch's ``stage_param_counts``."""
-    return heavier_stage_params(stage_param_counts(ctx, b, _trainer_layers(ctx, b)))
+    """``heavier_stage_params`` of the batch's ``params_by_stage``."""
+    return heavier_stage_params(*params_by_stage(ctx, b))
 
 
 @per_group
-def stage_params(ctx: CostContext, b: LayoutBatch, stage: str) -> tuple[np.ndarray, np.ndarray]:
-    """``stage_param_counts`` of one stage (only that stage computed)."""
-    return _one_stage_params(ctx, b, _trainer_layers(ctx, b), stage, _copies(ctx, b))
-
-
-@per_group
-def stage_model_states_on_gpu(ctx: CostContext, b: LayoutBatch, stage: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The GPU's model-state terms of ``stage`` after ``offload.move_to_host``, and the host bytes."""
-    params = stage_params(ctx, b, stage)
+def model_states_by_stage(ctx: CostContext, b: LayoutBatch) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The GPU's model-state terms of each stage after ``offload.move_to_host``, and the host bytes."""
+    params = params_by_stage(ctx, b)
     terms = model_state_bytes(ctx, b, *params)
     return terms, move_to_host(ctx, b, terms, owned_params(ctx, b, *params))

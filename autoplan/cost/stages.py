@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoplan.cost.arrays import select
+from autoplan.cost.arrays import select, stacked
 from autoplan.specs.model import ModelSpec
 
 
@@ -69,7 +69,8 @@ def heaviest_stage(first: np.ndarray, middle: np.ndarray, last: np.ndarray) -> n
 def choose_stage(pick: np.ndarray, first, middle, last) -> np.ndarray:
     """``np.choose(pick, [first, middle, last])`` (``pick`` from ``heaviest_stage``) by two masked
     copies: the same values, about 10x faster where most layouts pick the same stage."""
-    out = np.empty(np.shape(pick), dtype=np.result_type(first, middle, last))
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (pick, first, middle, last)))
+    out = np.empty(shape, dtype=np.result_type(first, middle, last))
     np.copyto(out, last)  # (broadcast: np.broadcast_to costs ~2 µs a call more)
     np.copyto(out, middle, where=pick == 1)
     np.copyto(out, first, where=pick == 0)
@@ -78,7 +79,8 @@ def choose_stage(pick: np.ndarray, first, middle, last) -> np.ndarray:
 
 def rank_chunk_layers(num_layers: int, pp: np.ndarray, vpp: np.ndarray, embed_loss: np.ndarray,
                       rank: np.ndarray) -> np.ndarray:
-    """Layers of each chunk of pipeline rank ``rank``: a (max vpp, layouts) array.
+    """Layers of each chunk of pipeline rank ``rank``: a (max vpp, layouts) array, or (max vpp,
+    ranks, layouts) for ``rank`` of shape (ranks, layouts).
 
     The ``U`` units (L layers, plus the embedding and the loss as one unit each where
     ``embed_loss``) are split over the p·v virtual stages as evenly as possible, the extra units
@@ -97,12 +99,15 @@ def rank_chunk_layers(num_layers: int, pp: np.ndarray, vpp: np.ndarray, embed_lo
     # The loss is the last unit: on the last virtual stage, or with fewer units than virtual
     # stages (base 0; an illegal layout, rules.stages pp_layers) on the last one that has a unit.
     loss_stage = np.where(base > 0, stages - 1, extra - 1)
-    out = []
-    for k in range(int(np.max(vpp, initial=1.0))):
-        stage = k * pp + rank
-        layers = base + (stage < extra) - ends * ((stage == 0) + (stage == loss_stage))
-        out.append(np.where(k < vpp, np.maximum(layers, 0.0), 0.0))
-    return np.array(out).reshape(len(out), *np.shape(pp))
+    k = _chunk_axis(int(np.max(vpp, initial=1.0)), max(np.ndim(pp), np.ndim(rank)))
+    stage = k * pp + rank
+    layers = base + (stage < extra) - ends * ((stage == 0) + (stage == loss_stage))
+    return np.where(k < vpp, np.maximum(layers, 0.0), 0.0)
+
+
+def _chunk_axis(num_chunks: int, ndim: int) -> np.ndarray:
+    """0, 1, ..., num_chunks − 1 on a leading axis before ``ndim`` others: a rank's model chunks."""
+    return np.arange(float(num_chunks)).reshape(-1, *([1] * ndim))
 
 
 def stage_layers(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray | None = None,
@@ -116,19 +121,21 @@ def stage_layers(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray | None = None
     pp = np.asarray(pp, dtype=np.float64)
     vpp = np.ones_like(pp) if vpp is None else vpp
     embed_loss = np.zeros_like(pp, dtype=bool) if pp_split is None else pp_split == 1
-    first_chunks = rank_chunk_layers(model.num_layers, pp, vpp, embed_loss, np.zeros_like(pp))
-    last_chunks = rank_chunk_layers(model.num_layers, pp, vpp, embed_loss, pp - 1.0)
-    first, last = first_chunks.sum(axis=0), last_chunks.sum(axis=0)
     num_layers = float(model.num_layers)
     num_dense = float(model.num_layers - model.num_moe_layers)
-    first_dense = _dense_on_rank(model.num_layers, num_dense, pp, vpp, embed_loss, np.zeros_like(pp), first_chunks)
-    last_dense = _dense_on_rank(model.num_layers, num_dense, pp, vpp, embed_loss, pp - 1.0, last_chunks)
+    middle_rank = _middle_rank(num_layers, num_dense, pp, vpp, embed_loss)
+    # The three ranks (first, middle, last) at once, a leading axis of 3: one evaluation of each
+    # formula instead of three (a batch of one pays per numpy call, not per layout). The middle
+    # rank exists only where pp >= 3.
+    ranks = stacked(np.zeros_like(pp), middle_rank, pp - 1.0)
+    exists = np.array([True, False, True]).reshape(3, *([1] * np.ndim(pp))) | (pp >= 3)
+    chunks = np.where(exists, rank_chunk_layers(model.num_layers, pp, vpp, embed_loss, ranks), 0.0)
+    dense = _dense_on_rank(model.num_layers, num_dense, pp, vpp, embed_loss, ranks, chunks)
+    (first_chunks, middle_chunks, last_chunks), layers = chunks.swapaxes(0, 1), chunks.sum(axis=0)
+    first, middle, last = layers
+    first_dense, middle_dense, last_dense = dense
     if model.num_mtp_layers:
         last_chunks, last, last_dense = _with_mtp(model, vpp, last_chunks, last, last_dense)
-    middle_rank = _middle_rank(num_layers, num_dense, pp, vpp, embed_loss)
-    middle_chunks = np.where(pp >= 3, rank_chunk_layers(model.num_layers, pp, vpp, embed_loss, middle_rank), 0.0)
-    middle = middle_chunks.sum(axis=0)
-    middle_dense = _dense_on_rank(model.num_layers, num_dense, pp, vpp, embed_loss, middle_rank, middle_chunks)
     return StageLayers(first=first, last=last, first_dense=first_dense, last_dense=last_dense,
                        first_chunks=first_chunks, last_chunks=last_chunks, middle=middle,
                        middle_dense=middle_dense, middle_chunks=middle_chunks, middle_rank=middle_rank)
@@ -141,18 +148,16 @@ def _dense_on_rank(num_layers: int, num_dense: float, pp: np.ndarray, vpp: np.nd
     chunks (virtual stages s = k·pp + rank, ``rank_chunk_layers``), the part of each chunk's
     layers [start(s), start(s) + layers(s)) below D, with start(s) = s·base + min(s, extra) − e
     for s > 0 (e = 1 under the embed-loss split: the embedding's unit on virtual stage 0);
-    ``chunks`` is the rank's ``rank_chunk_layers`` (0 where the rank does not exist)."""
+    ``chunks`` is the rank's ``rank_chunk_layers`` (0 where the rank does not exist; ranks may
+    stand on an axis of their own, as in ``rank_chunk_layers``)."""
     ends = np.where(embed_loss & (pp > 1), 1.0, 0.0)
     stages = pp * vpp
     units = num_layers + 2.0 * ends
     base = np.floor(units / stages)
     extra = units - base * stages
-    out = np.zeros(np.shape(pp))
-    for k in range(chunks.shape[0]):
-        stage = k * pp + rank
-        start = stage * base + np.minimum(stage, extra) - ends * (stage > 0)
-        out = out + np.clip(num_dense - start, 0.0, chunks[k])
-    return out
+    stage = _chunk_axis(chunks.shape[0], chunks.ndim - 1) * pp + rank
+    start = stage * base + np.minimum(stage, extra) - ends * (stage > 0)
+    return np.minimum(np.maximum(num_dense - start, 0.0), chunks).sum(axis=0)  # (np.clip, without its overhead)
 
 
 def _middle_rank(num_layers: float, num_dense: float, pp: np.ndarray, vpp: np.ndarray,

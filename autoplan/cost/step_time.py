@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost import comm
+from autoplan.cost.arrays import stacked
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.data_parallel import dp_comm_s
@@ -51,6 +52,7 @@ from autoplan.cost.time import (
 from autoplan.layout import LayoutBatch
 
 STAGE_PARTS = ("compute", "recompute", "tp", "cp", "ep", "offload")
+LAST_STAGE = np.array([[False], [False], [True]])  # the (first, middle, last) axis: the last stage
 
 
 @per_group  # once per distinct (tp, cp, mbs, recompute, pp, vpp, ...): not ZeRO (cost.broadcast)
@@ -68,29 +70,27 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     ov = overlap_fractions(ctx)
     st = comm.layout_strides(ctx, b)
     lc = _per_layer_comm_s(ctx, b, st)
-    stage_time, floors = {}, []
-    for name, extra in (("first", 0.0), ("middle", 0.0), ("last", head)):
-        n, n_dense = layers[name], layers[f"{name}_dense"]
-        n_moe = n - n_dense
-        compute = n_dense * dense_c + n_moe * moe_c + extra
-        full = full_recompute_share(b, n)
-        recompute = (n_dense * (full * recompute_s["dense_full"] + recompute_s["dense_selective"])
-                     + n_moe * (full * recompute_s["moe_full"] + recompute_s["moe_selective"]))
-        forward = compute / (1.0 + BACKWARD_MATMUL_FACTOR)
-        offload = (offload_exposed_s(ctx, b, _layer_bytes(ctx, b, n, n_dense), n, forward, compute - forward)
-                   if b.offload_layers.any() else np.zeros_like(compute))  # 0 without offload, faster
-        attention_share = n * (fwd["attention"] + fwd["attention_backward"])
-        tp = n * lc["tp"] * (1.0 - ov.tp)
-        cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
-        ep = n_moe * lc["ep"] * (1.0 - ov.ep)
-        stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload)
-        floors.append(n * lc["tp_floor"])
+    # The first, the middle and the last stage at once, on a leading axis of 3 (one evaluation
+    # of each formula, not three: a batch of one pays per numpy call). The head is the last's.
+    n = stacked(layers["first"], layers["middle"], layers["last"])
+    n_dense = stacked(layers["first_dense"], layers["middle_dense"], layers["last_dense"])
+    n_moe = n - n_dense
+    compute = n_dense * dense_c + n_moe * moe_c + np.where(LAST_STAGE, head, 0.0)
+    full = full_recompute_share(b, n)
+    recompute = (n_dense * (full * recompute_s["dense_full"] + recompute_s["dense_selective"])
+                 + n_moe * (full * recompute_s["moe_full"] + recompute_s["moe_selective"]))
+    forward = compute / (1.0 + BACKWARD_MATMUL_FACTOR)
+    offload = (offload_exposed_s(ctx, b, _layer_bytes(ctx, b, n, n_dense), n, forward, compute - forward)
+               if b.offload_layers.any() else np.zeros_like(compute))  # 0 without offload, faster
+    attention_share = n * (fwd["attention"] + fwd["attention_backward"])
+    tp = n * lc["tp"] * (1.0 - ov.tp)
+    cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
+    ep = n_moe * lc["ep"] * (1.0 - ov.ep)
+    stage_time = stacked(compute, recompute, tp, cp, ep, offload).swapaxes(0, 1)  # (3, part, layouts)
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
     # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
-    work = {k: stage_time[k]["compute"] + stage_time[k]["recompute"] for k in stage_time}
-    pick = heaviest_stage(work["first"], work["middle"], work["last"])
-    parts = {k: choose_stage(pick, stage_time["first"][k], stage_time["middle"][k], stage_time["last"][k])
-             for k in STAGE_PARTS}
+    pick = heaviest_stage(*(compute + recompute))
+    parts = dict(zip(STAGE_PARTS, choose_stage(pick, *stage_time)))
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pp_schedule)
     hidden = hides_pipeline_and_expert_comm(schedule)
@@ -101,7 +101,7 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
                            pp_sends * comm.pipeline_transfer_s(ctx, st["pp"], b.pp, pp_bytes), 0.0)
     # The pipeline runs at the pace of the highest floor (the stage with the most layers,
     # whichever stage the work picked).
-    parts["tp_floor"] = np.maximum.reduce(floors)
+    parts["tp_floor"] = np.maximum.reduce(n * lc["tp_floor"])
     parts["bubble_per_micro"] = bubble_micro_batches(schedule, b.pp, b.vpp, 1.0 / (1.0 + BACKWARD_MATMUL_FACTOR))
     # A pipeline engine that reduces after its schedule (pp_overlaps_grad_reduce false) hides nothing.
     # Under the interleaved schedule each model chunk reduces and gathers on its own (overlap.py).

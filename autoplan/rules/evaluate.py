@@ -9,6 +9,7 @@ a layout's problems are told: structure first, then the batch, then what the tra
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,14 @@ def rules_for(ctx: Any) -> list[Rule]:
     return [rule for rule in RULES if rule.binds(rctx)]
 
 
+@lru_cache(maxsize=None)
+def _binding_last_first(family: tuple[str, ...]) -> tuple[tuple[int, Rule], ...]:
+    """(reason code, rule) of the rules that bind a trainer of ``family`` (``Rule.binds`` reads
+    nothing else of the context), the last rule first."""
+    return tuple((index, rule) for index, rule in reversed(list(enumerate(RULES, start=1)))
+                 if rule.binds_family(family))
+
+
 def legality_codes(ctx: Any, batch: LayoutBatch, *, allow_uneven: bool | None = None) -> np.ndarray:
     """Index into ``REASON_CODES`` of the first broken rule per layout (0 = legal).
 
@@ -65,11 +74,10 @@ def legality_codes(ctx: Any, batch: LayoutBatch, *, allow_uneven: bool | None = 
     rctx = RuleContext.of(ctx, allow_uneven)
     codes = np.zeros(len(batch), dtype=np.int64)
     # Last rule first, so an earlier rule overwrites a later one: the first broken rule wins.
-    for index, rule in reversed(list(enumerate(RULES, start=1))):
-        if rule.binds(rctx):
-            broken = rule.broken_mask(rctx, batch)
-            if broken.any():  # most rules break nowhere: skip the masked write
-                codes[broken] = index
+    for index, rule in _binding_last_first(rctx.profile.family):
+        broken = rule.broken_mask(rctx, batch)
+        if np.count_nonzero(broken):  # most rules break nowhere: skip the masked write (.any() is ~1 µs slower)
+            codes[broken] = index
     return codes
 
 

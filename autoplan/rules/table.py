@@ -71,7 +71,11 @@ class Rule:
     def binds(self, ctx: RuleContext) -> bool:
         """Whether the rule binds the context's trainer: by its name or a base it inherits
         (``TrainerProfile.family``: Megatron-Core's rules bind Megatron-Bridge too)."""
-        return self.trainers == ALL or any(name in self.trainers for name in ctx.profile.family)
+        return self.binds_family(ctx.profile.family)
+
+    def binds_family(self, family: tuple[str, ...]) -> bool:
+        """``binds`` of a trainer whose ``TrainerProfile.family`` is ``family``."""
+        return self.trainers == ALL or any(name in self.trainers for name in family)
 
     def broken_mask(self, ctx: RuleContext, batch: LayoutBatch) -> np.ndarray:
         """The predicate as a bool array with one entry per layout."""

@@ -10,7 +10,7 @@ memory, illegal), and two stages are known cheaply:
   model states on the GPU (ZeRO paper, Fig. 1: weights, gradients, master weights, optimizer
   states; what offload leaves on the GPU, ``offload.move_to_host``), so those of each stage are
   lower bounds of the peak. The bound is the total's own first partial sum
-  (``stage_memory.stage_state_terms``' ``states``), and floating-point addition of a non-negative
+  (``stage_memory.state_terms_by_stage``' ``states``), and floating-point addition of a non-negative
   term never lowers a sum, so it holds to the last bit.
 
 A streamed search (:mod:`autoplan.search.exhaustive`) counts such layouts by stage without costing
@@ -23,7 +23,7 @@ import numpy as np
 
 from autoplan.cost.context import CostContext
 from autoplan.cost.broadcast import shared_groupings
-from autoplan.cost.stage_memory import stage_state_terms
+from autoplan.cost.stage_memory import state_terms_by_stage
 from autoplan.layout import LayoutBatch
 
 
@@ -40,7 +40,6 @@ def model_states_exceed_memory(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     holds). Offloaded states do not count: they are on the host."""
     capacity = ctx.cluster.gpu.usable_memory_bytes
     with np.errstate(divide="ignore", invalid="ignore"), shared_groupings():
-        over = np.zeros(len(b), dtype=bool)
-        for stage in ("first", "middle", "last"):  # once per distinct degrees, ZeRO, optimizer, ...
-            over |= stage_state_terms(ctx, b, stage)["states"] > capacity  # (the total's first partial sum)
-    return over
+        # once per distinct degrees, ZeRO, optimizer, ...; (the total's first partial sum)
+        states = state_terms_by_stage(ctx, b)["states"]
+    return (states > capacity).any(axis=0)

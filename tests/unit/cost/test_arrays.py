@@ -1,11 +1,11 @@
-"""cost.arrays.select agrees with the np.select it replaces: values and dtype."""
+"""cost.arrays.select and stacked agree with the numpy calls they replace: values, shape and dtype."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from autoplan.cost.arrays import select
+from autoplan.cost.arrays import select, stacked
 
 
 @pytest.mark.parametrize("size", [1, 7, 5000])
@@ -23,3 +23,14 @@ def test_select_matches_np_select(size):
 def test_select_names_a_mismatched_length():
     with pytest.raises(ValueError, match="2 conditions and 1 choices"):
         select([np.ones(2, bool), np.ones(2, bool)], [np.zeros(2)], 0.0)
+
+
+@pytest.mark.parametrize("size", [1, 7, 5000])
+def test_stacked_matches_np_stack_of_broadcast_arrays(size):
+    rng = np.random.default_rng(size)
+    a, b = rng.random(size), rng.random((2, size))
+    a[::3] = np.nan
+    for values in ((a, a * 2.0, -a), (0.0, a, a > 0.5), (b, a, 3.0), (a > 0.1, a > 0.9)):
+        got, expected = stacked(*values), np.stack(np.broadcast_arrays(*values))
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)

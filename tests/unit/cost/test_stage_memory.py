@@ -6,7 +6,7 @@ import numpy as np
 
 from autoplan.api import build_context, build_training
 from autoplan.cost import broadcast
-from autoplan.cost.stage_memory import stage_layer_bytes
+from autoplan.cost.stage_memory import layer_bytes_by_stage, stage_layer_bytes
 from autoplan.space import enumerate_space, load_space
 
 
@@ -25,5 +25,5 @@ def test_a_dense_models_layer_bytes_are_the_same_on_every_stage_and_read_no_stag
         np.testing.assert_array_equal(stages[0][part], stages[1][part])
         np.testing.assert_array_equal(stages[0][part], stages[2][part])
     probe = broadcast._Recorder(batch)
-    stage_layer_bytes.__wrapped__(ctx, probe, "middle")
+    layer_bytes_by_stage.__wrapped__(ctx, probe)
     assert not probe.read & {"pp", "vpp", "pp_split"}, probe.read
