@@ -39,6 +39,11 @@ _MPT_ZERO = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2}
 # Composer's FSDP mixed precision (composer/distributed/mosaic_parallelism.py,
 # get_mixed_precision): DEFAULT reduces gradients in fp32, PURE in the training dtype (bf16).
 _MPT_REDUCE_BYTES = {"DEFAULT": 4.0, "PURE": 2.0}
+# llm-foundry's model.attn_config.attn_impl as the benchmark ran it (the csv's attn_impl column,
+# validation/README.md) -> the attention kernel: 'triton' is llmfoundry/models/layers/
+# flash_attn_triton.py (cost/attention_kernels.py); 'flash' on a current row is flash-attn 2.4.2's
+# CUDA kernel (5e85bd6's sweep.py installs the gpu-flash2 extra), a FlashAttention-2.
+_MPT_ATTENTION_KERNEL = {"triton": "triton", "flash": "flash"}
 
 
 def _mpt_models() -> dict[str, dict[str, str]]:
@@ -81,6 +86,7 @@ def _mpt_row(line: int, r: dict[str, str], arch: dict[str, str]) -> Row:
     return Row(source="mpt", row_id=f"mpt:{line}", model=mpt_model(arch, seq), hardware=hardware,
                trainer="llmfoundry", layout=layout, tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]),
                mfu=number_or_nan(r["mfu_pct"]) / 100.0, cell=f"{r['model']}/{hardware}/{gpus}",
+               attention_kernel=_MPT_ATTENTION_KERNEL[r["attn_impl"]],
                profile_overrides=(("grad_reduce_bytes", _MPT_REDUCE_BYTES[r["fsdp_mixed_precision_mode"]]),))
 
 

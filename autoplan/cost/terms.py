@@ -86,15 +86,18 @@ def _time(term: str, meaning: str, formula: str, source: str, parameters: tuple[
 TIME_TERMS_DEFINED = [
     _time("compute", "forward and backward compute of the slowest stage",
           TIME_FORMULAS["compute"].general(),
-          f"{SC21} Sec. 5.1 (backward = 2 × forward); FlashAttention-2 (Dao 2023) Sec. 3; FlashAttention-4 (Zadouri et al. 2026) "
-          "Sec. 3 (the forward bound by the slower of tensor cores and exp units: time.exp_floor_s); PyTorch "
+          f"{SC21} Sec. 5.1 (backward = 2 × forward); FlashAttention-2 (Dao 2023) Sec. 3, Fig. 4 and 7 "
+          "(attention_kernel triton at its published speed: autoplan/cost/attention_kernels.py); FlashAttention-4 "
+          "(Zadouri et al. 2026) Sec. 3 (the forward bound by the slower of tensor cores and exp units: "
+          "time.exp_floor_s); PyTorch "
           "cross_entropy (log_softmax + nll_loss) passes over the logits; autoplan/cost/fp8.py "
           "(DeepSeek-V3 report Sec. 3.3.2, Transformer Engine recipes); autoplan/cost/moe_time.py (Megatron-Core "
           "--moe-grouped-gemm, MoEAlltoAllTokenDispatcher); nanotron src/nanotron/optim/gradient_accumulator.py "
           "(FP32GradientAccumulator._accumulate_grad); DeepSpeed pipe/engine.py _exec_backward_pass "
           "(BF16_Optimizer.update_hp_grads); Megatron-LM megatron/model/fused_softmax.py (eager attention); "
           "Williams, Waterman and Patterson 2009, CACM 52(4) (roofline: the expert weight read)",
-          (*GEMM, "loss_hbm_bytes_per_logit", "moe_layer_fixed_s", "fp8_recipe", "grad_accumulation_bytes_per_param",
+          (*GEMM, "attention_kernel", "loss_hbm_bytes_per_logit", "moe_layer_fixed_s", "fp8_recipe",
+           "grad_accumulation_bytes_per_param",
            "EAGER_SCORE_BYTES_FORWARD", "EAGER_SCORE_BYTES_BACKWARD", "eager_attention_dropout_bytes",
            "pp_grad_all_reduce_bytes")),
     _time("recompute", "forward work recomputed in backward",

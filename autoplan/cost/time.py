@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost import comm, fp8, moe_time
+from autoplan.cost.attention_kernels import triton_attention_efficiency
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.flops import (
@@ -103,12 +104,17 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
             "attention_backward": attention_backward, "elementwise": elementwise}
 
 
+def query_key_head_dim(model: ModelSpec) -> float:
+    """d_qk, the head dimension of the query-key product (MLA: nope + rope parts)."""
+    return float(model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim) if model.mla is not None else float(model.head_dim)
+
+
 def head_dim_factor(model: ModelSpec, half_head_dim: float) -> float:
     """Flash attention's efficiency at the model's query-key head dimension d over that at
     REFERENCE_HEAD_DIM: [d/(d + d_0)]/[128/(128 + d_0)], d_0 = ``attention_half_head_dim`` (1 when
     0). Measured on an H100 (validation/h100_sxm_attention_head_dim.csv: head dim 64 runs at 0.89
     of 128 in FlashAttention-2, 0.81 in cuDNN; autoplan.calibration.kernels.half_head_dim)."""
-    d = float(model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim) if model.mla is not None else float(model.head_dim)
+    d = query_key_head_dim(model)
     return (d / (d + half_head_dim)) / (REFERENCE_HEAD_DIM / (REFERENCE_HEAD_DIM + half_head_dim))
 
 
@@ -124,6 +130,10 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
     × ``head_dim_factor`` (its fall with smaller heads); backward ATTENTION_BACKWARD_FACTOR × forward.
     The exp co-limit (``exp_floor_s``): each pass is max(tensor time, exp time) at that efficiency,
     the exp time its softmax exponentials at the GPU's SFU rate.
+    Triton flash attention (``attention_kernel: triton``; llm-foundry's ``attn_impl: triton``): the
+    same causal half at the kernel's published forward + backward speed instead of the profile's
+    efficiency (``attention_kernels.triton_attention_efficiency``: FlashAttention-2 paper Fig. 4
+    and 7 by GPU, head dim and keys per call), split forward : backward as 1 : ATTENTION_BACKWARD_FACTOR.
     Eager attention (``attention_kernel: eager``; Megatron-LM's CoreAttention of 2021-22, the
     Megatron-DeepSpeed BLOOM path): two cuBLAS batched GEMMs (baddbmm QKᵀ, bmm PV) over the full
     s×s square (the causal mask is applied in the softmax, after the product: none of it is
@@ -134,6 +144,11 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
     e, s = ctx.efficiency, ctx.training.seq_len
     peak, factor = ctx.cluster.gpu.compute_peak_bf16_flops_per_s, ctx.corrections.unfused_attention_factor
     score_flops = tokens * attention_score_flops_per_token(ctx, s) / b.tp
+    if ctx.training.attention_kernel == "triton":
+        keys = s / b.cp  # keys per call
+        efficiency = triton_attention_efficiency(ctx.cluster.gpu.name, query_key_head_dim(ctx.model), keys)
+        forward = score_flops / 2.0 / (peak * efficiency)
+        return forward, ATTENTION_BACKWARD_FACTOR * forward
     if ctx.training.attention_kernel != "eager":
         keys = s / b.cp  # keys per call: one ring block under context parallelism
         efficiency = (e.attention_efficiency * keys / (keys + e.attention_half_seq_tokens)

@@ -68,7 +68,8 @@ class PhysicalEfficiency:
         "up to 75% on H100). Measured on an H100 SXM, causal, head dim 128, forward + backward "
         "(validation/h100_sxm_kernels.csv): FlashAttention-2 0.16 at seq 1K to 0.33 at 32K, cuDNN "
         "0.26 to 0.57, hence the plausible floor 0.15. Non-flash attention is the correction "
-        "unfused_attention_factor.",
+        "unfused_attention_factor; attention_kernel triton runs at its published speed instead "
+        "(cost/attention_kernels.py).",
         _FRACTION, (0.15, 0.8))
     attention_half_seq_tokens: float = _physical(
         "Keys per flash-attention call at which the kernel reaches half of attention_efficiency: "

@@ -18,9 +18,11 @@ from autoplan.specs.hardware import Cluster
 FLOPS_CONVENTIONS = ("causal", "megatron", "playbook")
 DEFAULT_FLOPS_CONVENTION = "causal"
 # How attention is computed: "flash" (fused kernels that keep only Q, K, V, the output and the
-# softmax log-sum-exp: Transformer Engine's FusedAttention/FlashAttention, PyTorch SDPA) or
-# "eager" (the s×s scores are materialised and saved: Megatron's non-fused softmax of 2021-22).
-ATTENTION_KERNELS = ("flash", "eager")
+# softmax log-sum-exp: FlashAttention-2, Transformer Engine's FusedAttention, PyTorch SDPA),
+# "eager" (the s×s scores are materialised and saved: Megatron's non-fused softmax of 2021-22) or
+# "triton" (FlashAttention in Triton, llm-foundry's attn_impl triton of 2023: saves what flash
+# saves, runs at its published speed, cost.attention_kernels).
+ATTENTION_KERNELS = ("flash", "eager", "triton")
 # FP8 scaling recipes (Transformer Engine transformer_engine/common/recipe/__init__.py):
 # per-tensor ("tensorwise": DelayedScaling or Float8CurrentScaling), "blockwise"
 # (Float8BlockScaling, 1x128 activations / 128x128 weights) and "mxfp8" (MXFP8BlockScaling);
@@ -78,7 +80,8 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("attention_kernel", "flash", ATTENTION_KERNELS,
-            "Attention kernel: flash/fused (no s² scores saved) or eager (scores saved)."),
+            "Attention kernel: flash/fused (no s² scores saved), eager (scores saved) or triton (llm-foundry's "
+            "Triton FlashAttention of 2023, at its published speed)."),
     Setting("fp8_recipe", "tensorwise", FP8_RECIPES,
             "FP8 scaling recipe of fp8 layouts: GEMM gain, casts, memory of FP8 tensors and scales (delayed: "
             "Transformer Engine's amax-history scaling, Megatron's default, no amax pass; rowwise: torchao's, "
@@ -150,7 +153,8 @@ class TrainingSpec:
       Megatron-Core's published MFU (refdata README).
 
     ``attention_kernel`` is the attention kernel (:data:`ATTENTION_KERNELS`; ``eager``
-    saves the s×s score activations and moves them through HBM, ``cost.time.attention_s``). ``fp8_recipe`` and ``fp8_param_gather`` say how layouts
+    saves the s×s score activations and moves them through HBM, ``triton`` runs at its published
+    speed, ``cost.time.attention_s``). ``fp8_recipe`` and ``fp8_param_gather`` say how layouts
     with precision fp8 keep their tensors (:data:`FP8_RECIPES`; Megatron's
     ``--fp8-recipe`` and ``--fp8-param-gather``); both only change memory.
     ``grad_reduce_in_bf16`` keeps the gradient buffers in bf16 instead of the profile's fp32
