@@ -145,10 +145,11 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
     With ``gbs_seqs`` given, dp·mbs is drawn among its divisors and grad_acc fills the rest.
     """
     p = load_profile(trainer).capabilities
+    family = load_profile(trainer).family  # the rules bind a trainer and the profiles inheriting it
     tp = draw(st.sampled_from([t for t in tp_choices if model.num_attention_heads % t == 0
                                and model.num_kv_heads % t == 0]))
     pp_choices = [d for d in (1, 2, 3, 4) if model.num_layers % d == 0]
-    if trainer == "torchtitan" and model.tied_embeddings:
+    if "torchtitan" in family and model.tied_embeddings:
         pp_choices = [1]  # torchtitan cannot tie embeddings across stages
     if not any(z <= p.max_zero_with_pp for z in p.zero_stages):
         pp_choices = [1]  # no pipeline in this trainer (llmfoundry: FSDP only)
@@ -165,10 +166,10 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
     vpps = [1] + [v for v in (2, 3) if p.virtual_stages and pp > 1
                   and model.num_layers % (pp * v) == 0 and grad_acc % pp == 0]
     vpp = draw(st.sampled_from(vpps))
-    if trainer == "torchtitan" and pp > 1 and vpp == 1:
+    if "torchtitan" in family and pp > 1 and vpp == 1:
         assume(grad_acc >= pp)  # rule torchtitan_1f1b_microbatches (torch's Schedule1F1B)
     zeros = [z for z in p.zero_stages if pp == 1 or z <= p.max_zero_with_pp]
-    if trainer == "deepspeed" and model.moe is not None and (tp > 1 or pp > 1):
+    if "deepspeed" in family and model.moe is not None and (tp > 1 or pp > 1):
         zeros = [z for z in zeros if z < 3]  # rule deepspeed_zero3_native_moe
     zero = draw(st.sampled_from(zeros))
     dp_shard = dp if zero == 3 else 1  # torchtitan's expert mesh is dp_shard·cp·tp
@@ -176,19 +177,19 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
     if model.moe is not None and p.expert_parallel:
         ep = draw(st.sampled_from([e for e in (1, 2, 4, 8) if model.moe.num_experts % e == 0
                                    and (dp * cp * tp) % e == 0
-                                   and (trainer != "deepspeed" or dp % e == 0)
-                                   and (trainer != "torchtitan" or (dp_shard * cp * tp) % e == 0)]))
+                                   and ("deepspeed" not in family or dp % e == 0)
+                                   and ("torchtitan" not in family or (dp_shard * cp * tp) % e == 0)]))
         etps = [e for e in (1, 2) if (dp * cp * tp) % (ep * e) == 0]
-        if trainer == "torchtitan":
+        if "torchtitan" in family:
             etps = [1]
-        if trainer == "deepspeed":
+        if "deepspeed" in family:
             etps = [e for e in etps if e in (1, tp)]
         etp = draw(st.sampled_from(etps))
     gpus = dp * tp * pp * cp
     assume(gpus <= 8 or gpus % 8 == 0)  # whole 8-GPU nodes beyond one node (legality rule)
     # (Megatron-Core's moe_tp_needs_sp binds megatron and the profiles that inherit it)
-    sp = tp > 1 and (draw(st.booleans()) or ("megatron" in load_profile(trainer).family and model.moe is not None))
-    if trainer == "torchtitan":  # torchtitan cuts the sequence (tp if sp) × (2·cp if cp > 1)
+    sp = tp > 1 and (draw(st.booleans()) or ("megatron" in family and model.moe is not None))
+    if "torchtitan" in family:  # torchtitan cuts the sequence (tp if sp) × (2·cp if cp > 1)
         assume(seq % ((tp if sp else 1) * (2 * cp if cp > 1 else 1)) == 0)
     return drawn(dict(
         gpus=dp * tp * pp * cp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs,
