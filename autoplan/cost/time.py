@@ -123,7 +123,8 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
     call (the kernel's fall at short sequences, measured on an H100: validation/h100_sxm_kernels.csv),
     × ``head_dim_factor`` (its fall with smaller heads); backward ATTENTION_BACKWARD_FACTOR × forward.
     The exp co-limit (``exp_floor_s``): each pass is max(tensor time, exp time) at that efficiency,
-    the exp time its softmax exponentials at the GPU's SFU rate.
+    the exp time its softmax exponentials at the GPU's SFU rate. Under ``fp8_attention`` (fp8
+    layouts) the tensor time is at the FP8 rate (``fp8.attention_speedup``), the exp time unchanged.
     Eager attention (``attention_kernel: eager``; Megatron-LM's CoreAttention of 2021-22, the
     Megatron-DeepSpeed BLOOM path): two cuBLAS batched GEMMs (baddbmm QKᵀ, bmm PV) over the full
     s×s square (the causal mask is applied in the softmax, after the product: none of it is
@@ -138,7 +139,7 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
         keys = s / b.cp  # keys per call: one ring block under context parallelism
         efficiency = (e.attention_efficiency * keys / (keys + e.attention_half_seq_tokens)
                       * head_dim_factor(ctx.model, e.attention_half_head_dim))
-        tensor = score_flops / 2.0 / peak
+        tensor = score_flops / 2.0 / (peak * fp8.attention_speedup(ctx, b))
         exp = exp_floor_s(ctx, b, tokens)
         return (np.maximum(tensor, exp) / efficiency,
                 np.maximum(ATTENTION_BACKWARD_FACTOR * tensor, exp) / efficiency)

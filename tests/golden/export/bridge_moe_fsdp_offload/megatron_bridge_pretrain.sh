@@ -59,6 +59,7 @@ OVERRIDES=(
     mixed_precision.fp8=hybrid
     mixed_precision.fp8_recipe=tensorwise
     mixed_precision.fp8_param_gather=false
+    mixed_precision.fp8_dot_product_attention=false
     mixed_precision.first_last_layers_bf16=false
     mixed_precision.num_layers_at_start_in_bf16=0
     mixed_precision.num_layers_at_end_in_bf16=0
