@@ -22,8 +22,7 @@ def build_training(num_gpus: int, seq_len: int, gbs_seqs: int, *, hardware: str 
                    gpus_per_node: int | None = None, nic: str | None = None, gbs_tolerance: float = DEFAULT_GBS_TOLERANCE,
                    flops_convention: str = DEFAULT_FLOPS_CONVENTION, **settings: Any) -> TrainingSpec:
     """Load the GPU, build its cluster of ``num_gpus`` and the ``TrainingSpec`` around it;
-    ``settings`` are the setup's other fields (attention_kernel, fp8_recipe, fp8_param_gather,
-    grad_reduce_in_bf16, shard_gradients, moe_capacity_factor)."""
+    ``settings`` are the setup's other fields, the settings of ``specs.training.SETTINGS``."""
     cluster = make_cluster(load_gpu(hardware), num_gpus, gpus_per_node=gpus_per_node,
                            nic_bytes_per_s=parse_bandwidth(nic) if nic else None)
     return TrainingSpec(cluster=cluster, seq_len=seq_len, gbs_seqs=gbs_seqs, gbs_tolerance=gbs_tolerance,

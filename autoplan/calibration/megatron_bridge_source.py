@@ -26,7 +26,9 @@ assumption:
   with TP.
 * Precision: BF16 as bf16; "FP8" and "FP8-CS" as fp8 with the tensorwise recipe (the configs they
   match are the ``FP8_CS`` ones: ``bf16_with_fp8_current_scaling_mixed``), "MXFP8" and "FP8-MX" as
-  fp8 with mxfp8 (``bf16_with_mxfp8_mixed``); both FP8 recipes set ``fp8_param_gather``.
+  fp8 with mxfp8 (``bf16_with_mxfp8_mixed``); both FP8 recipes set ``fp8_param_gather``. FP8
+  attention (``fp8_attention``) where the config sets ``fp8_dot_product_attention`` (the 26.06
+  DeepSeek-V3 and Qwen3 MXFP8 configs on GB200 and GB300, ``utils/overrides.py``).
 * Llama 3.1 405B counts the embedding and the loss as pipeline layers (``pp_split`` embed-loss:
   ``llama31_405b_pretrain_config`` sets ``account_for_embedding_in_pipeline_split`` and
   ``account_for_loss_in_pipeline_split`` at every tag), so 126 layers run on pp·vp = 128 stages.
@@ -53,8 +55,7 @@ assumption:
   ``recompute_num_layers`` N: full recompute of N layers per stage (block); ``recompute_modules``:
   selective recompute of those modules (``utils/overrides.py _set_recompute_overrides``).
 * Not modelled, recorded: CUDA graphs (``cuda_graph_impl``, ``cuda_graph_scope``), NCCL user
-  buffers, FP8 attention (``fp8_dot_product_attention``), the recipes' ``pp_layout`` strings (the
-  DeepSeek-V3 layouts above).
+  buffers, the recipes' ``pp_layout`` strings (the DeepSeek-V3 layouts above).
 
 Rows left out, with the reason: the 25.09 tables (no precision column; their parentheses mix
 quantization granularities with other layouts), 26.08 (its workload configs moved into the library
@@ -132,10 +133,16 @@ def _layout(r: dict[str, str]) -> dict[str, Any]:
             "pp_split": "embed-loss" if r["model"] in _EMBED_LOSS_SPLIT else "balanced", **_knobs(r)}
 
 
+def _fp8_attention(r: dict[str, str], layout: dict[str, Any]) -> bool:
+    """The recipe runs FP8 attention (``fp8_dot_product_attention``; fp8 layouts only)."""
+    return layout["precision"] == "fp8" and r["fp8_dot_product_attention"].strip() == "True"
+
+
 def _overrides(r: dict[str, str], layout: dict[str, Any], moe: bool) -> tuple[tuple[str, Any], ...]:
     """The trainer options the recipe sets (TP communication overlap where tp > 1; for MoE models
-    the dispatcher and the all-to-all overlap), and the profile fact that lets a recipe's activation
-    offload through (``nemo_source.offload_overrides``)."""
+    the dispatcher and the all-to-all overlap), and the profile facts that let a recipe's activation
+    offload (``nemo_source.offload_overrides``) and FP8 attention through: Bridge sets
+    ``fp8_dot_product_attention``, which Megatron-LM's own flags cannot (profiles/megatron.yaml)."""
     profile_options = options = load_profile("megatron").options
     if moe:
         options = replace(options, moe_token_dedup=r["moe_flex_dispatcher_backend"] in _FLEX_BACKENDS,
@@ -143,7 +150,8 @@ def _overrides(r: dict[str, str], layout: dict[str, Any], moe: bool) -> tuple[tu
     if layout["tp"] > 1:
         options = replace(options, tp_comm_overlap=True)
     changed = (("options", options),) if options != profile_options else ()
-    return changed + offload_overrides(layout)
+    fp8_attention = (("allow_setting", ("fp8_attention", True)),) if _fp8_attention(r, layout) else ()
+    return changed + offload_overrides(layout) + fp8_attention
 
 
 def _row(line: int, r: dict[str, str]) -> Row:
@@ -154,7 +162,7 @@ def _row(line: int, r: dict[str, str]) -> Row:
         model = replace(model, num_mtp_layers=0)
     settings: tuple[tuple[str, Any], ...] = (("grad_reduce_in_bf16", True),)
     if layout["precision"] == "fp8":
-        settings += (("fp8_param_gather", True),)
+        settings += (("fp8_param_gather", True),) + ((("fp8_attention", True),) if _fp8_attention(r, layout) else ())
     cell = f"{r['model']}/{hardware}/{r['num_gpus']}gpus/{r['precision']}"
     return Row(source=SOURCE, row_id=f"{SOURCE}:{line}", model=model, hardware=hardware,
                trainer="megatron", layout=layout, tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]),
@@ -167,4 +175,5 @@ def load_megatron_bridge() -> Source:
     rows, excluded = rows_and_exclusions(SOURCE, MEGATRON_BRIDGE_FILE, _exclusion, _row)
     return Source(SOURCE, MEGATRON_BRIDGE_FILE, rows, excluded,
                   notes="Megatron-Bridge 25.11-26.06 Llama 3, Qwen3 and DeepSeek-V3 rows (recipe settings from "
-                        "the workload configs); bf16 gradients, fp8 param gather; never fitted on")
+                        "the workload configs); bf16 gradients, fp8 param gather, fp8 attention where set; "
+                        "never fitted on")

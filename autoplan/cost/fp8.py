@@ -18,6 +18,18 @@ block scales in the instruction (``GPUSpec.fp8_block_scaled_mma``): blockwise an
 whole gain there. MXFP8 does not run on Hopper (Transformer Engine requires compute capability
 10.0 for MXFP8BlockScaling), so it keeps no gain there.
 
+Attention (``TrainingSpec.fp8_attention``; Transformer Engine ``DotProductAttention`` under a
+recipe with ``fp8_dpa``, Megatron-Core ``fp8_dot_product_attention``): cuDNN's fused FP8 attention
+runs QKᵀ and PV on the FP8 tensor cores, forward and, by default, backward
+(``NVTE_FP8_DPA_BWD=1``, transformer_engine/pytorch/attention/dot_product_attention/utils.py), while
+the softmax stays in fp32 on the SFUs. Its tensor time is the bf16 one over R, the kernel keeping
+its bf16 efficiency (an assumption: no FP8 attention measurement here; FlashAttention-3, Shah et
+al. 2024, abstract, reports close to 1.2 PFLOP/s FP8 against 0.74 BF16 forward on an H100, 1.6×
+where R = 2, so this is the upper end of the gain); the exp floor (``cost.time.exp_floor_s``) is unchanged and
+so binds sooner. Not modelled: the casts of Q, K, V, O and dO to FP8 (about 3 B per element of
+q + 2·kv per token and layer, HBM-bound), the FP8 K/V of a context-parallel ring (half the bytes)
+and the FP8 copies the kernel saves for the backward.
+
 Casts. Each linear's input (forward) and output gradient (backward) is quantised: read bf16
 (2 B), write the fp8 row-wise copy and, for the transposed GEMMs of backward, a column-wise copy
 (1 B each) — :data:`CAST_BYTES_PER_ELEMENT`; current (tensorwise) scaling reads the tensor once
@@ -55,6 +67,14 @@ def matmul_speedup(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     share = RECIPE_GAIN_SHARE[ctx.training.fp8_recipe][int(gpu.fp8_block_scaled_mma)]
     gain = (ctx.efficiency.fp8_gemm_speedup - 1.0) * max(ratio - 1.0, 0.0) / (REFERENCE_PEAK_RATIO - 1.0)
     return np.where(b.precision == FP8_PRECISION_CODE, 1.0 + gain * share, 1.0)
+
+
+def attention_speedup(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """The attention's tensor rate over BF16 per layout: R = peak_fp8 / peak_bf16 for fp8 layouts
+    under ``fp8_attention``, else 1 (see the module doc)."""
+    gpu = ctx.cluster.gpu
+    ratio = max(gpu.peak_fp8_flops_per_s / gpu.peak_bf16_flops_per_s, 1.0)
+    return np.where((b.precision == FP8_PRECISION_CODE) & ctx.training.fp8_attention, ratio, 1.0)
 
 
 def cast_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

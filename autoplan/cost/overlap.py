@@ -72,3 +72,24 @@ def chunked_exposed_s(comm_s: np.ndarray, window_s: np.ndarray, chunks: np.ndarr
     # hidden = comm − exposed, written so that one chunk gives min(comm, window) exactly
     hidden = np.minimum(comm_s, w + np.minimum(comm_s - comm_s / chunks, (chunks - 1.0) * pp * w))
     return comm_s - overlap * hidden
+
+
+def beside_cp_window_s(window_s: np.ndarray, cp_hidden_s: np.ndarray, cp_exposed_s: np.ndarray,
+                       shares_cp_link: np.ndarray | bool) -> np.ndarray:
+    """The window behind which a transfer hides, beside the context-parallel ring exchange of the
+    same compute: window − hidden ring time where the transfer runs on the ring's links, window +
+    exposed ring time where it runs on others (``cp_hidden_s``, ``cp_exposed_s``: the ring's share
+    in that window).
+
+    Transformer Engine's ring attention (transformer_engine/pytorch/attention/dot_product_attention/
+    context_parallel.py ``AttnFuncWithCPAndKVP2P``, Megatron-Core's ``cp_comm_type`` p2p) sends the
+    next K/V block (backward: K/V and dK/dV) with batched isend/irecv while the current block's
+    attention runs, and waits for it before the next; the data-parallel reduction
+    (``start_grad_sync``), ZeRO-3's gathers and the host copies run on streams of their own beside
+    it. Compute hides both, but a link carries one transfer's bytes at a time: on a shared tier the
+    ring's hidden transfer takes that much of the window from the other; on another tier the ring's
+    exposed wait is wall time in which the other transfer goes on (as the backward's TP
+    collectives on NVLink lengthen the window of a reduction on the NICs,
+    ``time.backward_scale_up_comm_s``). Either way a slower attention, which hides more of the ring,
+    never widens another transfer's window by more than it lengthens the micro-batch."""
+    return np.where(shares_cp_link, window_s - cp_hidden_s, window_s + cp_exposed_s)

@@ -28,7 +28,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.data_parallel import dp_comm_s
 from autoplan.cost.offload import offload_step_s, param_fetch_s
 from autoplan.cost.optimizer_step import optimizer_step_s
-from autoplan.cost.overlap import chunked_exposed_s, overlap_fractions
+from autoplan.cost.overlap import beside_cp_window_s, chunked_exposed_s, overlap_fractions
 from autoplan.cost.recompute import full_recompute_share, offload_exposed_s
 from autoplan.cost.schedule import (
     bubble_micro_batches,
@@ -51,7 +51,7 @@ from autoplan.cost.time import (
 )
 from autoplan.layout import LayoutBatch
 
-STAGE_PARTS = ("compute", "recompute", "tp", "cp", "ep", "offload")
+STAGE_PARTS = ("compute", "recompute", "tp", "cp", "cp_hidden", "ep", "offload")
 LAST_STAGE = np.array([[False], [False], [True]])  # the (first, middle, last) axis: the last stage
 
 
@@ -79,14 +79,16 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     full = full_recompute_share(b, n)
     recompute = (n_dense * (full * recompute_s["dense_full"] + recompute_s["dense_selective"])
                  + n_moe * (full * recompute_s["moe_full"] + recompute_s["moe_selective"]))
-    forward = compute / (1.0 + BACKWARD_MATMUL_FACTOR)
-    offload = (offload_exposed_s(ctx, b, _layer_bytes(ctx, b, n, n_dense), n, forward, compute - forward)
-               if b.offload_layers.any() else np.zeros_like(compute))  # 0 without offload, faster
     attention_share = n * (fwd["attention"] + fwd["attention_backward"])
     tp = n * lc["tp"] * (1.0 - ov.tp)
     cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
     ep = n_moe * lc["ep"] * (1.0 - ov.ep)
-    stage_time = stacked(compute, recompute, tp, cp, ep, offload).swapaxes(0, 1)  # (3, part, layouts)
+    # The host link never carries the CP ring: its window is the compute and the ring's wait.
+    wall = beside_cp_window_s(compute, 0.0, cp, False)
+    forward = wall / (1.0 + BACKWARD_MATMUL_FACTOR)
+    offload = (offload_exposed_s(ctx, b, _layer_bytes(ctx, b, n, n_dense), n, forward, wall - forward)
+               if b.offload_layers.any() else np.zeros_like(compute))  # 0 without offload, faster
+    stage_time = stacked(compute, recompute, tp, cp, n * lc["cp"] - cp, ep, offload).swapaxes(0, 1)  # (3, part, layouts)
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
     # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
     pick = heaviest_stage(*(compute + recompute))
@@ -108,6 +110,7 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     parts["grad_overlap"] = np.where((b.pp > 1) & (not p.pp_overlaps_grad_reduce), 0.0, ov.grad_reduce)
     parts["chunks"] = np.where(is_schedule(schedule, "interleaved") & (b.pp > 1), b.vpp, 1.0)
     parts["tp_passes"], parts["tp_inside_domain"] = lc["tp_passes"], lc["tp_inside_domain"]
+    parts["cp_inside_domain"] = lc["cp_inside_domain"]
     return parts
 
 
@@ -145,7 +148,12 @@ def step_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     dp = data_parallel_parts_s(ctx, b)
     compute = mb["compute"] + dp["grad_accumulation"]
     micro_compute = compute + mb["recompute"]
-    zero3_exposed = np.maximum(0.0, dp["per_micro"] + dp["fetch"] - e.fsdp_overlap * micro_compute)
+    # The windows of the data-parallel traffic and of the host copies beside the CP ring
+    # (overlap.beside_cp_window_s): the DP group shares the ring's links where both sit on one tier.
+    shares = (b.cp > 1) & (mb["cp_inside_domain"] == dp["inside_domain"])
+    dp_window = beside_cp_window_s(micro_compute, mb["cp_hidden"], mb["cp"], shares)
+    host_window = beside_cp_window_s(micro_compute, 0.0, mb["cp"], False)
+    zero3_exposed = np.maximum(0.0, dp["per_micro"] + dp["fetch"] - e.fsdp_overlap * dp_window)
     t_micro = micro_compute + mb["tp"] + mb["cp"] + mb["ep"] + mb["offload"] + mb["pp"] + zero3_exposed
     tp = mb["tp"]
     sync_wait = np.zeros_like(tp)
@@ -159,16 +167,16 @@ def step_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     # Gradient reduction hides behind the last micro-batch's backward; the parameter all-gather
     # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step; the
     # tied embedding's gradient all-reduce (cost.tied_embedding) runs after both, exposed.
-    backward_last = micro_compute * (BACKWARD_MATMUL_FACTOR / (1.0 + BACKWARD_MATMUL_FACTOR))
-    backward_window = backward_last + backward_scale_up_comm_s(b, tp, mb["tp_passes"],
-                                                               mb["tp_inside_domain"], dp["inside_domain"])
-    forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR)
+    backward_share = BACKWARD_MATMUL_FACTOR / (1.0 + BACKWARD_MATMUL_FACTOR)
+    backward_window = dp_window * backward_share + backward_scale_up_comm_s(b, tp, mb["tp_passes"],
+                                                                            mb["tp_inside_domain"], dp["inside_domain"])
+    forward_first = dp_window / (1.0 + BACKWARD_MATMUL_FACTOR)
     chunks = mb["chunks"]
     grad_reduce = chunked_exposed_s(dp["grads"], backward_window, chunks, b.pp, mb["grad_overlap"])
     param_gather = chunked_exposed_s(dp["gathers"], forward_first, chunks, b.pp, ov.param_gather)
     dp_exposed = grad_reduce + param_gather + dp["per_step_floor"] + dp["tied_embedding"]
     # The optimizer step (autoplan.cost.optimizer_step): on the GPU, or on the host under offload.
-    offload = offload_step_s(ctx, b, dp["owned"], dp["host_bytes_per_param"], backward_last)
+    offload = offload_step_s(ctx, b, dp["owned"], dp["host_bytes_per_param"], host_window * backward_share)
     return {"grad_acc": b.grad_acc, "compute": mb["compute"], "grad_accumulation": dp["grad_accumulation"],
             "recompute": mb["recompute"], "tp": mb["tp"], "tp_wait": sync_wait, "cp": mb["cp"], "ep": mb["ep"],
             "pp": mb["pp"], "offload": mb["offload"], "zero3": zero3_exposed, "t_micro": t_micro,

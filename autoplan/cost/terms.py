@@ -96,7 +96,7 @@ TIME_TERMS_DEFINED = [
           "(FP32GradientAccumulator._accumulate_grad); DeepSpeed pipe/engine.py _exec_backward_pass "
           "(BF16_Optimizer.update_hp_grads); Megatron-LM megatron/model/fused_softmax.py (eager attention); "
           "Williams, Waterman and Patterson 2009, CACM 52(4) (roofline: the expert weight read)",
-          (*GEMM, "attention_kernel", "loss_hbm_bytes_per_logit", "moe_layer_fixed_s", "fp8_recipe",
+          (*GEMM, "attention_kernel", "loss_hbm_bytes_per_logit", "moe_layer_fixed_s", "fp8_recipe", "fp8_attention",
            "grad_accumulation_bytes_per_param",
            "EAGER_SCORE_BYTES_FORWARD", "EAGER_SCORE_BYTES_BACKWARD", "eager_attention_dropout_bytes",
            "pp_grad_all_reduce_bytes")),

@@ -129,7 +129,8 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
     call (the kernel's fall at short sequences, measured on an H100: validation/h100_sxm_kernels.csv),
     × ``head_dim_factor`` (its fall with smaller heads); backward ATTENTION_BACKWARD_FACTOR × forward.
     The exp co-limit (``exp_floor_s``): each pass is max(tensor time, exp time) at that efficiency,
-    the exp time its softmax exponentials at the GPU's SFU rate.
+    the exp time its softmax exponentials at the GPU's SFU rate. Under ``fp8_attention`` (fp8
+    layouts) the tensor time is at the FP8 rate (``fp8.attention_speedup``), the exp time unchanged.
     Triton flash attention (``attention_kernel: triton``; llm-foundry's ``attn_impl: triton``): the
     same causal half at the kernel's published forward + backward speed instead of the profile's
     efficiency (``attention_kernels.triton_attention_efficiency``: FlashAttention-2 paper Fig. 4
@@ -153,7 +154,7 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
         keys = s / b.cp  # keys per call: one ring block under context parallelism
         efficiency = (e.attention_efficiency * keys / (keys + e.attention_half_seq_tokens)
                       * head_dim_factor(ctx.model, e.attention_half_head_dim))
-        tensor = score_flops / 2.0 / peak
+        tensor = score_flops / 2.0 / (peak * fp8.attention_speedup(ctx, b))
         exp = exp_floor_s(ctx, b, tokens)
         return (np.maximum(tensor, exp) / efficiency,
                 np.maximum(ATTENTION_BACKWARD_FACTOR * tensor, exp) / efficiency)
@@ -221,7 +222,7 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
         ep_passes = 2.0 + full + np.where(b.recompute == 1, module_ep, 0.0)
         ep = ep_passes * moe_time.dispatch_combine_s(ctx, b, ep_link, tokens / h_div)
     return {"tp": tp, "tp_floor": floor, "cp": cp, "ep": ep, "tp_passes": passes,
-            "tp_inside_domain": tp_link.inside_domain}
+            "tp_inside_domain": tp_link.inside_domain, "cp_inside_domain": cp_link.inside_domain}
 
 
 def backward_scale_up_comm_s(b: LayoutBatch, tp_exposed: np.ndarray, tp_passes: np.ndarray,

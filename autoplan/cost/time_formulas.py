@@ -211,8 +211,8 @@ TIME_FORMULAS: dict[str, Formula] = {
         " + tied_embedding + grad_acc * zero3",
         (q("grad_reduce_total", "s", "the gradient reduction (AR, RS, or the pipeline engine's AR)",
            "data_parallel.dp_comm_s"),
-         q("grad_reduce_hidden", "s", "its part hidden behind the last backward (dp_overlap, per model chunk)",
-           "overlap.chunked_exposed_s"),
+         q("grad_reduce_hidden", "s", "its part hidden behind the last backward (dp_overlap, per model chunk; "
+           "beside the CP ring: overlap.beside_cp_window_s)", "overlap.chunked_exposed_s"),
          q("param_gather_total", "s", "ZeRO-1/2's parameter all-gather", "data_parallel.dp_comm_s"),
          q("param_gather_hidden", "s", "its part hidden behind the first forward", "overlap.chunked_exposed_s"),
          q("dp_floor", "s", "ZeRO-3's first gather and last reduce-scatter", "data_parallel.dp_comm_s"),

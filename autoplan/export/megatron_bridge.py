@@ -33,7 +33,8 @@ optimizer          optimizer.optimizer adam|sgd; offload: optimizer_cpu_offload,
                    optimizer_offload_fraction 1.0, overlap_cpu_optimizer_d2h_h2d,
                    use_precision_aware_optimizer
 precision          mixed_precision fields over the recipe's bf16_mixed: fp8 hybrid, fp8_recipe,
-                   fp8_param_gather, grad_reduce_in_fp32, and every layer in FP8 (the current-scaling
+                   fp8_param_gather, fp8_dot_product_attention (fp8_attention), grad_reduce_in_fp32,
+                   and every layer in FP8 (the current-scaling
                    recipe's first/last bf16 layers off: the cost model runs all layers in FP8);
                    written whole (``_target_`` MixedPrecisionConfig) where the recipe holds a name
                    (``RECIPE_OBJECTS``)
@@ -268,7 +269,8 @@ def _precision(lay: Layout, training: TrainingSpec) -> dict[str, Any]:
     out: dict[str, Any] = {"bf16": True, "grad_reduce_in_fp32": not training.grad_reduce_in_bf16}
     if lay.precision == "fp8":
         out.update(fp8=FP8_FORMAT.get(training.fp8_recipe, "hybrid"), fp8_recipe=training.fp8_recipe,
-                   fp8_param_gather=bool(training.fp8_param_gather), **FP8_RECIPE_FIELDS.get(training.fp8_recipe, {}),
+                   fp8_param_gather=bool(training.fp8_param_gather),
+                   fp8_dot_product_attention=bool(training.fp8_attention), **FP8_RECIPE_FIELDS.get(training.fp8_recipe, {}),
                    first_last_layers_bf16=False, num_layers_at_start_in_bf16=0, num_layers_at_end_in_bf16=0)
     return out
 

@@ -124,9 +124,12 @@ class PhysicalEfficiency:
         "Fraction of the data-parallel gradient reduction (parameter gather) hidden behind the "
         "backward of the last (forward of the first) micro-batch: its compute, and its TP "
         "collectives where those run on NVLink while the reduction runs on the NICs (under the "
-        "interleaved schedule, of each model chunk, behind the chunks still running).", _OVERLAP, _OVERLAP)
+        "interleaved schedule, of each model chunk, behind the chunks still running); beside a "
+        "context-parallel ring, less the ring's hidden transfer on a shared tier, plus its exposed "
+        "wait on another (overlap.beside_cp_window_s).", _OVERLAP, _OVERLAP)
     fsdp_overlap: float = _physical(
-        "Fraction of a micro-batch's compute behind which ZeRO-3/FSDP gathers and reductions hide.",
+        "Fraction of a micro-batch's compute behind which ZeRO-3/FSDP gathers and reductions hide "
+        "(beside a context-parallel ring, the window of overlap.beside_cp_window_s).",
         _OVERLAP, _OVERLAP)
 
 

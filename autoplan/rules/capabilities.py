@@ -16,7 +16,7 @@ from autoplan.cost.optimizer import CODE as OPTIMIZER
 from autoplan.cost.schedule import CODE as SCHEDULE
 from autoplan.layout import PRECISION, PP_SPLITS, PRECISIONS
 from autoplan.rules.table import ALL, Rule, RuleContext, one_of
-from autoplan.specs.training import TRAINER_SETTINGS, setting_choice
+from autoplan.specs.training import FP8_ONLY_SETTINGS, TRAINER_SETTINGS, setting_choice
 
 PROFILES = "autoplan/profiles/<trainer>.yaml capabilities"
 
@@ -34,12 +34,12 @@ def listed(values: tuple, codes) -> list[float]:
 
 def refused_settings(ctx: RuleContext, *, fp8: bool) -> list[str]:
     """'name=value (the values the trainer runs)' of each setup setting the trainer does not run;
-    the FP8 settings (fp8_param_gather, the recipe) count only for fp8 layouts (``fp8``)."""
+    the FP8 settings (``FP8_ONLY_SETTINGS``, the recipe) count only for fp8 layouts (``fp8``)."""
     c, training = caps(ctx), ctx.training
     refused = []
     for name, default in TRAINER_SETTINGS.items():
         value = getattr(training, name)
-        if (fp8 or name != "fp8_param_gather") and not c.allows_setting(name, value):
+        if (fp8 or name not in FP8_ONLY_SETTINGS) and not c.allows_setting(name, value):
             runs = c.settings.get(name, (setting_choice(name, default),))
             refused.append(f"{name}={value}, {ctx.profile.name} runs {' or '.join(map(str, runs))}")
     if fp8 and training.fp8_recipe not in c.fp8_recipes and "fp8" in c.precisions:

@@ -12,7 +12,13 @@ import numpy as np
 from autoplan.cost.schedule import V_SHAPED, is_schedule
 from autoplan.layout import PRECISION
 from autoplan.rules.stages import fix_pp
-from autoplan.specs.gpu_generation import FP8_RECIPE_GENERATIONS, generation_of, runs_fp8_recipe
+from autoplan.specs.gpu_generation import (
+    FP8_ATTENTION_GENERATIONS,
+    FP8_RECIPE_GENERATIONS,
+    generation_of,
+    runs_fp8_attention,
+    runs_fp8_recipe,
+)
 from autoplan.rules.table import (
     ALL,
     Rule,
@@ -135,4 +141,13 @@ BATCH_RULES = [
                       f"{' or '.join(FP8_RECIPE_GENERATIONS.get(c.training.fp8_recipe, ()))}",
          "specs/gpu_generation.py FP8_RECIPE_GENERATIONS (Transformer Engine fp8.py check_mxfp8_support)",
          fix=lambda c, x: "try --fp8-recipe tensorwise"),
+    Rule("fp8_attention_hardware", ALL, "FP8 attention runs only in the fused (flash) kernel of a GPU that has it",
+         lambda c, b: (b.precision == PRECISION["fp8"]) & c.training.fp8_attention
+         & ((c.training.attention_kernel == "eager") | (not runs_fp8_attention(c.cluster.gpu))),
+         lambda c, x: f"fp8_attention=true, attention_kernel={c.training.attention_kernel}, gpu={c.cluster.gpu.name} "
+                      f"({generation_of(c.cluster.gpu)}); FP8 attention needs the flash kernel on "
+                      f"{' or '.join(FP8_ATTENTION_GENERATIONS)}",
+         "specs/gpu_generation.py FP8_ATTENTION_GENERATIONS (Transformer Engine fused_attn.cpp "
+         "nvte_get_fused_attn_backend, dot_product_attention/utils.py get_attention_backend)",
+         fix=lambda c, x: "drop --fp8-attention"),
 ]

@@ -25,9 +25,24 @@ GENERATION_PREFIXES = (("a100", "ampere"), ("a800", "ampere"), ("h100", "hopper"
 FP8_RECIPE_GENERATIONS = {"mxfp8": ("blackwell", "cdna4")}
 
 
+# The generations whose FP8 attention kernels exist (``TrainingSpec.fp8_attention``). Transformer
+# Engine trains FP8 attention only in cuDNN's fused attention (transformer_engine/pytorch/attention/
+# dot_product_attention/utils.py get_attention_backend: under fp8_dpa it switches off FlashAttention 2,
+# FlashAttention 3 in training and the unfused path), whose FP8 backend needs compute capability 9.0
+# (transformer_engine/common/fused_attn/fused_attn.cpp nvte_get_fused_attn_backend: sm_arch_ >= 90):
+# Hopper and Blackwell. Not listed: Ada (8.9; no preset) and AMD's CDNA (ROCm's Transformer Engine
+# fork, not checked).
+FP8_ATTENTION_GENERATIONS = ("hopper", "blackwell")
+
+
 def runs_fp8_recipe(gpu: GPUSpec | str, recipe: str) -> bool:
     """Whether ``gpu``'s tensor cores run FP8 ``recipe`` (given that it has FP8 at all)."""
     return recipe not in FP8_RECIPE_GENERATIONS or generation_of(gpu) in FP8_RECIPE_GENERATIONS[recipe]
+
+
+def runs_fp8_attention(gpu: GPUSpec | str) -> bool:
+    """Whether ``gpu`` has FP8 attention kernels (:data:`FP8_ATTENTION_GENERATIONS`)."""
+    return generation_of(gpu) in FP8_ATTENTION_GENERATIONS
 
 
 def generation_of(gpu: GPUSpec | str) -> str:

@@ -72,6 +72,7 @@ class Setting:
     trainer: bool = True
     negatable: bool = False  # a flag spelled --x/--no-x (default on)
     option: str = ""  # the command-line spelling where it is not --<name with dashes>
+    fp8_only: bool = False  # counts for fp8 layouts only (ignored under bf16, by the cost model and the rules)
 
     @property
     def flag(self) -> str:
@@ -86,7 +87,11 @@ SETTINGS: tuple[Setting, ...] = (
             "FP8 scaling recipe of fp8 layouts: GEMM gain, casts, memory of FP8 tensors and scales (delayed: "
             "Transformer Engine's amax-history scaling, Megatron's default, no amax pass; rowwise: torchao's, "
             "torchtitan 0.3's only Float8 recipe)."),
-    Setting("fp8_param_gather", False, (False, True), "FP8 primary weights, no bf16 copy (Megatron --fp8-param-gather)."),
+    Setting("fp8_param_gather", False, (False, True), "FP8 primary weights, no bf16 copy (Megatron --fp8-param-gather).",
+            fp8_only=True),
+    Setting("fp8_attention", False, (False, True),
+            "QK^T and PV of fp8 layouts in FP8 (cuDNN fused attention, Transformer Engine fp8_dpa; Megatron-Bridge "
+            "mixed_precision.fp8_dot_product_attention), at the GPU's FP8 tensor rate.", fp8_only=True),
     Setting("grad_reduce_in_bf16", False, (False, True),
             "bf16 gradient buffers instead of fp32 (Megatron --grad-reduce-in-bf16)."),
     Setting("shard_gradients", False, (False, True),
@@ -111,6 +116,8 @@ SETTING_FIELDS = tuple(s.name for s in SETTINGS)
 # table refuses the rest. fp8_recipe is checked against the profile's fp8_recipes list (for fp8
 # layouts only), so it is not among these.
 TRAINER_SETTINGS = {s.name: s.default for s in SETTINGS if s.trainer and s.name != "fp8_recipe"}
+# The settings that count for fp8 layouts only (``Setting.fp8_only``).
+FP8_ONLY_SETTINGS = frozenset(s.name for s in SETTINGS if s.fp8_only)
 
 
 def setting_choices(name: str) -> tuple:
@@ -157,6 +164,10 @@ class TrainingSpec:
     speed, ``cost.time.attention_s``). ``fp8_recipe`` and ``fp8_param_gather`` say how layouts
     with precision fp8 keep their tensors (:data:`FP8_RECIPES`; Megatron's
     ``--fp8-recipe`` and ``--fp8-param-gather``); both only change memory.
+    ``fp8_attention`` runs the attention's two matmuls (QKᵀ, PV) of fp8 layouts in FP8
+    (Transformer Engine ``DotProductAttention`` under a recipe with ``fp8_dpa``: cuDNN's fused FP8
+    attention; Megatron-Core ``TransformerConfig.fp8_dot_product_attention``): time only
+    (``cost.fp8.attention_speedup``, ``cost.time.attention_s``).
     ``grad_reduce_in_bf16`` keeps the gradient buffers in bf16 instead of the profile's fp32
     (Megatron ``--grad-reduce-in-bf16``, NeMo 1 ``optim.grad_sync_dtype: bf16``, NeMo 2
     ``grad_reduce_in_fp32=False``): the gradient memory and the data-parallel reduction, which moves
@@ -188,6 +199,7 @@ class TrainingSpec:
     attention_kernel: str = "flash"
     fp8_recipe: str = "tensorwise"
     fp8_param_gather: bool = False
+    fp8_attention: bool = False
     grad_reduce_in_bf16: bool = False
     shard_gradients: bool = False
     optimizer_state_dtype: str = "fp32"

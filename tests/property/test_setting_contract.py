@@ -1,6 +1,6 @@
 """Every setup setting × every exporter: the export writes it, or refuses the plan with the rule.
 
-A setting the cost model charges (bf16 gradients, fp8 primary weights, eager attention, the
+A setting the cost model charges (bf16 gradients, fp8 primary weights, fp8 or eager attention, the
 optimizer's stored dtypes, a MoE capacity factor) must reach the trainer's files, or the plan
 must not be exported (nor ranked: the same rule table binds the search). ``WRITTEN`` is how each
 exporter spells a setting it runs; a trainer whose capabilities list a value must write it so.
@@ -24,6 +24,7 @@ from autoplan.specs.training import TRAINER_SETTINGS
 CASES = [
     ("attention_kernel", "eager", {}, {}, "llama3-8b"),
     ("fp8_param_gather", True, {}, {"precision": "fp8"}, "llama3-8b"),
+    ("fp8_attention", True, {}, {"precision": "fp8"}, "llama3-8b"),
     ("grad_reduce_in_bf16", True, {}, {}, "llama3-8b"),
     ("shard_gradients", True, {}, {}, "llama3-8b"),
     ("optimizer_state_dtype", "bf16", {"master_weights": "remainders"}, {}, "llama3-8b"),
@@ -46,6 +47,7 @@ WRITTEN = {
     ("deepspeed", "attention_kernel", "eager"): "attn_implementation='eager'",
     ("megatron-bridge", "fp8_param_gather", True): "fp8_param_gather: true",   # in mixed_precision
     ("megatron-bridge", "grad_reduce_in_bf16", True): "grad_reduce_in_fp32: false",
+    ("megatron-bridge", "fp8_attention", True): "fp8_dot_product_attention: true",
 }
 
 

@@ -51,6 +51,15 @@ def test_precision_names_map_to_the_recipes_that_ran(source, lines):
             assert row.fp8_recipe == expected[lines[row.row_id]["precision"]] and settings["fp8_param_gather"]
 
 
+def test_fp8_attention_where_the_config_sets_fp8_dot_product_attention(source, lines):
+    """The 26.06 DeepSeek-V3 and Qwen3 MXFP8 configs (GB200, GB300) set fp8_dot_product_attention;
+    their rows carry fp8_attention, no other row does (module doc)."""
+    marked = {r.row_id for r in source.rows if dict(r.settings).get("fp8_attention")}
+    expected = {r.row_id for r in source.rows if lines[r.row_id]["fp8_dot_product_attention"] == "True"}
+    assert marked == expected and len(marked) == 10  # 11 lines, the DGX-B300 one left out (no preset)
+    assert {(lines[i]["release"], lines[i]["precision"]) for i in marked} == {("26.06", "MXFP8"), ("26.06.01", "MXFP8")}
+
+
 def test_a_two_value_cell_is_two_runs_of_one_layout(source, lines):
     """'FP8-CS (FP8-MX)' with '31508 (29789)': the first value under the first recipe, the
     parenthesised one under the second, the same layout."""

@@ -153,6 +153,10 @@ CASES = [
         {"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "precision": "fp8"}, hardware="a100-80gb"), "fp8"),
     ("fp8_recipe_hardware", "megatron", "llama3-8b", with_setup(lay(precision="fp8"), fp8_recipe="mxfp8"),
      "fp8_recipe=mxfp8, gpu=h100-sxm (hopper); mxfp8 needs blackwell"),
+    ("fp8_attention_hardware", "megatron-bridge", "llama3-8b", with_setup(plan_from_record(
+        {"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "precision": "fp8"}, hardware="mi300x"), fp8_attention=True),
+     "fp8_attention=true, attention_kernel=flash, gpu=mi300x (cdna3); FP8 attention needs the flash kernel on "
+     "hopper or blackwell"),
     ("trainer_precision", "nanotron", "llama3-8b", lay(precision="fp8"), "precision=fp8, nanotron trains in bf16"),
     ("trainer_setting", "torchtitan", "llama3-8b", with_setup(lay(zero=3), grad_reduce_in_bf16=True),
      "grad_reduce_in_bf16=True, torchtitan runs False"),
@@ -219,3 +223,14 @@ def test_a_legal_plan_passes_every_trainer():
 def test_unknown_trainer_suggests_the_near_miss():
     with pytest.raises(AutoplanError, match="did you mean 'megatron'"):
         render("megatorn", load_model("llama3-8b"), *lay())
+
+
+def test_fp8_attention_needs_the_fused_kernel_and_counts_for_fp8_layouts_only():
+    """TE trains FP8 attention only in cuDNN's fused kernel (no unfused FP8 path), and an fp8-only
+    setting is ignored by a bf16 layout, as the trainer ignores fp8_dot_product_attention without fp8."""
+    model = load_model("llama3-8b")
+    eager = with_setup(lay(precision="fp8"), fp8_attention=True, attention_kernel="eager")
+    ctx = RuleContext(model, load_profile("megatron-bridge"), eager[1])
+    assert "fp8_attention_hardware" in [n for n, _ in broken_rules(ctx, LayoutBatch.from_layouts([eager[0]]), 0)]
+    check("megatron-bridge", model, *with_setup(lay(precision="bf16"), fp8_attention=True))  # no refusal
+    check("megatron-bridge", model, *with_setup(lay(precision="fp8"), fp8_attention=True))  # hopper: runs
