@@ -52,8 +52,11 @@ assumption:
 * ``cpu_offloading_num_layers`` N: activation offload of N layers (``offload_layers``);
   ``recompute_num_layers`` N: full recompute of N layers per stage (block); ``recompute_modules``:
   selective recompute of those modules (``utils/overrides.py _set_recompute_overrides``).
-* Not modelled, recorded: CUDA graphs (``cuda_graph_impl``, ``cuda_graph_scope``), NCCL user
-  buffers, FP8 attention (``fp8_dot_product_attention``), the recipes' ``pp_layout`` strings (the
+* CUDA graphs (``TrainingSpec.cuda_graphs``, the host launches they replay: ``cost.host_dispatch``):
+  ``cuda_graph_impl`` '' or none -> none (the scope column then means nothing: Megatron builds no
+  graph); transformer_engine -> its ``cuda_graph_scope`` (attn, moe_router,moe_preprocess or both);
+  full_iteration, or local with the full_iteration scope -> full_iteration.
+* Not modelled, recorded: NCCL user buffers, FP8 attention (``fp8_dot_product_attention``), the recipes' ``pp_layout`` strings (the
   DeepSeek-V3 layouts above).
 
 Rows left out, with the reason: the 25.09 tables (no precision column; their parentheses mix
@@ -73,6 +76,7 @@ from autoplan.calibration.nemo_source import degree, offload_overrides
 from autoplan.calibration.validation import number_or_nan, rows_and_exclusions
 from autoplan.profiles import load_profile
 from autoplan.specs.models import load_model
+from autoplan.specs.training import CUDA_GRAPHS
 
 MEGATRON_BRIDGE_FILE = "megatron_bridge_perf_summary.csv"
 SOURCE = "megatron_bridge"
@@ -146,6 +150,19 @@ def _overrides(r: dict[str, str], layout: dict[str, Any], moe: bool) -> tuple[tu
     return changed + offload_overrides(layout)
 
 
+def cuda_graphs(r: dict[str, str]) -> str:
+    """The row's CUDA graphs as ``TrainingSpec.cuda_graphs`` spells them (module doc)."""
+    impl, scope = r["cuda_graph_impl"].strip(), r["cuda_graph_scope"].strip()
+    if impl in ("", "none"):
+        return "none"
+    if impl == "full_iteration" or scope == "full_iteration":
+        return "full_iteration"
+    if impl == "transformer_engine" and scope in CUDA_GRAPHS:
+        return scope
+    raise ValueError(f"{MEGATRON_BRIDGE_FILE}: cuda_graph_impl {impl!r} with cuda_graph_scope {scope!r} has no "
+                     f"cuda_graphs value (one of {', '.join(CUDA_GRAPHS)})")
+
+
 def _row(line: int, r: dict[str, str]) -> Row:
     hardware = _HARDWARE[r["system"]]
     layout = _layout(r)
@@ -155,6 +172,8 @@ def _row(line: int, r: dict[str, str]) -> Row:
     settings: tuple[tuple[str, Any], ...] = (("grad_reduce_in_bf16", True),)
     if layout["precision"] == "fp8":
         settings += (("fp8_param_gather", True),)
+    if cuda_graphs(r) != "none":
+        settings += (("cuda_graphs", cuda_graphs(r)),)
     cell = f"{r['model']}/{hardware}/{r['num_gpus']}gpus/{r['precision']}"
     return Row(source=SOURCE, row_id=f"{SOURCE}:{line}", model=model, hardware=hardware,
                trainer="megatron", layout=layout, tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]),

@@ -25,6 +25,7 @@ from autoplan.cost import comm
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.data_parallel import dp_comm_s
+from autoplan.cost.host_dispatch import host_exposed_s
 from autoplan.cost.offload import offload_step_s, param_fetch_s
 from autoplan.cost.optimizer_step import optimizer_step_s
 from autoplan.cost.overlap import chunked_exposed_s, overlap_fractions
@@ -50,7 +51,7 @@ from autoplan.cost.time import (
 )
 from autoplan.layout import LayoutBatch
 
-STAGE_PARTS = ("compute", "recompute", "tp", "cp", "ep", "offload")
+STAGE_PARTS = ("compute", "recompute", "tp", "cp", "ep", "offload", "host")
 
 
 @per_group  # once per distinct (tp, cp, mbs, recompute, pp, vpp, ...): not ZeRO (cost.broadcast)
@@ -83,7 +84,10 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
         tp = n * lc["tp"] * (1.0 - ov.tp)
         cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
         ep = n_moe * lc["ep"] * (1.0 - ov.ep)
-        stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload)
+        # The host's launches not hidden behind the layers' GPU work: compute and exposed collectives.
+        layer_tp = lc["tp"] * (1.0 - ov.tp)
+        host = host_exposed_s(ctx, b, n_dense, n_moe, dense_c + layer_tp, moe_c + layer_tp + lc["ep"] * (1.0 - ov.ep))
+        stage_time[name] = dict(compute=compute, recompute=recompute, tp=tp, cp=cp, ep=ep, offload=offload, host=host)
         floors.append(n * lc["tp_floor"])
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
     # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
@@ -146,7 +150,8 @@ def step_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     compute = mb["compute"] + dp["grad_accumulation"]
     micro_compute = compute + mb["recompute"]
     zero3_exposed = np.maximum(0.0, dp["per_micro"] + dp["fetch"] - e.fsdp_overlap * micro_compute)
-    t_micro = micro_compute + mb["tp"] + mb["cp"] + mb["ep"] + mb["offload"] + mb["pp"] + zero3_exposed
+    t_micro = (micro_compute + mb["tp"] + mb["cp"] + mb["ep"] + mb["offload"] + mb["pp"] + zero3_exposed
+               + mb["host"])
     tp = mb["tp"]
     sync_wait = np.zeros_like(tp)
     # The TP collectives' floor: what the micro-batch's time falls short of it is spent waiting
@@ -171,7 +176,7 @@ def step_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     offload = offload_step_s(ctx, b, dp["owned"], dp["host_bytes_per_param"], backward_last)
     return {"grad_acc": b.grad_acc, "compute": mb["compute"], "grad_accumulation": dp["grad_accumulation"],
             "recompute": mb["recompute"], "tp": mb["tp"], "tp_wait": sync_wait, "cp": mb["cp"], "ep": mb["ep"],
-            "pp": mb["pp"], "offload": mb["offload"], "zero3": zero3_exposed, "t_micro": t_micro,
+            "pp": mb["pp"], "offload": mb["offload"], "host": mb["host"], "zero3": zero3_exposed, "t_micro": t_micro,
             "bubble_per_micro": mb["bubble_per_micro"], "bubble": bubble,
             "grad_reduce": grad_reduce, "grad_reduce_total": dp["grads"], "param_gather": param_gather,
             "param_gather_total": dp["gathers"], "dp_floor": dp["per_step_floor"],
@@ -194,6 +199,7 @@ def time_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
         "time_ep_exposed_s": m_count * s["ep"],
         "time_pp_exposed_s": m_count * s["pp"],
         "time_offload_exposed_s": m_count * s["offload"],
+        "time_host_exposed_s": m_count * s["host"],
         "time_dp_exposed_s": dp_exposed + m_count * s["zero3"],
         "time_bubble_s": bubble,
         "time_optimizer_s": s["optimizer"],

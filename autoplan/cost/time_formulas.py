@@ -206,6 +206,11 @@ TIME_FORMULAS: dict[str, Formula] = {
     "offload_exposed": Formula(
         "grad_acc * offload", (GRAD_ACC, q("offload", "s", "one micro-batch's host-link traffic not hidden",
                                            "recompute.offload_exposed_s")), _parts("grad_acc", "offload")),
+    "host_exposed": Formula(
+        "grad_acc * host", (GRAD_ACC, q("host", "s", "one micro-batch's host launch time not hidden behind its GPU "
+                                        "work: per MoE layer forward max(0, H_f − G_f) across the dropless sync, "
+                                        "the rest max(0, ΣH − ΣG); H = host_launch_s × launches after CUDA graphs",
+                                        "host_dispatch.host_exposed_s")), _parts("grad_acc", "host")),
     "dp_exposed": Formula(
         "grad_reduce_total - grad_reduce_hidden + param_gather_total - param_gather_hidden + dp_floor"
         " + tied_embedding + grad_acc * zero3",

@@ -63,6 +63,7 @@ from autoplan.export.common import (
 from autoplan.export.launch import Entry, LaunchShape, TrialRun, how_to_run, launch_script
 from autoplan.export.megatron import (
     assumed_efficiency,
+    cuda_graph_impl_and_scope,
     data_words,
     overlap_args,
     overlap_warnings,
@@ -184,6 +185,9 @@ def _model(m: ModelSpec, lay: Layout, training: TrainingSpec, profile: TrainerPr
                    cpu_offloading_activations=True, cpu_offloading_weights=False)
     if lay.zero == 3:
         out.update(init_model_with_meta_device=True, gradient_accumulation_fusion=False)
+    impl, scope = cuda_graph_impl_and_scope(training)
+    if impl != "none":  # TransformerConfig.cuda_graph_impl, cuda_graph_scope (the megatron export's flags)
+        out.update(cuda_graph_impl=impl, cuda_graph_scope=scope)
     if m.moe is not None:
         dedup = profile.options.moe_token_dedup
         out.update(moe_token_dispatcher_type="flex" if dedup else "alltoall", moe_enable_deepep=dedup,

@@ -28,7 +28,7 @@ from autoplan.report.explain import explain_terms
 from autoplan.search.recipe import concat, take
 from autoplan.specs.hardware import load_gpu, make_cluster
 from autoplan.specs.model import MLASpec, ModelSpec, MoESpec
-from autoplan.specs.training import FLOPS_CONVENTIONS, TrainingSpec
+from autoplan.specs.training import CUDA_GRAPHS, FLOPS_CONVENTIONS, TrainingSpec
 from autoplan.units import GiB
 
 GPU = load_gpu("h100-sxm")  # scale-up domain 8, FP8 capable
@@ -65,14 +65,15 @@ def setup(gpus: int, seq_len: int, gbs_seqs: int, domain: int | None = None) -> 
 
 def table_of(ctx: CostContext, layouts: list[DrawnLayout]) -> CostTable:
     """The layouts evaluated in order; those sharing a setup (gpus, seq_len) as one batch (the
-    context's flops_convention kept)."""
+    context's flops_convention and cuda_graphs kept)."""
     groups: dict[tuple[int, int], list[int]] = {}
     for i, lay in enumerate(layouts):
         groups.setdefault((lay.gpus, lay.seq_len), []).append(i)
     parts, order = [], []
     for (gpus, seq_len), index in groups.items():
         training = dataclasses.replace(setup(gpus, seq_len, layouts[index[0]].gbs_seqs, ctx.cluster.scale_up_domain_size),
-                                       flops_convention=ctx.training.flops_convention)
+                                       flops_convention=ctx.training.flops_convention,
+                                       cuda_graphs=ctx.training.cuda_graphs)
         parts.append(evaluate(dataclasses.replace(ctx, training=training),
                               LayoutBatch.from_layouts([layouts[i] for i in index])))
         order += index
@@ -615,3 +616,26 @@ def test_more_overlap_never_slows_a_step(case, name, a, b):
         c = dataclasses.replace(ctx, parameters=ctx.parameters.with_values({name: value}))
         steps.append(table_of(c, lays)["step_time_s"])
     assert np.all(steps[1] <= steps[0] * (1 + 1e-12)), (name, low, high, steps)
+
+
+# Each CUDA-graph setting with the scopes it captures (cost.host_dispatch.GRAPHED_SCOPES): a setting
+# that captures more is never slower.
+GRAPH_ORDER = [("none", "attn"), ("none", "moe_router,moe_preprocess"), ("attn", "attn,moe_router,moe_preprocess"),
+               ("moe_router,moe_preprocess", "attn,moe_router,moe_preprocess"),
+               ("attn,moe_router,moe_preprocess", "full_iteration")]
+
+
+@FAST
+@given(model_and_layouts(max_size=8, trainer="megatron-bridge"), st.sampled_from(GRAPH_ORDER),
+       st.floats(1e-6, 1e-4))
+def test_cuda_graphs_never_slow_a_step(case, pair, launch_s):
+    """Capturing more of the step in CUDA graphs never lengthens it, at any per-launch host cost:
+    a graph replaces its scope's launches by one and removes no GPU work but the eager MoE fixed
+    time (issue 44)."""
+    model, trainer, lays = case
+    ctx = make_ctx(model, trainer)
+    ctx = dataclasses.replace(ctx, parameters=ctx.parameters.with_values({"host_launch_s": launch_s}))
+    steps = [table_of(dataclasses.replace(ctx, training=dataclasses.replace(ctx.training, cuda_graphs=g)),
+                      lays)["step_time_s"] for g in pair]
+    assert set(pair) <= set(CUDA_GRAPHS)
+    assert np.all(steps[1] <= steps[0] * (1 + 1e-12)), (pair, steps)
