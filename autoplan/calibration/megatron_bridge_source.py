@@ -138,16 +138,22 @@ def _layout(r: dict[str, str]) -> dict[str, Any]:
 
 def _overrides(r: dict[str, str], layout: dict[str, Any], moe: bool) -> tuple[tuple[str, Any], ...]:
     """The trainer options the recipe sets (TP communication overlap where tp > 1; for MoE models
-    the dispatcher and the all-to-all overlap), and the profile fact that lets a recipe's activation
-    offload through (``nemo_source.offload_overrides``)."""
-    profile_options = options = load_profile("megatron").options
+    the dispatcher and the all-to-all overlap), the profile fact that lets a recipe's activation
+    offload through (``nemo_source.offload_overrides``), and the CUDA-graph scopes of the
+    megatron-core the release ran (>= 0.16: moe_router, moe_preprocess) that the megatron profile's
+    pinned core_v0.15.3 does not list."""
+    profile = load_profile("megatron")
+    graphs = cuda_graphs(r)
+    allowed = (() if profile.capabilities.allows_setting("cuda_graphs", graphs)
+               else (("allow_setting", ("cuda_graphs", graphs)),))
+    profile_options = options = profile.options
     if moe:
         options = replace(options, moe_token_dedup=r["moe_flex_dispatcher_backend"] in _FLEX_BACKENDS,
                           moe_a2a_overlap=r["moe_a2a_overlap"] == "True")
     if layout["tp"] > 1:
         options = replace(options, tp_comm_overlap=True)
     changed = (("options", options),) if options != profile_options else ()
-    return changed + offload_overrides(layout)
+    return changed + offload_overrides(layout) + allowed
 
 
 def cuda_graphs(r: dict[str, str]) -> str:
