@@ -344,6 +344,8 @@ def gpu_to_mapping(gpu: GPUSpec) -> dict[str, Any]:
         data["fp8_block_scaled_mma"] = True
     if gpu.power_limited_clock_fraction != 1.0:
         data["power_limited_clock_fraction"] = gpu.power_limited_clock_fraction
+    if gpu.host_launch_slowdown != 1.0:
+        data["host_launch_slowdown"] = gpu.host_launch_slowdown
     return data
 
 

@@ -447,7 +447,10 @@ def test_shrinking_the_scale_up_domain_is_never_faster(data):
     tp = np.array([lay.tp for lay in lays])
     hidden_more = np.where(tp > 1, np.maximum(0.0, fast["time_dp_exposed_s"] - slow["time_dp_exposed_s"]), 0.0)
     assert np.all(slow["step_time_s"] + hidden_more >= fast["step_time_s"] * (1 - 1e-12)), (small, large, lays)
-    others = [k for k in slow.columns if k.startswith("time_") and k.endswith("_exposed_s") and k != "time_dp_exposed_s"]
+    # The host's launch time is no communication: slower collectives on the GPU's queue hide more of it
+    # (cost.host_dispatch), so it may shrink on a smaller domain while the step does not.
+    others = [k for k in slow.columns if k.startswith("time_") and k.endswith("_exposed_s")
+              and k not in ("time_dp_exposed_s", "time_host_exposed_s")]
     for name in others:  # every other communication term: never faster on a smaller domain
         assert np.all(slow[name] >= fast[name] * (1 - 1e-12) - 1e-15), (name, small, large, lays)
 
