@@ -25,7 +25,7 @@ from autoplan.cost import comm
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.data_parallel import dp_comm_s
-from autoplan.cost.host_dispatch import host_exposed_s
+from autoplan.cost.host_dispatch import BACKWARD_LAUNCH_FACTOR, host_exposed_s
 from autoplan.cost.offload import offload_step_s, param_fetch_s
 from autoplan.cost.optimizer_step import optimizer_step_s
 from autoplan.cost.overlap import chunked_exposed_s, overlap_fractions
@@ -56,8 +56,9 @@ STAGE_PARTS = ("compute", "recompute", "tp", "cp", "ep", "offload", "host")
 
 @per_group  # once per distinct (tp, cp, mbs, recompute, pp, vpp, ...): not ZeRO (cost.broadcast)
 def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
-    """Seconds of one micro-batch on the stage with the most work (compute + recompute; choosing
-    by work keeps compute + recompute monotone in the recompute mode), by part (STAGE_PARTS),
+    """Seconds of one micro-batch on the stage with the most work (compute + recompute + exposed
+    host launch time, ``pacing_stage``: 0 first, 1 middle, 2 last; choosing by work keeps it
+    monotone in the recompute mode), by part (STAGE_PARTS),
     before gradient accumulation; ``pp``: its pipeline sends; ``tp_floor``: the highest stage's
     floor on its TP collectives (``collective_overhead_s``, ``pp_cross_tp_sync_s``); what the
     schedule makes of it (``bubble_per_micro``, ``chunks``, ``grad_overlap``) and the TP
@@ -91,8 +92,11 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
         floors.append(n * lc["tp_floor"])
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
     # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
-    work = {k: stage_time[k]["compute"] + stage_time[k]["recompute"] for k in stage_time}
+    # The host's exposed launch time counts as the stage's work: it does not fall with recompute,
+    # so the pick stays monotone in the recompute mode.
+    work = {k: stage_time[k]["compute"] + stage_time[k]["recompute"] + stage_time[k]["host"] for k in stage_time}
     pick = heaviest_stage(work["first"], work["middle"], work["last"])
+    parts_pick = pick.astype(float)
     parts = {k: choose_stage(pick, stage_time["first"][k], stage_time["middle"][k], stage_time["last"][k])
              for k in STAGE_PARTS}
     h_div = np.where(b.sp > 0, b.tp, 1.0)
@@ -112,6 +116,7 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     parts["grad_overlap"] = np.where((b.pp > 1) & (not p.pp_overlaps_grad_reduce), 0.0, ov.grad_reduce)
     parts["chunks"] = np.where(is_schedule(schedule, "interleaved") & (b.pp > 1), b.vpp, 1.0)
     parts["tp_passes"], parts["tp_inside_domain"] = lc["tp_passes"], lc["tp_inside_domain"]
+    parts["pacing_stage"] = parts_pick
     return parts
 
 
@@ -164,10 +169,13 @@ def step_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     # Gradient reduction hides behind the last micro-batch's backward; the parameter all-gather
     # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step; the
     # tied embedding's gradient all-reduce (cost.tied_embedding) runs after both, exposed.
+    # The windows are wall time: they hold the host-bound gaps too (the exposed launch time, shared
+    # as the launches are: BACKWARD_LAUNCH_FACTOR in the backward to 1 in the forward).
+    host_backward = mb["host"] * (BACKWARD_LAUNCH_FACTOR / (1.0 + BACKWARD_LAUNCH_FACTOR))
     backward_last = micro_compute * (BACKWARD_MATMUL_FACTOR / (1.0 + BACKWARD_MATMUL_FACTOR))
-    backward_window = backward_last + backward_scale_up_comm_s(b, tp, mb["tp_passes"],
-                                                               mb["tp_inside_domain"], dp["inside_domain"])
-    forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR)
+    backward_window = backward_last + host_backward + backward_scale_up_comm_s(
+        b, tp, mb["tp_passes"], mb["tp_inside_domain"], dp["inside_domain"])
+    forward_first = micro_compute / (1.0 + BACKWARD_MATMUL_FACTOR) + (mb["host"] - host_backward)
     chunks = mb["chunks"]
     grad_reduce = chunked_exposed_s(dp["grads"], backward_window, chunks, b.pp, mb["grad_overlap"])
     param_gather = chunked_exposed_s(dp["gathers"], forward_first, chunks, b.pp, ov.param_gather)

@@ -19,8 +19,8 @@ from autoplan.cost.recompute import full_recompute_share
 from autoplan.cost.schedule import chunks_per_rank, hides_pipeline_and_expert_comm, resolved_schedule
 from autoplan.cost.shared_terms import layout_stage_params, stage_layer_counts
 from autoplan.cost.stage_memory import memory_table
-from autoplan.cost.stages import choose_stage, heaviest_stage
-from autoplan.cost.step_time import step_parts_s, time_table
+from autoplan.cost.stages import choose_stage
+from autoplan.cost.step_time import micro_batch_parts_s, step_parts_s, time_table
 from autoplan.cost.time import (
     BF16_BYTES,
     TP_COLLECTIVES_PER_PASS,
@@ -44,13 +44,10 @@ def pacing_stage(ctx: CostContext, b: LayoutBatch) -> Values:
     for name in STAGES:
         n, n_dense = layers[name], layers[f"{name}_dense"]
         extra = head if name == "last" else np.zeros(len(b))
-        full = full_recompute_share(b, n)
-        work = (n_dense * dense_c + (n - n_dense) * moe_c + extra + n_dense * (full * re["dense_full"] + re["dense_selective"])
-                + (n - n_dense) * (full * re["moe_full"] + re["moe_selective"]))
-        per_stage[name] = {"layers": n, "n_dense": n_dense, "n_moe": n - n_dense, "t_head": extra, "full_share": full,
-                           "work": work}
-    pick = heaviest_stage(*(per_stage[s]["work"] for s in STAGES))
-    out = {k: choose_stage(pick, *(per_stage[s][k] for s in STAGES)) for k in per_stage["first"] if k != "work"}
+        per_stage[name] = {"layers": n, "n_dense": n_dense, "n_moe": n - n_dense, "t_head": extra,
+                           "full_share": full_recompute_share(b, n)}
+    pick = micro_batch_parts_s(ctx, b)["pacing_stage"]  # the stage micro_batch_parts_s paces by
+    out = {k: choose_stage(pick, *(per_stage[s][k] for s in STAGES)) for k in per_stage["first"]}
     out.update(t_layer_dense=dense_c, t_layer_moe=moe_c, t_attention=fwd["attention"] + fwd["attention_backward"],
                t_refwd_dense=re["dense_full"], t_refwd_moe=re["moe_full"], t_selective_dense=re["dense_selective"],
                t_selective_moe=re["moe_selective"])
