@@ -54,7 +54,7 @@ WRITTEN = {
     ("megatron-bridge", "grad_reduce_in_bf16", True): "mixed_precision.grad_reduce_in_fp32=false",
     ("megatron-bridge", "cuda_graphs", "attn"): "model.cuda_graph_impl=transformer_engine 'model.cuda_graph_scope=[attn]'",
     ("megatron-bridge", "cuda_graphs", "full_iteration"):
-        "model.cuda_graph_impl=local 'model.cuda_graph_scope=[full_iteration]'",
+        "model.cuda_graph_impl=local 'model.cuda_graph_scope=[full_iteration]' model.use_te_rng_tracker=true",
     ("megatron-bridge", "cuda_graphs", "moe_router,moe_preprocess"):
         "model.cuda_graph_impl=transformer_engine 'model.cuda_graph_scope=[moe_router,moe_preprocess]'",
     ("megatron-bridge", "cuda_graphs", "attn,moe_router,moe_preprocess"):
