@@ -56,9 +56,9 @@ STAGE_PARTS = ("compute", "recompute", "tp", "cp", "ep", "offload", "host")
 
 @per_group  # once per distinct (tp, cp, mbs, recompute, pp, vpp, ...): not ZeRO (cost.broadcast)
 def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
-    """Seconds of one micro-batch on the stage with the most work (compute + recompute + exposed
-    host launch time, ``pacing_stage``: 0 first, 1 middle, 2 last; choosing by work keeps it
-    monotone in the recompute mode), by part (STAGE_PARTS),
+    """Seconds of one micro-batch on the stage that takes the longest (the sum of its STAGE_PARTS:
+    compute, recompute, exposed TP/CP/EP, offload and host launch time; ``pacing_stage``: 0 first,
+    1 middle, 2 last), by part (STAGE_PARTS),
     before gradient accumulation; ``pp``: its pipeline sends; ``tp_floor``: the highest stage's
     floor on its TP collectives (``collective_overhead_s``, ``pp_cross_tp_sync_s``); what the
     schedule makes of it (``bubble_per_micro``, ``chunks``, ``grad_overlap``) and the TP
@@ -92,9 +92,10 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
         floors.append(n * lc["tp_floor"])
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
     # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
-    # The host's exposed launch time counts as the stage's work: it does not fall with recompute,
-    # so the pick stays monotone in the recompute mode.
-    work = {k: stage_time[k]["compute"] + stage_time[k]["recompute"] + stage_time[k]["host"] for k in stage_time}
+    # The pipeline runs at the pace of its slowest stage (SC'21 Sec. 2.2): the stage whose micro-batch
+    # takes the longest, every part counted. Each part is monotone in recompute, overlap, the links and
+    # the CUDA graphs, so the pick's time is too; a host-bound stage paces even with less GPU work.
+    work = {k: sum(stage_time[k][part] for part in STAGE_PARTS) for k in stage_time}
     pick = heaviest_stage(work["first"], work["middle"], work["last"])
     parts_pick = pick.astype(float)
     parts = {k: choose_stage(pick, stage_time["first"][k], stage_time["middle"][k], stage_time["last"][k])

@@ -1,7 +1,7 @@
 """The formulas of the time terms (``cost.formula``): each an expression over intermediates that
 ``cost.step_time.step_parts_s`` and the per-layer functions of ``cost.time`` compute, so that the
-expression evaluated on them is the column ``time_<term>_s``. The pacing stage is the one with
-the most compute + recompute (``step_time.micro_batch_parts_s``).
+expression evaluated on them is the column ``time_<term>_s``. The pacing stage is the one whose
+micro-batch takes the longest, every part counted (``step_time.micro_batch_parts_s``).
 """
 
 from __future__ import annotations
