@@ -54,8 +54,12 @@ assumption:
 * ``cpu_offloading_num_layers`` N: activation offload of N layers (``offload_layers``);
   ``recompute_num_layers`` N: full recompute of N layers per stage (block); ``recompute_modules``:
   selective recompute of those modules (``utils/overrides.py _set_recompute_overrides``).
-* Not modelled, recorded: CUDA graphs (``cuda_graph_impl``, ``cuda_graph_scope``), NCCL user
-  buffers, the recipes' ``pp_layout`` strings (the DeepSeek-V3 layouts above).
+* CUDA graphs (``TrainingSpec.cuda_graphs``, the host launches they replay: ``cost.host_dispatch``):
+  ``cuda_graph_impl`` '' or none -> none (the scope column then means nothing: Megatron builds no
+  graph); transformer_engine -> its ``cuda_graph_scope`` (attn, moe_router,moe_preprocess or both);
+  full_iteration, or local with the full_iteration scope -> full_iteration.
+* Not modelled, recorded: NCCL user buffers, the recipes' ``pp_layout`` strings (the
+  DeepSeek-V3 layouts above).
 
 Rows left out, with the reason: the 25.09 tables (no precision column; their parentheses mix
 quantization granularities with other layouts), 26.08 (its workload configs moved into the library
@@ -74,6 +78,7 @@ from autoplan.calibration.nemo_source import degree, offload_overrides
 from autoplan.calibration.validation import number_or_nan, rows_and_exclusions
 from autoplan.profiles import load_profile
 from autoplan.specs.models import load_model
+from autoplan.specs.training import CUDA_GRAPHS
 
 MEGATRON_BRIDGE_FILE = "megatron_bridge_perf_summary.csv"
 SOURCE = "megatron_bridge"
@@ -140,10 +145,16 @@ def _fp8_attention(r: dict[str, str], layout: dict[str, Any]) -> bool:
 
 def _overrides(r: dict[str, str], layout: dict[str, Any], moe: bool) -> tuple[tuple[str, Any], ...]:
     """The trainer options the recipe sets (TP communication overlap where tp > 1; for MoE models
-    the dispatcher and the all-to-all overlap), and the profile facts that let a recipe's activation
-    offload (``nemo_source.offload_overrides``) and FP8 attention through: Bridge sets
-    ``fp8_dot_product_attention``, which Megatron-LM's own flags cannot (profiles/megatron.yaml)."""
-    profile_options = options = load_profile("megatron").options
+    the dispatcher and the all-to-all overlap), the profile fact that lets a recipe's activation
+    offload through (``nemo_source.offload_overrides``), FP8 attention (Bridge sets
+    ``fp8_dot_product_attention``, which Megatron-LM's own flags cannot: profiles/megatron.yaml), and
+    the CUDA-graph scopes of the megatron-core the release ran (>= 0.16: moe_router, moe_preprocess)
+    that the megatron profile's pinned core_v0.15.3 does not list."""
+    profile = load_profile("megatron")
+    graphs = cuda_graphs(r)
+    allowed = (() if profile.capabilities.allows_setting("cuda_graphs", graphs)
+               else (("allow_setting", ("cuda_graphs", graphs)),))
+    profile_options = options = profile.options
     if moe:
         options = replace(options, moe_token_dedup=r["moe_flex_dispatcher_backend"] in _FLEX_BACKENDS,
                           moe_a2a_overlap=r["moe_a2a_overlap"] == "True")
@@ -151,7 +162,20 @@ def _overrides(r: dict[str, str], layout: dict[str, Any], moe: bool) -> tuple[tu
         options = replace(options, tp_comm_overlap=True)
     changed = (("options", options),) if options != profile_options else ()
     fp8_attention = (("allow_setting", ("fp8_attention", True)),) if _fp8_attention(r, layout) else ()
-    return changed + offload_overrides(layout) + fp8_attention
+    return changed + offload_overrides(layout) + fp8_attention + allowed
+
+
+def cuda_graphs(r: dict[str, str]) -> str:
+    """The row's CUDA graphs as ``TrainingSpec.cuda_graphs`` spells them (module doc)."""
+    impl, scope = r["cuda_graph_impl"].strip(), r["cuda_graph_scope"].strip()
+    if impl in ("", "none"):
+        return "none"
+    if impl == "full_iteration" or scope == "full_iteration":
+        return "full_iteration"
+    if impl == "transformer_engine" and scope in CUDA_GRAPHS:
+        return scope
+    raise ValueError(f"{MEGATRON_BRIDGE_FILE}: cuda_graph_impl {impl!r} with cuda_graph_scope {scope!r} has no "
+                     f"cuda_graphs value (one of {', '.join(CUDA_GRAPHS)})")
 
 
 def _row(line: int, r: dict[str, str]) -> Row:
@@ -163,6 +187,8 @@ def _row(line: int, r: dict[str, str]) -> Row:
     settings: tuple[tuple[str, Any], ...] = (("grad_reduce_in_bf16", True),)
     if layout["precision"] == "fp8":
         settings += (("fp8_param_gather", True),) + ((("fp8_attention", True),) if _fp8_attention(r, layout) else ())
+    if cuda_graphs(r) != "none":
+        settings += (("cuda_graphs", cuda_graphs(r)),)
     cell = f"{r['model']}/{hardware}/{r['num_gpus']}gpus/{r['precision']}"
     return Row(source=SOURCE, row_id=f"{SOURCE}:{line}", model=model, hardware=hardware,
                trainer="megatron", layout=layout, tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]),

@@ -100,5 +100,9 @@ def expert_weight_floor_s(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
 
 def fixed_s(ctx: CostContext, passes: np.ndarray) -> np.ndarray:
     """Fixed seconds of one MoE layer per micro-batch: moe_layer_fixed_s (forward + backward),
-    a third more per recomputed forward (``passes`` − 2: the forward is a third of the kernels)."""
+    a third more per recomputed forward (``passes`` − 2: the forward is a third of the kernels);
+    0 under a full-iteration CUDA graph, which replays the small kernels with no host launches
+    and no host sync (``cost.host_dispatch``; their GPU time, µs each, is not counted)."""
+    if ctx.training.cuda_graphs == "full_iteration":
+        return np.zeros_like(np.asarray(passes, dtype=float))
     return ctx.efficiency.moe_layer_fixed_s * (1.0 + (passes - 2.0) / 3.0)

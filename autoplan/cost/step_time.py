@@ -26,6 +26,7 @@ from autoplan.cost.arrays import stacked
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.data_parallel import dp_comm_s
+from autoplan.cost.host_dispatch import BACKWARD_LAUNCH_FACTOR, host_exposed_s
 from autoplan.cost.offload import offload_step_s, param_fetch_s
 from autoplan.cost.optimizer_step import optimizer_step_s
 from autoplan.cost.overlap import beside_cp_window_s, chunked_exposed_s, overlap_fractions
@@ -51,14 +52,15 @@ from autoplan.cost.time import (
 )
 from autoplan.layout import LayoutBatch
 
-STAGE_PARTS = ("compute", "recompute", "tp", "cp", "cp_hidden", "ep", "offload")
+STAGE_PARTS = ("compute", "recompute", "tp", "cp", "cp_hidden", "ep", "offload", "host")
 LAST_STAGE = np.array([[False], [False], [True]])  # the (first, middle, last) axis: the last stage
 
 
 @per_group  # once per distinct (tp, cp, mbs, recompute, pp, vpp, ...): not ZeRO (cost.broadcast)
 def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
-    """Seconds of one micro-batch on the stage with the most work (compute + recompute; choosing
-    by work keeps compute + recompute monotone in the recompute mode), by part (STAGE_PARTS),
+    """Seconds of one micro-batch on the stage that takes the longest (the sum of its STAGE_PARTS:
+    compute, recompute, exposed TP/CP/EP, offload and host launch time; ``pacing_stage``: 0 first,
+    1 middle, 2 last), by part (STAGE_PARTS),
     before gradient accumulation; ``pp``: its pipeline sends; ``tp_floor``: the highest stage's
     floor on its TP collectives (``collective_overhead_s``, ``pp_cross_tp_sync_s``); what the
     schedule makes of it (``bubble_per_micro``, ``chunks``, ``grad_overlap``) and the TP
@@ -88,10 +90,19 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     forward = wall / (1.0 + BACKWARD_MATMUL_FACTOR)
     offload = (offload_exposed_s(ctx, b, _layer_bytes(ctx, b, n, n_dense), n, forward, wall - forward)
                if b.offload_layers.any() else np.zeros_like(compute))  # 0 without offload, faster
-    stage_time = stacked(compute, recompute, tp, cp, n * lc["cp"] - cp, ep, offload).swapaxes(0, 1)  # (3, part, layouts)
+    # The host's launches not hidden behind the layers' GPU work: compute and exposed collectives
+    # (the CP ring's exposed wait too: the host launches on while the GPU waits on the ring, so a
+    # slower attention that hides more of the ring never shortens a host-bound step).
+    layer_comm = lc["tp"] * (1.0 - ov.tp) + np.maximum(0.0, lc["cp"] - e.cp_overlap * (fwd["attention"] + fwd["attention_backward"]))
+    host = host_exposed_s(ctx, b, n_dense, n_moe, dense_c + layer_comm, moe_c + layer_comm + lc["ep"] * (1.0 - ov.ep))
+    cp_hidden = n * lc["cp"] - cp  # the ring's hidden time: not the stage's time
+    stage_time = stacked(compute, recompute, tp, cp, cp_hidden, ep, offload, host).swapaxes(0, 1)  # (3, part, layouts)
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
     # than an end under the embed-loss split, more MoE layers than a dense-first first stage.
-    pick = heaviest_stage(*(compute + recompute))
+    # The pipeline runs at the pace of its slowest stage (SC'21 Sec. 2.2): the stage whose micro-batch
+    # takes the longest, every part counted. Each part is monotone in recompute, overlap, the links and
+    # the CUDA graphs, so the pick's time is too; a host-bound stage paces even with less GPU work.
+    pick = heaviest_stage(*(compute + recompute + tp + cp + ep + offload + host))
     parts = dict(zip(STAGE_PARTS, choose_stage(pick, *stage_time)))
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pp_schedule)
@@ -111,6 +122,7 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     parts["chunks"] = np.where(is_schedule(schedule, "interleaved") & (b.pp > 1), b.vpp, 1.0)
     parts["tp_passes"], parts["tp_inside_domain"] = lc["tp_passes"], lc["tp_inside_domain"]
     parts["cp_inside_domain"] = lc["cp_inside_domain"]
+    parts["pacing_stage"] = pick.astype(float)
     return parts
 
 
@@ -153,8 +165,11 @@ def step_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     shares = (b.cp > 1) & (mb["cp_inside_domain"] == dp["inside_domain"])
     dp_window = beside_cp_window_s(micro_compute, mb["cp_hidden"], mb["cp"], shares)
     host_window = beside_cp_window_s(micro_compute, 0.0, mb["cp"], False)
-    zero3_exposed = np.maximum(0.0, dp["per_micro"] + dp["fetch"] - e.fsdp_overlap * dp_window)
-    t_micro = micro_compute + mb["tp"] + mb["cp"] + mb["ep"] + mb["offload"] + mb["pp"] + zero3_exposed
+    # ZeRO-3's gathers run on their own stream in wall time, host-bound gaps included (as the
+    # reduction's windows below): a host-bound micro-batch hides as much whatever its GPU share.
+    zero3_exposed = np.maximum(0.0, dp["per_micro"] + dp["fetch"] - e.fsdp_overlap * (dp_window + mb["host"]))
+    t_micro = (micro_compute + mb["tp"] + mb["cp"] + mb["ep"] + mb["offload"] + mb["pp"] + zero3_exposed
+               + mb["host"])
     tp = mb["tp"]
     sync_wait = np.zeros_like(tp)
     # The TP collectives' floor: what the micro-batch's time falls short of it is spent waiting
@@ -167,10 +182,13 @@ def step_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     # Gradient reduction hides behind the last micro-batch's backward; the parameter all-gather
     # (ZeRO-1/2, Megatron --overlap-param-gather) behind the first forward of the next step; the
     # tied embedding's gradient all-reduce (cost.tied_embedding) runs after both, exposed.
+    # The windows are wall time: they hold the host-bound gaps too (the exposed launch time, shared
+    # as the launches are: BACKWARD_LAUNCH_FACTOR in the backward to 1 in the forward).
+    host_backward = mb["host"] * (BACKWARD_LAUNCH_FACTOR / (1.0 + BACKWARD_LAUNCH_FACTOR))
     backward_share = BACKWARD_MATMUL_FACTOR / (1.0 + BACKWARD_MATMUL_FACTOR)
-    backward_window = dp_window * backward_share + backward_scale_up_comm_s(b, tp, mb["tp_passes"],
-                                                                            mb["tp_inside_domain"], dp["inside_domain"])
-    forward_first = dp_window / (1.0 + BACKWARD_MATMUL_FACTOR)
+    backward_window = dp_window * backward_share + host_backward + backward_scale_up_comm_s(
+        b, tp, mb["tp_passes"], mb["tp_inside_domain"], dp["inside_domain"])
+    forward_first = dp_window / (1.0 + BACKWARD_MATMUL_FACTOR) + (mb["host"] - host_backward)
     chunks = mb["chunks"]
     grad_reduce = chunked_exposed_s(dp["grads"], backward_window, chunks, b.pp, mb["grad_overlap"])
     param_gather = chunked_exposed_s(dp["gathers"], forward_first, chunks, b.pp, ov.param_gather)
@@ -179,7 +197,7 @@ def step_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     offload = offload_step_s(ctx, b, dp["owned"], dp["host_bytes_per_param"], host_window * backward_share)
     return {"grad_acc": b.grad_acc, "compute": mb["compute"], "grad_accumulation": dp["grad_accumulation"],
             "recompute": mb["recompute"], "tp": mb["tp"], "tp_wait": sync_wait, "cp": mb["cp"], "ep": mb["ep"],
-            "pp": mb["pp"], "offload": mb["offload"], "zero3": zero3_exposed, "t_micro": t_micro,
+            "pp": mb["pp"], "offload": mb["offload"], "host": mb["host"], "zero3": zero3_exposed, "t_micro": t_micro,
             "bubble_per_micro": mb["bubble_per_micro"], "bubble": bubble,
             "grad_reduce": grad_reduce, "grad_reduce_total": dp["grads"], "param_gather": param_gather,
             "param_gather_total": dp["gathers"], "dp_floor": dp["per_step_floor"],
@@ -202,6 +220,7 @@ def time_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
         "time_ep_exposed_s": m_count * s["ep"],
         "time_pp_exposed_s": m_count * s["pp"],
         "time_offload_exposed_s": m_count * s["offload"],
+        "time_host_exposed_s": m_count * s["host"],
         "time_dp_exposed_s": dp_exposed + m_count * s["zero3"],
         "time_bubble_s": bubble,
         "time_optimizer_s": s["optimizer"],

@@ -74,6 +74,8 @@ CONSTANTS: dict[str, Constant] = {c.name: c for c in (
     Constant("NEWTON_SCHULZ_ITERATIONS", "optimizer", "Muon's Newton–Schulz steps per update (Jordan et al. 2024)"),
     Constant("HOST_LINK_EFFICIENCY", "host_link",
              "payload share of the host link's rate per direction (measured: pinned copies, H200)"),
+    Constant("BACKWARD_LAUNCH_FACTOR", "host_dispatch",
+             "kernel launches of a layer's backward over its forward's (data and weight gradients)"),
     Constant("HOST_MEMORY_EFFICIENCY", "offload",
              "share of host DRAM bandwidth a streaming CPU kernel reaches (STREAM triad)"),
 )}
@@ -110,6 +112,13 @@ TIME_TERMS_DEFINED = [
           "Megatron-Core cpu_offloading_num_layers; transformer_engine/pytorch/cpu_offload.py "
           "(AsyncDoubleBufferGroupOffloadHandler: one layer in transfer while the next computes)",
           ("host_bytes_per_s", "HOST_LINK_EFFICIENCY", "BACKWARD_MATMUL_FACTOR")),
+    _time("host_exposed", "host (CPU) kernel-launch time not hidden behind the GPU's work",
+          TIME_FORMULAS["host_exposed"].general(),
+          "PyTorch CUDA semantics (asynchronous execution: the host runs ahead until a sync); Megatron-Core "
+          "token_dispatcher.py MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize (the dropless host sync per "
+          "MoE layer); Transformer Engine make_graphed_callables, Megatron-Core transformer/cuda_graphs.py and "
+          "full_cuda_graph.py (--cuda-graph-impl, --cuda-graph-scope); autoplan/cost/host_dispatch.py",
+          ("host_launch_s", "host_launch_slowdown", "cuda_graphs", "moe_capacity_factor", "BACKWARD_LAUNCH_FACTOR")),
     _time("tp_exposed", "tensor-parallel communication not hidden by compute",
           TIME_FORMULAS["tp_exposed"].general(),
           f"{KORTHIKANTI} Sec. 4.2.2 (sequence parallelism: 2 all-gathers + 2 reduce-scatters per layer "

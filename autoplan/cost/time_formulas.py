@@ -1,7 +1,7 @@
 """The formulas of the time terms (``cost.formula``): each an expression over intermediates that
 ``cost.step_time.step_parts_s`` and the per-layer functions of ``cost.time`` compute, so that the
-expression evaluated on them is the column ``time_<term>_s``. The pacing stage is the one with
-the most compute + recompute (``step_time.micro_batch_parts_s``).
+expression evaluated on them is the column ``time_<term>_s``. The pacing stage is the one whose
+micro-batch takes the longest, every part counted (``step_time.micro_batch_parts_s``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from autoplan.cost.recompute import full_recompute_share
 from autoplan.cost.schedule import chunks_per_rank, hides_pipeline_and_expert_comm, resolved_schedule
 from autoplan.cost.shared_terms import layout_stage_params, stage_layer_counts
 from autoplan.cost.stage_memory import memory_table
-from autoplan.cost.stages import choose_stage, heaviest_stage
-from autoplan.cost.step_time import step_parts_s, time_table
+from autoplan.cost.stages import choose_stage
+from autoplan.cost.step_time import micro_batch_parts_s, step_parts_s, time_table
 from autoplan.cost.time import (
     BF16_BYTES,
     TP_COLLECTIVES_PER_PASS,
@@ -44,13 +44,10 @@ def pacing_stage(ctx: CostContext, b: LayoutBatch) -> Values:
     for name in STAGES:
         n, n_dense = layers[name], layers[f"{name}_dense"]
         extra = head if name == "last" else np.zeros(len(b))
-        full = full_recompute_share(b, n)
-        work = (n_dense * dense_c + (n - n_dense) * moe_c + extra + n_dense * (full * re["dense_full"] + re["dense_selective"])
-                + (n - n_dense) * (full * re["moe_full"] + re["moe_selective"]))
-        per_stage[name] = {"layers": n, "n_dense": n_dense, "n_moe": n - n_dense, "t_head": extra, "full_share": full,
-                           "work": work}
-    pick = heaviest_stage(*(per_stage[s]["work"] for s in STAGES))
-    out = {k: choose_stage(pick, *(per_stage[s][k] for s in STAGES)) for k in per_stage["first"] if k != "work"}
+        per_stage[name] = {"layers": n, "n_dense": n_dense, "n_moe": n - n_dense, "t_head": extra,
+                           "full_share": full_recompute_share(b, n)}
+    pick = micro_batch_parts_s(ctx, b)["pacing_stage"]  # the stage micro_batch_parts_s paces by
+    out = {k: choose_stage(pick, *(per_stage[s][k] for s in STAGES)) for k in per_stage["first"]}
     out.update(t_layer_dense=dense_c, t_layer_moe=moe_c, t_attention=fwd["attention"] + fwd["attention_backward"],
                t_refwd_dense=re["dense_full"], t_refwd_moe=re["moe_full"], t_selective_dense=re["dense_selective"],
                t_selective_moe=re["moe_selective"])
@@ -206,6 +203,11 @@ TIME_FORMULAS: dict[str, Formula] = {
     "offload_exposed": Formula(
         "grad_acc * offload", (GRAD_ACC, q("offload", "s", "one micro-batch's host-link traffic not hidden",
                                            "recompute.offload_exposed_s")), _parts("grad_acc", "offload")),
+    "host_exposed": Formula(
+        "grad_acc * host", (GRAD_ACC, q("host", "s", "one micro-batch's host launch time not hidden behind its GPU "
+                                        "work: per MoE layer forward max(0, H_f − G_f) across the dropless sync, "
+                                        "the rest max(0, ΣH − ΣG); H = host_launch_s × launches after CUDA graphs",
+                                        "host_dispatch.host_exposed_s")), _parts("grad_acc", "host")),
     "dp_exposed": Formula(
         "grad_reduce_total - grad_reduce_hidden + param_gather_total - param_gather_hidden + dp_floor"
         " + tied_embedding + grad_acc * zero3",

@@ -97,7 +97,8 @@ def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: Lau
                 + launch.no_checkpoint_warning("Megatron-LM"))
     args = (parallel_args(layout) + overlap_args(layout, efficiency, profile) + batch_args(layout, training)
             + recompute_args(layout) + optimizer_args(layout, training)
-            + precision_args(layout, training) + model_args(model, layout, training) + vocab_args(model, layout, launch)
+            + precision_args(layout, training) + cuda_graph_args(training) + model_args(model, layout, training)
+            + vocab_args(model, layout, launch)
             + data_args(launch) + schedule_args(launch) + megatron_checkpoint_args(launch))
     commands = [how_to_run(LAUNCH_FILE, launch.launcher, nodes, "MEGATRON_LM=/path/to/Megatron-LM")]
     version = f"{TRAINER} {profile.capabilities.version} (pretrain_gpt.py)"
@@ -227,6 +228,27 @@ def precision_args(lay: Layout, training: TrainingSpec) -> Args:
     if training.attention_kernel == "eager":
         args.append(("--attention-backend", "unfused"))
     return args
+
+
+def cuda_graph_impl_and_scope(training: TrainingSpec) -> tuple[str, list[str]]:
+    """(``--cuda-graph-impl``, ``--cuda-graph-scope`` words) of the setup's ``cuda_graphs``
+    (megatron/training/arguments.py): Transformer Engine graphs of the named scopes, Megatron-Core's
+    own ('local') capture of the full iteration, or none."""
+    if training.cuda_graphs == "none":
+        return "none", []
+    if training.cuda_graphs == "full_iteration":
+        return "local", ["full_iteration"]
+    return "transformer_engine", training.cuda_graphs.split(",")
+
+
+def cuda_graph_args(training: TrainingSpec) -> Args:
+    """The CUDA-graph flags the prediction assumed (``cost.host_dispatch``); the full-iteration
+    graph also needs ``--no-check-for-nan-in-loss-and-grad`` (arguments.py asserts it)."""
+    impl, scope = cuda_graph_impl_and_scope(training)
+    if impl == "none":
+        return []
+    args: Args = [("--cuda-graph-impl", impl), ("--cuda-graph-scope", scope)]
+    return args + ([("--no-check-for-nan-in-loss-and-grad", None)] if impl == "local" else [])
 
 
 def vocab_args(m: ModelSpec, lay: Layout, launch: LaunchOptions) -> Args:

@@ -71,6 +71,7 @@ from autoplan.export.common import (
 from autoplan.export.launch import Entry, LaunchShape, TrialRun, how_to_run, launch_script
 from autoplan.export.megatron import (
     assumed_efficiency,
+    cuda_graph_impl_and_scope,
     data_words,
     overlap_args,
     overlap_warnings,
@@ -184,6 +185,8 @@ def overrides(m: ModelSpec, lay: Layout, training: TrainingSpec, launch: LaunchO
     }
     if profile.options.moe_a2a_overlap and lay.ep > 1:
         sections["comm_overlap"]["overlap_moe_expert_parallel_comm"] = True
+    for name, fields in _cuda_graph_sections(training).items():
+        sections.setdefault(name, {}).update(fields)
     checkpoint = {"ckpt_format": "fsdp_dtensor"} if lay.zero == 3 else {}
     if launch.checkpoint_dir:
         checkpoint.update(save=launch.checkpoint_dir, load=launch.checkpoint_dir, save_interval=launch.train_steps)
@@ -226,11 +229,28 @@ def _model(m: ModelSpec, lay: Layout, training: TrainingSpec, profile: TrainerPr
                    cpu_offloading_activations=True, cpu_offloading_weights=False)
     if lay.zero == 3:
         out.update(init_model_with_meta_device=True, gradient_accumulation_fusion=False)
+    impl, scope = cuda_graph_impl_and_scope(training)
+    if impl != "none":  # TransformerConfig fields, as scripts/performance/utils/overrides.py sets them
+        out.update(cuda_graph_impl=impl, cuda_graph_scope=scope, use_te_rng_tracker=True)
     if m.moe is not None:
         dedup = profile.options.moe_token_dedup
         out.update(moe_token_dispatcher_type="flex" if dedup else "alltoall", moe_grouped_gemm=profile.options.moe_grouped_gemm)
         if dedup:
             out["moe_flex_dispatcher_backend"] = "deepep"
+    return out
+
+
+def _cuda_graph_sections(training: TrainingSpec) -> Sections:
+    """What CUDA graphs need beyond the model's fields (v0.3.1): TE's RNG tracker in ``rng``
+    (scripts/performance/utils/overrides.py _set_cuda_graph_overrides), and with the full-iteration
+    graph the loss NaN check off (training/config.py asserts
+    ``rerun_state_machine.check_for_nan_in_loss`` False with it)."""
+    impl, _ = cuda_graph_impl_and_scope(training)
+    if impl == "none":
+        return {}
+    out: Sections = {"rng": {"te_rng_tracker": True}}
+    if impl == "local":
+        out["rerun_state_machine"] = {"check_for_nan_in_loss": False}
     return out
 
 

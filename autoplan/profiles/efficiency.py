@@ -97,6 +97,14 @@ class PhysicalEfficiency:
         "the tokens: router, permute/unpermute, the host sync of dropless routing and the launches "
         "of its small kernels (autoplan/cost/moe_time.py; an eager layer measured 0.8-1.0 ms on an "
         "H100 and an H200, validation/h100_sxm_moe_layer.csv, h200_moe_layer.csv).", (0.0, 0.01), (5e-5, 2e-3), unit="s")
+    host_launch_s: float = _physical(
+        "Host (CPU) time to launch one kernel from eager PyTorch: Python, the dispatcher, autograd's "
+        "recording and cudaLaunchKernel (autoplan/cost/host_dispatch.py). Derived from the measured eager "
+        "MoE layer (moe_layer_fixed_s, host-bound: 0.90 ms for its 52 non-expert launches forward + "
+        "backward, validation/h100_sxm_moe_layer.csv, h200_moe_layer.csv); one torch.nn.Linear forward "
+        "(one GEMM launch) takes 13.5 us of host time on an H100 DGX's Xeon (NVIDIA/TransformerEngine "
+        "issue #2053). Stated for x86 DGX hosts; GPUSpec.host_launch_slowdown scales it for others.",
+        (0.0, 1e-3), (2e-6, 5e-5), unit="s")
     elementwise_bytes_per_token_hidden: float = _physical(
         "HBM bytes that memory-bound ops (norms, activations, RoPE, residual adds) move per token "
         "per hidden unit per layer in forward; backward moves twice that. Plausible from a fused "

@@ -23,7 +23,7 @@ OUTPUT_COLUMNS = ("fits", "fits_with_retries", "infeasible_reason", "peak_memory
                   "step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
                   "hardware_tflops_per_gpu", "hfu", "bubble_fraction", "time_compute_s",
                   "time_recompute_s", "time_tp_exposed_s", "time_cp_exposed_s", "time_ep_exposed_s",
-                  "time_pp_exposed_s", "time_offload_exposed_s", "time_dp_exposed_s", "time_bubble_s",
+                  "time_pp_exposed_s", "time_offload_exposed_s", "time_host_exposed_s", "time_dp_exposed_s", "time_bubble_s",
                   "time_optimizer_s", "time_muon_s", "time_optimizer_offload_s", "host_memory_bytes")
 
 

@@ -25,7 +25,7 @@ from autoplan.units import GiB
 TIME_TERMS = tuple(t.term for t in time_terms())  # the step-time terms, in explain's order
 TIME_COLOURS = {"compute": "#1f4e8c", "recompute": "#7fa7d9", "tp_exposed": "#d95f02",
                 "cp_exposed": "#e7298a", "ep_exposed": "#7570b3", "pp_exposed": "#a6761d",
-                "offload_exposed": "#fb9a99",
+                "offload_exposed": "#fb9a99", "host_exposed": "#b15928",
                 "dp_exposed": "#e6ab02", "bubble": "#bdbdbd", "optimizer": "#1b9e77",
                 "muon": "#66c2a5", "optimizer_offload": "#b3de69",
                 "overhead": "#666666", "memory_pressure": "#8c2d04"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from autoplan.knobs import RECOMPUTE
 from autoplan.layout import PRECISION
 from autoplan.rules.table import Rule
 
@@ -36,6 +37,12 @@ RULES = [
          "Megatron-LM core_v0.15.3 megatron/core/optimizer/__init__.py (get_megatron_optimizer: only "
          "supported with distributed optimizer) and optimizer_config.py (only supported with adam)",
          fix=lambda c, x: "try --zero 1 with --optimizer adamw"),
+    Rule("cuda_graphs_full_recompute", ("megatron",), "CUDA graphs cannot run with full recompute",
+         lambda c, b: (c.training.cuda_graphs != "none") & (b.recompute == float(RECOMPUTE.index("full"))),
+         lambda c, x: f"cuda_graphs={c.training.cuda_graphs}, recompute=full",
+         "Megatron-LM core_v0.15.3 megatron/training/arguments.py (validate_args: recompute_granularity must not "
+         "be full when CUDA Graphs are enabled)",
+         fix=lambda c, x: "try --recompute selective, or --cuda-graphs none"),
     Rule("megatron_master_remainders", ("megatron",),
          "Megatron's precision-aware optimizer keeps fp32 master weights as int16 remainders beside low-precision moments",
          lambda c, b: _fp32_master_beside_low_moments(c, b),

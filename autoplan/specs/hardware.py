@@ -48,7 +48,7 @@ _REQUIRED_KEYS = ("name", "memory", "usable_memory", "peak_bf16", "peak_fp8", "h
                   "scale_up_latency", "scale_out_latency", "sources")
 _OPTIONAL_KEYS = ("aliases", "description", "notes", "host_link", "fp8_block_scaled_mma", "host_memory",
                   "host_memory_bandwidth", "power_limited_clock_fraction", "scale_up_peer_link",
-                  "exp_throughput")
+                  "exp_throughput", "host_launch_slowdown")
 # The GPU's link to host memory when a file does not state one: PCIe Gen5 x16, 32 GT/s per lane
 # × 16 lanes, 64 GB/s per direction nominal (PCI-SIG PCIe 5.0 Base Specification).
 PCIE_GEN5_X16_BYTES_PER_S = 64e9
@@ -99,6 +99,10 @@ class GPUSpec:
     scale_up_peer_link_bytes_per_s: float = 0.0
     exp_ops_per_s: float = 0.0  # special-function-unit exponentials per second (MUFU.EX2); 0 = not stated
     # (the attention's exp floor is then not applied: autoplan.cost.time.attention_s)
+    # The host CPU's time per eager kernel launch over the x86 DGX hosts' (Intel Xeon) that the
+    # profiles' host_launch_s is stated for (autoplan.cost.host_dispatch): 1 for those; a Grace CPU's
+    # single-thread launch path is slower (a preset states its measurement).
+    host_launch_slowdown: float = 1.0
 
     def __post_init__(self) -> None:
         problem = _gpu_problem(self)
@@ -151,6 +155,8 @@ def _gpu_problem(gpu: Any, names: Mapping[str, str] | None = None) -> str | None
                 return f"{label} must be a finite number {bound}, got {shown(value)}"
     if isinstance(f := gpu.power_limited_clock_fraction, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
         return f"power_limited_clock_fraction must be a number in (0, 1], got {shown(f)}"
+    if isinstance(r := gpu.host_launch_slowdown, bool) or not isinstance(r, (int, float)) or not 0 < r < math.inf:
+        return f"host_launch_slowdown must be a finite number > 0, got {shown(r)}"
     if gpu.usable_memory_bytes > gpu.memory_bytes:
         return ("usable_memory <= memory must hold, got usable_memory="
                 f"{format_bytes(gpu.usable_memory_bytes)}, memory={format_bytes(gpu.memory_bytes)} "
@@ -302,6 +308,7 @@ def gpu_from_mapping(data: dict, where: str) -> GPUSpec:
         host_memory_bytes_per_s=(_bandwidth(data, "host_memory_bandwidth", where, "76.8 GB/s", directional=False)
                                  if "host_memory_bandwidth" in data else 0.0),
         power_limited_clock_fraction=data.get("power_limited_clock_fraction", 1.0),
+        host_launch_slowdown=data.get("host_launch_slowdown", 1.0),
         scale_up_peer_link_bytes_per_s=(_bandwidth(data, "scale_up_peer_link", where, "64 GB/s per direction",
                                                    directional=True) if "scale_up_peer_link" in data else 0.0),
         exp_ops_per_s=(_quantity(data, "exp_throughput", where, parse_exp_rate, "an exponential rate", "10.7 Texp/s")
@@ -350,6 +357,8 @@ def gpu_to_mapping(gpu: GPUSpec) -> dict[str, Any]:
         data["fp8_block_scaled_mma"] = True
     if gpu.power_limited_clock_fraction != 1.0:
         data["power_limited_clock_fraction"] = gpu.power_limited_clock_fraction
+    if gpu.host_launch_slowdown != 1.0:
+        data["host_launch_slowdown"] = gpu.host_launch_slowdown
     return data
 
 

@@ -44,6 +44,15 @@ OPTIMIZER_STATE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 # megatron_base_model.py setup_optimization), "none" (the bf16 weights are the master: Apex
 # ``store_params=False``, NeMo 1's choice when the optimizer dtype equals the weights').
 MASTER_WEIGHT_BYTES = {"fp32": None, "fp16": 2.0, "remainders": 2.0, "none": 0.0}
+# CUDA graphs, as Megatron-Core captures them (--cuda-graph-impl, --cuda-graph-scope): "none"
+# (eager: every kernel launched from Python, Megatron's default --cuda-graph-impl none); "attn"
+# (Transformer Engine make_graphed_callables of each layer's attention, forward and backward:
+# --cuda-graph-impl transformer_engine --cuda-graph-scope attn); "moe_router,moe_preprocess" (the
+# MoE router and the dispatcher's preprocessing up to its device-to-host copy; core_v0.16.0 and
+# later) and "attn,moe_router,moe_preprocess" (both); "full_iteration" (Megatron-Core's own
+# capture of the whole forward-backward: --cuda-graph-impl local --cuda-graph-scope
+# full_iteration). What each removes from the host's launch time: autoplan.cost.host_dispatch.
+CUDA_GRAPHS = ("none", "attn", "moe_router,moe_preprocess", "attn,moe_router,moe_preprocess", "full_iteration")
 # The largest values accepted, one bound per quantity: the options of every command use these too.
 # Far above any real job; they keep counts exact in float64 (STYLE.md §2) and int64 casts safe.
 MAX_GPUS = 10**7
@@ -105,6 +114,11 @@ SETTINGS: tuple[Setting, ...] = (
             "remainders (int16 low bits beside bf16 weights) or none (the bf16 weights themselves, NeMo 1's Apex "
             "optimizer)."),
     Setting("moe_capacity_factor", None, (), "Expert capacity factor with padding [default: dropless]."),
+    Setting("cuda_graphs", "none", CUDA_GRAPHS,
+            "CUDA graphs (Megatron --cuda-graph-impl/--cuda-graph-scope): which launches replay from a graph "
+            "instead of one Python launch each. Default none: every trainer's default (Megatron's "
+            "--cuda-graph-impl none), so the host's launch time is costed wherever it exceeds the GPU's work "
+            "(small models, small micro-batches, MoE layers with their host sync)."),
     Setting("mtp_in_model_flops", True, (False, True),
             "Count multi-token-prediction modules in the model FLOPs of MFU (Megatron counts them).",
             trainer=False, negatable=True, option="--mtp-in-mfu"),
@@ -185,7 +199,11 @@ class TrainingSpec:
     optimizer step moves (``CostContext.adam_state_bytes``, ``CostContext.master_bytes``).
     ``moe_capacity_factor`` is None for dropless MoE (Megatron's default) or the capacity factor
     c of a trainer that drops tokens and pads each expert to capacity (Megatron
-    ``--moe-expert-capacity-factor c --moe-pad-expert-input-to-capacity``); memory only.
+    ``--moe-expert-capacity-factor c --moe-pad-expert-input-to-capacity``); memory, and no host
+    sync in the token dispatcher (``cost.host_dispatch``).
+    ``cuda_graphs`` says which kernel launches replay from CUDA graphs (:data:`CUDA_GRAPHS`, Megatron
+    ``--cuda-graph-impl`` / ``--cuda-graph-scope``): the host's launch time they remove
+    (``cost.host_dispatch``); "none", the default, is eager launching.
     """
 
     cluster: Cluster
@@ -205,6 +223,7 @@ class TrainingSpec:
     optimizer_state_dtype: str = "fp32"
     master_weights: str = "fp32"
     moe_capacity_factor: float | None = None
+    cuda_graphs: str = "none"
 
     def __post_init__(self) -> None:
         if not isinstance(self.cluster, Cluster):

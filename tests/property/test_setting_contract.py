@@ -33,6 +33,10 @@ CASES = [
     ("master_weights", "remainders", {}, {}, "llama3-8b"),
     ("master_weights", "none", {"optimizer_state_dtype": "bf16"}, {}, "llama3-8b"),
     ("moe_capacity_factor", 1.25, {}, {"ep": 8}, "mixtral-8x7b"),
+    ("cuda_graphs", "attn", {}, {}, "llama3-8b"),
+    ("cuda_graphs", "full_iteration", {}, {}, "llama3-8b"),
+    ("cuda_graphs", "moe_router,moe_preprocess", {}, {"ep": 8}, "qwen3-30b-a3b"),
+    ("cuda_graphs", "attn,moe_router,moe_preprocess", {}, {"ep": 8}, "qwen3-30b-a3b"),
 ]
 # (trainer, setting, value) -> text the exported files must hold
 WRITTEN = {
@@ -44,10 +48,19 @@ WRITTEN = {
     ("megatron", "master_weights", "fp16"): "--main-params-dtype fp16",
     ("megatron", "master_weights", "remainders"): "--use-precision-aware-optimizer",
     ("megatron", "moe_capacity_factor", 1.25): "--moe-expert-capacity-factor 1.25",
+    ("megatron", "cuda_graphs", "attn"): "--cuda-graph-impl transformer_engine --cuda-graph-scope attn",
+    ("megatron", "cuda_graphs", "full_iteration"): "--cuda-graph-impl local --cuda-graph-scope full_iteration",
     ("deepspeed", "attention_kernel", "eager"): "attn_implementation='eager'",
     ("megatron-bridge", "fp8_param_gather", True): "fp8_param_gather: true",   # in mixed_precision
     ("megatron-bridge", "grad_reduce_in_bf16", True): "grad_reduce_in_fp32: false",
     ("megatron-bridge", "fp8_attention", True): "fp8_dot_product_attention: true",
+    ("megatron-bridge", "cuda_graphs", "attn"): "model.cuda_graph_impl=transformer_engine 'model.cuda_graph_scope=[attn]'",
+    ("megatron-bridge", "cuda_graphs", "full_iteration"):
+        "model.cuda_graph_impl=local 'model.cuda_graph_scope=[full_iteration]' model.use_te_rng_tracker=true",
+    ("megatron-bridge", "cuda_graphs", "moe_router,moe_preprocess"):
+        "model.cuda_graph_impl=transformer_engine 'model.cuda_graph_scope=[moe_router,moe_preprocess]'",
+    ("megatron-bridge", "cuda_graphs", "attn,moe_router,moe_preprocess"):
+        "model.cuda_graph_impl=transformer_engine 'model.cuda_graph_scope=[attn,moe_router,moe_preprocess]'",
 }
 
 

@@ -159,7 +159,8 @@ def gpu_specs(draw) -> GPUSpec:
         gpus_per_node=draw(st.integers(1, 1024)), scale_up_latency_s=draw(_quantity(1.0, 1e-12)),
         scale_out_latency_s=draw(_quantity(1.0, 1e-12)), sources=tuple(draw(st.lists(TEXT, min_size=1, max_size=3))),
         power_limited_clock_fraction=draw(st.just(1.0) | st.floats(1e-3, 1.0)),
-        exp_ops_per_s=draw(st.just(0.0) | _quantity(1e16, 1.0)))
+        exp_ops_per_s=draw(st.just(0.0) | _quantity(1e16, 1.0)),
+        host_launch_slowdown=draw(st.just(1.0) | st.floats(0.1, 10.0)))
 
 
 @FAST

@@ -114,3 +114,35 @@ def test_moe_rows_take_the_dispatcher_and_overlap_their_config_sets(source, line
             assert row.layout.get("recompute_modules", "") == line["recompute_modules"]
             assert row.model.num_mtp_layers == (0 if "w/o MTP" in line["model"] else 1)
     assert {options(r).moe_a2a_overlap for r in moe} == {True, False}
+
+
+@pytest.mark.parametrize("impl, scope, expected", [
+    ("", "", "none"), ("none", "full_iteration", "none"),  # no graph built: the scope means nothing
+    ("transformer_engine", "moe_router,moe_preprocess", "moe_router,moe_preprocess"),
+    ("transformer_engine", "attn,moe_router,moe_preprocess", "attn,moe_router,moe_preprocess"),
+    ("local", "full_iteration", "full_iteration"), ("full_iteration", "", "full_iteration"),
+])
+def test_cuda_graph_columns_map_to_the_setting(impl, scope, expected):
+    from autoplan.calibration.megatron_bridge_source import cuda_graphs
+
+    assert cuda_graphs({"cuda_graph_impl": impl, "cuda_graph_scope": scope}) == expected
+
+
+def test_an_unknown_cuda_graph_scope_is_an_error():
+    from autoplan.calibration.megatron_bridge_source import cuda_graphs
+
+    with pytest.raises(ValueError, match="cuda_graph_impl 'transformer_engine' with cuda_graph_scope 'mamba'"):
+        cuda_graphs({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": "mamba"})
+
+
+def test_rows_carry_their_cuda_graphs(source, lines):
+    """Each row's setting is its CSV columns' (the mapping above); the page's rows hold every value
+    but attn alone."""
+    from autoplan.calibration.megatron_bridge_source import cuda_graphs
+
+    seen = set()
+    for row in source.rows:
+        value = dict(row.settings).get("cuda_graphs", "none")
+        assert value == cuda_graphs(lines[row.row_id])
+        seen.add(value)
+    assert seen == {"none", "moe_router,moe_preprocess", "attn,moe_router,moe_preprocess", "full_iteration"}

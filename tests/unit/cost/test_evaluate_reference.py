@@ -1,6 +1,7 @@
 """evaluate() gives, to 1e-12 relative, the columns the cost model gave before its fixed cost per
 call was cut (issue 43, item 7): ``reference/evaluate_reference.npz``, written by main at c045a1b
-with ``reference/make_evaluate_reference.py``, for a few hundred random layouts of seven
+(and rewritten by the merges meant to move predictions: its maker's docstring) with
+``reference/make_evaluate_reference.py``, for a few hundred random layouts of seven
 contexts (dense and MoE, five trainers), as one batch, as a batch with repeated rows (so that
 ``cost.broadcast`` groups) and layout by layout."""
 

@@ -35,7 +35,7 @@ ALPHA_UP, ALPHA_OUT = 3e-6, 10e-6
 PLAIN = CalibratedParameters(
     PhysicalEfficiency(gemm_efficiency_max=0.5, gemm_half_flops=0.0, attention_efficiency=0.5, attention_half_seq_tokens=0.0,
                        attention_half_head_dim=0.0,
-                       fp8_gemm_speedup=1.6, moe_layer_fixed_s=0.0, elementwise_bytes_per_token_hidden=40.0,
+                       fp8_gemm_speedup=1.6, moe_layer_fixed_s=0.0, host_launch_s=0.0, elementwise_bytes_per_token_hidden=40.0,
                        hbm_efficiency=1.0, scale_up_efficiency=1.0, scale_out_efficiency=1.0,
                        tp_overlap=0.0, cp_overlap=0.0, ep_overlap=0.0, pp_overlap=0.0,
                        dp_overlap=0.0, fsdp_overlap=0.0),

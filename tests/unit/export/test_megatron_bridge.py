@@ -118,3 +118,29 @@ def test_fp8_fields_follow_bridges_own_preset_of_the_recipe(recipe, expected):
     precision = data["mixed_precision"]
     assert {k: precision[k] for k in expected} == expected
     assert recipe == "delayed" or "fp8_amax_history_len" not in precision
+
+
+def test_cuda_graphs_carry_what_the_bridge_asserts():
+    """v0.3.1: graphs run with TE's RNG tracker (scripts/performance/utils/overrides.py), the full
+    iteration with the loss NaN check off (training/config.py asserts it); eager writes neither."""
+    import dataclasses
+
+    import yaml
+
+    from autoplan.api import plan_from_record
+    from autoplan.export import render
+    from autoplan.specs.models import load_model
+
+    layout, training = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "zero": 1})
+
+    def sections(graphs: str) -> dict:
+        files = render("megatron-bridge", load_model("llama3-8b"), layout,
+                       dataclasses.replace(training, cuda_graphs=graphs)).files
+        return yaml.safe_load(files["megatron_bridge_overrides.yaml"])
+
+    full, attn, eager = sections("full_iteration"), sections("attn"), sections("none")
+    assert full["model"]["cuda_graph_impl"] == "local" and full["model"]["cuda_graph_scope"] == ["full_iteration"]
+    assert full["rerun_state_machine"] == {"check_for_nan_in_loss": False}
+    assert full["rng"]["te_rng_tracker"] is True and full["rng"]["seed"] == eager["rng"]["seed"]
+    assert attn["model"]["cuda_graph_scope"] == ["attn"] and "rerun_state_machine" not in attn
+    assert "cuda_graph_impl" not in eager["model"] and "te_rng_tracker" not in eager["rng"]

@@ -84,7 +84,7 @@ def _eff(**overlaps) -> PhysicalEfficiency:
     base = {"gemm_efficiency_max": 0.6, "gemm_half_flops": 1e11, "attention_efficiency": 0.45, "attention_half_seq_tokens": 0.0, "attention_half_head_dim": 0.0, "fp8_gemm_speedup": 1.4,
                 "elementwise_bytes_per_token_hidden": 40.0, "hbm_efficiency": 0.8, "scale_up_efficiency": 0.75,
                 "scale_out_efficiency": 0.8, "tp_overlap": 0.0, "cp_overlap": 0.8, "ep_overlap": 0.0, "pp_overlap": 0.5,
-                "dp_overlap": 0.9, "fsdp_overlap": 0.8, "moe_layer_fixed_s": 0.0}
+                "dp_overlap": 0.9, "fsdp_overlap": 0.8, "moe_layer_fixed_s": 0.0, "host_launch_s": 0.0}
     return PhysicalEfficiency(**{**base, **overlaps})
 
 

@@ -102,6 +102,8 @@ CASES = [
     ("recompute_fp8_delayed", "megatron", "llama3-8b",
      delayed(lay(recompute="selective", recompute_modules="layernorm", precision="fp8")),
      "precision=fp8, fp8_recipe=delayed"),
+    ("cuda_graphs_full_recompute", "megatron-bridge", "llama3-8b",
+     with_setup(lay(recompute="full"), cuda_graphs="attn"), "cuda_graphs=attn, recompute=full"),
     ("fp8_param_gather_optimizer", "megatron", "llama3-8b",
      gather_fp8(lay(precision="fp8", zero=0)), "fp8_param_gather=true, zero=0"),
     ("precision_aware_optimizer", "megatron", "llama3-8b", bf16_moments(lay(zero=0)),

@@ -48,6 +48,26 @@ def test_sharded_gradients_are_refused_by_megatron():
         render("megatron", load_model("llama3-8b"), layout, dataclasses.replace(training, shard_gradients=True))
 
 
+def test_cuda_graph_flags_follow_megatrons_arguments():
+    """core_v0.15.3 arguments.py: TE graphs of the attention; the full-iteration graph with the local
+    implementation and the NaN check off (an assert there); none writes nothing (its default)."""
+    attn = _words("llama3-8b", {}, cuda_graphs="attn")
+    assert attn[attn.index("--cuda-graph-impl") + 1] == "transformer_engine"
+    assert attn[attn.index("--cuda-graph-scope") + 1] == "attn" and "--no-check-for-nan-in-loss-and-grad" not in attn
+    full = _words("llama3-8b", {}, cuda_graphs="full_iteration")
+    assert full[full.index("--cuda-graph-impl") + 1] == "local"
+    assert full[full.index("--cuda-graph-scope") + 1] == "full_iteration"
+    assert "--no-check-for-nan-in-loss-and-grad" in full
+    assert not {"--cuda-graph-impl", "--cuda-graph-scope"} & set(_words("llama3-8b", {}))
+
+
+def test_megatron_refuses_the_moe_graph_scopes_of_core_v0_16():
+    layout, training = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "ep": 8})
+    with pytest.raises(TrainerRuleError, match="cuda_graphs=moe_router,moe_preprocess, megatron runs none or attn"):
+        render("megatron", load_model("qwen3-30b-a3b"), layout,
+               dataclasses.replace(training, cuda_graphs="moe_router,moe_preprocess"))
+
+
 def _titan(recipe: str, hardware: str = "h100-sxm") -> dict[str, str]:
     layout, training = plan_from_record({"gpus": 8, "seq_len": 4096, "gbs_seqs": 64, "precision": "fp8", "zero": 3},
                                         hardware=hardware)

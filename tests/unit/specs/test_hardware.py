@@ -180,6 +180,8 @@ def test_missing_key_is_named(tmp_path):
     ({"power_limited_clock_fraction": 0}, r"power_limited_clock_fraction must be a number in \(0, 1\], got 0"),
     ({"power_limited_clock_fraction": 1.2}, r"power_limited_clock_fraction must be a number in \(0, 1\], got 1.2"),
     ({"power_limited_clock_fraction": "0.8"}, r"power_limited_clock_fraction must be a number in \(0, 1\]"),
+    ({"host_launch_slowdown": 0}, "host_launch_slowdown must be a finite number > 0, got 0"),
+    ({"host_launch_slowdown": "2.75"}, "host_launch_slowdown must be a finite number > 0, got '2.75'"),
 ])
 def test_bad_values_are_refused(tmp_path, changes, expected):
     path = write(tmp_path, **changes)
@@ -195,6 +197,14 @@ def test_power_limited_clock_fraction_scales_the_compute_peak_only(tmp_path):
     capped = load_gpu(str(write(tmp_path, power_limited_clock_fraction=0.85)))
     assert capped.compute_peak_bf16_flops_per_s == pytest.approx(0.85 * capped.peak_bf16_flops_per_s)
     assert capped.peak_bf16_flops_per_s == default.peak_bf16_flops_per_s  # MFU's nominal peak unchanged
+
+
+def test_host_launch_slowdown_is_1_on_x86_hosts_and_grace_states_its_own(tmp_path):
+    assert load_gpu(str(write(tmp_path))).host_launch_slowdown == 1.0
+    assert load_gpu("h100-sxm").host_launch_slowdown == 1.0 and load_gpu("b200").host_launch_slowdown == 1.0
+    # Grace: 37.08 us / 13.48 us of host time per torch.nn.Linear forward (TransformerEngine#2053) = 2.75
+    assert load_gpu("gb200-nvl72").host_launch_slowdown == pytest.approx(37.08 / 13.48, abs=0.01)
+    assert load_gpu("gb300-nvl72").host_launch_slowdown == load_gpu("gb200-nvl72").host_launch_slowdown
 
 
 def test_fp8_zero_is_allowed_but_needs_a_unit(tmp_path):
