@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost import comm
+from autoplan.cost import comm, cp_comm
 from autoplan.cost.arrays import stacked
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
@@ -84,7 +84,9 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
                if b.offload_layers.any() else np.zeros_like(compute))  # 0 without offload, faster
     attention_share = n * (fwd["attention"] + fwd["attention_backward"])
     tp = n * lc["tp"] * (1.0 - ov.tp)
-    cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
+    cp = (np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
+          + n * cp_comm.allgather_exposed_layer_s(ctx, b, comm.group_link(ctx, b.cp, st["cp"]), tokens,
+                                                  fwd["attention"], fwd["attention_backward"], full))
     ep = n_moe * lc["ep"] * (1.0 - ov.ep)
     stage_time = stacked(compute, recompute, tp, cp, ep, offload).swapaxes(0, 1)  # (3, part, layouts)
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
