@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost import comm
+from autoplan.cost import comm, cp_comm
 from autoplan.cost.arrays import stacked
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
@@ -81,9 +81,13 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     full = full_recompute_share(b, n)
     recompute = (n_dense * (full * recompute_s["dense_full"] + recompute_s["dense_selective"])
                  + n_moe * (full * recompute_s["moe_full"] + recompute_s["moe_selective"]))
-    attention_share = n * (fwd["attention"] + fwd["attention_backward"])
     tp = n * lc["tp"] * (1.0 - ov.tp)
-    cp = np.maximum(0.0, n * lc["cp"] - e.cp_overlap * attention_share)
+    # A layer's exposed CP exchange: the ring's beyond what the attention hides, and (torchtitan's
+    # allgather rotate method) the all-gather's and dK/dV permute's exposed parts (cp_comm).
+    layer_ring = np.maximum(0.0, lc["cp"] - e.cp_overlap * (fwd["attention"] + fwd["attention_backward"]))
+    layer_cp = layer_ring + cp_comm.allgather_exposed_layer_s(ctx, b, comm.group_link(ctx, b.cp, st["cp"]), tokens,
+                                                             fwd["attention"], fwd["attention_backward"], full)
+    cp = n * layer_cp
     ep = n_moe * lc["ep"] * (1.0 - ov.ep)
     # The host link never carries the CP ring: its window is the compute and the ring's wait.
     wall = beside_cp_window_s(compute, 0.0, cp, False)
@@ -93,9 +97,9 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     # The host's launches not hidden behind the layers' GPU work: compute and exposed collectives
     # (the CP ring's exposed wait too: the host launches on while the GPU waits on the ring, so a
     # slower attention that hides more of the ring never shortens a host-bound step).
-    layer_comm = lc["tp"] * (1.0 - ov.tp) + np.maximum(0.0, lc["cp"] - e.cp_overlap * (fwd["attention"] + fwd["attention_backward"]))
+    layer_comm = lc["tp"] * (1.0 - ov.tp) + layer_cp
     host = host_exposed_s(ctx, b, n_dense, n_moe, dense_c + layer_comm, moe_c + layer_comm + lc["ep"] * (1.0 - ov.ep))
-    cp_hidden = n * lc["cp"] - cp  # the ring's hidden time: not the stage's time
+    cp_hidden = n * (lc["cp"] - layer_ring)  # the ring's hidden time: not the stage's time
     stage_time = stacked(compute, recompute, tp, cp, cp_hidden, ep, offload, host).swapaxes(0, 1)  # (3, part, layouts)
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
     # than an end under the embed-loss split, more MoE layers than a dense-first first stage.

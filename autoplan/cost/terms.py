@@ -123,11 +123,14 @@ TIME_TERMS_DEFINED = [
           TIME_FORMULAS["tp_exposed"].general(),
           f"{KORTHIKANTI} Sec. 4.2.2 (sequence parallelism: 2 all-gathers + 2 reduce-scatters per layer "
           "and pass); Thakur et al. 2005 Sec. 4 (ring); autoplan/cost/tp_comm.py",
-          ("tp_overlap", "tp_comm_overlap", "collective_overhead_s", "pp_cross_tp_sync_s", "BF16_BYTES", "TP_COLLECTIVES_PER_PASS", *LINKS)),
-    _time("cp_exposed", "context-parallel ring exchange not hidden by attention",
+          ("tp_overlap", "tp_comm_overlap", "collective_overhead_s", "pp_cross_tp_sync_s",
+           "selective_recompute_tp_collectives", "BF16_BYTES", "TP_COLLECTIVES_PER_PASS", *LINKS)),
+    _time("cp_exposed", "context-parallel K/V exchange not hidden by attention",
           TIME_FORMULAS["cp_exposed"].general(),
-          "ring attention (Liu et al. 2023); Megatron-Core context parallelism",
-          ("cp_overlap", "BF16_BYTES", "ATTENTION_BACKWARD_FACTOR", *LINKS)),
+          "ring attention (Liu et al. 2023); Megatron-Core context parallelism; PyTorch's context_parallel "
+          "allgather rotate method (torch/distributed/tensor/experimental/_attention.py); autoplan/cost/cp_comm.py",
+          ("cp_overlap", "cp_rotate_method", "cp_kv_repeated", "cp_grad_exchange_bytes", "BF16_BYTES",
+           "ATTENTION_BACKWARD_FACTOR", *LINKS)),
     _time("ep_exposed", "expert-parallel all-to-all not hidden by compute",
           TIME_FORMULAS["ep_exposed"].general(),
           "Megatron-Core MoE token dispatcher (dispatch + combine); DeepSeek-V3 report Sec. 2.1.2, 3.2.2 "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost import comm, fp8, moe_time
+from autoplan.cost import comm, cp_comm, fp8, moe_time
 from autoplan.cost.attention_kernels import triton_attention_efficiency
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
@@ -194,10 +194,15 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
     m = ctx.model
     tokens = b.mbs * ctx.training.seq_len / b.cp
     # fwd, bwd, and the recomputed fwd of the layers under full recompute (the share on a rank
-    # of L/pp layers) or of the modules that hold TP and EP collectives (mlp, moe).
+    # of L/pp layers) or of the modules that hold TP and EP collectives (mlp, moe); under the
+    # profile's own selective recompute, the share of a pass's collectives its policy recomputes
+    # (``selective_recompute_tp_collectives``: torchtitan's op-SAC, _save_list in
+    # torchtitan/models/llama3/parallelize_llama.py, saves reduce_scatter_tensor but not the
+    # all-gathers, which the backward runs again).
     full = full_recompute_share(b, m.num_layers / b.pp)
     module_tp, module_ep = module_extra_passes(b)
-    passes = 2.0 + full + np.where(b.recompute == 1, module_tp, 0.0)
+    own_selective = np.where(b.recompute_modules > 0, module_tp, ctx.profile.selective_recompute_tp_collectives)
+    passes = 2.0 + full + np.where(b.recompute == 1, own_selective, 0.0)
     activation_bytes = tokens * m.hidden_size * BF16_BYTES
     tp_link = comm.group_link(ctx, b.tp, st["tp"])
     # Sequence parallel: 2 all-gathers + 2 reduce-scatters per pass (= 2 all-reduces without SP),
@@ -210,11 +215,10 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
     pp_crosses = (b.pp > 1) & (st["pp"] * b.pp > ctx.cluster.scale_up_domain_size)
     collectives = np.where(b.tp > 1, passes * TP_COLLECTIVES_PER_PASS, 0.0)
     floor = collectives * (c.collective_overhead_s + np.where(pp_crosses, b.tp * c.pp_cross_tp_sync_s, 0.0))
+    # Ring attention's K/V exchanges (cp_comm; the allgather rotate method's are costed with
+    # the attention they hide behind, cp_comm.allgather_exposed_layer_s).
     cp_link = comm.group_link(ctx, b.cp, st["cp"])
-    kv_step_bytes = 2.0 * tokens * m.kv_size / b.tp * BF16_BYTES
-    # Ring attention: cp-1 K/V exchanges forward, K/V and their gradients backward (2×).
-    cp = (1.0 + 2.0 + full) * (b.cp - 1) * (
-        kv_step_bytes / cp_link.bus_bytes_per_s + cp_link.latency_s)
+    cp = cp_comm.ring_layer_s(ctx, b, cp_link, tokens, full)
     ep = np.zeros_like(b.tp)
     if m.moe is not None:
         ep_link = comm.group_link(ctx, b.ep, b.etp)

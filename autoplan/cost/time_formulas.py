@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost import comm
+from autoplan.cost import comm, cp_comm
 from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import MEMORY_PRESSURE_RAMP
 from autoplan.cost.formula import Formula, Quantity
@@ -83,9 +83,15 @@ def _tp(ctx, b, _stage=None) -> Values:
 
 def _cp(ctx, b, _stage=None) -> Values:
     p = pacing_stage(ctx, b)
-    lc = _per_layer_comm_s(ctx, b, comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp))
+    st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
+    lc = _per_layer_comm_s(ctx, b, st)
+    fwd = _micro_batch_compute_s(ctx, b)[0]
+    allgather = cp_comm.allgather_exposed_layer_s(ctx, b, comm.group_link(ctx, b.cp, st["cp"]),
+                                                  b.mbs * ctx.training.seq_len / b.cp, fwd["attention"],
+                                                  fwd["attention_backward"], p["full_share"])
     return {"grad_acc": b.grad_acc, "layers": p["layers"], "t_cp_layer": lc["cp"],
-            "cp_overlap": _full(b, ctx.efficiency.cp_overlap), "t_attention": p["t_attention"]}
+            "cp_overlap": _full(b, ctx.efficiency.cp_overlap), "t_attention": p["t_attention"],
+            "t_cp_allgather": allgather}
 
 
 def _schedule_hides(ctx, b) -> np.ndarray:
@@ -173,7 +179,8 @@ TIME_FORMULAS: dict[str, Formula] = {
         _recompute),
     "tp_exposed": Formula(
         "grad_acc * (layers * passes * collectives * t_collective * (1 - tp_overlap) + tp_wait)",
-        (GRAD_ACC, LAYERS, q("passes", "1", "forward, backward (+ recomputed forward)", "time._per_layer_comm_s"),
+        (GRAD_ACC, LAYERS, q("passes", "1", "forward, backward (+ recomputed forward; + selective_recompute_tp_collectives "
+                                             "under the profile's selective recompute)", "time._per_layer_comm_s"),
          q("collectives", "1", "TP collectives per layer and pass (TP_COLLECTIVES_PER_PASS)",
            "time.TP_COLLECTIVES_PER_PASS"),
          q("t_collective", "s", "one ring collective of a micro-batch's activations, (tp − 1)/tp·S/busbw + "
@@ -182,11 +189,13 @@ TIME_FORMULAS: dict[str, Formula] = {
          q("tp_wait", "s", "wait up to the TP collectives' floor (collective_overhead_s, pp_cross_tp_sync_s)",
            STEP)), _tp),
     "cp_exposed": Formula(
-        "grad_acc * max(0, layers * t_cp_layer - cp_overlap * layers * t_attention)",
-        (GRAD_ACC, LAYERS, q("t_cp_layer", "s", "one layer's ring K/V exchanges, forward and backward",
-                             "time._per_layer_comm_s"),
-         q("cp_overlap", "1", "share of attention that hides the exchange", "PhysicalEfficiency.cp_overlap"),
-         q("t_attention", "s", "one layer's attention, forward + backward", "time.attention_s")), _cp),
+        "grad_acc * (max(0, layers * t_cp_layer - cp_overlap * layers * t_attention) + layers * t_cp_allgather)",
+        (GRAD_ACC, LAYERS, q("t_cp_layer", "s", "one layer's ring K/V exchanges, forward and backward "
+                             "(0 under the allgather rotate method)", "cp_comm.ring_layer_s"),
+         q("cp_overlap", "1", "share of attention that hides the ring exchange", "PhysicalEfficiency.cp_overlap"),
+         q("t_attention", "s", "one layer's attention, forward + backward", "time.attention_s"),
+         q("t_cp_allgather", "s", "one layer's K/V all-gathers and dK/dV permutes not hidden by the "
+           "SDPA call each waits behind (0 under the ring method)", "cp_comm.allgather_exposed_layer_s")), _cp),
     "ep_exposed": Formula(
         "grad_acc * n_moe * t_ep_layer * (1 - ep_overlap) * exposed",
         (GRAD_ACC, N_MOE, q("t_ep_layer", "s", "one MoE layer's all-to-all dispatch and combine, all passes",

@@ -153,6 +153,21 @@ class TrainerProfile:
     # compute copy is held from the forward to the end of the backward. False: ZeRO-2 as the ZeRO
     # paper's (DeepSpeed), one reduce-scatter and one gather of the updated parameters per step.
     zero2_is_shard_grad_op: bool = False
+    # How the trainer moves K/V under context parallelism (autoplan.cost.cp_comm): 'ring'
+    # (point-to-point sends behind each block's attention, Megatron-Core / Transformer Engine) or
+    # 'allgather' (one all-gather behind the first SDPA call, dK/dV permuted round the ring: PyTorch's
+    # context_parallel default rotate method, which torchtitan runs).
+    cp_rotate_method: str = "ring"
+    # Whether the exchanged K/V carries the query heads (the model repeats K/V before attention:
+    # torchtitan's Llama repeat_kv) rather than the KV heads.
+    cp_kv_repeated: bool = False
+    # Bytes per element of the dK/dV passed round the ring in the backward (PyTorch accumulates
+    # them in float32 under convert_to_f32: 4).
+    cp_grad_exchange_bytes: float = 2.0
+    # Share of one pass's TP collectives that the profile's selective recompute runs again in the
+    # backward (autoplan.cost.time._per_layer_comm_s): torchtitan's op-SAC saves the reduce-scatters
+    # and recomputes the all-gathers, 2 of the 4 (0.5); 0 where it recomputes none.
+    selective_recompute_tp_collectives: float = 0.0
     sources: tuple[str, ...] = ()
     parameters: dict[str, CalibratedParameters] = field(default_factory=dict)
     # The error band of a user's own calibration, by GPU (the ``band:`` block a ``--profile`` file
@@ -205,6 +220,7 @@ class TrainerProfile:
 
 
 PP_SPLIT_RULES = ("layout", "compute_cost")
+CP_ROTATE_METHODS = ("ring", "allgather")  # how a trainer moves K/V under CP (autoplan.cost.cp_comm)
 HYBRID_STYLES = ("none", "replicate", "secondary")  # how a trainer shards hybrid (autoplan.cost.hybrid_shard)
 _COEF_KEYS = [f.name for f in fields(ActivationCoefficients)]
 # (own_bands: from a --profile file; lineage: from ``inherits:``)
@@ -269,9 +285,12 @@ def profile_from_mapping(data: dict, where: str, lineage: tuple[str, ...] = ()) 
         raise SpecError(where, "hybrid_shard_style says how the trainer shards hybrid exactly where its capabilities "
                                f"list hybrid_shard_zero_stages, got {shown(values.get('hybrid_shard_style', 'none'))} "
                                f"and {list(values['capabilities'].hybrid_shard_zero_stages)}")
-    for key in ("offload_moves_gradients", "zero2_is_shard_grad_op"):
+    for key in ("offload_moves_gradients", "zero2_is_shard_grad_op", "cp_kv_repeated"):
         if not isinstance(values.get(key, False), bool):
             raise SpecError(where, f"{key} must be true or false, got {shown(values[key])}")
+    if values.get("cp_rotate_method", "ring") not in CP_ROTATE_METHODS:
+        raise SpecError(where, f"cp_rotate_method must be one of {', '.join(CP_ROTATE_METHODS)}, "
+                               f"got {shown(values['cp_rotate_method'])}")
     if values.get("pp_split_rule", "layout") not in PP_SPLIT_RULES:
         raise SpecError(where, f"pp_split_rule must be one of {', '.join(PP_SPLIT_RULES)}, "
                                f"got {shown(values['pp_split_rule'])}")

@@ -4,7 +4,7 @@ several contexts, the expected values of ``tests/unit/cost/test_evaluate_referen
 The file was first written by the cost model of main at c045a1b, before the fixed cost of one
 evaluate() was cut (issue 43, item 7), so that the test checked that refactor against the code
 before it, not against itself; it was rewritten by the merges that were meant to move
-predictions (the CP-window rule of fp8-attn, the host-dispatch term), each checked first against
+predictions (the CP-window rule of fp8-attn, the host-dispatch term, torchtitan's allgather CP exchange), each checked first against
 its own branch's values. To write it from the code before a refactor:
 
     git worktree add /tmp/before c045a1b && PYTHONPATH=/tmp/before \\
