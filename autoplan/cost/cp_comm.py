@@ -52,6 +52,30 @@ def ring_layer_s(ctx: CostContext, b: LayoutBatch, link: GroupLink, tokens: np.n
     return np.where(ctx.profile.cp_rotate_method == "ring", ring, 0.0)
 
 
+def _allgather_parts_s(ctx: CostContext, b: LayoutBatch, link: GroupLink,
+                       tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(AG, P): the ring all-gather of cp·S_kv (``tp_comm.tp_collective_s``), S_kv =
+    2·tokens·kv_width/tp·2 B, and one permute of the dK/dV accumulators, S_dkv/busbw + α with
+    S_dkv = 2·tokens·kv_width/tp·``cp_grad_exchange_bytes``."""
+    width = exchanged_kv_width(ctx) / b.tp
+    gather = tp_collective_s(link, b.cp * 2.0 * tokens * width * BF16_BYTES)
+    permute = 2.0 * tokens * width * ctx.profile.cp_grad_exchange_bytes / link.bus_bytes_per_s + link.latency_s
+    return gather, permute
+
+
+def _allgather_applies(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    return (ctx.profile.cp_rotate_method == "allgather") & (b.cp > 1)
+
+
+def allgather_layer_s(ctx: CostContext, b: LayoutBatch, link: GroupLink, tokens: np.ndarray,
+                      full: np.ndarray) -> np.ndarray:
+    """One layer's K/V all-gathers and dK/dV permutes under the allgather rotate method, all
+    passes of one micro-batch, hidden or not: (2 + full)·AG + cp·P (``_allgather_parts_s``;
+    0 under the ring method or with cp = 1)."""
+    gather, permute = _allgather_parts_s(ctx, b, link, tokens)
+    return np.where(_allgather_applies(ctx, b), (2.0 + full) * gather + b.cp * permute, 0.0)
+
+
 def allgather_exposed_layer_s(ctx: CostContext, b: LayoutBatch, link: GroupLink, tokens: np.ndarray,
                               attention_forward_s: np.ndarray, attention_backward_s: np.ndarray,
                               full: np.ndarray) -> np.ndarray:
@@ -60,14 +84,11 @@ def allgather_exposed_layer_s(ctx: CostContext, b: LayoutBatch, link: GroupLink,
 
         (1 + full)·max(0, AG − F/cp) + max(0, AG − B/cp) + (cp − 1)·max(0, P − B/cp) + P
 
-    AG: the ring all-gather of cp·S_kv (``tp_comm.tp_collective_s``), S_kv = 2·tokens·kv_width/tp·2 B;
-    F, B: the layer's attention forward and backward (``time.attention_s``), of which the first
-    SDPA call is 1/cp; P = S_dkv/busbw + α, one permute of the dK/dV accumulators, S_dkv =
-    2·tokens·kv_width/tp·``cp_grad_exchange_bytes``. 0 under the ring method or with cp = 1."""
-    width = exchanged_kv_width(ctx) / b.tp
-    gather = tp_collective_s(link, b.cp * 2.0 * tokens * width * BF16_BYTES)
-    permute = 2.0 * tokens * width * ctx.profile.cp_grad_exchange_bytes / link.bus_bytes_per_s + link.latency_s
+    AG, P: the K/V all-gather and one dK/dV permute (``_allgather_parts_s``); F, B: the layer's
+    attention forward and backward (``time.attention_s``), of which the first SDPA call is 1/cp.
+    0 under the ring method or with cp = 1."""
+    gather, permute = _allgather_parts_s(ctx, b, link, tokens)
     forward_call, backward_call = attention_forward_s / b.cp, attention_backward_s / b.cp
     exposed = ((1.0 + full) * np.maximum(0.0, gather - forward_call) + np.maximum(0.0, gather - backward_call)
                + (b.cp - 1.0) * np.maximum(0.0, permute - backward_call) + permute)
-    return np.where((ctx.profile.cp_rotate_method == "allgather") & (b.cp > 1), exposed, 0.0)
+    return np.where(_allgather_applies(ctx, b), exposed, 0.0)

@@ -85,8 +85,10 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     # A layer's exposed CP exchange: the ring's beyond what the attention hides, and (torchtitan's
     # allgather rotate method) the all-gather's and dK/dV permute's exposed parts (cp_comm).
     layer_ring = np.maximum(0.0, lc["cp"] - e.cp_overlap * (fwd["attention"] + fwd["attention_backward"]))
-    layer_cp = layer_ring + cp_comm.allgather_exposed_layer_s(ctx, b, comm.group_link(ctx, b.cp, st["cp"]), tokens,
-                                                             fwd["attention"], fwd["attention_backward"], full)
+    cp_link = comm.group_link(ctx, b.cp, st["cp"])
+    layer_gather = cp_comm.allgather_exposed_layer_s(ctx, b, cp_link, tokens, fwd["attention"],
+                                                     fwd["attention_backward"], full)
+    layer_cp = layer_ring + layer_gather
     cp = n * layer_cp
     ep = n_moe * lc["ep"] * (1.0 - ov.ep)
     # The host link never carries the CP ring: its window is the compute and the ring's wait.
@@ -99,7 +101,9 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     # slower attention that hides more of the ring never shortens a host-bound step).
     layer_comm = lc["tp"] * (1.0 - ov.tp) + layer_cp
     host = host_exposed_s(ctx, b, n_dense, n_moe, dense_c + layer_comm, moe_c + layer_comm + lc["ep"] * (1.0 - ov.ep))
-    cp_hidden = n * (lc["cp"] - layer_ring)  # the ring's hidden time: not the stage's time
+    # The exchange's hidden time, the ring's and the allgather method's (its gathers and permutes
+    # share the links as the ring's sends do): not the stage's time.
+    cp_hidden = n * (lc["cp"] - layer_ring + cp_comm.allgather_layer_s(ctx, b, cp_link, tokens, full) - layer_gather)
     stage_time = stacked(compute, recompute, tp, cp, cp_hidden, ep, offload, host).swapaxes(0, 1)  # (3, part, layouts)
     # The middle stage (0 layers where pp < 3) is the busiest interior rank: more layers
     # than an end under the embed-loss split, more MoE layers than a dense-first first stage.

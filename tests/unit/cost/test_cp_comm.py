@@ -97,7 +97,8 @@ SETTINGS = settings(max_examples=25, deadline=None)
        full=st.sampled_from([0.0, 1.0]))
 def test_longer_attention_never_exposes_more_of_the_allgather_exchange(cp, tp, scale, full):
     # The attention is what hides the exchange: scaling it up never exposes more, and what is
-    # exposed never exceeds the exchange itself ((2 + full) gathers and cp permutes).
+    # exposed never exceeds the exchange itself ((2 + full) gathers and cp permutes,
+    # cp_comm.allgather_layer_s).
     training = build_training(cp * tp * 2, 131072, 2, hardware="h100-sxm")
     ctx = build_context("llama3.1-405b", training, trainer="torchtitan")
     b = LayoutBatch.from_layouts([plan_from_record({"gpus": cp * tp * 2, "tp": tp, "cp": cp, "seq_len": 131072,
@@ -113,3 +114,5 @@ def test_longer_attention_never_exposes_more_of_the_allgather_exchange(cp, tp, s
     total = ((2.0 + full) * tp_collective_s(link, cp * 2.0 * tokens * width * 2.0)
              + cp * (2.0 * tokens * width * 4.0 / link.bus_bytes_per_s + link.latency_s))
     assert none[0] == pytest.approx(total[0], rel=1e-9)
+    # the whole exchange, hidden or not, is what no attention leaves exposed
+    assert cp_comm.allgather_layer_s(ctx, b, link, tokens, f)[0] == pytest.approx(total[0], rel=1e-9)
