@@ -135,18 +135,18 @@ def write_trial(plans_path: str | Path, trainer: str, out_dir: str | Path, *, st
     out = Path(out_dir)
     chosen = [(int(r.get("rank", i + 1)), r, plan_training(data, r, model)) for i, r in enumerate(data["plans"][:count])]
     _check_runnable(chosen, model, trainer, data)  # before anything is written
-    runs = []
+    runs, run = [], trial_run(trainer)
     for rank, record, training in chosen:
         folder = out / f"rank-{rank}"
         launch = LaunchOptions(train_steps=steps, warmup_steps=max(1, steps // 4),  # Megatron: warmup < decay
                                launcher=launcher)
         written = export_plan(record, model, trainer, folder, training, launch)
-        if trial_run(trainer).logging_on is not None:
-            trial_run(trainer).logging_on(folder)
+        if run.logging_on is not None:
+            run.logging_on(folder)
         files = [p.name for p in written]
         per_node = training.cluster.gpus_per_node
-        paths = trial_run(trainer).user_paths(layout_from_record(record, training))
-        launch_text = (folder / trial_run(trainer).launch_file).read_text(encoding="utf-8")
+        paths = run.user_paths(layout_from_record(record, training))
+        launch_text = (folder / run.launch_file).read_text(encoding="utf-8")
         script = run_script(trainer, rank, launcher, max(1, training.gpus // per_node), paths, launch_text)
         from autoplan.report.destination import write_text
 

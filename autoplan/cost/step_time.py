@@ -81,7 +81,8 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     full = full_recompute_share(b, n)
     recompute = (n_dense * (full * recompute_s["dense_full"] + recompute_s["dense_selective"])
                  + n_moe * (full * recompute_s["moe_full"] + recompute_s["moe_selective"]))
-    tp = n * lc["tp"] * (1.0 - ov.tp)
+    layer_tp, layer_ep = lc["tp"] * (1.0 - ov.tp), lc["ep"] * (1.0 - ov.ep)  # a layer's exposed TP, EP
+    tp = n * layer_tp
     # A layer's exposed CP exchange: the ring's beyond what the attention hides, and (torchtitan's
     # allgather rotate method) the all-gather's and dK/dV permute's exposed parts (cp_comm).
     layer_ring = np.maximum(0.0, lc["cp"] - e.cp_overlap * (fwd["attention"] + fwd["attention_backward"]))
@@ -90,7 +91,7 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
                                                      fwd["attention_backward"], full)
     layer_cp = layer_ring + layer_gather
     cp = n * layer_cp
-    ep = n_moe * lc["ep"] * (1.0 - ov.ep)
+    ep = n_moe * layer_ep
     # The host link never carries the CP ring: its window is the compute and the ring's wait.
     wall = beside_cp_window_s(compute, 0.0, cp, False)
     forward = wall / (1.0 + BACKWARD_MATMUL_FACTOR)
@@ -99,8 +100,8 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     # The host's launches not hidden behind the layers' GPU work: compute and exposed collectives
     # (the CP ring's exposed wait too: the host launches on while the GPU waits on the ring, so a
     # slower attention that hides more of the ring never shortens a host-bound step).
-    layer_comm = lc["tp"] * (1.0 - ov.tp) + layer_cp
-    host = host_exposed_s(ctx, b, n_dense, n_moe, dense_c + layer_comm, moe_c + layer_comm + lc["ep"] * (1.0 - ov.ep))
+    layer_comm = layer_tp + layer_cp
+    host = host_exposed_s(ctx, b, n_dense, n_moe, dense_c + layer_comm, moe_c + layer_comm + layer_ep)
     # The exchange's hidden time, the ring's and the allgather method's (its gathers and permutes
     # share the links as the ring's sends do): not the stage's time.
     cp_hidden = n * (lc["cp"] - layer_ring + cp_comm.allgather_layer_s(ctx, b, cp_link, tokens, full) - layer_gather)
