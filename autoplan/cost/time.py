@@ -127,7 +127,9 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
     per token (k̄ = s, or fewer keys under a sliding window or chunks: flops.attention_keys; the kernel
     skips the tiles outside the window) at ``attention_efficiency``·k/(k + ``attention_half_seq_tokens``), k = s/cp the keys per
     call (the kernel's fall at short sequences, measured on an H100: validation/h100_sxm_kernels.csv),
-    × ``head_dim_factor`` (its fall with smaller heads); backward ATTENTION_BACKWARD_FACTOR × forward.
+    × ``head_dim_factor`` (its fall with smaller heads); backward ATTENTION_BACKWARD_FACTOR × forward;
+    under PyTorch's ring attention each pass adds its float32 merge and gradient accumulation
+    between the SDPA calls (``cp_comm.ring_merge_s``; 0 with cp = 1 or Transformer Engine's ring).
     The exp co-limit (``exp_floor_s``): each pass is max(tensor time, exp time) at that efficiency,
     the exp time its softmax exponentials at the GPU's SFU rate. Under ``fp8_attention`` (fp8
     layouts) the tensor time is at the FP8 rate (``fp8.attention_speedup``), the exp time unchanged.
@@ -156,8 +158,9 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
                       * head_dim_factor(ctx.model, e.attention_half_head_dim))
         tensor = score_flops / 2.0 / (peak * fp8.attention_speedup(ctx, b))
         exp = exp_floor_s(ctx, b, tokens)
-        return (np.maximum(tensor, exp) / efficiency,
-                np.maximum(ATTENTION_BACKWARD_FACTOR * tensor, exp) / efficiency)
+        merge_forward, merge_backward = cp_comm.ring_merge_s(ctx, b, tokens)
+        return (np.maximum(tensor, exp) / efficiency + merge_forward,
+                np.maximum(ATTENTION_BACKWARD_FACTOR * tensor, exp) / efficiency + merge_backward)
     score_flops = tokens * attention_score_flops_per_token(ctx, s, windowed=False) / b.tp  # masks after the product
     bmm = score_flops / (peak * gemm_efficiency(ctx, score_flops / 2.0)) * factor
     scores = tokens * s * ctx.model.num_attention_heads / b.tp

@@ -116,3 +116,48 @@ def test_longer_attention_never_exposes_more_of_the_allgather_exchange(cp, tp, s
     assert none[0] == pytest.approx(total[0], rel=1e-9)
     # the whole exchange, hidden or not, is what no attention leaves exposed
     assert cp_comm.allgather_layer_s(ctx, b, link, tokens, f)[0] == pytest.approx(total[0], rel=1e-9)
+
+
+def test_ring_merge_bytes_by_hand_for_the_last_of_two_ranks():
+    # cp = 2, rank 1 (step 1 has i = 1 <= rank: whole query, first half of the K/V chunk), E
+    # elements of query and of (repeated) K/V. Forward, _templated_ring_attention + _SDPAMerger:
+    #   step 0: out.to(f32) 6E, torch.cat(K, V) for the rotater 8E
+    #   step 1: out.to(f32) 6E, merge (out − out_b) 12E, sigmoid·diff 8E, out − … 12E
+    #   results: out.to(bf16) 6E                                     -> 58E
+    # Backward, _templated_ring_attention_backward:
+    #   zeros_like dQ, dK, dV in f32 4E + 8E; step 0: torch.cat(K, V) 8E, dK += dK_b and dV += dV_b
+    #   20E, torch.cat(dK, dV) f32 16E, dQ += dQ_b 10E; step 1: _partial_update(add) on dK, dV
+    #   (10 B on half, cat 8 B: 13E each) 26E, torch.cat(dK, dV) 16E, dQ += 10E; the end: dQ to
+    #   bf16 6E, received dK, dV to bf16 12E                          -> 30E + 106E = 136E
+    forward, backward = cp_comm.ring_merge_bytes(np.array([2.0]), np.array([1.0]), np.array([1.0]))
+    assert forward[0] == 58.0 and backward[0] == 136.0
+
+
+def test_ring_merge_is_torchtitans_alone_and_lengthens_its_attention():
+    ctx, b = _ctx("torchtitan", CP2)
+    tokens = np.array([1024.0])
+    forward, backward = cp_comm.ring_merge_s(ctx, b, tokens)
+    # E = 1024 tokens · 8 heads · 128 = 1,048,576 elements, K/V repeated to the query heads: same E
+    assert forward[0] == pytest.approx(58 * 1_048_576 / ctx.effective_hbm_bytes_per_s, rel=1e-12)
+    assert backward[0] == pytest.approx(136 * 1_048_576 / ctx.effective_hbm_bytes_per_s, rel=1e-12)
+    from autoplan.cost.time import attention_s
+    plain = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, cp_rotate_method="ring"))
+    with_merge, without = attention_s(ctx, b, tokens), attention_s(plain, b, tokens)
+    assert with_merge[0][0] - without[0][0] == pytest.approx(forward[0], rel=1e-9)
+    assert with_merge[1][0] - without[1][0] == pytest.approx(backward[0], rel=1e-9)
+    # Megatron's Transformer Engine ring, and any trainer without CP, pays none of it
+    assert cp_comm.ring_merge_s(*_ctx("megatron", CP2), tokens)[0][0] == 0.0
+    one = _ctx("torchtitan", {"gpus": 1, "seq_len": 2048, "gbs_seqs": 1})
+    assert cp_comm.ring_merge_s(*one, np.array([2048.0]))[1][0] == 0.0
+
+
+@SETTINGS
+@given(cp=st.sampled_from([2, 4, 8, 16]), q=st.floats(1.0, 1e9), kv=st.floats(1.0, 1e9))
+def test_ring_merge_grows_with_each_ring_step(cp, q, kv):
+    # every ring step adds its merge and accumulation: cp + 1 steps never cost fewer bytes than cp,
+    # and the bytes scale with the elements
+    f, bw = cp_comm.ring_merge_bytes(np.array([float(cp)]), np.array([q]), np.array([kv]))
+    f2, bw2 = cp_comm.ring_merge_bytes(np.array([cp + 1.0]), np.array([q]), np.array([kv]))
+    f3, bw3 = cp_comm.ring_merge_bytes(np.array([float(cp)]), np.array([2 * q]), np.array([2 * kv]))
+    assert f2[0] > f[0] > 0 and bw2[0] > bw[0] > 0
+    assert f3[0] == pytest.approx(2 * f[0]) and bw3[0] == pytest.approx(2 * bw[0])
