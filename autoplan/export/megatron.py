@@ -39,7 +39,9 @@ recompute          selective: --recompute-granularity selective (Megatron's defa
                    --recompute-num-layers N (N layers of each virtual stage)
 offload_layers     refused by the rules: core_v0.15.3 has no --cpu-offloading-num-layers
 optimizer          --optimizer sgd|muon|lion (adam, Megatron's AdamW, is the default; muon needs
-                   core_v0.16.0, lion core_v0.17.0: the profile's later_versions)
+                   core_v0.16.0, lion core_v0.17.0: the profile's later_versions; muon runs
+                   without the distributed optimizer and the overlapped reduction, so the rules
+                   refuse it with zero >= 1 or dp·cp > 1: megatron_muon_data_parallel)
 offload            optimizer: --optimizer-cpu-offload --optimizer-offload-fraction 1.0
                    --overlap-cpu-optimizer-d2h-h2d --use-precision-aware-optimizer
 precision          --bf16, and --fp8-format hybrid for fp8

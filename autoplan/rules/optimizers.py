@@ -3,7 +3,9 @@
 * Megatron-LM ``--optimizer``: adam (AdamW with ``--weight-decay``, decoupled) and sgd in
   core_v0.15.3; muon from core_v0.16.0, lion from core_v0.17.1 (``megatron/training/
   arguments.py``); the emerging optimizers (muon, lion) refuse Megatron-FSDP and torch FSDP2
-  ('Emerging optimizer does not support Megatron-FSDP for now', validate_args). CPU offload:
+  ('Emerging optimizer does not support Megatron-FSDP for now', validate_args), and Muon the
+  distributed optimizer and the overlapped gradient reduction and parameter gather (validate_args'
+  Muon check, core_v0.16.0 to core_v0.17.1). CPU offload:
   ``--optimizer-cpu-offload`` with ``--use-precision-aware-optimizer``, for adam and sgd only
   (``megatron/core/optimizer/__init__.py``: CPUAdam / CPUSGD); no parameter offload.
 * torchtitan ``optimizer.name``: torch.optim Adam/AdamW (``torchtitan/components/optimizer.py``,
@@ -44,6 +46,18 @@ RULES = [
          lambda c, x: f"optimizer={x.optimizer}, zero={x.zero}",
          "Megatron-LM core_v0.19.0 megatron/training/arguments.py (validate_args, emerging optimizer check)",
          fix=lambda c, x: "try --zero 1"),
+    Rule("megatron_muon_data_parallel", ("megatron",),
+         "Megatron-LM's Muon runs without the distributed optimizer (zero 0) and without overlapping the "
+         "gradient reduction, which the profile's time model assumes wherever dp·cp > 1 (options: "
+         "overlap_grad_reduce)",
+         lambda c, b: (b.optimizer == OPTIMIZER["muon"])
+         & ((b.zero >= 1) | ((b.dp * b.cp > 1) & c.profile.options.overlap_grad_reduce)),
+         lambda c, x: f"optimizer=muon, zero={x.zero}, dp·cp={x.dp * x.cp}, "
+                      f"overlap_grad_reduce={c.profile.options.overlap_grad_reduce}",
+         "Megatron-LM core_v0.16.0 megatron/training/arguments.py validate_args (Muon optimizer check: "
+         "assert not overlap_grad_reduce, overlap_param_gather, use_distributed_optimizer; as core_v0.17.1 "
+         "for --optimizer muon)",
+         fix=lambda c, x: "try --zero 0 with dp·cp = 1, or --optimizer adamw"),
     Rule("deepspeed_megatron_optimizer", ("deepspeed",),
          "Megatron-DeepSpeed (DeepSpeed with tp > 1 or pp > 1) runs --optimizer adam or sgd",
          lambda c, b: ((b.tp > 1) | (b.pp > 1)) & ~one_of(b.optimizer, [OPTIMIZER["adamw"], OPTIMIZER["sgd"]]),

@@ -261,7 +261,8 @@ def test_plans_json_records_the_trainer_version_and_export_writes_for_it(tmp_pat
     """Muon needs Megatron-LM core_v0.16.0 (the megatron profile's later_versions): a search at
     that version records it, and the export of its plan writes for it without being told."""
     out = tmp_path / "run"
-    searched = run("search", "-m", "llama3-8b", "-g", "8", "--gbs-seqs", "64", "--tp", "1", "--pp", "1",
+    # tp 8 on 8 GPUs: dp 1, as Megatron's Muon needs (rule megatron_muon_data_parallel)
+    searched = run("search", "-m", "llama3-8b", "-g", "8", "--gbs-seqs", "64", "--tp", "8", "--pp", "1",
                    "--optimizer", "muon", "--trainer-version", "core_v0.16.0", "--out", str(out))
     assert searched.exit_code == 0, searched.output
     plans = out / "plans.json"

@@ -62,6 +62,11 @@ def main() -> None:
             value = float(loss.detach().float())
             print(f"autoplan-train step {step} loss {value:.4f} finite {math.isfinite(value)} "
                   f"step_time_s {time.perf_counter() - start_s:.4f}", flush=True)
+    # Every rank leaves the process group before exit: a rank that exits with its gloo group
+    # alive can abort in teardown ("terminate called without an active exception", SIGABRT),
+    # failing a run whose steps all finished.
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

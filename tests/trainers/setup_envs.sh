@@ -6,17 +6,26 @@
 # Environments live in $AUTOPLAN_TRAINER_ENVS (default ~/.cache/autoplan-trainer-envs); a
 # trainer whose environment holds the packages below is not installed again; one whose list changed
 # gets the new packages installed into it (delete its folder to redo it from scratch).
-# Megatron-LM's own pretrain_gpt.py checks need a checkout at tag core_v0.15.3: give it as
-# MEGATRON_LM, or the script clones it into the cache (needs github.com).
+# Megatron-LM's own pretrain_gpt.py checks need a checkout at tag core_v0.15.3 (and one at each of
+# MEGATRON_LATER_TAGS): give it as MEGATRON_LM (MEGATRON_LM_CORE_V0_16_0), or the script clones
+# it into the cache from MEGATRON_LM_GIT (default github.com).
 set -euo pipefail
 CACHE="${AUTOPLAN_TRAINER_ENVS:-$HOME/.cache/autoplan-trainer-envs}"
 # The CPU wheel of torch 2.13.0 is the torch these checks run on (none needs a GPU); another
 # torch would be a multi-GB download.
 TORCH="torch==2.13.0"
 MEGATRON_TAG="core_v0.15.3"
+# Later tags a golden plan targets (cases.yaml trainer_version; core_v0.16.0 adds --optimizer muon):
+# their pretrain_gpt.py checks run the checkout's own megatron/core (a namespace package that
+# comes before the installed megatron-core on sys.path) in the megatron environment.
+MEGATRON_LATER_TAGS=(core_v0.16.0)
+# Where the checkouts are cloned from (a mirror, or a local clone, where github.com is not reachable).
+MEGATRON_LM_GIT="${MEGATRON_LM_GIT:-https://github.com/NVIDIA/Megatron-LM}"
 # What each check imports (tests/trainers/test_with_real_trainers.py), pinned:
 # * megatron: megatron-core's TransformerConfig and micro-batch calculator; Megatron-LM's
-#   arguments.py and tokenizer modules import six and regex at parse time.
+#   arguments.py and tokenizer modules import six and regex at parse time; core_v0.16.0's
+#   megatron/training/__init__.py imports triton (initialize.py -> transformer/custom_layers/
+#   batch_invariant_kernels.py) and pydantic (training.py -> megatron/rl/__init__.py).
 # * torchtitan 0.3.0: its own requirements (spmd_types, tyro, datasets, ...) and triton, which
 #   it does not declare but imports whenever a model module loads (models/common/token_dispatcher.py
 #   -> distributed/minimal_async_ep/kernels.py `import triton`); on a CPU it only imports, its
@@ -40,7 +49,7 @@ MEGATRON_TAG="core_v0.15.3"
 #   ... -> peft/lora_layers.py `import transformer_engine.pytorch`): its loader test skips with
 #   that line, the megatron-core 0.16.1 and Hydra checks run.
 declare -A PACKAGES=(
-    [megatron]="numpy<2 megatron-core==0.15.3 einops==0.8.1 pyyaml packaging six==1.17.0 regex"
+    [megatron]="numpy<2 megatron-core==0.15.3 einops==0.8.1 pyyaml packaging six==1.17.0 regex triton==3.8.0 pydantic==2.14.4"
     [torchtitan]="torchtitan==0.3.0 triton==3.8.0"
     [deepspeed]="deepspeed==0.19.8 transformers==5.22.2"
     [nanotron]="numpy==1.26.4 pyyaml==6.0.4 packaging==26.4 safetensors==0.8.0 dacite==1.9.2 tqdm==4.70.1 datasets==5.2.0 pyarrow==24.0.0 torchtyping==0.1.5 transformers==5.24.0 triton==3.8.0 einops==0.8.1"
@@ -99,12 +108,18 @@ done
 if [[ " ${TRAINERS[*]} " != *" megatron "* ]]; then
     exit 0
 fi
-if [ -z "${MEGATRON_LM:-}" ]; then
-    MEGATRON_LM="$CACHE/Megatron-LM-$MEGATRON_TAG"
-    if [ ! -f "$MEGATRON_LM/pretrain_gpt.py" ]; then
-        git clone -q --depth 1 --branch "$MEGATRON_TAG" https://github.com/NVIDIA/Megatron-LM "$MEGATRON_LM" >&2 \
-            || echo "# could not clone Megatron-LM $MEGATRON_TAG: its pretrain_gpt.py checks will skip" >&2
-    fi
-fi
+clone_megatron_lm() {  # tag $1 into $2 from $MEGATRON_LM_GIT
+    [ -f "$2/pretrain_gpt.py" ] && return 0
+    git -c advice.detachedHead=false clone -q --depth 1 --branch "$1" "$MEGATRON_LM_GIT" "$2" >&2 \
+        || echo "# could not clone Megatron-LM $1 from $MEGATRON_LM_GIT: its pretrain_gpt.py checks will skip" >&2
+}
+[ -n "${MEGATRON_LM:-}" ] || { MEGATRON_LM="$CACHE/Megatron-LM-$MEGATRON_TAG"; clone_megatron_lm "$MEGATRON_TAG" "$MEGATRON_LM"; }
 [ -f "$MEGATRON_LM/pretrain_gpt.py" ] && echo "export MEGATRON_LM=$MEGATRON_LM"
+for tag in "${MEGATRON_LATER_TAGS[@]}"; do  # MEGATRON_LM_CORE_V0_16_0=... for the plans pinned to it
+    name="MEGATRON_LM_${tag^^}"
+    name="${name//./_}"
+    path="${!name:-$CACHE/Megatron-LM-$tag}"
+    [ -n "${!name:-}" ] || clone_megatron_lm "$tag" "$path"
+    [ -f "$path/pretrain_gpt.py" ] && echo "export $name=$path"
+done
 exit 0

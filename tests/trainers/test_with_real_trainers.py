@@ -11,9 +11,12 @@ checkout must not shadow the installed megatron-core):
 * torchtitan 0.3.0: the exported module's ``autoplan_config()`` (Trainer.Config validation),
   the model's ``update_from_config`` and ``ParallelDims.build_mesh()`` on a fake process group.
 * megatron-core 0.15.3: ``TransformerConfig`` and the micro-batch calculator from the script's flags.
-* Megatron-LM core_v0.15.3 (``MEGATRON_LM`` = a checkout): ``parse_args`` + ``validate_args`` +
+* Megatron-LM core_v0.15.3 (``MEGATRON_LM`` = a checkout; a plan pinned to another tag,
+  ``MEGATRON_LM_CORE_V0_16_0``): ``parse_args`` + ``validate_args`` +
   ``core_transformer_config_from_args`` on the script's arguments (GPU capability stubbed to
   Hopper; Transformer Engine kernel switches off).
+* The pipeline split of every trainer (``_assert_split``): the decoder layers each rank and chunk
+  builds, by the trainer's own split function, equal those autoplan costs.
 * nanotron main @ 2411b022: ``get_config_from_file`` (what ``run_train.py`` loads) on the YAML,
   its parallelism, batch and model fields read back.
 * Megatron-Bridge 0.3.1: the recipe with ``process_config_with_overrides`` (YAML and Hydra words;
@@ -30,11 +33,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from autoplan.api import plan_from_record
+from autoplan.cost.stages import compute_cost_rank_layers, rank_chunk_layers, trainer_stage_layers
 from autoplan.export import LaunchOptions, render
+from autoplan.layout import PP_SPLITS
+from autoplan.profiles import load_profile
 from autoplan.specs.models import load_model
 
 pytestmark = pytest.mark.trainers
@@ -78,6 +85,31 @@ def _export(case, trainer, folder: Path, launch: LaunchOptions | None = None):
     for name, text in result.files.items():
         (folder / name).write_text(text)
     return layout
+
+
+def _split_line(out: str) -> list[list[int]]:
+    """The ``SPLIT [[...], ...]`` line a check prints: layers per (pipeline rank, model chunk)."""
+    return json.loads(next(line for line in out.splitlines() if line.startswith("SPLIT "))[len("SPLIT "):])
+
+
+def _assert_split(trainer: str, case, lay, trainer_split: list[list[int]]) -> None:
+    """The trainer's own split (decoder layers per rank and chunk) equals the one autoplan costs
+    for ``trainer``: its profile's ``trainer_stage_layers``, whose first and last ranks (and
+    chunks) are those of the split functions checked here (``rank_chunk_layers``, nanotron's
+    ``compute_cost_rank_layers``); MTP blocks are not decoder layers and are left out."""
+    model = _model(case)
+    profile = load_profile(trainer)
+    pp, vpp = np.array([float(lay.pp)]), np.array([float(lay.vpp)])
+    pp_split = np.array([PP_SPLITS.index(lay.pp_split)])
+    if profile.pp_split_rule == "compute_cost" and not model.num_mtp_layers and model.mla is None:
+        ours = [[int(n)] for n in compute_cost_rank_layers(model, pp)[: lay.pp, 0]]
+    else:
+        chunks = rank_chunk_layers(model.num_layers, pp, vpp, pp_split == 1, np.arange(lay.pp, dtype=float)[:, None])
+        ours = [[int(n) for n in chunks[: lay.vpp, rank, 0]] for rank in range(lay.pp)]
+    assert trainer_split == ours, (trainer_split, ours)
+    costed = trainer_stage_layers(model, profile.pp_split_rule, pp, vpp, pp_split)
+    mtp = model.num_mtp_layers
+    assert (costed.first[0], costed.last[0] - mtp) == (sum(trainer_split[0]), sum(trainer_split[-1]))
 
 
 def _check(code: str, *args, env=None, trainer=""):
@@ -124,6 +156,49 @@ def test_deepspeed_accepts_the_config(case, tmp_path):
            lay.gbs_seqs, lay.zero, trainer="deepspeed")
 
 
+# Megatron-DeepSpeed (the DeepSpeed export with pp > 1) builds GPTModelPipe, a DeepSpeed
+# PipelineModule over these layer specs in this order with partition_method='type:transformer'
+# (deepspeedai/Megatron-DeepSpeed @ 4efb479d megatron/model/gpt_model.py, GPTModelPipe.__init__):
+# the embedding, the decoder layers, the MoE loss (a function, MoE models only), the final norm,
+# the head (LMHeadPipe untied, else the tied embedding) and the fp32 cast (bf16).
+DEEPSPEED_SPLIT = '''
+import json, sys, types, torch
+from torch import nn
+from deepspeed.runtime.pipe.module import LayerSpec, PipelineModule, TiedLayerSpec
+pp, num_layers, moe, rmsnorm, tied = map(int, sys.argv[1:6])
+kind = lambda name: type(name, (nn.Module,), {})   # the spec's class name is all the method reads
+def _calculate_moe_loss(x): return x
+def float16_to_fp32(x): return x
+specs = [TiedLayerSpec("embed", kind("EmbeddingPipe")),
+         *[LayerSpec(kind("ParallelTransformerLayerPipe")) for _ in range(num_layers)],
+         *([_calculate_moe_loss] if moe else []), LayerSpec(kind("RMSNorm" if rmsnorm else "LayerNorm")),
+         TiedLayerSpec("embed", kind("EmbeddingPipe")) if tied else LayerSpec(kind("LMHeadPipe")), float16_to_fp32]
+# DeepSpeed's own _partition_layers (runtime/pipe/module.py) on a module holding only what it reads
+module = PipelineModule.__new__(PipelineModule)
+nn.Module.__init__(module)
+module._layer_specs, module.num_stages, module.global_rank, module.loss_fn = specs, pp, 1, None
+module._topo = types.SimpleNamespace(get_coord=lambda rank: types.SimpleNamespace(pipe=0))
+module._partition_layers(method="type:transformer")
+parts = module.parts
+split = [[sum(isinstance(s, LayerSpec) and s.typename.__name__ == "ParallelTransformerLayerPipe"
+              for s in specs[parts[stage]:parts[stage + 1]])] for stage in range(pp)]
+print("SPLIT", json.dumps(split))
+'''
+
+
+@pytest.mark.parametrize("case", [c for c in _cases("deepspeed") if c.values[0]["layout"].get("pp", 1) > 1])
+def test_megatron_deepspeed_partitions_the_stages_autoplan_costs(case, tmp_path):
+    """DeepSpeed 0.19.8's PipelineModule partition ('type:transformer', Megatron-DeepSpeed's
+    GPTModelPipe) gives each stage the decoder layers autoplan costs (plans with pp > 1: with
+    pp 1 the export is plain DeepSpeed, which has no pipeline)."""
+    _need("deepspeed", "deepspeed")
+    lay = _export(case, "deepspeed", tmp_path)
+    model = _model(case)
+    out = _check(DEEPSPEED_SPLIT, lay.pp, model.num_layers, int(model.moe is not None),
+                 int(model.norm == "rmsnorm"), int(model.tied_embeddings), trainer="deepspeed")
+    _assert_split("deepspeed", case, lay, _split_line(out))
+
+
 TORCHTITAN = '''
 import importlib, sys
 folder, gpus, eps = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
@@ -163,6 +238,62 @@ def test_torchtitan_builds_the_config_and_mesh(case, tmp_path):
     _export(case, "torchtitan", tmp_path)
     paths = {"DATA_PATH": "/data/c4", "TOKENIZER": "/models/tokenizer"}  # read, not opened, by the config
     _check(TORCHTITAN, tmp_path, case["layout"]["gpus"], _model(case).norm_eps, env=paths, trainer="torchtitan")
+
+
+TORCHTITAN_SPLIT = '''
+import importlib, json, sys
+import torch.distributed as tdist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torchtitan.distributed import ParallelDims
+from torchtitan.distributed import pipeline_parallel as P
+folder, gpus = sys.argv[1], int(sys.argv[2])
+sys.path.insert(0, folder)
+cfg = importlib.import_module("torchtitan_autoplan").autoplan_config()
+cfg.model_spec.model.update_from_config(config=cfg)
+tdist.init_process_group("fake", store=FakeStore(), rank=0, world_size=gpus)
+p = cfg.parallelism
+dims = ParallelDims(dp_replicate=p.data_parallel_replicate_degree, dp_shard=p.data_parallel_shard_degree,
+                    cp=p.context_parallel_degree, tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
+                    ep=p.expert_parallel_degree, world_size=gpus)
+# what pipeline_llm does (distributed/pipeline_parallel.py): the virtual stages, each one's module
+# names, and the stages each rank runs under the schedule's style (loop or V)
+stages, layers, first, last = P._get_pipeline_metadata(dims, p, cfg.model_spec.model)
+names = P._generate_llm_fqn_per_model_part(stages, layers, first, last)
+count = [sum(name.startswith("layers.") for name in part) for part in names]
+split = [[count[s] for s in P._get_pp_rank_to_stage_indices_mapping(rank, dims.pp, p.pipeline_parallel_schedule, stages)]
+         for rank in range(dims.pp)]
+print("SPLIT", json.dumps(split))
+'''
+
+
+@pytest.mark.parametrize("case", [c for c in _cases("torchtitan") if c.values[0]["layout"].get("pp", 1) > 1])
+def test_torchtitan_splits_the_stages_autoplan_costs(case, tmp_path):
+    """torchtitan 0.3.0's own pipeline split (``_get_pipeline_metadata``,
+    ``_generate_llm_fqn_per_model_part``, ``_get_pp_rank_to_stage_indices_mapping``) gives each
+    rank the decoder layers autoplan costs (the plans with pp > 1: with pp 1 torchtitan calls no
+    pipeline code and every rank holds the whole model)."""
+    _need("torchtitan", "torchtitan")
+    lay = _export(case, "torchtitan", tmp_path)
+    paths = {"DATA_PATH": "/data/c4", "TOKENIZER": "/models/tokenizer"}
+    out = _check(TORCHTITAN_SPLIT, tmp_path, case["layout"]["gpus"], env=paths, trainer="torchtitan")
+    _assert_split("torchtitan", case, lay, _split_line(out))
+
+
+# Appended to a check that built megatron-core's TransformerConfig as ``config``: the decoder
+# layers each (rank, chunk) builds, by megatron-core's own get_num_layers_to_build
+# (transformer_block.py; the --pipeline-model-parallel-layout's count where one is given).
+MEGATRON_SPLIT = '''
+import json
+from megatron.core import parallel_state as ps
+from megatron.core.transformer.transformer_block import get_num_layers_to_build
+pp, vpp = config.pipeline_model_parallel_size, config.virtual_pipeline_model_parallel_size or 1
+ps.set_virtual_pipeline_model_parallel_world_size(vpp if vpp > 1 else None)
+split = []
+for rank in range(pp):
+    ps.set_pipeline_model_parallel_rank(rank)
+    split.append([get_num_layers_to_build(config, vp_stage=k if vpp > 1 else None, pp_rank=rank) for k in range(vpp)])
+print("SPLIT", json.dumps(split))
+'''
 
 
 MEGATRON_CORE = ARGS_OF + '''
@@ -229,21 +360,23 @@ args = A.parse_args()
 args.world_size, args.rank = gpus, 0
 A.validate_args(args)
 args.apply_rope_fusion = False
-A.core_transformer_config_from_args(args)
-got = {k: getattr(args, k) for k in want}
+config = A.core_transformer_config_from_args(args)
+# core_v0.16.0 builds the model flags from TransformerConfig's fields: --norm-epsilon fills
+# layernorm_epsilon (megatron/core/transformer/transformer_config.py argparse_meta)
+DEST = {"norm_epsilon": "layernorm_epsilon"}
+got = {k: getattr(args, k) if hasattr(args, k) else getattr(args, DEST[k]) for k in want}
 assert got == want, (got, want)
-'''
+''' + MEGATRON_SPLIT
 
 
 @pytest.mark.parametrize("case", _cases("megatron"))
 def test_megatron_lm_parses_and_validates_the_arguments(case, tmp_path):
-    root = os.environ.get("MEGATRON_LM", "")
+    version = case.get("trainer_version", {}).get("megatron")  # None: the pinned core_v0.15.3
+    variable = f"MEGATRON_LM_{version.upper().replace('.', '_')}" if version else "MEGATRON_LM"
+    root = os.environ.get(variable, "")
     if not (Path(root) / "megatron" / "training" / "arguments.py").exists():
-        pytest.skip("set MEGATRON_LM to a Megatron-LM core_v0.15.3 checkout")
+        pytest.skip(f"set {variable} to a Megatron-LM {version or 'core_v0.15.3'} checkout (setup_envs.sh clones one)")
     _need("torch", "megatron")
-    version = case.get("trainer_version", {}).get("megatron")
-    if version:
-        pytest.skip(f"needs Megatron-LM {version}; MEGATRON_LM is the core_v0.15.3 checkout")
     lay = _export(case, "megatron", tmp_path, LaunchOptions(checkpoint_dir="/ckpt/run"))
     model, (_, training) = _model(case), plan_from_record(case["layout"])
     # what the plan and the model say, read back from Megatron's own parsed args; the overlap
@@ -256,8 +389,9 @@ def test_megatron_lm_parses_and_validates_the_arguments(case, tmp_path):
             "use_distributed_optimizer": lay.zero >= 1, "init_model_with_meta_device": lay.zero == 3,
             "overlap_grad_reduce": lay.dp * lay.cp > 1, "padded_vocab_size": -(-model.vocab_size // lay.tp) * lay.tp,
             "save": "/ckpt/run", "load": "/ckpt/run", "save_interval": LaunchOptions().train_steps}
-    _check(MEGATRON_LM, tmp_path / "megatron_pretrain_gpt.sh", case["layout"]["gpus"], json.dumps(want),
-           trainer="megatron")
+    out = _check(MEGATRON_LM, tmp_path / "megatron_pretrain_gpt.sh", case["layout"]["gpus"], json.dumps(want),
+                 env={"MEGATRON_LM": root}, trainer="megatron")
+    _assert_split("megatron", case, lay, _split_line(out))
 
 
 # nanotron's config module imports flash_attn (config/models_config.py -> nn/attention.py ->
@@ -320,6 +454,58 @@ def test_nanotron_loads_the_config(case, tmp_path):
                        "shared_ffn_hidden_size": moe.num_shared_experts * moe.shared_expert_ffn_hidden_size,
                        "layers": list(range(moe.num_dense_layers, model.num_layers))}
     _check(NANOTRON, tmp_path / "nanotron_config.yaml", json.dumps(want), env=NANOTRON_ENV, trainer="nanotron")
+
+
+NANOTRON_SPLIT = """
+import json, os, sys, types, torch
+import torch.distributed as tdist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from nanotron.config import get_config_from_file
+cfg = get_config_from_file(sys.argv[1])
+pp = cfg.parallelism.pp   # one process per stage: the split reads neither tp nor dp
+os.environ.update(WORLD_SIZE=str(pp), RANK="0", LOCAL_RANK="0")
+tdist.init_process_group("fake", store=FakeStore(), rank=0, world_size=pp)
+from nanotron.parallel import ParallelContext
+ParallelContext.set_device = lambda self: None   # torch.cuda.set_device: no GPU here
+context = ParallelContext(tensor_parallel_size=1, pipeline_parallel_size=pp, data_parallel_size=1)
+# flash_attn's Triton layer norm reads the GPU's warp size at import (ops/triton/layer_norm.py)
+torch.cuda.current_device = lambda: 0
+torch.cuda.get_device_properties = lambda *a: types.SimpleNamespace(warp_size=32)
+# nanotron/nn/moe.py imports grouped_gemm.ops (a CUDA extension) for GroupedMLP's forward; no
+# kernel runs here, so a module whose every attribute raises stands in for it
+ops = types.ModuleType("grouped_gemm.ops")
+def _no_kernel(name):
+    raise RuntimeError(f"grouped_gemm.ops.{name}: no CUDA kernel in this check")
+ops.__getattr__ = _no_kernel
+sys.modules.update({"grouped_gemm": types.ModuleType("grouped_gemm"), "grouped_gemm.ops": ops})
+import nanotron.models.llama as llama, nanotron.models.qwen as qwen
+import nanotron.parallel.pipeline_parallel.block as block
+from nanotron.models.base import build_model
+from nanotron.parallel.pipeline_parallel.block import PipelineBlock
+from nanotron.random import RandomStates
+for module in (llama, qwen):   # P2P allocates CUDA buffers when built; a block reads only its .pg
+    module.P2P = lambda pg, device: types.SimpleNamespace(pg=pg)
+# build_and_set_rank sets every block's rank and builds the blocks of this process's rank: none
+block.dist = types.SimpleNamespace(get_rank=lambda pg: -1)
+classes = {"LlamaConfig": llama.LlamaForTraining, "Qwen2Config": qwen.Qwen2ForTraining}  # trainer.py's
+m = cfg.model.model_config
+model = build_model(lambda: classes[type(m).__name__](config=m, parallel_context=context,
+                    parallel_config=cfg.parallelism, random_states=RandomStates({})),
+                    context, dtype=torch.bfloat16, device=torch.device("meta"))
+ranks = [b.rank for name, b in model.named_modules() if isinstance(b, PipelineBlock) and name.startswith("model.decoder.")]
+print("SPLIT", json.dumps([[ranks.count(rank)] for rank in range(pp)]))
+"""
+
+
+@pytest.mark.parametrize("case", [*_cases("nanotron"), pytest.param(NANOTRON_MOE, id=NANOTRON_MOE["name"])])
+def test_nanotron_builds_the_stages_autoplan_costs(case, tmp_path):
+    """nanotron's own build_model (models/base.py: its blocks' compute costs, cumulative
+    thresholds) assigns the decoder layers to the ranks autoplan costs; the issue's Mixtral pp 16
+    plan gets [3, 2, ..., 2, 1]."""
+    _need("nanotron.config", "nanotron", NANOTRON_ENV)
+    lay = _export(case, "nanotron", tmp_path)
+    out = _check(NANOTRON_SPLIT, tmp_path / "nanotron_config.yaml", env=NANOTRON_ENV, trainer="nanotron")
+    _assert_split("nanotron", case, lay, _split_line(out))
 
 
 # Megatron-Bridge v0.3.1 (megatron-bridge 0.3.1 with megatron-core 0.16.1, setup_envs.sh). Without
@@ -445,7 +631,7 @@ optimizer = OptimizerConfig(**data["optimizer"], bf16=True, params_dtype=torch.b
 objects = {"model": config, "ddp": ddp, "optimizer": optimizer}
 got = {key: getattr(objects[key.split(".")[0]], key.split(".")[1]) for key in want}
 assert got == want, {k: (got[k], want[k]) for k in want if got[k] != want[k]}
-'''
+''' + MEGATRON_SPLIT
 
 
 @pytest.mark.parametrize("case", _cases("megatron-bridge"))
@@ -465,4 +651,5 @@ def test_megatron_core_of_bridge_accepts_the_model_ddp_and_optimizer(case, tmp_p
                      moe_ffn_hidden_size=model.moe.expert_ffn_hidden_size)
     want = {k: v for k, v in _bridge_want(case, lay).items() if k.split(".")[0] in ("model", "ddp")
             and k not in ("model.seq_length",)}   # seq_length: GPTModelProvider's, not TransformerConfig's
-    _check(BRIDGE_CORE, json.dumps(data), json.dumps(shape), json.dumps(want), trainer="megatron-bridge")
+    out = _check(BRIDGE_CORE, json.dumps(data), json.dumps(shape), json.dumps(want), trainer="megatron-bridge")
+    _assert_split("megatron-bridge", case, lay, _split_line(out))

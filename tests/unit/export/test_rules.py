@@ -137,6 +137,9 @@ CASES = [
      "optimizer=muon, torchtitan runs adamw"),
     ("megatron_emerging_optimizer_fsdp", "megatron", "llama3-8b", lay(zero=3, optimizer="muon"),
      "optimizer=muon, zero=3"),
+    # 8 GPUs: dp = 8; Muon with the distributed optimizer, and (zero 0) with the overlapped reduction
+    ("megatron_muon_data_parallel", "megatron", "llama3-8b", lay(zero=1, optimizer="muon"),
+     "optimizer=muon, zero=1, dp·cp=8, overlap_grad_reduce=True"),
     ("deepspeed_megatron_optimizer", "deepspeed", "llama3-8b", lay(gpus=16, tp=2, optimizer="lion"),
      "optimizer=lion, tp=2, pp=1"),
     ("trainer_state_offload", "nanotron", "llama3-8b", lay(offload="optimizer"),
