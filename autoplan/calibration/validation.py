@@ -217,13 +217,25 @@ def _torchtitan_exclusion(r: dict[str, str]) -> str:
     return ""
 
 
+# The benchmark files whose torchtitan compiles the loss with the model (their version tables:
+# torchtitan 820504e and e7c0cae, June 2025; torchtitan/components/loss.py build_cross_entropy_loss
+# runs torch.compile(loss_fn) under training.compile since bbb1b61, 2025-04-02). The Dec 2024
+# file's 9dec370 compiles the transformer blocks only (parallelisms/parallelize_llama.py apply_compile).
+_TORCHTITAN_COMPILED_LOSS_FILES = ("asyncTP_llama3_h100_2025-06_torchtitan.md", "llama3-8b_h200_202506_trainy-whitefiber.md")
+
+
+def _torchtitan_compiles_loss(r: dict[str, str]) -> bool:
+    return r["torch_compile"] == "True" and any(f in r["source"] for f in _TORCHTITAN_COMPILED_LOSS_FILES)
+
+
 def _torchtitan_row(line: int, r: dict[str, str]) -> Row:
     return Row(source="torchtitan", row_id=f"torchtitan:{line}", model=load_model(_TORCHTITAN_MODELS[r["model"]]),
                hardware="h200" if "H200" in r["table"] else "h100-96gb-500w",
                trainer="torchtitan", layout=_torchtitan_layout(r),
                tokens_per_s_per_gpu=number_or_nan(r["tokens_per_sec_per_gpu"]),
                peak_memory_bytes=number_or_nan(r["peak_memory_gib"]) * GiB,
-               cell=f"{r['table']} {r['note']}".strip(), allow_uneven=True)
+               cell=f"{r['table']} {r['note']}".strip(), allow_uneven=True,
+               settings=(("compile_loss", True),) if _torchtitan_compiles_loss(r) else ())
 
 
 def load_torchtitan() -> Source:

@@ -54,7 +54,8 @@ MEMORY_TERMS_DEFINED = [
     *stage_memory_columns("logits_and_loss", "logits and cross-entropy buffers",
                           MEMORY_FORMULAS["logits_and_loss"].general(),
                           "trainer cross-entropy (vocab-parallel over TP); DeepSeek-V3 report Sec. 2.2 (one more "
-                          "output head and loss per MTP depth)", ("logits_bytes_per_vocab",)),
+                          "output head and loss per MTP depth); torch.compile's fused loss (autoplan/cost/loss_kernel.py)",
+                          ("logits_bytes_per_vocab", "compile_loss", "COMPILED_LOSS_BYTES_PER_LOGIT")),
     *stage_memory_columns("communication_buffers", "gathered ZeRO-3 layers and the TP all-gather buffer",
                           MEMORY_FORMULAS["communication_buffers"].general(),
                           "FSDP2 prefetch and post-backward reduce-scatter (torch.distributed.fsdp); DeepSpeed stage3_max_live_parameters and "

@@ -10,6 +10,7 @@ import numpy as np
 from autoplan.cost import hybrid_shard
 from autoplan.cost.context import CostContext
 from autoplan.cost.formula import Formula, Quantity
+from autoplan.cost.loss_kernel import loss_bytes_per_logit
 from autoplan.cost.memory import BF16_BYTES, TRANSIENT_TERMS
 from autoplan.cost.model_states import (
     sharded_gradient_transient_bytes,
@@ -88,7 +89,7 @@ def _logits(ctx: CostContext, b: LayoutBatch, stage: str) -> Values:
     on_stage = {"first": (b.pp == 1).astype(float), "middle": np.zeros(len(b)), "last": np.ones(len(b))}[stage]
     heads = 1.0 + (ctx.model.num_mtp_layers if stage == "last" else 0.0)
     return {**_tokens(ctx, b), "vocab": np.full(len(b), float(ctx.model.vocab_size)), "tp": b.tp,
-            "bytes_per_logit": np.full(len(b), ctx.profile.logits_bytes_per_vocab),
+            "bytes_per_logit": np.full(len(b), loss_bytes_per_logit(ctx)),
             "heads": np.full(len(b), heads), "on_stage": on_stage}
 
 
@@ -151,8 +152,8 @@ MEMORY_FORMULAS: dict[str, Formula] = {
         "on_stage * tokens * vocab / tp * bytes_per_logit * heads",
         (ON_STAGE, TOKENS[0], Quantity("vocab", "1", "vocabulary size V", "ModelSpec.vocab_size"),
          Quantity("tp", "ranks", "tensor-parallel degree", "Layout.tp"),
-         Quantity("bytes_per_logit", "B", "logits_bytes_per_vocab: logits and loss buffers per logit",
-                  "TrainerProfile.logits_bytes_per_vocab"),
+         Quantity("bytes_per_logit", "B", "logits and loss buffers per logit (logits_bytes_per_vocab; compiled: "
+                  "COMPILED_LOSS_BYTES_PER_LOGIT)", "loss_kernel.loss_bytes_per_logit"),
          Quantity("heads", "1", "output heads: 1 + num_mtp_layers on the last stage", "stage_memory.buffer_bytes_by_stage")),
         _logits),
     "communication_buffers": Formula(

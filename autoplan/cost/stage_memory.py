@@ -41,6 +41,7 @@ from autoplan.cost.memory import (
     moe_dispatch_bytes,
     selective_module_bytes,
 )
+from autoplan.cost.loss_kernel import loss_bytes_per_logit
 from autoplan.cost.model_states import sharded_gradient_transient_bytes, zero3_gathered_bytes
 from autoplan.cost.recompute import OFFLOAD_STAGING_LAYERS, full_recompute_share, offloaded_share
 from autoplan.cost.shared_terms import (
@@ -128,11 +129,11 @@ def buffer_bytes_by_stage(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndar
     ``embedding_output`` (first stage), ``logits_and_loss`` (last stage, and the first where
     pp = 1), ``tp_buffer`` (the TP all-gather's full-sequence buffer) and ``moe_dispatch``
     (``memory.moe_dispatch_bytes``, MoE models only)."""
-    p, m = ctx.profile, ctx.model
+    m = ctx.model
     tokens = b.mbs * ctx.training.seq_len / b.cp
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     embedding_output = tokens * m.hidden_size * BF16_BYTES / h_div
-    logits = tokens * m.vocab_size / b.tp * p.logits_bytes_per_vocab
+    logits = tokens * m.vocab_size / b.tp * loss_bytes_per_logit(ctx)  # eager or compiled: cost.loss_kernel
     # Each MTP depth computes its own vocab-sized logits and loss on the last stage (DeepSeek-V3 Sec. 2.2).
     mtp_logits = logits * (1.0 + m.num_mtp_layers) if m.num_mtp_layers else logits
     out = {"embedding_output": np.where(FIRST_STAGE, embedding_output, 0.0),

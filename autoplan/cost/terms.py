@@ -76,6 +76,10 @@ CONSTANTS: dict[str, Constant] = {c.name: c for c in (
              "payload share of the host link's rate per direction (measured: pinned copies, H200)"),
     Constant("BACKWARD_LAUNCH_FACTOR", "host_dispatch",
              "kernel launches of a layer's backward over its forward's (data and weight gradients)"),
+    Constant("COMPILED_LOSS_BYTES_PER_LOGIT", "loss_kernel",
+             "bytes per logit at the compiled cross-entropy's peak: the bf16 logits saved and their bf16 gradient"),
+    Constant("COMPILED_LOSS_HBM_BYTES_PER_LOGIT", "loss_kernel",
+             "HBM bytes per logit the compiled cross-entropy moves: two forward reads, a backward read and write"),
     Constant("HOST_MEMORY_EFFICIENCY", "offload",
              "share of host DRAM bandwidth a streaming CPU kernel reaches (STREAM triad)"),
 )}
@@ -98,7 +102,8 @@ TIME_TERMS_DEFINED = [
           "(FP32GradientAccumulator._accumulate_grad); DeepSpeed pipe/engine.py _exec_backward_pass "
           "(BF16_Optimizer.update_hp_grads); Megatron-LM megatron/model/fused_softmax.py (eager attention); "
           "Williams, Waterman and Patterson 2009, CACM 52(4) (roofline: the expert weight read)",
-          (*GEMM, "attention_kernel", "loss_hbm_bytes_per_logit", "moe_layer_fixed_s", "fp8_recipe", "fp8_attention",
+          (*GEMM, "attention_kernel", "loss_hbm_bytes_per_logit", "compile_loss", "COMPILED_LOSS_HBM_BYTES_PER_LOGIT",
+           "moe_layer_fixed_s", "fp8_recipe", "fp8_attention",
            "grad_accumulation_bytes_per_param",
            "EAGER_SCORE_BYTES_FORWARD", "EAGER_SCORE_BYTES_BACKWARD", "eager_attention_dropout_bytes",
            "pp_grad_all_reduce_bytes")),

@@ -23,6 +23,7 @@ from autoplan.cost import comm, cp_comm, fp8, moe_time
 from autoplan.cost.attention_kernels import triton_attention_efficiency
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
+from autoplan.cost.loss_kernel import loss_hbm_bytes
 from autoplan.cost.flops import (
     attention_exp_ops_per_token,
     attention_score_flops_per_token,
@@ -301,9 +302,10 @@ def loss_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:
     """Memory-bound cross-entropy over the vocabulary, forward and backward, on the last stage:
     tokens·V/tp logits × ``loss_hbm_bytes_per_logit`` / (HBM bandwidth·hbm_efficiency). The
     profile's figure counts the passes PyTorch's loss makes over each logit (see the profiles);
-    0 where a profile does not state it. It matters where V is large against h (small models)."""
+    0 where a profile does not state it; under ``compile_loss`` the compiled kernels' passes
+    (``cost.loss_kernel``). It matters where V is large against h (small models)."""
     logits = tokens * ctx.model.vocab_size / b.tp
-    return logits * ctx.profile.loss_hbm_bytes_per_logit / ctx.effective_hbm_bytes_per_s
+    return logits * loss_hbm_bytes(ctx) / ctx.effective_hbm_bytes_per_s
 
 
 def mtp_projection_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:

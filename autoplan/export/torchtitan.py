@@ -214,6 +214,14 @@ def batch(lay: Layout, training: TrainingSpec) -> dict[str, object]:
     return values
 
 
+def compile_components(training) -> list[str]:
+    """What the exported job compiles: always the model's blocks, as in the runs the torchtitan
+    profile is calibrated on (``calibration.validation``: its compile=False rows are left out), so
+    a bf16 plan runs at the speed predicted for it; the loss too under ``compile_loss``
+    (``cost.loss_kernel``: the loss memory costed is the compiled one)."""
+    return ["model", "loss"] if training.compile_loss else ["model"]
+
+
 def _module(model, lay, training, launch, family, flavor, commands, warnings) -> str:
     head = header_lines(VERSION, model, lay, training, launch=commands, warnings=warnings,
                         prediction=launch.prediction, notes=[
@@ -260,7 +268,7 @@ def _module(model, lay, training, launch, family, flavor, commands, warnings) ->
             + f"        activation_checkpoint={ac},\n"
             + (f"        checkpoint=CheckpointManager.Config(enable=True, folder={launch.checkpoint_dir!r}, "
                f"interval={launch.train_steps!r}),\n" if launch.checkpoint_dir else "")
-            + f"        compile=CompileConfig(enable={fp8!r}, components=['model', 'loss']),\n"
+            + f"        compile=CompileConfig(enable=True, components={compile_components(training)!r}),\n"
             + f"        debug=DebugConfig(seed={launch.seed!r}),\n"
             + "    )\n")
 
@@ -407,7 +415,7 @@ def _toml(model, lay, training, launch, family, flavor, commands, warnings) -> s
               ("activation_checkpoint", ac),
               *([("checkpoint", [("enable", True), ("folder", launch.checkpoint_dir),
                                  ("interval", launch.train_steps)])] if launch.checkpoint_dir else []),
-              ("compile", [("enable", lay.precision == "fp8"), ("components", ["model", "loss"])]),
+              ("compile", [("enable", True), ("components", compile_components(training))]),
               ("debug", [("seed", launch.seed)])]
     if lay.precision == "fp8":  # 0.2.2's job_config.py: Float8Linear.recipe_name, MXLinear.recipe_name
         keep_bf16 = ["output", *(["router.gate"] if model.moe is not None else [])]

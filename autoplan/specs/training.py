@@ -119,6 +119,9 @@ SETTINGS: tuple[Setting, ...] = (
             "instead of one Python launch each. Default none: every trainer's default (Megatron's "
             "--cuda-graph-impl none), so the host's launch time is costed wherever it exceeds the GPU's work "
             "(small models, small micro-batches, MoE layers with their host sync)."),
+    Setting("compile_loss", False, (False, True),
+            "The cross-entropy loss under torch.compile (torchtitan compile.components 'loss'): the fused loss keeps "
+            "the bf16 logits, 4 B per logit at its peak instead of eager PyTorch's 12."),
     Setting("mtp_in_model_flops", True, (False, True),
             "Count multi-token-prediction modules in the model FLOPs of MFU (Megatron counts them).",
             trainer=False, negatable=True, option="--mtp-in-mfu"),
@@ -204,6 +207,9 @@ class TrainingSpec:
     ``cuda_graphs`` says which kernel launches replay from CUDA graphs (:data:`CUDA_GRAPHS`, Megatron
     ``--cuda-graph-impl`` / ``--cuda-graph-scope``): the host's launch time they remove
     (``cost.host_dispatch``); "none", the default, is eager launching.
+    ``compile_loss`` runs the cross-entropy under ``torch.compile`` (torchtitan's
+    ``compile.components`` "loss"): the memory of the logits and the loss and the HBM bytes the
+    loss moves (``cost.loss_kernel``).
     """
 
     cluster: Cluster
@@ -224,6 +230,7 @@ class TrainingSpec:
     master_weights: str = "fp32"
     moe_capacity_factor: float | None = None
     cuda_graphs: str = "none"
+    compile_loss: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.cluster, Cluster):

@@ -37,6 +37,7 @@ CASES = [
     ("cuda_graphs", "full_iteration", {}, {}, "llama3-8b"),
     ("cuda_graphs", "moe_router,moe_preprocess", {}, {"ep": 8}, "qwen3-30b-a3b"),
     ("cuda_graphs", "attn,moe_router,moe_preprocess", {}, {"ep": 8}, "qwen3-30b-a3b"),
+    ("compile_loss", True, {}, {}, "llama3-8b"),
 ]
 # (trainer, setting, value) -> text the exported files must hold
 WRITTEN = {
@@ -51,6 +52,7 @@ WRITTEN = {
     ("megatron", "cuda_graphs", "attn"): "--cuda-graph-impl transformer_engine --cuda-graph-scope attn",
     ("megatron", "cuda_graphs", "full_iteration"): "--cuda-graph-impl local --cuda-graph-scope full_iteration",
     ("deepspeed", "attention_kernel", "eager"): "attn_implementation='eager'",
+    ("torchtitan", "compile_loss", True): "compile=CompileConfig(enable=True, components=['model', 'loss'])",
     ("megatron-bridge", "fp8_param_gather", True): "fp8_param_gather: true",   # in mixed_precision
     ("megatron-bridge", "grad_reduce_in_bf16", True): "grad_reduce_in_fp32: false",
     ("megatron-bridge", "fp8_attention", True): "fp8_dot_product_attention: true",

@@ -57,6 +57,6 @@ def autoplan_config() -> Trainer.Config:
             context_parallel_degree=4,
             expert_parallel_degree=1),
         activation_checkpoint=FullAC.Config(),
-        compile=CompileConfig(enable=False, components=['model', 'loss']),
+        compile=CompileConfig(enable=True, components=['model']),
         debug=DebugConfig(seed=1234),
     )

@@ -78,6 +78,6 @@ def autoplan_config() -> Trainer.Config:
             context_parallel_degree=1,
             expert_parallel_degree=1),
         activation_checkpoint=SelectiveAC.Config(),
-        compile=CompileConfig(enable=False, components=['model', 'loss']),
+        compile=CompileConfig(enable=True, components=['model']),
         debug=DebugConfig(seed=1234),
     )

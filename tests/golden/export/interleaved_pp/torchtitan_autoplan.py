@@ -61,6 +61,6 @@ def autoplan_config() -> Trainer.Config:
             pipeline_parallel_last_stage_less_layers=0,
             pipeline_parallel_microbatch_size=1),
         activation_checkpoint=FullAC.Config(),
-        compile=CompileConfig(enable=False, components=['model', 'loss']),
+        compile=CompileConfig(enable=True, components=['model']),
         debug=DebugConfig(seed=1234),
     )
