@@ -88,7 +88,7 @@ def _logits(ctx: CostContext, b: LayoutBatch, stage: str) -> Values:
     on_stage = {"first": (b.pp == 1).astype(float), "middle": np.zeros(len(b)), "last": np.ones(len(b))}[stage]
     heads = 1.0 + (ctx.model.num_mtp_layers if stage == "last" else 0.0)
     return {**_tokens(ctx, b), "vocab": np.full(len(b), float(ctx.model.vocab_size)), "tp": b.tp,
-            "bytes_per_logit": np.full(len(b), ctx.profile.logits_bytes_per_vocab),
+            "bytes_per_logit": np.full(len(b), ctx.profile.activations.logits_bytes_per_vocab),
             "heads": np.full(len(b), heads), "on_stage": on_stage}
 
 
@@ -152,7 +152,7 @@ MEMORY_FORMULAS: dict[str, Formula] = {
         (ON_STAGE, TOKENS[0], Quantity("vocab", "1", "vocabulary size V", "ModelSpec.vocab_size"),
          Quantity("tp", "ranks", "tensor-parallel degree", "Layout.tp"),
          Quantity("bytes_per_logit", "B", "logits_bytes_per_vocab: logits and loss buffers per logit",
-                  "TrainerProfile.logits_bytes_per_vocab"),
+                  "TrainerProfile.activations.logits_bytes_per_vocab"),
          Quantity("heads", "1", "output heads: 1 + num_mtp_layers on the last stage", "stage_memory.buffer_bytes_by_stage")),
         _logits),
     "communication_buffers": Formula(

@@ -108,7 +108,7 @@ def layer_bytes_by_stage(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarr
     mean_sel = act_sel[0] * (1 - moe_share) + act_sel[1] * moe_share
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     tokens = b.mbs * ctx.training.seq_len / b.cp
-    full_input = tokens * p.full_recompute_input_bytes_per_h * m.hidden_size / h_div
+    full_input = tokens * p.recompute.full_recompute_input_bytes_per_h * m.hidden_size / h_div
     full_share = full_recompute_share(b, lambda: layers(""))
     mean_full = full_share * full_input + (1.0 - full_share) * mean_none
     per_layer = select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)
@@ -132,7 +132,7 @@ def buffer_bytes_by_stage(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndar
     tokens = b.mbs * ctx.training.seq_len / b.cp
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     embedding_output = tokens * m.hidden_size * BF16_BYTES / h_div
-    logits = tokens * m.vocab_size / b.tp * p.logits_bytes_per_vocab
+    logits = tokens * m.vocab_size / b.tp * p.activations.logits_bytes_per_vocab
     # Each MTP depth computes its own vocab-sized logits and loss on the last stage (DeepSeek-V3 Sec. 2.2).
     mtp_logits = logits * (1.0 + m.num_mtp_layers) if m.num_mtp_layers else logits
     out = {"embedding_output": np.where(FIRST_STAGE, embedding_output, 0.0),
