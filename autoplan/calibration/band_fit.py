@@ -25,9 +25,9 @@ held-out log ratios ``r = log(measured / predicted)``: the ``QUANTILES`` of r, c
   widen with scale (stragglers and stalled runs across nodes), which one band per group hid.
 
 The ``fingerprint`` in the file hashes its inputs (the measured row ids per source, the trainer
-profiles' YAML, ``FIT_PLAN``, the settings here); a test compares it with the checkout, so new
-data or a refit profile without regenerated bands fails. Changes to the cost model's code are
-not in the fingerprint: regenerate the bands after one.
+profiles' parsed values, not their comments or layout, ``FIT_PLAN``, the settings here); a test
+compares it with the checkout, so new data or a refit profile without regenerated bands fails.
+Changes to the cost model's code are not in the fingerprint: regenerate the bands after one.
 """
 
 from __future__ import annotations
@@ -62,7 +62,9 @@ from autoplan.calibration.uncertainty import (
     trainer_family,
 )
 from autoplan.profiles import list_trainers, load_profile
+from autoplan.profiles.profile import grouped_mapping
 from autoplan.specs.hardware import list_gpus
+from autoplan.specs.yaml_io import read_mapping
 
 COVERAGE = 0.85
 QUANTILES = ((1 - COVERAGE) / 2, (1 + COVERAGE) / 2)
@@ -204,11 +206,18 @@ def scale_bands(r: np.ndarray, in_group: np.ndarray, classes: np.ndarray) -> dic
     return out
 
 
+def _profile_content(path: Path) -> dict:
+    """A profile file's values as the bands read them: parsed, its flat keys in their groups
+    (``profile.grouped_mapping``), so that comments, key order and the file's form leave the
+    fingerprint alone."""
+    return grouped_mapping(read_mapping(path), str(path))
+
+
 def fingerprint(sources: Mapping[str, Source]) -> str:
     """A hash of what the bands depend on, other than the cost model's code."""
     profiles = Path(load_profile.__code__.co_filename).parent  # the trainer profiles' folder
     parts = {"rows": {n: sorted(r.row_id for r in s.rows if r.has_time or r.has_memory) for n, s in sources.items()},
-             "profiles": {p.name: p.read_text() for p in sorted(profiles.glob("*.yaml"))},
+             "profiles": {p.name: _profile_content(p) for p in sorted(profiles.glob("*.yaml"))},
              "plan": {f"{t}/{h}": list(v) for (t, h), v in sorted(FIT_PLAN.items())},
              "settings": ["loso", QUANTILES, MIN_ROWS, SCALE_MIN_ROWS,
                           [[str(bound), label] for bound, label in SCALE_CLASSES]]}

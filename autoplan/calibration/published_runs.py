@@ -141,7 +141,7 @@ def _other_exclusion(r: dict[str, str]) -> str:
 # The 2024 docs rows whose train_configs set norm_type = "fused_rmsnorm" (Llama 2 13B at
 # torchtitan 395a52627, Llama 3 8B at 157a12c56; the 70B configs keep "rmsnorm"): the Triton
 # kernel saves 4 bytes per hidden element per norm less than the eager RMSNorm the torchtitan
-# profile's coefficients count (TrainerProfile.norm_saving_bytes_per_h).
+# profile's coefficients count (TrainerProfile.activations.norm_saving_bytes_per_h).
 _FUSED_RMSNORM_MODELS = {"Llama 2 13B", "Llama 3 8B"}
 FUSED_RMSNORM_SAVING_BYTES_PER_H = 4.0
 

@@ -223,6 +223,6 @@ def pipeline_transfer_s(ctx: CostContext, stride: np.ndarray, size: np.ndarray,
     one transfer at a time, ``state.py`` ``run_communication``) hides none of it and waits in
     addition for its k metadata messages, one hop latency each: ``p2p_s + k·α``.
     """
-    k = ctx.profile.pp_blocking_metadata_messages
+    k = ctx.profile.pipeline.blocking_metadata_messages
     exposed = 1.0 if k > 0 else 1.0 - ctx.efficiency.pp_overlap
     return exposed * p2p_s(ctx, stride, size, num_bytes) + k * p2p_latency_s(ctx, stride, size)

@@ -60,19 +60,19 @@ class CostContext:
         gradient buffer in bf16 and reduce-scatters that buffer: megatron/core/distributed/
         distributed_data_parallel.py, param_and_grad_buffer.py), else the profile's
         ``grad_reduce_bytes``."""
-        return 2.0 if self.training.grad_reduce_in_bf16 else self.profile.grad_reduce_bytes
+        return 2.0 if self.training.grad_reduce_in_bf16 else self.profile.model_states.grad_reduce_bytes
 
     @property
     def master_bytes(self) -> float:
         """Bytes per parameter of the optimizer's master weights: the profile's ``master_bytes``
         (fp32) unless ``TrainingSpec.master_weights`` names a smaller copy (MASTER_WEIGHT_BYTES)."""
         chosen = MASTER_WEIGHT_BYTES[self.training.master_weights]
-        return self.profile.master_bytes if chosen is None else chosen
+        return self.profile.model_states.master_bytes if chosen is None else chosen
 
     @property
     def adam_state_bytes(self) -> float:
         """Bytes per parameter of AdamW's two moments: the profile's ``optimizer_bytes`` (fp32),
         or two moments of ``TrainingSpec.optimizer_state_dtype`` (OPTIMIZER_STATE_BYTES)."""
         if self.training.optimizer_state_dtype == "fp32":
-            return self.profile.optimizer_bytes
+            return self.profile.model_states.optimizer_bytes
         return 2.0 * OPTIMIZER_STATE_BYTES[self.training.optimizer_state_dtype]

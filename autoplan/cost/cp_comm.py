@@ -44,7 +44,7 @@ def exchanged_kv_width(ctx: CostContext) -> float:
     """Width per token of the K (= V) a context-parallel rank exchanges: the query heads × head
     dim where the profile repeats K/V before attention (``cp_kv_repeated``), else ``kv_size``."""
     m = ctx.model
-    return float(m.num_attention_heads * m.head_dim if ctx.profile.cp_kv_repeated else m.kv_size)
+    return float(m.num_attention_heads * m.head_dim if ctx.profile.context_parallel.kv_repeated else m.kv_size)
 
 
 def ring_layer_s(ctx: CostContext, b: LayoutBatch, link: GroupLink, tokens: np.ndarray,
@@ -55,7 +55,7 @@ def ring_layer_s(ctx: CostContext, b: LayoutBatch, link: GroupLink, tokens: np.n
     Source: Liu et al. 2023, Sec. 3 (ring attention); 0 under the allgather rotate method."""
     step_bytes = 2.0 * tokens * exchanged_kv_width(ctx) / b.tp * BF16_BYTES
     ring = (3.0 + full) * (b.cp - 1.0) * (step_bytes / link.bus_bytes_per_s + link.latency_s)
-    return np.where(ctx.profile.cp_rotate_method == "ring", ring, 0.0)
+    return np.where(ctx.profile.context_parallel.rotate_method == "ring", ring, 0.0)
 
 
 def _allgather_parts_s(ctx: CostContext, b: LayoutBatch, link: GroupLink,
@@ -65,7 +65,7 @@ def _allgather_parts_s(ctx: CostContext, b: LayoutBatch, link: GroupLink,
     S_dkv = 2·tokens·kv_width/tp·``cp_grad_exchange_bytes``."""
     width = exchanged_kv_width(ctx) / b.tp
     gather = tp_collective_s(link, b.cp * 2.0 * tokens * width * BF16_BYTES)
-    permute = 2.0 * tokens * width * ctx.profile.cp_grad_exchange_bytes / link.bus_bytes_per_s + link.latency_s
+    permute = 2.0 * tokens * width * ctx.profile.context_parallel.grad_exchange_bytes / link.bus_bytes_per_s + link.latency_s
     return gather, permute
 
 
@@ -127,7 +127,7 @@ def ring_merge_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[
 
 
 def _allgather_applies(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
-    return (ctx.profile.cp_rotate_method == "allgather") & (b.cp > 1)
+    return (ctx.profile.context_parallel.rotate_method == "allgather") & (b.cp > 1)
 
 
 def allgather_layer_s(ctx: CostContext, b: LayoutBatch, link: GroupLink, tokens: np.ndarray,

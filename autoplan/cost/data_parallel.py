@@ -66,14 +66,14 @@ def zero3_gathers_per_microbatch(ctx: CostContext, b: LayoutBatch, layer_params:
     """Parameter all-gathers per layer and micro-batch: forward + backward, plus the recomputed
     forward of the layers under full recompute whose parameters are not kept in between (more
     than ``zero3_reuse_distance_params`` of them: DeepSpeed's stage3_max_reuse_distance)."""
-    regather = layer_params > ctx.profile.zero3_reuse_distance_params
+    regather = layer_params > ctx.profile.zero3.reuse_distance_params
     return ZERO3_GATHERS_PER_MICROBATCH + np.where(regather, full_recompute_share(b, n_layers), 0.0)
 
 
 def engine_all_reduces_grads(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """Per layout: the pipeline engine all-reduces the full gradient in ``pp_grad_all_reduce_bytes``
     (pp > 1, ZeRO <= 1, a profile that sets it: DeepSpeed under bf16; module doc)."""
-    return (b.pp > 1) & (b.zero <= 1) & (ctx.profile.pp_grad_all_reduce_bytes > 0)
+    return (b.pp > 1) & (b.zero <= 1) & (ctx.profile.pipeline.grad_all_reduce_bytes > 0)
 
 
 def bucket_params(p, group: np.ndarray) -> np.ndarray:
@@ -81,7 +81,7 @@ def bucket_params(p, group: np.ndarray) -> np.ndarray:
     max(dp_bucket_params, dp_bucket_params_per_rank·group). Megatron-Core sizes the buckets of
     its dense and expert buffers alike from the dp·cp group (``DistributedDataParallel.__init__``:
     bucket_size = max(40000000, 1000000·dp_cp size) unless ``--ddp-bucket-size`` is given)."""
-    return np.maximum(p.dp_bucket_params, p.dp_bucket_params_per_rank * group)
+    return np.maximum(p.data_parallel.dp_bucket_params, p.data_parallel.dp_bucket_params_per_rank * group)
 
 
 def _collectives(params: np.ndarray, per_collective: float) -> np.ndarray:
@@ -104,7 +104,7 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     bucket = bucket_params(p, shard)
     buckets = _collectives(stage_params, bucket)
     grad_bytes, gather_bytes = stage_params * ctx.grad_reduce_bytes, stage_params * PARAM_GATHER_BYTES
-    per_step = (b.zero >= 3) & (b.pp > 1) & (p.zero3_pp_unsharded_bytes > 0)
+    per_step = (b.zero >= 3) & (b.pp > 1) & (p.zero3.pp_unsharded_bytes > 0)
     grad_op = shard_grad_op(ctx, b)
     per_unit = (b.zero >= 3) | grad_op  # one collective per FSDP unit (a layer)
     # ZeRO-3 over a pipeline gathers and reduces per layer, once per step.
@@ -113,14 +113,14 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     grads = comm.dp_reduce_scatter_s(ctx, link, grad_bytes, count, latency)
     # ZeRO-1/2's parameter gather: per gradient bucket, or in the profile's own gather buckets
     # (param_gather_bucket_params; inf: nanotron's one coalesced all-gather of the stage).
-    gather_count = (count if p.param_gather_bucket_params <= 0 else
-                    np.where(per_unit, layers, _collectives(stage_params, p.param_gather_bucket_params)))
+    gather_count = (count if p.data_parallel.param_gather_bucket_params <= 0 else
+                    np.where(per_unit, layers, _collectives(stage_params, p.data_parallel.param_gather_bucket_params)))
     gathers = gathers_dense = comm.dp_all_gather_s(ctx, link, gather_bytes, gather_count, latency)
     all_reduce = comm.dp_all_reduce_s(ctx, link, grad_bytes, buckets, latency)
     # The pipeline engine's full all-reduce of the (fp32) gradients under ZeRO <= 1 (module doc).
     pp_all_reduce = engine_all_reduces_grads(ctx, b)
-    pp_grads = (comm.dp_all_reduce_s(ctx, link, stage_params * p.pp_grad_all_reduce_bytes, buckets, latency)
-                if p.pp_grad_all_reduce_bytes > 0 else 0.0)  # (never selected when the profile has none)
+    pp_grads = (comm.dp_all_reduce_s(ctx, link, stage_params * p.pipeline.grad_all_reduce_bytes, buckets, latency)
+                if p.pipeline.grad_all_reduce_bytes > 0 else 0.0)  # (never selected when the profile has none)
     if ctx.model.moe is not None:  # expert parameters reduce over the expert-data-parallel group
         edp = expert_group(b, shard)
         elink = comm.group_link(ctx, edp, b.ep * b.etp)

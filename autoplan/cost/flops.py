@@ -150,8 +150,8 @@ def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     dense, moe = layer_matmul_flops_per_token(ctx)
     matmul = ctx.params.num_dense_layers * dense + ctx.params.num_moe_layers * moe
     attention = m.num_layers * attention_score_flops_per_token(ctx, ctx.training.seq_len) / 2.0
-    own = p.selective_recompute_matmul_fraction * matmul + np.where(
-        p.selective_recomputes_attention, attention, 0.0)
+    own = p.recompute.selective_recompute_matmul_fraction * matmul + np.where(
+        p.recompute.selective_recomputes_attention, attention, 0.0)
     selective = own
     if b.recompute_modules.any():  # (the same result without the module arithmetic otherwise)
         dense_share, moe_share = module_matmul_share(ctx, b)

@@ -2,7 +2,7 @@
 ranks of the ZeRO group G and replicated across the G/hsdp groups; ``hsdp = 0`` shards over
 the whole group as plain ZeRO does.
 
-Trainers do it two ways (``TrainerProfile.hybrid_shard_style``, each profile's YAML):
+Trainers do it two ways (``TrainerProfile.data_parallel.hybrid_shard_style``, each profile's YAML):
 
 * **replicate** (FSDP2 HSDP, torch/distributed/fsdp/_fully_shard/_fully_shard.py ``fully_shard``
   on a 2-D (replicate, shard) device mesh, torchtitan ``parallelism.data_parallel_replicate_degree``
@@ -30,7 +30,7 @@ SECONDARY_PARAM_BYTES = 2.0  # bf16 secondary partition of hpZ (ZeRO++ Sec. 3.2)
 def style(profile) -> str:
     """'replicate', 'secondary' or 'none' (a trainer without hybrid sharding; the rules refuse
     hsdp): the profile's ``hybrid_shard_style``."""
-    return profile.hybrid_shard_style
+    return profile.data_parallel.hybrid_shard_style
 
 
 def shard_group(hsdp: np.ndarray, group: np.ndarray, profile) -> np.ndarray:

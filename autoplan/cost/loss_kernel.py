@@ -36,7 +36,7 @@ def loss_bytes_per_logit(ctx) -> float:
     ``compile_loss``, else the trainer profile's eager figure (``logits_bytes_per_vocab``)."""
     if ctx.training.compile_loss:
         return COMPILED_LOSS_BYTES_PER_LOGIT
-    return ctx.profile.logits_bytes_per_vocab
+    return ctx.profile.activations.logits_bytes_per_vocab
 
 
 def loss_hbm_bytes(ctx) -> float:
@@ -44,4 +44,4 @@ def loss_hbm_bytes(ctx) -> float:
     ``compile_loss``; else the profile's eager figure (0 where the profile does not state it)."""
     if ctx.training.compile_loss:
         return COMPILED_LOSS_HBM_BYTES_PER_LOGIT
-    return ctx.profile.loss_hbm_bytes_per_logit
+    return ctx.profile.activations.loss_hbm_bytes_per_logit

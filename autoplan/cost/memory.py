@@ -63,7 +63,7 @@ def _with_mha_copies(ctx: CostContext, c: ActivationCoefficients) -> ActivationC
     kernel rotates in place and flash-attn saves, so the copy's k|v part stays alive, and builds
     a second k|v copy (torch.cat, then permute(...).contiguous()) that flash-attn saves: 4 bytes
     per KV element beyond the GQA branch's separate q, k, v copies."""
-    extra = ctx.profile.mha_kv_copy_bytes
+    extra = ctx.profile.activations.mha_kv_copy_bytes
     if extra == 0.0 or ctx.model.num_kv_heads != ctx.model.num_attention_heads:
         return c
     return dataclasses.replace(c, kv=c.kv + extra)
@@ -81,7 +81,7 @@ def attention_coefficients(ctx: CostContext, mode: str) -> ActivationCoefficient
     eager = ctx.training.attention_kernel == "eager"
     if ctx.model.activation == "gelu":
         return without_dropout_mask(ctx, (GPT_ATTENTION_EAGER if eager else GPT_ATTENTION_FLASH)[mode])
-    c = ctx.profile.attention[mode]
+    c = ctx.profile.activations.attention[mode]
     if not eager:
         return _with_mha_copies(ctx, c)
     return dataclasses.replace(c, lse=0.0, s2=EAGER_SOFTMAX_BYTES if mode == "none" else 0.0)
@@ -169,7 +169,7 @@ def _fp8_input_saving(ctx: CostContext, b: LayoutBatch) -> float:
     layernorm_linear.py and layernorm_mlp.py alike): FP8_ACTIVATION_ELEMENT_BYTES instead of
     BF16_BYTES. Profiles without ``fp8_saves_quantized_inputs`` keep bf16 inputs under fp8.
     """
-    if not ctx.profile.fp8_saves_quantized_inputs:
+    if not ctx.profile.activations.fp8_saves_quantized_inputs:
         return np.zeros_like(b.tp)
     per_element = BF16_BYTES - FP8_ACTIVATION_ELEMENT_BYTES[ctx.training.fp8_recipe]
     return np.where(b.precision == PRECISION["fp8"], per_element, 0.0)
@@ -202,7 +202,7 @@ def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple
     # The run's norm kernel (profile norm_saving_bytes_per_h): two norms a layer, sequence-sharded
     # under SP; without recompute only (torchtitan's selective policy recomputes the norms, so its
     # selective coefficients hold no norm copies).
-    saving = ctx.profile.norm_saving_bytes_per_h if mode == "none" else 0.0
+    saving = ctx.profile.activations.norm_saving_bytes_per_h if mode == "none" else 0.0
     norms = NORMS_PER_LAYER * saving * m.hidden_size / np.where(b.sp > 0, b.tp, 1.0)
     return tokens * (dense - norms), tokens * (moe_layer - norms)
 
@@ -218,7 +218,7 @@ def selective_module_bytes(ctx: CostContext, b: LayoutBatch,
         return sel
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     tokens = b.mbs * ctx.training.seq_len / b.cp
-    floor = tokens * ctx.profile.full_recompute_input_bytes_per_h * ctx.model.hidden_size / h_div
+    floor = tokens * ctx.profile.recompute.full_recompute_input_bytes_per_h * ctx.model.hidden_size / h_div
     core = module_bit(b.recompute_modules, "core_attn")
     out = []
     for i, dropped in enumerate(module_dropped_bytes_per_token(ctx, b)):

@@ -1,6 +1,6 @@
 """Activation coefficients of the MLP block by activation function.
 
-The trainer profiles describe a SwiGLU layer (``TrainerProfile.mlp``); GELU models (GPT family,
+The trainer profiles describe a SwiGLU layer (``TrainerProfile.activations.mlp``); GELU models (GPT family,
 with dropout) use Korthikanti et al. 2022's coefficients; a squared-ReLU MLP (Nemotron) saves
 one f-wide fc1 output where SwiGLU saves two.
 """
@@ -33,7 +33,7 @@ GPT_DROPOUT_MASK_BYTES = 1.0
 def without_dropout_mask(ctx: CostContext, c: ActivationCoefficients) -> ActivationCoefficients:
     """GPT-style block coefficients ``c`` (which count Korthikanti's 1-byte residual dropout mask
     per hidden element) with the trainer's own mask bytes (``gpt_residual_dropout_mask_bytes``)."""
-    missing = GPT_DROPOUT_MASK_BYTES - ctx.profile.gpt_residual_dropout_mask_bytes
+    missing = GPT_DROPOUT_MASK_BYTES - ctx.profile.activations.gpt_residual_dropout_mask_bytes
     return dataclasses.replace(c, h=c.h - missing) if missing else c
 
 
@@ -43,7 +43,7 @@ def mlp_coefficients(ctx: CostContext, mode: str) -> ActivationCoefficients:
     fc1's saved output (UNGATED_FC1_SAVING_BYTES per f element)."""
     if ctx.model.activation == "gelu":
         return without_dropout_mask(ctx, GPT_MLP[mode])
-    c = ctx.profile.mlp[mode]
+    c = ctx.profile.activations.mlp[mode]
     if ctx.model.activation == "relu2":
         return dataclasses.replace(c, f=c.f - UNGATED_FC1_SAVING_BYTES, moe_kf=c.moe_kf - UNGATED_FC1_SAVING_BYTES)
     return c

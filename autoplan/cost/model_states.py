@@ -61,7 +61,7 @@ def expert_group(b: LayoutBatch, group: np.ndarray) -> np.ndarray:
 
 def shard_grad_op(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """Per layout: ZeRO-2 run as FSDP1's SHARD_GRAD_OP (the profile's ``zero2_is_shard_grad_op``)."""
-    return (b.zero == 2) & ctx.profile.zero2_is_shard_grad_op
+    return (b.zero == 2) & ctx.profile.data_parallel.zero2_is_shard_grad_op
 
 
 @once_per_batch
@@ -75,7 +75,7 @@ def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.
     sharding (``Layout.hsdp``) the non-expert group is the shard group of hsdp ranks where the
     trainer replicates across them (``hybrid_shard.shard_group``); the expert group shrinks with it.
     """
-    dp_group = b.dp * (b.cp if ctx.profile.zero_shards_over_cp else 1.0)
+    dp_group = b.dp * (b.cp if ctx.profile.model_states.zero_shards_over_cp else 1.0)
     dp_group = hybrid_shard.shard_group(b.hsdp, dp_group, ctx.profile)
     return dp_group, expert_group(b, dp_group)
 
@@ -113,8 +113,8 @@ def weight_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """
     p, t = ctx.profile, ctx.training
     fp8 = b.precision == PRECISION["fp8"]
-    fp8_copies = p.fp8_weight_extra_bytes * FP8_WEIGHT_ELEMENT_BYTES[t.fp8_recipe]
-    bf16_copy = np.where(fp8 & t.fp8_param_gather, 0.0, p.weight_bytes)
+    fp8_copies = p.model_states.fp8_weight_extra_bytes * FP8_WEIGHT_ELEMENT_BYTES[t.fp8_recipe]
+    bf16_copy = np.where(fp8 & t.fp8_param_gather, 0.0, p.model_states.weight_bytes)
     return bf16_copy + np.where(fp8, fp8_copies, 0.0)
 
 
@@ -149,7 +149,7 @@ def ddp_free_grad_bytes(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     ``half_param.grad = None`` after every micro-batch's backward, before the next forward. So
     without DDP only the fp32 accumulator stays: the profile's ``ddp_bucket_grad_bytes`` less.
     """
-    return np.where(b.dp * b.cp > 1, 0.0, ctx.profile.ddp_bucket_grad_bytes)
+    return np.where(b.dp * b.cp > 1, 0.0, ctx.profile.model_states.ddp_bucket_grad_bytes)
 
 
 def state_bytes_per_param_by_term(ctx: CostContext, b: LayoutBatch,
@@ -161,7 +161,7 @@ def state_bytes_per_param_by_term(ctx: CostContext, b: LayoutBatch,
     # (torchtitan: reshard_after_forward=False when PP is on); written as bytes that the
     # ZeRO-3 divisor below cancels. With nothing to shard over, FSDP is not applied at all.
     keeps = (b.zero >= 3) & (b.pp > 1) & (dp_group > 1)
-    weight_bytes = weight_bytes_per_param(ctx, b) + np.where(keeps, p.zero3_pp_unsharded_bytes * dp_group, 0.0)
+    weight_bytes = weight_bytes_per_param(ctx, b) + np.where(keeps, p.zero3.pp_unsharded_bytes * dp_group, 0.0)
     # ZeRO-2 as FSDP1's SHARD_GRAD_OP: every unit's bf16 compute copy (MixedPrecision param_dtype)
     # stays gathered from its forward to the end of its backward, so at the backward's start the
     # whole stage is unsharded (torch/distributed/fsdp/api.py ShardingStrategy.SHARD_GRAD_OP; the
@@ -169,7 +169,7 @@ def state_bytes_per_param_by_term(ctx: CostContext, b: LayoutBatch,
     weight_bytes = weight_bytes + np.where(shard_grad_op(ctx, b), BF16_BYTES, 0.0)
     # Megatron --grad-reduce-in-bf16: the main_grad buffer takes the parameters' dtype
     # (megatron/core/distributed/distributed_data_parallel.py, grad_dtype of the param_and_grad_buffer).
-    grad_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else p.grad_bytes - ddp_free_grad_bytes(ctx, b)
+    grad_bytes = BF16_BYTES if ctx.training.grad_reduce_in_bf16 else p.model_states.grad_bytes - ddp_free_grad_bytes(ctx, b)
     return {"weights": (weight_bytes, 3), "gradients": (grad_bytes, gradient_shard_stage(ctx)),
             "master_weights": (ctx.master_bytes, 1)}
 
@@ -205,6 +205,6 @@ def zero3_gathered_bytes(p, one_layer_params: np.ndarray) -> np.ndarray:
     stage3.py ``DeepSpeedZeroOptimizer_Stage3``): ``zero3_max_live_params`` and
     ``zero3_grad_bucket_params``, infinite where the trainer has no such cap.
     """
-    layers = p.zero3_prefetch_layers * one_layer_params
-    return BF16_BYTES * (np.minimum(layers, p.zero3_max_live_params)
-                         + np.minimum(layers, p.zero3_grad_bucket_params))
+    layers = p.zero3.prefetch_layers * one_layer_params
+    return BF16_BYTES * (np.minimum(layers, p.zero3.max_live_params)
+                         + np.minimum(layers, p.zero3.grad_bucket_params))

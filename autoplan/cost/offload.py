@@ -46,7 +46,7 @@ def move_to_host(ctx: CostContext, b: LayoutBatch, terms: dict[str, np.ndarray],
         return np.zeros_like(b.tp)
     states = b.offload >= CODE["optimizer"]
     params = b.offload >= CODE["params"]
-    grads_go = states & ctx.profile.offload_moves_gradients  # (the profile's YAML says how)
+    grads_go = states & ctx.profile.model_states.offload_moves_gradients  # (the profile's YAML says how)
     host = np.where(states, terms["master_weights"] + terms["optimizer_states"] + FP32_BYTES * owned_params, 0.0)
     host = host + np.where(params, terms["weights"], 0.0)
     for name, moved in (("master_weights", states), ("optimizer_states", states), ("weights", params),

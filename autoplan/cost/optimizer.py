@@ -94,8 +94,8 @@ def step_bytes_per_param(ctx: CostContext, state_bytes: np.ndarray, on_host: np.
     staging buffer (DeepSpeed ``DeepSpeedCPUAdam``, csrc/adam/cpu_adam_impl.cpp).
     """
     p = ctx.profile
-    grad = np.where(on_host, FP32_BYTES, p.grad_bytes)
-    return grad + 2.0 * (ctx.master_bytes + state_bytes) + p.weight_bytes
+    grad = np.where(on_host, FP32_BYTES, p.model_states.grad_bytes)
+    return grad + 2.0 * (ctx.master_bytes + state_bytes) + p.model_states.weight_bytes
 
 
 def muon_work(ctx: CostContext, b: LayoutBatch, updated_dense: np.ndarray,

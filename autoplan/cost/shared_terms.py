@@ -24,7 +24,7 @@ from autoplan.layout import LayoutBatch
 def _trainer_layers(ctx: CostContext, b: LayoutBatch) -> StageLayers:
     """``stages.trainer_stage_layers``: the layout's pp, vpp and pp_split, or the trainer's own
     split, evaluated once per distinct (pp, vpp, pp_split) (``broadcast.on_distinct``)."""
-    model, rule = ctx.model, ctx.profile.pp_split_rule
+    model, rule = ctx.model, ctx.profile.pipeline.split_rule
     return on_distinct(b, ("pp", "vpp", "pp_split"),
                        lambda pp, vpp, pp_split: trainer_stage_layers(model, rule, pp, vpp, pp_split),
                        key=("trainer_stage_layers", id(model), rule))
@@ -62,7 +62,7 @@ def in_flight_by_stage(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     micro-batch of a pipelined stage."""
     layers = _trainer_layers(ctx, b)
     rank = stacked(np.zeros_like(b.pp), layers.middle_rank, b.pp - 1.0)
-    schedule = resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule)
+    schedule = resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pipeline.schedule)
     chunks = stacked(layers.first_chunks, layers.middle_chunks, layers.last_chunks).swapaxes(0, 1)
     flying = in_flight_layers(chunks, b.pp, b.vpp, b.grad_acc, rank, schedule)
     extra = ctx.corrections.pp_extra_layers_per_microbatch
@@ -80,7 +80,7 @@ def stage_in_flight(ctx: CostContext, b: LayoutBatch, stage: str) -> np.ndarray:
 @once_per_batch
 def _copies(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """``schedule.parameter_copies`` of the resolved schedule (2 under DualPipe, else 1)."""
-    return parameter_copies(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule))
+    return parameter_copies(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pipeline.schedule))
 
 
 @per_group

@@ -109,7 +109,7 @@ def layer_bytes_by_stage(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarr
     mean_sel = act_sel[0] * (1 - moe_share) + act_sel[1] * moe_share
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     tokens = b.mbs * ctx.training.seq_len / b.cp
-    full_input = tokens * p.full_recompute_input_bytes_per_h * m.hidden_size / h_div
+    full_input = tokens * p.recompute.full_recompute_input_bytes_per_h * m.hidden_size / h_div
     full_share = full_recompute_share(b, lambda: layers(""))
     mean_full = full_share * full_input + (1.0 - full_share) * mean_none
     per_layer = select([b.recompute == 0, b.recompute == 1], [mean_none, mean_sel], mean_full)

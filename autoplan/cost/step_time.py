@@ -114,7 +114,7 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     pick = heaviest_stage(*(compute + recompute + tp + cp + ep + offload + host))
     parts = dict(zip(STAGE_PARTS, choose_stage(pick, *stage_time)))
     h_div = np.where(b.sp > 0, b.tp, 1.0)
-    schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pp_schedule)
+    schedule = resolved_schedule(b.pp_schedule, b.vpp, p.pipeline.schedule)
     hidden = hides_pipeline_and_expert_comm(schedule)
     parts["ep"] = np.where(hidden, 0.0, parts["ep"])
     pp_bytes = tokens * m.hidden_size * BF16_BYTES / h_div
@@ -127,7 +127,7 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     parts["bubble_per_micro"] = bubble_micro_batches(schedule, b.pp, b.vpp, 1.0 / (1.0 + BACKWARD_MATMUL_FACTOR))
     # A pipeline engine that reduces after its schedule (pp_overlaps_grad_reduce false) hides nothing.
     # Under the interleaved schedule each model chunk reduces and gathers on its own (overlap.py).
-    parts["grad_overlap"] = np.where((b.pp > 1) & (not p.pp_overlaps_grad_reduce), 0.0, ov.grad_reduce)
+    parts["grad_overlap"] = np.where((b.pp > 1) & (not p.pipeline.overlaps_grad_reduce), 0.0, ov.grad_reduce)
     parts["chunks"] = np.where(is_schedule(schedule, "interleaved") & (b.pp > 1), b.vpp, 1.0)
     parts["tp_passes"], parts["tp_inside_domain"] = lc["tp_passes"], lc["tp_inside_domain"]
     parts["cp_inside_domain"] = lc["cp_inside_domain"]

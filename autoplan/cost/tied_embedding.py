@@ -44,7 +44,7 @@ def tied_embedding_allreduce_s(ctx: CostContext, b: LayoutBatch, pp_stride: np.n
     bus = comm.p2p_bus_bytes_per_s(ctx, pp_stride, b.pp)
     latency = comm.p2p_latency_s(ctx, pp_stride, b.pp)
     p = ctx.profile
-    dtype_bytes = np.where(engine_all_reduces_grads(ctx, b), p.pp_grad_all_reduce_bytes, ctx.grad_reduce_bytes)
+    dtype_bytes = np.where(engine_all_reduces_grads(ctx, b), p.pipeline.grad_all_reduce_bytes, ctx.grad_reduce_bytes)
     grad_bytes = m.vocab_size * m.hidden_size / b.tp * dtype_bytes
     applies = (b.pp > 1) & bool(m.tied_embeddings)
     return np.where(applies, grad_bytes / bus + 2.0 * latency, 0.0)

@@ -165,7 +165,7 @@ def attention_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> tuple[n
     score_flops = tokens * attention_score_flops_per_token(ctx, s, windowed=False) / b.tp  # masks after the product
     bmm = score_flops / (peak * gemm_efficiency(ctx, score_flops / 2.0)) * factor
     scores = tokens * s * ctx.model.num_attention_heads / b.tp
-    dropout = ctx.profile.eager_attention_dropout_bytes
+    dropout = ctx.profile.activations.eager_attention_dropout_bytes
     return (bmm + scores * (EAGER_SCORE_BYTES_FORWARD + dropout) / ctx.effective_hbm_bytes_per_s,
             BACKWARD_MATMUL_FACTOR * bmm + scores * (EAGER_SCORE_BYTES_BACKWARD + dropout) / ctx.effective_hbm_bytes_per_s)
 
@@ -205,7 +205,7 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
     # all-gathers, which the backward runs again).
     full = full_recompute_share(b, m.num_layers / b.pp)
     module_tp, module_ep = module_extra_passes(b)
-    own_selective = np.where(b.recompute_modules > 0, module_tp, ctx.profile.selective_recompute_tp_collectives)
+    own_selective = np.where(b.recompute_modules > 0, module_tp, ctx.profile.recompute.selective_recompute_tp_collectives)
     passes = 2.0 + full + np.where(b.recompute == 1, own_selective, 0.0)
     activation_bytes = tokens * m.hidden_size * BF16_BYTES
     tp_link = comm.group_link(ctx, b.tp, st["tp"])
@@ -262,7 +262,7 @@ def _layer_recompute_s(ctx: CostContext, b: LayoutBatch, fwd: dict[str, np.ndarr
     set (``selective_recompute_matmul_fraction`` of the matmuls, attention for Megatron's
     core_attn) or the named ``recompute_modules`` (``recompute.module_recompute_s``)."""
     p = ctx.profile
-    core = [p.selective_recompute_matmul_fraction * fwd[k] + float(p.selective_recomputes_attention) * fwd["attention"]
+    core = [p.recompute.selective_recompute_matmul_fraction * fwd[k] + float(p.recompute.selective_recomputes_attention) * fwd["attention"]
             for k in ("dense_matmul", "moe_matmul")]
     named = module_recompute_s(ctx, b, fwd, (core[0], core[1])) if b.recompute_modules.any() else core
     selective = b.recompute == 1
@@ -294,8 +294,8 @@ def grad_accumulation_s(ctx: CostContext, b: LayoutBatch, params_per_gpu: np.nda
     for a profile with ``pp_grad_all_reduce_bytes`` (that BF16_Optimizer path) it applies only
     where that path runs: pp > 1 and ZeRO <= 1."""
     p = ctx.profile
-    applies = np.where(p.pp_grad_all_reduce_bytes > 0, (b.pp > 1) & (b.zero <= 1), True)
-    return np.where(applies, params_per_gpu * p.grad_accumulation_bytes_per_param / ctx.effective_hbm_bytes_per_s, 0.0)
+    applies = np.where(p.pipeline.grad_all_reduce_bytes > 0, (b.pp > 1) & (b.zero <= 1), True)
+    return np.where(applies, params_per_gpu * p.model_states.grad_accumulation_bytes_per_param / ctx.effective_hbm_bytes_per_s, 0.0)
 
 
 def loss_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:

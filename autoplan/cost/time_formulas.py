@@ -95,7 +95,7 @@ def _cp(ctx, b, _stage=None) -> Values:
 
 
 def _schedule_hides(ctx, b) -> np.ndarray:
-    return hides_pipeline_and_expert_comm(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule))
+    return hides_pipeline_and_expert_comm(resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pipeline.schedule))
 
 
 def _ep(ctx, b, _stage=None) -> Values:
@@ -107,7 +107,7 @@ def _ep(ctx, b, _stage=None) -> Values:
 
 def _pp(ctx, b, _stage=None) -> Values:
     st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
-    schedule = resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pp_schedule)
+    schedule = resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pipeline.schedule)
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     send_bytes = b.mbs * ctx.training.seq_len / b.cp * ctx.model.hidden_size * BF16_BYTES / h_div
     sends = np.where((b.pp > 1) & ~_schedule_hides(ctx, b), 2.0 * chunks_per_rank(schedule, b.vpp), 0.0)

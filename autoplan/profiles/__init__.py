@@ -2,10 +2,12 @@
 
 A profile has two parts:
 
-* ``TrainerProfile``: what the trainer's code does (bytes per parameter of each model state,
-  activation bytes saved per layer under each recompute mode, logits handling, pipeline
-  schedule, which ZeRO stages and virtual stages it supports). Each figure cites the trainer
-  source file or paper it came from (see the YAML files beside this module).
+* ``TrainerProfile``: what the trainer's code does, in small grouped records (``groups.py``):
+  ``model_states`` (bytes per parameter of each model state), ``activations`` (bytes saved per
+  layer under each recompute mode, logits and loss), ``recompute``, ``zero3``, ``pipeline``,
+  ``data_parallel`` and ``context_parallel``, each a block of the profile's YAML; beside them its
+  ``capabilities`` (which ZeRO stages, schedules, ... it supports) and ``options``. Each figure
+  cites the trainer source file or paper it came from (see the YAML files beside this module).
 * ``CalibratedParameters`` per (trainer, GPU) pair, in two kinds: ``PhysicalEfficiency``
   (fractions of a hardware peak, overlap fractions; bounded, with a plausible range) and
   ``Corrections`` (named empirical terms standing in for a missing mechanism, each with its

@@ -22,6 +22,7 @@ from autoplan.cost import terms as terms_module
 from autoplan.cost.context import CostContext
 from autoplan.cost.terms import CONSTANTS, TERMS, Term
 from autoplan.profiles import TrainerProfile
+from autoplan.profiles.profile import FLAT_NAMES, GROUPS
 from autoplan.report.substituted import formula_of
 from autoplan.specs.hardware import Cluster, GPUSpec
 from autoplan.specs.model import ModelSpec
@@ -142,7 +143,8 @@ def _parameter_tables() -> list[str]:
             users = ", ".join(f"`{u}`" for u in used.get(name, [])) or "—"
             lines.append(f"| `{name}` | {_default(owner, name)} | {owner_docs.get(name, '')} | {users} |")
         lines.append("")
-    for cls, title in ((TrainerProfile, "Trainer profile fields"), (GPUSpec, "GPU fields"), (Cluster, "Cluster fields")):
+    lines += _profile_table(used)
+    for cls, title in ((GPUSpec, "GPU fields"), (Cluster, "Cluster fields")):
         docs = field_docs(cls)
         rows = [f"| `{f.name}` | {docs.get(f.name, '—')} | {', '.join(f'`{u}`' for u in used[f.name])} |"
                 for f in fields(cls) if f.name in used]
@@ -153,6 +155,18 @@ def _parameter_tables() -> list[str]:
         lines.append(f"| `{name}` | {constant.value:.4g} | `autoplan.cost.{constant.module}.{name}` | "
                      f"{constant.meaning} | {users} |")
     return lines + [""]
+
+
+def _profile_table(used: dict[str, list[str]]) -> list[str]:
+    """The trainer profile fields the terms name (by their flat names, ``profile.FLAT_NAMES``)
+    with the YAML key of each (``group.field``, the groups of ``profiles/groups.py``)."""
+    rows = []
+    for flat, (group, name) in FLAT_NAMES.items():
+        if flat in used:
+            meaning = field_docs(GROUPS[group]).get(name, "—")
+            rows.append(f"| `{flat}` | `{group}.{name}` | {meaning} | {', '.join(f'`{u}`' for u in used[flat])} |")
+    return ["### Trainer profile fields (`TrainerProfile`)", "", "| field | YAML key | meaning | used by |",
+            "| --- | --- | --- | --- |", *rows, ""]
 
 
 def render_page() -> str:

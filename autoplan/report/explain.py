@@ -14,6 +14,7 @@ from autoplan.cost.context import CostContext
 from autoplan.cost.evaluate import CostTable
 from autoplan.cost.terms import BY_COLUMN as TERMS_BY_COLUMN
 from autoplan.cost.terms import CONSTANTS, STAGES, Term, memory_terms, term, time_terms
+from autoplan.profiles.profile import FLAT_NAMES
 from autoplan.report.substituted import formula_of, one_line, substitute, value_text, wrapped
 from autoplan.units import GiB
 
@@ -34,7 +35,11 @@ def _field(obj: Any, name: str) -> tuple[bool, Any]:
 
 
 def parameter_value(ctx: CostContext, name: str) -> Any:
-    """The value of a parameter a term names: a field of the context, or a module constant."""
+    """The value of a parameter a term names: a field of the context (a trainer profile's grouped
+    field by its flat name, ``profile.FLAT_NAMES``), or a module constant."""
+    if name in FLAT_NAMES:
+        group, field_name = FLAT_NAMES[name]
+        return getattr(getattr(ctx.profile, group), field_name)
     for source in (ctx.efficiency, ctx.profile, ctx.cluster, ctx.cluster.gpu, ctx.training, ctx):
         found, value = _field(source, name)
         if found:

@@ -26,7 +26,7 @@ SOURCES = ("torchtitan torchtitan/distributed/parallel_dims.py (dp_replicate, dp
 
 def zero_group(ctx: RuleContext, x) -> object:
     """G: the ranks ZeRO shards over, dp·cp where the trainer shards over cp, else dp."""
-    return x.dp * (x.cp if ctx.profile.zero_shards_over_cp else 1)
+    return x.dp * (x.cp if ctx.profile.model_states.zero_shards_over_cp else 1)
 
 
 def _hsdp_indivisible(ctx: RuleContext, b) -> np.ndarray:

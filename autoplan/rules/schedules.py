@@ -71,7 +71,7 @@ RULES = [
     Rule("torchtitan_1f1b_microbatches", ("torchtitan",),
          "torch's single-stage 1F1B needs at least pp micro-batches (grad_acc)",
          lambda c, b: (b.pp > 1) & (b.vpp == 1) & (b.grad_acc < b.pp)
-         & is_schedule(resolved_schedule(b.pp_schedule, b.vpp, c.profile.pp_schedule), "1f1b"),
+         & is_schedule(resolved_schedule(b.pp_schedule, b.vpp, c.profile.pipeline.schedule), "1f1b"),
          lambda c, x: f"grad_acc={x.grad_acc}, pp={x.pp}",
          "torch 2.13.0 torch/distributed/pipelining/schedules.py (Schedule1F1B: 'Number of microbatches "
          "must be greater than or equal to the number of stages')",

@@ -284,8 +284,8 @@ def test_more_zero_sharding_never_raises_model_state_bytes(case):
     """
     model, trainer, lays = case
     ctx = make_ctx(model, trainer)
-    ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, zero3_pp_unsharded_bytes=0.0,
-                                                               zero2_is_shard_grad_op=False))
+    ctx = dataclasses.replace(ctx, profile=ctx.profile.with_overrides([("zero3_pp_unsharded_bytes", 0.0),
+                                                                   ("zero2_is_shard_grad_op", False)]))
     for lay in lays:
         table = table_of(ctx, [dataclasses.replace(lay, zero=z) for z in range(4)])
         for stage in STAGES:
@@ -467,10 +467,10 @@ def test_zero3_weight_shards_sum_to_the_replicated_weights(data):
     ctx = make_ctx(model, trainer)
     # Switch off torchtitan's deliberate unsharded copy under FSDP + PP: conservation is about
     # the sharding itself (see test_more_zero_sharding_never_raises_model_state_bytes).
-    ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, zero3_pp_unsharded_bytes=0.0))
+    ctx = dataclasses.replace(ctx, profile=ctx.profile.with_overrides([("zero3_pp_unsharded_bytes", 0.0)]))
     for lay in lays:
         table = table_of(ctx, [dataclasses.replace(lay, zero=0), dataclasses.replace(lay, zero=3)])
-        group = lay.dp * (lay.cp if ctx.profile.zero_shards_over_cp else 1)
+        group = lay.dp * (lay.cp if ctx.profile.model_states.zero_shards_over_cp else 1)
         for stage in STAGES:
             for name in MODEL_STATES:
                 values = table[f"mem_{stage}_{name}_bytes"]
@@ -485,13 +485,13 @@ def test_zero3_expert_shards_sum_over_the_expert_data_parallel_group(case):
     ctx = make_ctx(model, trainer)
     # torchtitan deliberately keeps an unsharded copy under FSDP + PP (zero3_pp_unsharded_bytes);
     # conservation is a property of the sharding itself, so switch that copy off here.
-    ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, zero3_pp_unsharded_bytes=0.0))
+    ctx = dataclasses.replace(ctx, profile=ctx.profile.with_overrides([("zero3_pp_unsharded_bytes", 0.0)]))
     for lay in lays:
         lays2 = [dataclasses.replace(lay, zero=0), dataclasses.replace(lay, zero=3)]
         b = LayoutBatch.from_layouts(lays2)
         expert = np.full(2, 1.0e6)
         states = model_state_bytes(ctx, b, np.zeros(2), expert)
-        dp_group = lay.dp * (lay.cp if ctx.profile.zero_shards_over_cp else 1)
+        dp_group = lay.dp * (lay.cp if ctx.profile.model_states.zero_shards_over_cp else 1)
         group = max(dp_group * lay.tp / (lay.ep * lay.etp), 1.0)
         for name in MODEL_STATES:
             assert states[name][1] * group == pytest.approx(states[name][0], rel=1e-12), name

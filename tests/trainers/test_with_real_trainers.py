@@ -101,13 +101,13 @@ def _assert_split(trainer: str, case, lay, trainer_split: list[list[int]]) -> No
     profile = load_profile(trainer)
     pp, vpp = np.array([float(lay.pp)]), np.array([float(lay.vpp)])
     pp_split = np.array([PP_SPLITS.index(lay.pp_split)])
-    if profile.pp_split_rule == "compute_cost" and not model.num_mtp_layers and model.mla is None:
+    if profile.pipeline.split_rule == "compute_cost" and not model.num_mtp_layers and model.mla is None:
         ours = [[int(n)] for n in compute_cost_rank_layers(model, pp)[: lay.pp, 0]]
     else:
         chunks = rank_chunk_layers(model.num_layers, pp, vpp, pp_split == 1, np.arange(lay.pp, dtype=float)[:, None])
         ours = [[int(n) for n in chunks[: lay.vpp, rank, 0]] for rank in range(lay.pp)]
     assert trainer_split == ours, (trainer_split, ours)
-    costed = trainer_stage_layers(model, profile.pp_split_rule, pp, vpp, pp_split)
+    costed = trainer_stage_layers(model, profile.pipeline.split_rule, pp, vpp, pp_split)
     mtp = model.num_mtp_layers
     assert (costed.first[0], costed.last[0] - mtp) == (sum(trainer_split[0]), sum(trainer_split[-1]))
 

@@ -141,7 +141,7 @@ def test_ring_merge_is_torchtitans_alone_and_lengthens_its_attention():
     assert forward[0] == pytest.approx(58 * 1_048_576 / ctx.effective_hbm_bytes_per_s, rel=1e-12)
     assert backward[0] == pytest.approx(136 * 1_048_576 / ctx.effective_hbm_bytes_per_s, rel=1e-12)
     from autoplan.cost.time import attention_s
-    plain = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, cp_rotate_method="ring"))
+    plain = dataclasses.replace(ctx, profile=ctx.profile.with_overrides([("cp_rotate_method", "ring")]))
     with_merge, without = attention_s(ctx, b, tokens), attention_s(plain, b, tokens)
     assert with_merge[0][0] - without[0][0] == pytest.approx(forward[0], rel=1e-9)
     assert with_merge[1][0] - without[1][0] == pytest.approx(backward[0], rel=1e-9)

@@ -25,12 +25,12 @@ def test_megatron_buckets_follow_its_default_rule():
 @pytest.mark.parametrize("trainer", ["torchtitan", "nanotron", "deepspeed"])
 def test_other_trainers_keep_a_fixed_bucket(trainer):
     p = load_profile(trainer)
-    assert bucket_params(p, np.array([8.0, 1024.0])).tolist() == [p.dp_bucket_params] * 2
+    assert bucket_params(p, np.array([8.0, 1024.0])).tolist() == [p.data_parallel.dp_bucket_params] * 2
 
 
 def _exposed_dp_share(gpus: int, per_rank: float) -> float:
     ctx = build_context("llama3.1-8b", build_training(gpus, 8192, gpus // 2, hardware="b200"), trainer="megatron")
-    ctx = replace(ctx, profile=replace(ctx.profile, dp_bucket_params_per_rank=per_rank))
+    ctx = replace(ctx, profile=ctx.profile.with_overrides([("dp_bucket_params_per_rank", per_rank)]))
     layout = resolve_layout({"tp": 1, "pp": 1, "cp": 2, "mbs": 1, "zero": 1, "precision": "fp8"}, ctx.training)
     table = evaluate(ctx, LayoutBatch.from_layouts([layout]))
     return float(table["time_dp_exposed_s"][0] / table["step_time_s"][0])

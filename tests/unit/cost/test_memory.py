@@ -29,7 +29,7 @@ GPU = load_gpu("h100-sxm")
 
 
 def ctx_for(model: ModelSpec, trainer: str = "megatron", **profile_changes) -> CostContext:
-    profile = dataclasses.replace(load_profile(trainer), **profile_changes)
+    profile = load_profile(trainer).with_overrides(profile_changes.items())
     return CostContext(model=model, training=TrainingSpec(make_cluster(GPU, 8), 2048, 8), profile=profile,
                        parameters=profile.parameters_for(GPU.name))
 

@@ -34,8 +34,8 @@ def test_squared_relu_layer_saves_one_bf16_f_tensor_less_than_its_swiglu_twin(tp
 def test_coefficients_by_activation():
     training = build_training(8, SEQ, 8)
     ctx = build_context("nemotron-3-8b", training)
-    assert mlp_coefficients(ctx, "none").f == ctx.profile.mlp["none"].f - UNGATED_FC1_SAVING_BYTES
+    assert mlp_coefficients(ctx, "none").f == ctx.profile.activations.mlp["none"].f - UNGATED_FC1_SAVING_BYTES
     gpt = build_context("gpt3-5b", build_training(8, 2048, 8))
     assert mlp_coefficients(gpt, "none") == GPT_MLP["none"]
     llama = build_context("llama3-8b", training)
-    assert mlp_coefficients(llama, "selective") == llama.profile.mlp["selective"]
+    assert mlp_coefficients(llama, "selective") == llama.profile.activations.mlp["selective"]

@@ -39,8 +39,8 @@ def _comm(ctx, b):
 
 def test_llmfoundry_runs_zero_2_and_3_only():
     assert load_profile("llmfoundry").capabilities.zero_stages == (2, 3)
-    assert load_profile("llmfoundry").zero2_is_shard_grad_op
-    assert not any(load_profile(t).zero2_is_shard_grad_op for t in ("deepspeed", "hf", "megatron"))
+    assert load_profile("llmfoundry").data_parallel.zero2_is_shard_grad_op
+    assert not any(load_profile(t).data_parallel.zero2_is_shard_grad_op for t in ("deepspeed", "hf", "megatron"))
 
 
 def test_shard_grad_op_gathers_once_per_micro_batch(setup):
@@ -71,7 +71,7 @@ def test_other_trainers_zero_2_keeps_its_per_step_traffic(setup):
     """A profile without SHARD_GRAD_OP (DeepSpeed's ZeRO-2): one reduce-scatter and one gather
     of the updated parameters per step, nothing per micro-batch."""
     ctx, batch = setup
-    plain = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, zero2_is_shard_grad_op=False))
+    plain = dataclasses.replace(ctx, profile=ctx.profile.with_overrides([("zero2_is_shard_grad_op", False)]))
     out = _comm(plain, batch[2])
     assert out["per_micro"][0] == 0.0 and out["grads"][0] > 0 and out["gathers"][0] > 0
 

@@ -51,6 +51,6 @@ def test_zero_divisor_follows_the_profile():
     weights = BY_COLUMN["mem_first_master_weights_bytes"]
     for trainer, group in (("megatron", layout.dp * layout.cp), ("nanotron", layout.dp)):
         ctx = build_context("llama3-8b", training, trainer=trainer)
-        assert ctx.profile.zero_shards_over_cp == (trainer == "megatron")
+        assert ctx.profile.model_states.zero_shards_over_cp == (trainer == "megatron")
         table = evaluate(ctx, LayoutBatch.from_layouts([layout]))
         assert substitute(ctx, table, 0, weights).values["shard"] == group

@@ -194,7 +194,7 @@ def test_data_parallel_reduction_uses_the_trainers_gradient_dtype():
     # DeepSpeed reduces in the communication dtype (bf16, 2 B): with the same layout the ring
     # all-reduce moves 2·7/8·2P/450e9 + 2 buckets × 6·3 µs (Megatron: 4P).
     model = dataclasses.replace(MODEL, num_layers=2)
-    bf16 = dataclasses.replace(load_profile("megatron"), grad_reduce_bytes=2.0)
+    bf16 = load_profile("megatron").with_overrides([("grad_reduce_bytes", 2.0)])
     ctx = dataclasses.replace(ctx_for(model), profile=bf16)
     table = evaluate_one(ctx, pp=2, dp=8, zero=0)
     expected = 2 * 7 / 8 * 2 * P_LAST / NVLINK + BUCKETS * AR_LATENCY
@@ -264,9 +264,9 @@ def test_eager_attention_dropout_moves_its_bytes_each_way():
     # A profile with eager_attention_dropout_bytes 5 adds 1024·1024·8 score elements × 5 B in the
     # forward and 5 B in the backward at HBM 3.35 TB/s; flash attention has no score dropout pass.
     ctx, batch = at(ctx_for(), {"gpus": 1, "seq_len": 1024, "gbs_seqs": 1})
-    ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, eager_attention_dropout_bytes=0.0))
+    ctx = dataclasses.replace(ctx, profile=ctx.profile.with_overrides([("eager_attention_dropout_bytes", 0.0)]))
     eager = dataclasses.replace(ctx, training=dataclasses.replace(ctx.training, attention_kernel="eager"))
-    dropout = dataclasses.replace(eager, profile=dataclasses.replace(eager.profile, eager_attention_dropout_bytes=5.0))
+    dropout = dataclasses.replace(eager, profile=eager.profile.with_overrides([("eager_attention_dropout_bytes", 5.0)]))
     delta = evaluate(dropout, batch)["time_compute_s"][0] - evaluate(eager, batch)["time_compute_s"][0]
     assert delta == pytest.approx(1024 * 1024 * 8 * (5 + 5) / HBM, rel=1e-9)
     flash = dataclasses.replace(ctx, profile=dropout.profile)
@@ -441,10 +441,10 @@ def test_grad_reduce_in_bf16_halves_the_gradient_reduction_traffic(zero, rounds)
         params = np.array([ctx.params.total / 8.0])
         out = dp_comm_s(ctx, b, st, params, np.zeros(1), np.array([80.0]))
         seconds[bf16] = out["per_micro"][0] if zero == 3 else out["grads"][0]
-        assert ctx.grad_reduce_bytes == (2.0 if bf16 else ctx.profile.grad_reduce_bytes)
+        assert ctx.grad_reduce_bytes == (2.0 if bf16 else ctx.profile.model_states.grad_reduce_bytes)
     link = comm.group_link(ctx, b.dp, np.minimum(st["dp"], st["cp"]))
     n = float(b.dp[0])
-    saved = rounds * (n - 1) / n * params[0] * (ctx.profile.grad_reduce_bytes - 2.0) / link.bus_bytes_per_s[0]
+    saved = rounds * (n - 1) / n * params[0] * (ctx.profile.model_states.grad_reduce_bytes - 2.0) / link.bus_bytes_per_s[0]
     assert seconds[False] - seconds[True] == pytest.approx(saved, rel=1e-9)
 
 
@@ -471,13 +471,13 @@ def test_a_coalesced_parameter_gather_pays_one_collective_latency():
     out = {}
     for gather_params in (0.0, float("inf")):
         ctx = build_context("70b", training)
-        ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, param_gather_bucket_params=gather_params))
+        ctx = dataclasses.replace(ctx, profile=ctx.profile.with_overrides([("param_gather_bucket_params", gather_params)]))
         b = LayoutBatch.from_layouts([resolve_layout({"tp": 8, "pp": 1, "zero": 1, "mbs": 1}, training)])
         st = comm.strides(b.placement, b.tp, b.cp, b.dp, b.pp)
         params = np.array([ctx.params.total / 8.0])
         out[gather_params] = dp_comm_s(ctx, b, st, params, np.zeros(1), np.array([80.0]))
     link = comm.group_link(ctx, b.dp, np.minimum(st["dp"], st["cp"]))
-    buckets = np.ceil(params[0] / max(ctx.profile.dp_bucket_params, ctx.profile.dp_bucket_params_per_rank * 64))  # dp 64
+    buckets = np.ceil(params[0] / max(ctx.profile.data_parallel.dp_bucket_params, ctx.profile.data_parallel.dp_bucket_params_per_rank * 64))  # dp 64
     ring = comm.dp_latency(ctx, link).ring_round_s[0]
     assert buckets > 1
     assert out[0.0]["gathers"][0] - out[float("inf")]["gathers"][0] == pytest.approx((buckets - 1) * ring, rel=1e-9)

@@ -19,7 +19,7 @@ SEQ = 4096
 def _dense_layer_bytes(model: str, trainer: str, tp: int, **profile_changes) -> float:
     training = build_training(8, SEQ, 8)
     ctx = build_context(model, training, trainer=trainer)
-    ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, **profile_changes))
+    ctx = dataclasses.replace(ctx, profile=ctx.profile.with_overrides(profile_changes.items()))
     batch = LayoutBatch.from_layouts([resolve_layout({"mbs": 1, "tp": tp}, training)])
     return float(layer_activation_bytes(ctx, batch, "none")[0][0])
 
@@ -77,7 +77,7 @@ def test_nanotron_cost_split_of_an_moe_model_by_hand():
 
     model = load_model("mixtral-8x7b")
     assert compute_cost_rank_layers(model, np.array([16.0]))[:, 0].tolist() == [3] + [2] * 14 + [1]
-    stages = trainer_stage_layers(model, load_profile("nanotron").pp_split_rule, np.array([16.0]))
+    stages = trainer_stage_layers(model, load_profile("nanotron").pipeline.split_rule, np.array([16.0]))
     assert (stages.first[0], stages.first_moe[0], stages.middle[0], stages.last[0]) == (3, 3, 2, 1)
 
 
@@ -86,8 +86,8 @@ def test_nanotron_stages_follow_its_split_and_others_the_layout():
     from autoplan.specs.models import load_model
 
     model = load_model("usp-1b")
-    nanotron = trainer_stage_layers(model, load_profile("nanotron").pp_split_rule, np.array([2.0]))
-    megatron = trainer_stage_layers(model, load_profile("megatron").pp_split_rule, np.array([2.0]))
+    nanotron = trainer_stage_layers(model, load_profile("nanotron").pipeline.split_rule, np.array([2.0]))
+    megatron = trainer_stage_layers(model, load_profile("megatron").pipeline.split_rule, np.array([2.0]))
     assert (nanotron.first[0], nanotron.last[0]) == (11, 5)
     assert (megatron.first[0], megatron.last[0]) == (8, 8)
 
@@ -138,7 +138,7 @@ def test_gpt_layers_without_dropout_save_no_residual_masks():
 def _layer_bytes(mode: str, tp: int, **profile_changes) -> float:
     training = build_training(8, SEQ, 8)
     ctx = build_context("llama3-8b", training, trainer="torchtitan")
-    ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, **profile_changes))
+    ctx = dataclasses.replace(ctx, profile=ctx.profile.with_overrides(profile_changes.items()))
     batch = LayoutBatch.from_layouts([resolve_layout({"mbs": 1, "tp": tp, "zero": 3}, training)])
     return float(layer_activation_bytes(ctx, batch, mode)[0][0])
 

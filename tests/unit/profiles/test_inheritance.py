@@ -21,7 +21,7 @@ def test_bridge_shares_every_megatron_core_fact():
     bridge, megatron = load_profile("megatron-bridge"), load_profile("megatron")
     differing = {f.name for f in dataclasses.fields(bridge) if getattr(bridge, f.name) != getattr(megatron, f.name)}
     assert differing <= OWN, differing - OWN
-    assert bridge.attention == megatron.attention and bridge.dp_bucket_params_per_rank == 1.0e6
+    assert bridge.activations.attention == megatron.activations.attention and bridge.data_parallel.dp_bucket_params_per_rank == 1.0e6
     assert bridge.lineage == ("megatron",) and bridge.family == ("megatron-bridge", "megatron")
 
 

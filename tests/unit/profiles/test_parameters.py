@@ -73,7 +73,7 @@ def test_every_profile_loads_with_its_gradient_reduction_dtype():
     for trainer in list_trainers():
         profile = load_profile(trainer)
         base = next(name for name in profile.family if name in expected)  # the trainer itself, else a base
-        assert profile.grad_reduce_bytes == expected[base], trainer
+        assert profile.model_states.grad_reduce_bytes == expected[base], trainer
         assert profile.parameters["default"].fitted == ()
 
 

@@ -8,6 +8,7 @@ from autoplan.api import build_context, build_training
 from autoplan.cost.terms import CONSTANTS
 from autoplan.report.explain import _field
 from autoplan.cost.terms import TERMS
+from autoplan.profiles.profile import FLAT_NAMES
 from autoplan.report.derivation import COMMAND, PAGE, efficiency_classes, field_docs, render_page
 
 
@@ -40,6 +41,7 @@ def test_code_constants_do_not_shadow_context_fields():
     ctx = build_context("llama3-8b", build_training(8, 8192, 64))
     for name in CONSTANTS:
         assert not _field(ctx, name)[0], f"{name} is now a field of the cost context: drop it from CONSTANTS"
+        assert name not in FLAT_NAMES, f"{name} is now a trainer profile field ({FLAT_NAMES.get(name)}): drop it from CONSTANTS"
 
 
 def test_field_docs_reads_metadata_docstring_bullets_and_comments():
