@@ -76,6 +76,8 @@ CONSTANTS: dict[str, Constant] = {c.name: c for c in (
              "payload share of the host link's rate per direction (measured: pinned copies, H200)"),
     Constant("BACKWARD_LAUNCH_FACTOR", "host_dispatch",
              "kernel launches of a layer's backward over its forward's (data and weight gradients)"),
+    Constant("DISPATCH_SHARE_BOUND", "host_dispatch",
+             "the MoE dispatch's share of a pass's EP exchange, at most (no more bytes than the combine)"),
     Constant("HOST_MEMORY_EFFICIENCY", "offload",
              "share of host DRAM bandwidth a streaming CPU kernel reaches (STREAM triad)"),
 )}
@@ -116,9 +118,11 @@ TIME_TERMS_DEFINED = [
           TIME_FORMULAS["host_exposed"].general(),
           "PyTorch CUDA semantics (asynchronous execution: the host runs ahead until a sync); Megatron-Core "
           "token_dispatcher.py MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize (the dropless host sync per "
-          "MoE layer); Transformer Engine make_graphed_callables, Megatron-Core transformer/cuda_graphs.py and "
+          "MoE layer, at before_ep_alltoall); Johnson 1954 (Naval Res. Logist. Q. 1(1): a two-machine flow shop's "
+          "makespan, host launching and GPU running in launch order); Transformer Engine make_graphed_callables, Megatron-Core transformer/cuda_graphs.py and "
           "full_cuda_graph.py (--cuda-graph-impl, --cuda-graph-scope); autoplan/cost/host_dispatch.py",
-          ("host_launch_s", "host_launch_slowdown", "cuda_graphs", "moe_capacity_factor", "BACKWARD_LAUNCH_FACTOR")),
+          ("host_launch_s", "host_launch_slowdown", "cuda_graphs", "moe_capacity_factor", "BACKWARD_LAUNCH_FACTOR",
+           "DISPATCH_SHARE_BOUND")),
     _time("tp_exposed", "tensor-parallel communication not hidden by compute",
           TIME_FORMULAS["tp_exposed"].general(),
           f"{KORTHIKANTI} Sec. 4.2.2 (sequence parallelism: 2 all-gathers + 2 reduce-scatters per layer "
