@@ -34,7 +34,24 @@ host before it can size the all-to-all and the grouped GEMM: Megatron-Core's
 ``cuda_dtoh_point`` and waits on that copy's event (``d2h_event.synchronize()``) in every MoE
 layer's forward; the flex (DeepEP) dispatcher likewise waits for its receive counts. The GPU then
 drains, and the host starts the next launches from an empty queue: each MoE layer's forward is a
-stretch of its own, exposed = max(0, H_f − G_f). The backward knows its splits and holds no sync,
+stretch of its own. **Order within that stretch.** A stream runs its kernels in launch order and
+none before its launch (PyTorch, "CUDA semantics"), so host and GPU form a two-machine flow shop
+with a fixed job order, whose makespan is max over k of (Σ_{i≤k} h_i + Σ_{i≥k} g_i) (Johnson 1954,
+"Optimal two- and three-stage production schedules with setup times included", Naval Research
+Logistics Quarterly 1(1), the makespan of a given sequence). Megatron-Core syncs at
+``before_ep_alltoall`` (token_dispatcher.py ``preprocess``: with ep > 1 the splits are needed for
+the all-to-all), so the stretch opens with the dispatch, the local experts' GEMMs and the combine
+(A: ``post_sync_launches``, host H_A, GPU G_A: the forward's EP exchange and routed-expert GEMMs),
+then the next layer's attention, router and preprocessing (B). With the GPU work of each part
+spread over its launches, the makespan's maximum lies at a part's boundary: max(G_f, H_A + G_B,
+H_f), so exposed = max(0, H_A − G_A, H_f − G_f). A boundary inside A gives a bound too: by the
+last expert GEMM's launch the host has launched at least the experts' (H_E,
+``expert_launches``) and the GPU has had at most the dispatch (half of the pass's exchange) and
+the expert GEMMs (G_E) to run, so exposed ≥ H_E − G_E, whatever the split of the dispatch's own
+launches around the experts. Many experts per GPU make A launch-heavy and GPU-light
+(Qwen3-30B-A3B at ep 8: 16 local experts, 4 launches each under fp8): the GPU waits there even
+when the whole stretch's GPU work would hide its launches. (G_A and G_E leave out the experts'
+casts and SwiGLU, a few percent of them.) The backward knows its splits and holds no sync,
 so the micro-batch's backward (and its dense layers' forward) is one stretch:
 exposed = max(0, ΣH − ΣG). With no MoE sync (a dense model, capacity-padded MoE: ``drop_and_pad``
 skips it) the whole micro-batch is one stretch. G is the layer's GPU time: its compute and its
@@ -77,6 +94,9 @@ DENSE_MLP_GEMMS = 2.0  # fc1 and fc2
 FP8_QUANTIZE_LAUNCHES_PER_GEMM = 1.0
 BACKWARD_LAUNCH_FACTOR = 2.0
 GRAPH_LAUNCHES = 1.0  # one replay per captured scope and pass
+# The dispatch's share of a pass's EP exchange, at most: it moves no more bytes than the combine
+# (moe_time.dispatch_combine_s: bf16 or fp8 dispatch, bf16 combine) with the same latency term.
+DISPATCH_SHARE_BOUND = 0.5
 # The scopes of each TrainingSpec.cuda_graphs value (specs.training.CUDA_GRAPHS).
 GRAPHED_SCOPES = {"none": (), "attn": ("attn",), "moe_router,moe_preprocess": ("moe_router",),
                   "attn,moe_router,moe_preprocess": ("attn", "moe_router"), "full_iteration": ("full_iteration",)}
@@ -104,6 +124,22 @@ def forward_launches(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.n
     return dense, moe
 
 
+def expert_launches(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """Forward launches of a MoE layer's local experts: EXPERT_GEMMS_PER_LOCAL_EXPERT GEMMs per
+    local expert (E/ep), one quantization each under fp8; 0 under a full-iteration graph."""
+    quantize = np.where(b.precision == FP8_PRECISION_CODE, FP8_QUANTIZE_LAUNCHES_PER_GEMM, 0.0)
+    local_gemms = EXPERT_GEMMS_PER_LOCAL_EXPERT * ctx.model.moe.num_experts / b.ep
+    return np.where(ctx.training.cuda_graphs == "full_iteration", 0.0, local_gemms * (1.0 + quantize))
+
+
+def post_sync_launches(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
+    """Forward launches of a MoE layer from its host sync (``before_ep_alltoall``) to the end of
+    the combine: the dispatch's (MOE_DISPATCH_LAUNCHES) and the local experts'
+    (``expert_launches``) (module doc, part A); 0 under a full-iteration graph."""
+    experts = expert_launches(ctx, b)
+    return np.where(ctx.training.cuda_graphs == "full_iteration", 0.0, MOE_DISPATCH_LAUNCHES + experts)
+
+
 def host_syncs_per_moe_layer(ctx: CostContext) -> bool:
     """Whether each MoE layer's forward waits on the host for its token counts: dropless routing
     (no ``moe_capacity_factor``) outside a full-iteration graph (module doc)."""
@@ -112,12 +148,16 @@ def host_syncs_per_moe_layer(ctx: CostContext) -> bool:
 
 
 def host_exposed_s(ctx: CostContext, b: LayoutBatch, n_dense: np.ndarray, n_moe: np.ndarray,
-                   gpu_dense_s: np.ndarray, gpu_moe_s: np.ndarray) -> np.ndarray:
+                   gpu_dense_s: np.ndarray, gpu_moe_s: np.ndarray, *,
+                   gpu_moe_experts_f_s: np.ndarray | float, gpu_moe_post_sync_f_s: np.ndarray | float) -> np.ndarray:
     """Host launch time of one micro-batch on a stage not hidden behind its GPU work, seconds.
     H = host_launch_s × the GPU preset's host_launch_slowdown (its host CPU) × launches (forward F, backward BACKWARD_LAUNCH_FACTOR·F); G = the layer's
     GPU seconds (``gpu_*_s``, forward + backward; a third forward). With a sync per MoE layer:
-    n_moe·max(0, H_f − G_f) + max(0, n_dense·(H_df − G_df) + Σ_backward (H_b − G_b)); without:
-    max(0, ΣH − ΣG) over the micro-batch (module doc)."""
+    n_moe·max(0, H_E − G_E, H_A − G_A, H_f − G_f) + max(0, n_dense·(H_df − G_df) + Σ_backward (H_b − G_b)),
+    H_E = the local experts' launches (``expert_launches``) and G_E the forward GPU seconds up to
+    their last (``gpu_moe_experts_f_s``: the dispatch and the expert GEMMs), H_A = the launches
+    from the sync to the combine (``post_sync_launches``) and G_A their forward GPU seconds
+    (``gpu_moe_post_sync_f_s``); without: max(0, ΣH − ΣG) over the micro-batch (module doc)."""
     dense_f, moe_f = forward_launches(ctx, b)
     launch = ctx.efficiency.host_launch_s * ctx.cluster.gpu.host_launch_slowdown
     host_dense_f, host_moe_f = launch * dense_f, launch * moe_f
@@ -126,6 +166,8 @@ def host_exposed_s(ctx: CostContext, b: LayoutBatch, n_dense: np.ndarray, n_moe:
     backward = (n_dense * (BACKWARD_LAUNCH_FACTOR * host_dense_f - (gpu_dense_s - gpu_dense_f))
                 + n_moe * (BACKWARD_LAUNCH_FACTOR * host_moe_f - (gpu_moe_s - gpu_moe_f)))
     if host_syncs_per_moe_layer(ctx):
-        per_moe = n_moe * np.maximum(0.0, host_moe_f - gpu_moe_f)
+        experts = launch * expert_launches(ctx, b) - gpu_moe_experts_f_s
+        post_sync = launch * post_sync_launches(ctx, b) - gpu_moe_post_sync_f_s
+        per_moe = n_moe * np.maximum(np.maximum(0.0, host_moe_f - gpu_moe_f), np.maximum(experts, post_sync))
         return per_moe + np.maximum(0.0, n_dense * (host_dense_f - gpu_dense_f) + backward)
     return np.maximum(0.0, n_dense * (host_dense_f - gpu_dense_f) + n_moe * (host_moe_f - gpu_moe_f) + backward)

@@ -26,7 +26,7 @@ from autoplan.cost.arrays import stacked
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.data_parallel import dp_comm_s
-from autoplan.cost.host_dispatch import BACKWARD_LAUNCH_FACTOR, host_exposed_s
+from autoplan.cost.host_dispatch import BACKWARD_LAUNCH_FACTOR, DISPATCH_SHARE_BOUND, host_exposed_s
 from autoplan.cost.offload import offload_step_s, param_fetch_s
 from autoplan.cost.optimizer_step import optimizer_step_s
 from autoplan.cost.overlap import beside_cp_window_s, chunked_exposed_s, overlap_fractions
@@ -101,7 +101,13 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     # (the CP ring's exposed wait too: the host launches on while the GPU waits on the ring, so a
     # slower attention that hides more of the ring never shortens a host-bound step).
     layer_comm = layer_tp + layer_cp
-    host = host_exposed_s(ctx, b, n_dense, n_moe, dense_c + layer_comm, moe_c + layer_comm + layer_ep)
+    # The forward GPU work after the MoE layer's host sync (host_dispatch, module doc): up to the
+    # experts' last GEMM, the dispatch (half of one pass's exposed exchange) and the routed experts'
+    # GEMMs; up to the end of the combine, the whole pass's exchange and those GEMMs.
+    ep_pass = layer_ep / lc["ep_passes"]
+    host = host_exposed_s(ctx, b, n_dense, n_moe, dense_c + layer_comm, moe_c + layer_comm + layer_ep,
+                          gpu_moe_experts_f_s=fwd["routed_matmul"] + DISPATCH_SHARE_BOUND * ep_pass,
+                          gpu_moe_post_sync_f_s=fwd["routed_matmul"] + ep_pass)
     # The exchange's hidden time, the ring's and the allgather method's (its gathers and permutes
     # share the links as the ring's sends do): not the stage's time.
     cp_hidden = n * (lc["cp"] - layer_ring + cp_comm.allgather_layer_s(ctx, b, cp_link, tokens, full) - layer_gather)

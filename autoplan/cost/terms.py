@@ -80,6 +80,8 @@ CONSTANTS: dict[str, Constant] = {c.name: c for c in (
              "bytes per logit at the compiled cross-entropy's peak: the bf16 logits saved and their bf16 gradient"),
     Constant("COMPILED_LOSS_HBM_BYTES_PER_LOGIT", "loss_kernel",
              "HBM bytes per logit the compiled cross-entropy moves: two forward reads, a backward read and write"),
+    Constant("DISPATCH_SHARE_BOUND", "host_dispatch",
+             "the MoE dispatch's share of a pass's EP exchange, at most (no more bytes than the combine)"),
     Constant("HOST_MEMORY_EFFICIENCY", "offload",
              "share of host DRAM bandwidth a streaming CPU kernel reaches (STREAM triad)"),
 )}
@@ -121,9 +123,11 @@ TIME_TERMS_DEFINED = [
           TIME_FORMULAS["host_exposed"].general(),
           "PyTorch CUDA semantics (asynchronous execution: the host runs ahead until a sync); Megatron-Core "
           "token_dispatcher.py MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize (the dropless host sync per "
-          "MoE layer); Transformer Engine make_graphed_callables, Megatron-Core transformer/cuda_graphs.py and "
+          "MoE layer, at before_ep_alltoall); Johnson 1954 (Naval Res. Logist. Q. 1(1): a two-machine flow shop's "
+          "makespan, host launching and GPU running in launch order); Transformer Engine make_graphed_callables, Megatron-Core transformer/cuda_graphs.py and "
           "full_cuda_graph.py (--cuda-graph-impl, --cuda-graph-scope); autoplan/cost/host_dispatch.py",
-          ("host_launch_s", "host_launch_slowdown", "cuda_graphs", "moe_capacity_factor", "BACKWARD_LAUNCH_FACTOR")),
+          ("host_launch_s", "host_launch_slowdown", "cuda_graphs", "moe_capacity_factor", "BACKWARD_LAUNCH_FACTOR",
+           "DISPATCH_SHARE_BOUND")),
     _time("tp_exposed", "tensor-parallel communication not hidden by compute",
           TIME_FORMULAS["tp_exposed"].general(),
           f"{KORTHIKANTI} Sec. 4.2.2 (sequence parallelism: 2 all-gathers + 2 reduce-scatters per layer "

@@ -93,16 +93,19 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
         moe_mm = tokens * moe_per_token / b.tp / (matmul_peak * moe_eff)
         # The routed experts' GEMMs take at least their weights' read from HBM (moe_time).
         routed = moe_mm * routed_matmul_flops_per_token(ctx) / moe_per_token
-        moe_mm = moe_mm + np.maximum(moe_time.expert_weight_floor_s(ctx, b) - routed, 0.0)
+        floor_excess = np.maximum(moe_time.expert_weight_floor_s(ctx, b) - routed, 0.0)
+        moe_mm = moe_mm + floor_excess
+        routed = routed + floor_excess
     else:
-        moe_mm = dense_mm
+        moe_mm, routed = dense_mm, np.zeros_like(dense_mm)
     attention, attention_backward = attention_s(ctx, b, tokens)
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     share = REPLICATED_ELEMENTWISE_SHARE
     elementwise = (e.elementwise_bytes_per_token_hidden * tokens * m.hidden_size
                    * (share / h_div + (1.0 - share) / b.tp) / ctx.effective_hbm_bytes_per_s)
     return {"dense_matmul": dense_mm, "moe_matmul": moe_mm, "attention": attention,
-            "attention_backward": attention_backward, "elementwise": elementwise}
+            "attention_backward": attention_backward, "elementwise": elementwise,
+            "routed_matmul": routed}  # the routed experts' share of moe_matmul (host_dispatch)
 
 
 def query_key_head_dim(model: ModelSpec) -> float:
@@ -223,13 +226,13 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
     # the attention they hide behind, cp_comm.allgather_exposed_layer_s).
     cp_link = comm.group_link(ctx, b.cp, st["cp"])
     cp = cp_comm.ring_layer_s(ctx, b, cp_link, tokens, full)
-    ep = np.zeros_like(b.tp)
+    ep, ep_passes = np.zeros_like(b.tp), np.full_like(b.tp, 2.0)
     if m.moe is not None:
         ep_link = comm.group_link(ctx, b.ep, b.etp)
         h_div = np.where(b.sp > 0, b.tp, 1.0)
         ep_passes = 2.0 + full + np.where(b.recompute == 1, module_ep, 0.0)
         ep = ep_passes * moe_time.dispatch_combine_s(ctx, b, ep_link, tokens / h_div)
-    return {"tp": tp, "tp_floor": floor, "cp": cp, "ep": ep, "tp_passes": passes,
+    return {"tp": tp, "tp_floor": floor, "cp": cp, "ep": ep, "tp_passes": passes, "ep_passes": ep_passes,
             "tp_inside_domain": tp_link.inside_domain, "cp_inside_domain": cp_link.inside_domain}
 
 

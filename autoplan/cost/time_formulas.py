@@ -214,7 +214,9 @@ TIME_FORMULAS: dict[str, Formula] = {
                                            "recompute.offload_exposed_s")), _parts("grad_acc", "offload")),
     "host_exposed": Formula(
         "grad_acc * host", (GRAD_ACC, q("host", "s", "one micro-batch's host launch time not hidden behind its GPU "
-                                        "work: per MoE layer forward max(0, H_f − G_f) across the dropless sync, "
+                                        "work: per MoE layer forward max(0, H_E − G_E, H_A − G_A, H_f − G_f) across the dropless "
+                                        "sync (E: up to the experts' last GEMM, A: to the combine; a flow "
+                                        "shop's boundaries), "
                                         "the rest max(0, ΣH − ΣG); H = host_launch_s × launches after CUDA graphs",
                                         "host_dispatch.host_exposed_s")), _parts("grad_acc", "host")),
     "dp_exposed": Formula(
