@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from autoplan.cost.params import count_params
 from autoplan.cost.stages import virtual_stage_layers
 from autoplan.export.common import (
     megatron_checkpoint_args,
@@ -149,8 +150,11 @@ AUTOEP_ROUTE_NORM = {"mixtral": True, "qwen3_moe": True, "deepseek_v3": False}
 # The model fields each path writes (autoplan.export.model_fields). Plain DeepSpeed trains the
 # Hugging Face model, whose config carries them all, but for the expert bias: the HF router only
 # reads e_score_correction_bias, and AutoEP copies it but rejects load_balance_coeff (the update of
-# aux-loss-free balancing; auto_ep_presets/base.py), so nothing trains it (a warning).
-MODEL_FIELDS = frozenset(name for name in model_fields.FIELDS if name != "moe.router_bias")
+# aux-loss-free balancing; auto_ep_presets/base.py), so nothing trains it (a warning); and for
+# multi-token prediction: transformers' DeepseekV3ForCausalLM (5.22.2) builds no MTP module
+# (num_mtp_layers is read by generate(use_mtp=True) only; the checkpoint's model.layers.61 is
+# ignored on load), found by building it (tests/trainers/test_param_counts.py; a warning).
+MODEL_FIELDS = frozenset(name for name in model_fields.FIELDS if name not in ("moe.router_bias", "num_mtp_layers"))
 # Megatron-DeepSpeed's GPT model: the flags of megatron_deepspeed_args; the rest is warned
 # (_mds_warnings) or refused (architecture_problems, check_model_features).
 MDS_MODEL_FIELDS = frozenset({"rope_theta", "norm_eps", "bos_token_id", "eos_token_id", "tied_embeddings",
@@ -324,6 +328,11 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
         warnings.append("the model's expert bias (e_score_correction_bias, aux-loss-free balancing) steers the "
                         "routing but nothing updates it: the Hugging Face router only reads it and DeepSpeed "
                         "0.19.8's AutoEP rejects load_balance_coeff (auto_ep_presets/base.py)")
+    if m.num_mtp_layers and not uses_megatron(lay):
+        pc = count_params(m)
+        warnings.append(f"{m.num_mtp_layers} MTP layer(s): the Hugging Face model (transformers 5.22.2) builds no "
+                        "multi-token-prediction module, so the model is trained without it "
+                        f"({pc.num_mtp_layers * pc.mtp_per_depth:,} parameters fewer than planned)")
     warnings += _mds_warnings(m, lay) if uses_megatron(lay) else []
     return warnings
 

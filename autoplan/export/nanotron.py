@@ -13,8 +13,11 @@ scaling and the MoE routing nanotron cannot take are header warnings (:func:`mod
 
 from __future__ import annotations
 
+import dataclasses
+
 import yaml
 
+from autoplan.cost.params import count_params
 from autoplan.export.common import (
     check_model_features,
     ExportError,
@@ -240,8 +243,10 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
         warnings.append("recompute=selective: nanotron has no selective recompute (only "
                         "recompute_layer for full); exported without recompute")
     if m.qk_norm:
+        left_out = m.num_layers * (count_params(m).norm_per_layer
+                                   - count_params(dataclasses.replace(m, qk_norm=False)).norm_per_layer)
         warnings.append("the model's q/k RMSNorms cannot be expressed in nanotron's Qwen2Config; "
-                        "they are left out (a few thousand parameters, same layout)")
+                        f"they are left out ({left_out:,} parameters, same layout)")
     padded = padded_vocab(m.vocab_size, lay.tp)
     if padded != m.vocab_size:
         warnings.append(f"nanotron pads the vocabulary from {m.vocab_size} to {padded} so that "

@@ -10,6 +10,7 @@
 # Note: full recompute: call model.gradient_checkpointing_enable() (Hugging Face) or wrap layers with deepspeed.checkpointing.checkpoint
 # Note: attention_kernel=flash: load the Hugging Face model with attn_implementation='sdpa', the kernel the prediction assumed
 # WARNING: the model's expert bias (e_score_correction_bias, aux-loss-free balancing) steers the routing but nothing updates it: the Hugging Face router only reads it and DeepSpeed 0.19.8's AutoEP rejects load_balance_coeff (auto_ep_presets/base.py)
+# WARNING: 1 MTP layer(s): the Hugging Face model (transformers 5.22.2) builds no multi-token-prediction module, so the model is trained without it (11,610,068,224 parameters fewer than planned)
 set -euo pipefail
 NPROC_PER_NODE=8
 NNODES=8
