@@ -46,14 +46,17 @@ MEGATRON_LM_GIT="${MEGATRON_LM_GIT:-https://github.com/NVIDIA/Megatron-LM}"
 #   transformer-engine (CUDA builds), mamba-ssm, causal-conv1d and nvidia-resiliency-ext, none of
 #   which installs on a CPU; the pure-python requirements its config path reads are pinned.
 #   Without Transformer Engine nothing of megatron.bridge imports (megatron/bridge/__init__.py ->
-#   ... -> peft/lora_layers.py `import transformer_engine.pytorch`): its loader test skips with
-#   that line, the megatron-core 0.16.1 and Hydra checks run.
+#   ... -> peft/lora_layers.py `import transformer_engine.pytorch`): the loader checks put an import
+#   stub first on the path (tests/trainers/stubs/transformer_engine; no TE kernel runs in the config
+#   code). What `from megatron.bridge import recipes` imports beyond that is pinned here: triton
+#   (megatron/core/inference), datasets with a huggingface-hub that transformers 4.57 accepts
+#   (< 1.0) and the fsspec datasets 4.4 accepts, accelerate, and megatron-energon (data/energon).
 declare -A PACKAGES=(
     [megatron]="numpy<2 megatron-core==0.15.3 einops==0.8.1 pyyaml packaging six==1.17.0 regex triton==3.8.0 pydantic==2.14.4"
     [torchtitan]="torchtitan==0.3.0 triton==3.8.0"
     [deepspeed]="deepspeed==0.19.8 transformers==5.22.2"
     [nanotron]="numpy==1.26.4 pyyaml==6.0.4 packaging==26.4 safetensors==0.8.0 dacite==1.9.2 tqdm==4.70.1 datasets==5.2.0 pyarrow==24.0.0 torchtyping==0.1.5 transformers==5.24.0 triton==3.8.0 einops==0.8.1"
-    [megatron-bridge]="megatron-core==0.16.1 numpy==2.4.6 omegaconf==2.3.1 hydra-core==1.3.2 transformers==4.57.6 einops==0.8.2 six==1.17.0 regex==2026.11.19 pyyaml==6.0.4 tqdm==4.70.1 rich==15.0.0 typing-extensions==4.16.0"
+    [megatron-bridge]="megatron-core==0.16.1 numpy==2.4.6 omegaconf==2.3.1 hydra-core==1.3.2 transformers==4.57.6 einops==0.8.2 six==1.17.0 regex==2026.11.19 pyyaml==6.0.4 tqdm==4.70.1 rich==15.0.0 typing-extensions==4.16.0 triton==3.8.0 datasets==4.4.1 huggingface-hub==0.36.2 fsspec==2025.10.0 s3fs==2025.10.0 accelerate==1.16.0 megatron-energon==7.4.1"
 )
 # Installed after PACKAGES, without their declared requirements (see above).
 NANOTRON_COMMIT="2411b022a75fb7f7561a1bb4166706da5e1b76de"

@@ -20,8 +20,10 @@ checkout must not shadow the installed megatron-core):
 * nanotron main @ 2411b022: ``get_config_from_file`` (what ``run_train.py`` loads) on the YAML,
   its parallelism, batch and model fields read back.
 * Megatron-Bridge 0.3.1: the recipe with ``process_config_with_overrides`` (YAML and Hydra words;
-  skips without Transformer Engine, which ``import megatron.bridge`` needs); Hydra/OmegaConf (its
-  parsers) on the script's words; megatron-core 0.16.1 (its core) on the model, ddp and optimizer.
+  ``import megatron.bridge`` needs Transformer Engine, a CUDA build: an import stub stands in,
+  ``stubs/transformer_engine``, and the recipe's config.json is the preset's, offline);
+  Hydra/OmegaConf (its parsers) on the script's words; megatron-core 0.16.1 (its core) on the
+  model, ddp and optimizer.
 """
 
 from __future__ import annotations
@@ -45,7 +47,10 @@ from autoplan.profiles import load_profile
 from autoplan.specs.models import load_model
 
 pytestmark = pytest.mark.trainers
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "export"
+HERE = Path(__file__).resolve().parent
+GOLDEN = HERE.parent / "golden" / "export"
+MODEL_DB = HERE.parents[1] / "model_db"
+PRESET_KEYS = ("name", "aliases", "description", "sources", "seq_len")  # autoplan's, beside a config.json's
 CASES = yaml.safe_load((GOLDEN / "cases.yaml").read_text())["cases"]
 
 
@@ -525,7 +530,7 @@ def _bridge_export(case, folder: Path):
                           capture_output=True, text=True, check=True, env={**os.environ, **BRIDGE_PATHS})
     words = done.stdout.split("\0")[:-1]
     data = yaml.safe_load((folder / "megatron_bridge_overrides.yaml").read_text())
-    return lay, data, words, script.split("--recipe ", 1)[1].split()[0]
+    return lay, data, words, script.rsplit("--recipe ", 1)[1].split()[0]  # the launch line (the header names it too)
 
 
 def _bridge_want(case, lay) -> dict:
@@ -549,12 +554,34 @@ def _bridge_want(case, lay) -> dict:
     return want
 
 
+def _te_stub_env() -> dict[str, str]:
+    """The environment that puts the Transformer Engine import stub (``stubs/transformer_engine``)
+    first on the path of a Megatron-Bridge check."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(HERE / "stubs"), os.environ.get("PYTHONPATH")]))}
+
+
 BRIDGE_LOADER = '''
-import json, sys
+import inspect, json, os, re, sys, types, torch
+from pathlib import Path
+# The recipe picks the MoE dispatcher backend by the GPU (training/flex_dispatcher_backend.py
+# apply_flex_dispatcher_backend reads torch.cuda.get_device_properties(0)): the plan's H100.
+torch.cuda.get_device_properties = lambda *a: types.SimpleNamespace(major=9, minor=0, name="NVIDIA H100 80GB HBM3")
 from megatron.bridge import recipes
 from megatron.bridge.training.mixed_precision import MixedPrecisionConfig
 from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 path, recipe, words, want = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+# The recipe reads its model's config.json from the Hugging Face Hub (AutoBridge.from_hf_pretrained
+# in the recipe function); offline, it is the preset's transcription of that file (model_db, whose
+# sources name it), laid out as the Hub's cache (HF_HUB_CACHE, HF_HUB_OFFLINE=1).
+fields = json.loads(sys.argv[5])
+repo_id = re.search(r'from_hf_pretrained\\("([^"]+)"', inspect.getsource(getattr(recipes, recipe))).group(1)
+repo = Path(os.environ["HF_HUB_CACHE"]) / ("models--" + repo_id.replace("/", "--"))
+(repo / "snapshots" / ("0" * 40)).mkdir(parents=True, exist_ok=True)
+(repo / "refs").mkdir(exist_ok=True)
+(repo / "refs" / "main").write_text("0" * 40)
+config = {**fields, "architectures": [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[fields["model_type"]]], "torch_dtype": "bfloat16"}
+(repo / "snapshots" / ("0" * 40) / "config.json").write_text(json.dumps(config))
 for how in ("yaml", "hydra"):   # the YAML file, and run_recipe.py's Hydra words
     try:
         cfg = getattr(recipes, recipe)()
@@ -573,10 +600,16 @@ for how in ("yaml", "hydra"):   # the YAML file, and run_recipe.py's Hydra words
 
 @pytest.mark.parametrize("case", _cases("megatron-bridge"))
 def test_megatron_bridge_loads_the_overrides_over_its_recipe(case, tmp_path):
-    _need("megatron.bridge.training.utils.omegaconf_utils", "megatron-bridge")
+    """Megatron-Bridge 0.3.1's own recipe and ``process_config_with_overrides`` on the export, with
+    Transformer Engine replaced by an import stub (``stubs/transformer_engine``: a CUDA build, not on
+    a CPU; the loader runs none of its kernels) and the recipe's Hugging Face config offline."""
+    env = {**_te_stub_env(), "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    _need("megatron.bridge.training.utils.omegaconf_utils", "megatron-bridge", env=env)
     lay, _, words, recipe = _bridge_export(case, tmp_path)
+    fields = {k: v for k, v in yaml.safe_load((MODEL_DB / f"{case['model']}.yaml").read_text()).items()
+              if k not in PRESET_KEYS}
     out = _check(BRIDGE_LOADER, tmp_path / "megatron_bridge_overrides.yaml", recipe, json.dumps(words),
-                 json.dumps(_bridge_want(case, lay)), trainer="megatron-bridge")
+                 json.dumps(_bridge_want(case, lay)), json.dumps(fields), trainer="megatron-bridge", env=env)
     if out.startswith("SKIP: "):
         pytest.skip(out[len("SKIP: "):].strip())
 
@@ -639,9 +672,6 @@ def test_megatron_core_of_bridge_accepts_the_model_ddp_and_optimizer(case, tmp_p
     """megatron-core 0.16.1 (Bridge v0.3.1's core): GPTModelProvider is a TransformerConfig, the ddp
     and optimizer sections Megatron-Core's own dataclasses; their __post_init__ validates them."""
     _need("megatron.core.transformer", "megatron-bridge")
-    if case["layout"].get("precision") == "fp8":
-        pytest.skip("megatron-core 0.16.1 TransformerConfig.__post_init__ asks Transformer Engine's version for "
-                    "an FP8 MoE (`is_te_min_version('1.7.0.dev0')`); Transformer Engine does not install on a CPU")
     lay, data, _, _ = _bridge_export(case, tmp_path)
     model = _model(case)
     shape = {"num_attention_heads": model.num_attention_heads, "gated_linear_unit": True,
@@ -651,5 +681,8 @@ def test_megatron_core_of_bridge_accepts_the_model_ddp_and_optimizer(case, tmp_p
                      moe_ffn_hidden_size=model.moe.expert_ffn_hidden_size)
     want = {k: v for k, v in _bridge_want(case, lay).items() if k.split(".")[0] in ("model", "ddp")
             and k not in ("model.seq_length",)}   # seq_length: GPTModelProvider's, not TransformerConfig's
-    out = _check(BRIDGE_CORE, json.dumps(data), json.dumps(shape), json.dumps(want), trainer="megatron-bridge")
+    # TransformerConfig.__post_init__ asks Transformer Engine's version for an FP8 MoE
+    # (`is_te_min_version('1.7.0.dev0')`): the import stub's (TE is a CUDA build, not on a CPU)
+    out = _check(BRIDGE_CORE, json.dumps(data), json.dumps(shape), json.dumps(want), trainer="megatron-bridge",
+                 env=_te_stub_env())
     _assert_split("megatron-bridge", case, lay, _split_line(out))
