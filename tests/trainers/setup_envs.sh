@@ -30,6 +30,8 @@ MEGATRON_LM_GIT="${MEGATRON_LM_GIT:-https://github.com/NVIDIA/Megatron-LM}"
 #   it does not declare but imports whenever a model module loads (models/common/token_dispatcher.py
 #   -> distributed/minimal_async_ep/kernels.py `import triton`); on a CPU it only imports, its
 #   @triton.jit kernels compile on first GPU use. 3.8.0 is the wheel on this machine's index.
+#   torchao 0.18.0 for the Float8 converter of FP8 plans (its CUDA extensions do not load on a
+#   CPU: a warning; the config check stubs the SM89 capability test to the plans' H100).
 # * deepspeed 0.19.8: DeepSpeedConfig (its own requirements); transformers 5.22.2 for the CPU
 #   training runs (tests/trainers/deepspeed_train.py builds the Hugging Face model; AutoEP's
 #   mixtral/qwen3_moe presets need transformers >= 5.0.0, auto_ep_presets/*.py).
@@ -53,7 +55,7 @@ MEGATRON_LM_GIT="${MEGATRON_LM_GIT:-https://github.com/NVIDIA/Megatron-LM}"
 #   (< 1.0) and the fsspec datasets 4.4 accepts, accelerate, and megatron-energon (data/energon).
 declare -A PACKAGES=(
     [megatron]="numpy<2 megatron-core==0.15.3 einops==0.8.1 pyyaml packaging six==1.17.0 regex triton==3.8.0 pydantic==2.14.4"
-    [torchtitan]="torchtitan==0.3.0 triton==3.8.0"
+    [torchtitan]="torchtitan==0.3.0 triton==3.8.0 torchao==0.18.0"
     [deepspeed]="deepspeed==0.19.8 transformers==5.22.2"
     [nanotron]="numpy==1.26.4 pyyaml==6.0.4 packaging==26.4 safetensors==0.8.0 dacite==1.9.2 tqdm==4.70.1 datasets==5.2.0 pyarrow==24.0.0 torchtyping==0.1.5 transformers==5.24.0 triton==3.8.0 einops==0.8.1"
     [megatron-bridge]="megatron-core==0.16.1 numpy==2.4.6 omegaconf==2.3.1 hydra-core==1.3.2 transformers==4.57.6 einops==0.8.2 six==1.17.0 regex==2026.11.19 pyyaml==6.0.4 tqdm==4.70.1 rich==15.0.0 typing-extensions==4.16.0 triton==3.8.0 datasets==4.4.1 huggingface-hub==0.36.2 fsspec==2025.10.0 s3fs==2025.10.0 accelerate==1.16.0 megatron-energon==7.4.1"

@@ -208,6 +208,10 @@ TORCHTITAN = '''
 import importlib, sys
 folder, gpus, eps = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 sys.path.insert(0, folder)
+# Float8LinearConverter refuses a GPU below SM89 (components/quantization/float8.py
+# has_cuda_capability(8, 9)): the plans' H100 (SM90), as the Megatron checks stub Hopper
+import torchtitan.components.quantization.float8 as F8
+F8.has_cuda_capability = lambda major, minor: (9, 0) >= (major, minor)
 cfg = importlib.import_module("torchtitan_autoplan").autoplan_config()
 cfg.model_spec.model.update_from_config(config=cfg)
 import dataclasses
@@ -238,8 +242,6 @@ dims.build_mesh()
 @pytest.mark.parametrize("case", _cases("torchtitan"))
 def test_torchtitan_builds_the_config_and_mesh(case, tmp_path):
     _need("torchtitan", "torchtitan")
-    if case["layout"].get("precision") == "fp8":
-        pytest.skip("torchtitan's Float8 converter needs an SM89+ GPU and torchao")
     _export(case, "torchtitan", tmp_path)
     paths = {"DATA_PATH": "/data/c4", "TOKENIZER": "/models/tokenizer"}  # read, not opened, by the config
     _check(TORCHTITAN, tmp_path, case["layout"]["gpus"], _model(case).norm_eps, env=paths, trainer="torchtitan")
