@@ -82,6 +82,10 @@ def architecture_problem(trainer: str, model: ModelSpec, training: TrainingSpec 
         from autoplan.export.nanotron import check_architecture
 
         check = check_architecture
+    elif trainer == "deepspeed":
+        from autoplan.export.deepspeed import check_architecture
+
+        check = check_architecture
     elif trainer != "megatron":
         return ""
     else:

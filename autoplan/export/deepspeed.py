@@ -72,8 +72,22 @@ def _trial_logging_on(folder: Path) -> None:
 TRIAL = TrialRun(LAUNCH_FILE, (), _trial_paths, _trial_logging_on)
 
 
+def check_architecture(m: ModelSpec) -> None:
+    """Refuse (ExportError) a model with multi-token prediction: transformers' DeepseekV3ForCausalLM
+    (5.22.2, what plain DeepSpeed trains) builds no MTP module (num_mtp_layers is read by
+    generate(use_mtp=True) only; tests/trainers/test_param_counts.py builds it) and
+    Megatron-DeepSpeed has none, so the plan's MTP compute and memory would not run."""
+    if m.num_mtp_layers:
+        pc = count_params(m)
+        raise ExportError(f"DeepSpeed cannot express {m.name!r}: {m.num_mtp_layers} MTP layer(s) "
+                          f"({pc.num_mtp_layers * pc.mtp_per_depth:,} parameters): the Hugging Face model builds no "
+                          "multi-token-prediction module and Megatron-DeepSpeed has none; give a model file with "
+                          "num_mtp_layers: 0, or export to megatron or torchtitan")
+
+
 def render(model: ModelSpec, layout: Layout, training: TrainingSpec, launch: LaunchOptions,
            profile: object = None) -> ExportResult:
+    check_architecture(model)
     per_node, nodes = launch_shape(training)
     # Plain DeepSpeed trains the user's own (Hugging Face) model, windows and all; Megatron-DeepSpeed
     # builds its GPT model from the flags.
@@ -153,7 +167,8 @@ AUTOEP_ROUTE_NORM = {"mixtral": True, "qwen3_moe": True, "deepseek_v3": False}
 # aux-loss-free balancing; auto_ep_presets/base.py), so nothing trains it (a warning); and for
 # multi-token prediction: transformers' DeepseekV3ForCausalLM (5.22.2) builds no MTP module
 # (num_mtp_layers is read by generate(use_mtp=True) only; the checkpoint's model.layers.61 is
-# ignored on load), found by building it (tests/trainers/test_param_counts.py; a warning).
+# ignored on load), found by building it (tests/trainers/test_param_counts.py): refused,
+# check_architecture.
 MODEL_FIELDS = frozenset(name for name in model_fields.FIELDS if name not in ("moe.router_bias", "num_mtp_layers"))
 # Megatron-DeepSpeed's GPT model: the flags of megatron_deepspeed_args; the rest is warned
 # (_mds_warnings) or refused (architecture_problems, check_model_features).
@@ -328,11 +343,6 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
         warnings.append("the model's expert bias (e_score_correction_bias, aux-loss-free balancing) steers the "
                         "routing but nothing updates it: the Hugging Face router only reads it and DeepSpeed "
                         "0.19.8's AutoEP rejects load_balance_coeff (auto_ep_presets/base.py)")
-    if m.num_mtp_layers and not uses_megatron(lay):
-        pc = count_params(m)
-        warnings.append(f"{m.num_mtp_layers} MTP layer(s): the Hugging Face model (transformers 5.22.2) builds no "
-                        "multi-token-prediction module, so the model is trained without it "
-                        f"({pc.num_mtp_layers * pc.mtp_per_depth:,} parameters fewer than planned)")
     warnings += _mds_warnings(m, lay) if uses_megatron(lay) else []
     return warnings
 
@@ -359,9 +369,6 @@ def _mds_warnings(m: ModelSpec, lay: Layout) -> list[str]:
         warnings.append("Megatron-DeepSpeed MoE layers use --ffn-hidden-size for every expert in every "
                         "layer; shared experts, dense leading layers and a separate expert width are "
                         "not expressed")
-    if m.num_mtp_layers:
-        warnings.append(f"{m.num_mtp_layers} MTP layer(s): Megatron-DeepSpeed has no multi-token prediction; "
-                        "the model is trained without it")
     padded = padded_vocab(m.vocab_size, lay.tp)
     if padded != m.vocab_size:
         warnings.append(f"the vocabulary is padded from {m.vocab_size} to {padded} so that tp={lay.tp} "

@@ -13,11 +13,9 @@ scaling and the MoE routing nanotron cannot take are header warnings (:func:`mod
 
 from __future__ import annotations
 
-import dataclasses
 
 import yaml
 
-from autoplan.cost.params import count_params
 from autoplan.export.common import (
     check_model_features,
     ExportError,
@@ -151,6 +149,7 @@ def check_architecture(m: ModelSpec) -> None:
         (m.mla is not None, "latent attention (MLA)"), (m.activation != "swiglu", f"{m.activation} MLP"),
         (m.norm != "rmsnorm", m.norm), (m.position_embedding != "rope", f"{m.position_embedding} positions"),
         (m.linear_bias, "biases on every linear layer"),
+        (m.qk_norm, "q/k RMSNorms (Qwen2Config has none)"),
         (m.head_dim * m.num_attention_heads != m.hidden_size,
          f"head_dim {m.head_dim} != hidden/heads = {m.hidden_size}/{m.num_attention_heads}")] if bad]
     if problems:
@@ -242,11 +241,6 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
     if lay.recompute == "selective":
         warnings.append("recompute=selective: nanotron has no selective recompute (only "
                         "recompute_layer for full); exported without recompute")
-    if m.qk_norm:
-        left_out = m.num_layers * (count_params(m).norm_per_layer
-                                   - count_params(dataclasses.replace(m, qk_norm=False)).norm_per_layer)
-        warnings.append("the model's q/k RMSNorms cannot be expressed in nanotron's Qwen2Config; "
-                        f"they are left out ({left_out:,} parameters, same layout)")
     padded = padded_vocab(m.vocab_size, lay.tp)
     if padded != m.vocab_size:
         warnings.append(f"nanotron pads the vocabulary from {m.vocab_size} to {padded} so that "

@@ -5,6 +5,7 @@ files or written out from the trainers' argument rules, never from the renderers
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from autoplan.api import plan_from_record
-from autoplan.export import LaunchOptions, TrainerRuleError, render
+from autoplan.export import ExportError, LaunchOptions, TrainerRuleError, architecture_problem, render
 from autoplan.export.megatron import overlap_args
 from autoplan.profiles.efficiency import PhysicalEfficiency
 from autoplan.profiles import load_profile
@@ -119,10 +120,26 @@ def test_megatron_data_blend_is_several_words(data_path, words):
     assert all_words[start:start + len(words)] == words
 
 
+def _deepseek_without_mtp():
+    """DeepSeek-V3 without its MTP layer: what DeepSpeed can train (export.deepspeed.check_architecture)."""
+    return dataclasses.replace(load_model("deepseek-v3"), num_mtp_layers=0)
+
+
+def test_deepspeed_refuses_a_model_with_mtp():
+    """transformers' DeepseekV3ForCausalLM builds no MTP module (tests/trainers/test_param_counts.py)
+    and Megatron-DeepSpeed has none: the plan's MTP would not run, so neither path exports it."""
+    for record in ({"gpus": 16, "ep": 8, "zero": 3, "seq_len": 4096, "gbs_seqs": 16},
+                   {"gpus": 16, "tp": 2, "zero": 1, "seq_len": 4096, "gbs_seqs": 16}):
+        with pytest.raises(ExportError, match="1 MTP layer"):
+            render("deepspeed", load_model("deepseek-v3"), *plan_from_record(record))
+    assert "MTP" in architecture_problem("deepspeed", load_model("deepseek-v3"))
+    assert architecture_problem("deepspeed", _deepseek_without_mtp()) == ""
+
+
 def test_deepspeed_moe_uses_autoep_without_megatron():
     """Plain DeepSpeed (tp = pp = 1): AutoEP in the JSON, which ZeRO-3 accepts (engine.py)."""
     layout = plan_from_record({"gpus": 16, "ep": 8, "zero": 3, "seq_len": 4096, "gbs_seqs": 16})
-    result = render("deepspeed", load_model("deepseek-v3"), *layout)
+    result = render("deepspeed", _deepseek_without_mtp(), *layout)
     config = json.loads(result.files["deepspeed_config.json"])
     assert config["expert_parallel"] == {"enabled": True, "autoep_size": 8, "expert_tensor_parallel_size": 1,
                                          "preset_model": "deepseek_v3", "route_norm": True}  # norm_topk_prob
@@ -211,7 +228,7 @@ def test_torchtitan_writes_deepseek_norm_eps_and_mtp():
 def test_deepspeed_autoep_writes_route_norm_and_warns_about_the_expert_bias():
     """AutoEP's deepseek_v3 preset has route_norm False and no load_balance_coeff (DeepSpeed 0.19.8
     auto_ep_presets/deepseek_v3.py); DeepSeek-V3 renormalises its top-k weights (norm_topk_prob)."""
-    result = render("deepspeed", load_model("deepseek-v3"), *plan_from_record(DEEPSEEK_EP))
+    result = render("deepspeed", _deepseek_without_mtp(), *plan_from_record(DEEPSEEK_EP))
     section = json.loads(result.files["deepspeed_config.json"])["expert_parallel"]
     assert section["preset_model"] == "deepseek_v3" and section["route_norm"] is True
     assert any("e_score_correction_bias" in w and "nothing updates it" in w for w in result.warnings)
