@@ -149,7 +149,8 @@ def host_syncs_per_moe_layer(ctx: CostContext) -> bool:
 
 def host_exposed_s(ctx: CostContext, b: LayoutBatch, n_dense: np.ndarray, n_moe: np.ndarray,
                    gpu_dense_s: np.ndarray, gpu_moe_s: np.ndarray, *,
-                   gpu_moe_experts_f_s: np.ndarray | float, gpu_moe_post_sync_f_s: np.ndarray | float) -> np.ndarray:
+                   gpu_moe_experts_f_s: np.ndarray | float, gpu_moe_post_sync_f_s: np.ndarray | float,
+                   moe_ep_s: np.ndarray | float = 0.0, moe_ep_forward_s: np.ndarray | float = 0.0) -> np.ndarray:
     """Host launch time of one micro-batch on a stage not hidden behind its GPU work, seconds.
     H = host_launch_s × the GPU preset's host_launch_slowdown (its host CPU) × launches (forward F, backward BACKWARD_LAUNCH_FACTOR·F); G = the layer's
     GPU seconds (``gpu_*_s``, forward + backward; a third forward). With a sync per MoE layer:
@@ -157,12 +158,16 @@ def host_exposed_s(ctx: CostContext, b: LayoutBatch, n_dense: np.ndarray, n_moe:
     H_E = the local experts' launches (``expert_launches``) and G_E the forward GPU seconds up to
     their last (``gpu_moe_experts_f_s``: the dispatch and the expert GEMMs), H_A = the launches
     from the sync to the combine (``post_sync_launches``) and G_A their forward GPU seconds
-    (``gpu_moe_post_sync_f_s``); without: max(0, ΣH − ΣG) over the micro-batch (module doc)."""
+    (``gpu_moe_post_sync_f_s``); without: max(0, ΣH − ΣG) over the micro-batch (module doc).
+    A MoE layer's exposed EP exchange (``moe_ep_s``, inside ``gpu_moe_s``) splits by its passes,
+    not by thirds: the forward holds ``moe_ep_forward_s`` of it, as its G_E and G_A do, and the
+    backward the rest, so that hiding more of the exchange never adds more host exposure than it
+    removes GPU time (tests/property: more overlap never slows a step)."""
     dense_f, moe_f = forward_launches(ctx, b)
     launch = ctx.efficiency.host_launch_s * ctx.cluster.gpu.host_launch_slowdown
     host_dense_f, host_moe_f = launch * dense_f, launch * moe_f
     third = 1.0 / (1.0 + BACKWARD_LAUNCH_FACTOR)
-    gpu_dense_f, gpu_moe_f = third * gpu_dense_s, third * gpu_moe_s
+    gpu_dense_f, gpu_moe_f = third * gpu_dense_s, third * (gpu_moe_s - moe_ep_s) + moe_ep_forward_s
     backward = (n_dense * (BACKWARD_LAUNCH_FACTOR * host_dense_f - (gpu_dense_s - gpu_dense_f))
                 + n_moe * (BACKWARD_LAUNCH_FACTOR * host_moe_f - (gpu_moe_s - gpu_moe_f)))
     if host_syncs_per_moe_layer(ctx):

@@ -107,7 +107,8 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     ep_pass = layer_ep / lc["ep_passes"]
     host = host_exposed_s(ctx, b, n_dense, n_moe, dense_c + layer_comm, moe_c + layer_comm + layer_ep,
                           gpu_moe_experts_f_s=fwd["routed_matmul"] + DISPATCH_SHARE_BOUND * ep_pass,
-                          gpu_moe_post_sync_f_s=fwd["routed_matmul"] + ep_pass)
+                          gpu_moe_post_sync_f_s=fwd["routed_matmul"] + ep_pass, moe_ep_s=layer_ep,
+                          moe_ep_forward_s=ep_pass)
     # The exchange's hidden time, the ring's and the allgather method's (its gathers and permutes
     # share the links as the ring's sends do): not the stage's time.
     cp_hidden = n * (lc["cp"] - layer_ring + cp_comm.allgather_layer_s(ctx, b, cp_link, tokens, full) - layer_gather)

@@ -349,9 +349,11 @@ def _warnings(m: ModelSpec, lay: Layout) -> list[str]:
 
 def _mds_warnings(m: ModelSpec, lay: Layout) -> list[str]:
     warnings = []
-    if m.mla is not None or m.qk_norm or (m.qkv_bias and not m.linear_bias):
-        warnings.append("Megatron-DeepSpeed's GPT model has no latent attention, q/k norms or "
-                        "q/k/v-only biases; those parts of the model are not expressed")
+    # latent attention, shared experts, dense leading layers and a separate expert width are
+    # refused by the rule table (rules/deepspeed.py megatron_deepspeed_model): they size the model
+    if m.qk_norm or (m.qkv_bias and not m.linear_bias):
+        warnings.append("Megatron-DeepSpeed's GPT model has no q/k norms or q/k/v-only biases; those "
+                        "parts of the model are not expressed")
     if m.rope_scaling:
         warnings.append(f"rope_scaling {m.rope_scaling_dict} has no Megatron-DeepSpeed flag; RoPE is unscaled")
     moe = m.moe
@@ -364,11 +366,6 @@ def _mds_warnings(m: ModelSpec, lay: Layout) -> list[str]:
     if differ:
         warnings.append("Megatron-DeepSpeed's top-k gate (softmax, no groups, bias or scaling; a batch-wise "
                         "balance loss) cannot express the model's " + ", ".join(differ))
-    if moe is not None and (moe.num_shared_experts or moe.num_dense_layers
-                            or moe.expert_ffn_hidden_size != m.ffn_hidden_size):
-        warnings.append("Megatron-DeepSpeed MoE layers use --ffn-hidden-size for every expert in every "
-                        "layer; shared experts, dense leading layers and a separate expert width are "
-                        "not expressed")
     padded = padded_vocab(m.vocab_size, lay.tp)
     if padded != m.vocab_size:
         warnings.append(f"the vocabulary is padded from {m.vocab_size} to {padded} so that tp={lay.tp} "

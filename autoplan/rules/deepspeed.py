@@ -3,8 +3,23 @@
 from __future__ import annotations
 
 from autoplan.rules.table import Rule, indivisible
+from autoplan.specs.model import ModelSpec
 
 DEEPSPEED = ("deepspeed",)
+
+
+def megatron_deepspeed_gaps(m: ModelSpec) -> list[str]:
+    """What Megatron-DeepSpeed's GPT model (the DeepSpeed path for tp or pp > 1) cannot build of
+    ``m`` that sizes it: no latent attention (megatron/model/transformer.py ParallelAttention), and
+    MoE layers of --ffn-hidden-size experts in every layer (megatron/model/transformer.py
+    ParallelTransformerLayer: --num-experts per layer, no shared or dense leading layers)."""
+    moe = m.moe
+    return [text for bad, text in [
+        (m.mla is not None, "latent attention (MLA)"),
+        (moe is not None and moe.num_shared_experts > 0, "shared experts"),
+        (moe is not None and moe.num_dense_layers > 0, "dense leading layers"),
+        (moe is not None and moe.expert_ffn_hidden_size != m.ffn_hidden_size,
+         f"experts {moe.expert_ffn_hidden_size if moe else 0} wide beside ffn {m.ffn_hidden_size}")] if bad]
 
 RULES = [
     Rule("deepspeed_etp", DEEPSPEED,
@@ -23,6 +38,14 @@ RULES = [
          "Stage 3. Use AutoEP or choose ZeRO stage 1/2'; _configure_expert_parallel: AutoEP refuses an "
          "mpu's tensor parallelism)",
          fix=lambda c, x: "try --zero 1"),
+    Rule("megatron_deepspeed_model", DEEPSPEED,
+         "Megatron-DeepSpeed (tp or pp > 1) builds only its GPT model: no latent attention, and MoE layers "
+         "of --ffn-hidden-size experts in every layer without shared experts",
+         lambda c, b: ((b.tp > 1) | (b.pp > 1)) & bool(megatron_deepspeed_gaps(c.model)),
+         lambda c, x: f"tp={x.tp}, pp={x.pp}, model {c.model.name!r} has {', '.join(megatron_deepspeed_gaps(c.model))}",
+         "Megatron-DeepSpeed @ 4efb479 megatron/model/transformer.py (ParallelAttention, ParallelTransformerLayer "
+         "with --num-experts)",
+         fix=lambda c, x: "use tp=1 pp=1 (plain DeepSpeed trains the Hugging Face model), or another trainer"),
     Rule("ep_divides_dp", DEEPSPEED, "ep must divide dp (expert groups are carved from DP)",
          lambda c, b: indivisible(b.dp, b.ep),
          lambda c, x: f"ep={x.ep}, dp={x.dp}",

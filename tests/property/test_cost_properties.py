@@ -23,6 +23,7 @@ from autoplan.cost.evaluate import CostTable, evaluate
 from autoplan.cost.memory import MEMORY_TERMS
 from autoplan.cost.model_states import model_state_bytes
 from autoplan.layout import PLACEMENTS, Layout, LayoutBatch
+from autoplan.rules.deepspeed import megatron_deepspeed_gaps
 from autoplan.profiles import list_trainers, load_profile
 from autoplan.report.explain import explain_terms
 from autoplan.search.recipe import concat, take
@@ -147,9 +148,12 @@ def layouts(draw, model: ModelSpec, trainer: str = "megatron", *, seq_len: int |
     """
     p = load_profile(trainer).capabilities
     family = load_profile(trainer).family  # the rules bind a trainer and the profiles inheriting it
-    tp = draw(st.sampled_from([t for t in tp_choices if model.num_attention_heads % t == 0
-                               and model.num_kv_heads % t == 0]))
-    pp_choices = [d for d in (1, 2, 3, 4) if model.num_layers % d == 0]
+    plain_deepspeed = "deepspeed" in family and megatron_deepspeed_gaps(model)  # rule megatron_deepspeed_model
+    tps = [t for t in tp_choices if model.num_attention_heads % t == 0 and model.num_kv_heads % t == 0
+           and not (plain_deepspeed and t > 1)]
+    assume(tps)
+    tp = draw(st.sampled_from(tps))
+    pp_choices = [d for d in (1, 2, 3, 4) if model.num_layers % d == 0 and not (plain_deepspeed and d > 1)]
     if "torchtitan" in family and model.tied_embeddings:
         pp_choices = [1]  # torchtitan cannot tie embeddings across stages
     if not any(z <= p.max_zero_with_pp for z in p.zero_stages):

@@ -128,12 +128,24 @@ def _deepseek_without_mtp():
 def test_deepspeed_refuses_a_model_with_mtp():
     """transformers' DeepseekV3ForCausalLM builds no MTP module (tests/trainers/test_param_counts.py)
     and Megatron-DeepSpeed has none: the plan's MTP would not run, so neither path exports it."""
-    for record in ({"gpus": 16, "ep": 8, "zero": 3, "seq_len": 4096, "gbs_seqs": 16},
-                   {"gpus": 16, "tp": 2, "zero": 1, "seq_len": 4096, "gbs_seqs": 16}):
-        with pytest.raises(ExportError, match="1 MTP layer"):
-            render("deepspeed", load_model("deepseek-v3"), *plan_from_record(record))
+    plain = {"gpus": 16, "ep": 8, "zero": 3, "seq_len": 4096, "gbs_seqs": 16}
+    with pytest.raises(ExportError, match="1 MTP layer"):
+        render("deepspeed", load_model("deepseek-v3"), *plan_from_record(plain))
     assert "MTP" in architecture_problem("deepspeed", load_model("deepseek-v3"))
     assert architecture_problem("deepspeed", _deepseek_without_mtp()) == ""
+
+
+def test_megatron_deepspeed_refuses_what_its_gpt_model_cannot_build():
+    """Megatron-DeepSpeed's GPT model (tp or pp > 1) has no latent attention and MoE layers of
+    --ffn-hidden-size experts only: DeepSeek-V3 without MTP (MLA, a shared expert, 3 dense layers,
+    2048-wide experts beside ffn 18432) and Qwen3 30B-A3B (768-wide experts beside 6144) are refused
+    by the rule table, Mixtral (experts as wide as ffn) is not."""
+    mds = plan_from_record({"gpus": 16, "tp": 2, "zero": 1, "seq_len": 4096, "gbs_seqs": 16})
+    with pytest.raises(TrainerRuleError, match="latent attention .MLA., shared experts, dense leading layers"):
+        render("deepspeed", _deepseek_without_mtp(), *mds)
+    with pytest.raises(TrainerRuleError, match="experts 768 wide beside ffn 6144"):
+        render("deepspeed", load_model("qwen3-30b-a3b"), *mds)
+    assert render("deepspeed", load_model("mixtral-8x7b"), *mds).files
 
 
 def test_deepspeed_moe_uses_autoep_without_megatron():

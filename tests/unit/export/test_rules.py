@@ -112,6 +112,8 @@ CASES = [
     ("trainer_offload", "megatron", "llama3-8b", lay(offload_layers=4), "no --cpu-offloading-num-layers"),
     ("deepspeed_etp", "deepspeed", "mixtral-8x7b", lay(tp=2, ep=2, etp=4), "etp=4, tp=2"),
     ("deepspeed_zero3_native_moe", "deepspeed", "mixtral-8x7b", lay(tp=2, zero=3), "zero=3, tp=2, pp=1"),
+    ("megatron_deepspeed_model", "deepspeed", "qwen3-30b-a3b", lay(tp=2, zero=1),
+     "tp=2, pp=1, model 'qwen3-30b-a3b' has experts 768 wide beside ffn 6144"),
     ("seq_positions", "megatron", "gpt3-175b", lay(seq_len=4096), "seq_len=4096 > 2048"),
     ("trainer_zero", "torchtitan", "llama3-8b", lay(zero=1), "zero=1, torchtitan supports [0, 3]"),
     ("trainer_zero_pp", "deepspeed", "llama3-8b", lay(pp=2, zero=2),

@@ -5,7 +5,7 @@
 # Batch: 128 sequences x 4096 tokens = 524288 tokens per step (dp 16 x mbs 1 x grad_acc 8); precision bf16
 # Launch: MEGATRON_DEEPSPEED=/path/to/Megatron-DeepSpeed NODE_RANK=<0..3> MASTER_ADDR=<node 0> bash deepspeed_launch.sh   (on each of the 4 node(s), from this folder)
 # Note: the optimizer comes from Megatron-DeepSpeed's flags, so the JSON has none
-# WARNING: Megatron-DeepSpeed's GPT model has no latent attention, q/k norms or q/k/v-only biases; those parts of the model are not expressed
+# WARNING: Megatron-DeepSpeed's GPT model has no q/k norms or q/k/v-only biases; those parts of the model are not expressed
 # WARNING: no --checkpoint-dir: Megatron-DeepSpeed saves no checkpoint of this run; export with --checkpoint-dir DIR to save every --train-steps steps and resume from DIR
 set -euo pipefail
 NPROC_PER_NODE=8
