@@ -136,8 +136,14 @@ def post_sync_launches(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """Forward launches of a MoE layer from its host sync (``before_ep_alltoall``) to the end of
     the combine: the dispatch's (MOE_DISPATCH_LAUNCHES) and the local experts'
     (``expert_launches``) (module doc, part A); 0 under a full-iteration graph."""
-    experts = expert_launches(ctx, b)
-    return np.where(ctx.training.cuda_graphs == "full_iteration", 0.0, MOE_DISPATCH_LAUNCHES + experts)
+    return _post_sync_launches(ctx, expert_launches(ctx, b))
+
+
+def _post_sync_launches(ctx: CostContext, experts: np.ndarray) -> np.ndarray:
+    """``post_sync_launches`` from the local experts' launches (``expert_launches``, already 0
+    under a full-iteration graph)."""
+    dispatch = 0.0 if ctx.training.cuda_graphs == "full_iteration" else MOE_DISPATCH_LAUNCHES
+    return dispatch + experts
 
 
 def host_syncs_per_moe_layer(ctx: CostContext) -> bool:
@@ -171,8 +177,9 @@ def host_exposed_s(ctx: CostContext, b: LayoutBatch, n_dense: np.ndarray, n_moe:
     backward = (n_dense * (BACKWARD_LAUNCH_FACTOR * host_dense_f - (gpu_dense_s - gpu_dense_f))
                 + n_moe * (BACKWARD_LAUNCH_FACTOR * host_moe_f - (gpu_moe_s - gpu_moe_f)))
     if host_syncs_per_moe_layer(ctx):
-        experts = launch * expert_launches(ctx, b) - gpu_moe_experts_f_s
-        post_sync = launch * post_sync_launches(ctx, b) - gpu_moe_post_sync_f_s
+        expert_count = expert_launches(ctx, b)  # counted once for both bounds
+        experts = launch * expert_count - gpu_moe_experts_f_s
+        post_sync = launch * _post_sync_launches(ctx, expert_count) - gpu_moe_post_sync_f_s
         per_moe = n_moe * np.maximum(np.maximum(0.0, host_moe_f - gpu_moe_f), np.maximum(experts, post_sync))
         return per_moe + np.maximum(0.0, n_dense * (host_dense_f - gpu_dense_f) + backward)
     return np.maximum(0.0, n_dense * (host_dense_f - gpu_dense_f) + n_moe * (host_moe_f - gpu_moe_f) + backward)
