@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from autoplan.cost.params import ParamCounts, count_params
 from autoplan.profiles import (
@@ -15,6 +16,9 @@ from autoplan.profiles import (
 from autoplan.specs.hardware import Cluster
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import MASTER_WEIGHT_BYTES, OPTIMIZER_STATE_BYTES, TrainingSpec
+
+if TYPE_CHECKING:
+    from autoplan.rules.table import RuleContext
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,14 @@ class CostContext:
     @cached_property
     def params(self) -> ParamCounts:
         return count_params(self.model)
+
+    @cached_property
+    def rule_context(self) -> RuleContext:
+        """The ``RuleContext`` of this context (uneven stages allowed), built once: the rule table
+        reads it on every ``legality_codes`` call."""
+        from autoplan.rules.table import RuleContext  # (autoplan.rules imports from autoplan.cost)
+
+        return RuleContext(model=self.model, profile=self.profile, training=self.training)
 
     @property
     def efficiency(self) -> PhysicalEfficiency:

@@ -59,11 +59,11 @@ def rules_for(ctx: Any) -> list[Rule]:
 
 
 @lru_cache(maxsize=None)
-def _binding_last_first(family: tuple[str, ...]) -> tuple[tuple[int, Rule], ...]:
-    """(reason code, rule) of the rules that bind a trainer of ``family`` (``Rule.binds`` reads
-    nothing else of the context), the last rule first."""
-    return tuple((index, rule) for index, rule in reversed(list(enumerate(RULES, start=1)))
-                 if rule.binds_family(family))
+def _binding(family: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[Rule, ...]]:
+    """(reason codes, rules) of the rules that bind a trainer of ``family`` (``Rule.binds`` reads
+    nothing else of the context), in table order."""
+    pairs = [(index, rule) for index, rule in enumerate(RULES, start=1) if rule.binds_family(family)]
+    return tuple(index for index, _ in pairs), tuple(rule for _, rule in pairs)
 
 
 def legality_codes(ctx: Any, batch: LayoutBatch, *, allow_uneven: bool | None = None) -> np.ndarray:
@@ -72,12 +72,18 @@ def legality_codes(ctx: Any, batch: LayoutBatch, *, allow_uneven: bool | None = 
     ``ctx`` is a ``CostContext`` or a ``RuleContext``; ``allow_uneven`` is False under --even-stages-only.
     """
     rctx = RuleContext.of(ctx, allow_uneven)
+    indices, rules = _binding(rctx.profile.family)
+    # One row per binding rule, True where it breaks: each predicate's array (or scalar) is written
+    # into its row as Rule.broken_mask makes it (cast to bool, broadcast over the layouts), without
+    # that call's checks; one reduction then finds the rules that break anywhere (most break
+    # nowhere), instead of a count per rule (on a batch of one most of this function's time).
+    broken = np.empty((len(rules), len(batch)), dtype=bool)
+    for row, rule in enumerate(rules):
+        broken[row] = rule.broken(rctx, batch)
     codes = np.zeros(len(batch), dtype=np.int64)
     # Last rule first, so an earlier rule overwrites a later one: the first broken rule wins.
-    for index, rule in _binding_last_first(rctx.profile.family):
-        broken = rule.broken_mask(rctx, batch)
-        if np.count_nonzero(broken):  # most rules break nowhere: skip the masked write (.any() is ~1 µs slower)
-            codes[broken] = index
+    for row in np.flatnonzero(broken.any(axis=1))[::-1]:
+        codes[broken[row]] = indices[row]
     return codes
 
 

@@ -44,12 +44,13 @@ class RuleContext:
     def of(cls, ctx: Any, allow_uneven_pp: bool | None = None) -> RuleContext:
         """A ``RuleContext`` from a ``CostContext`` (or another ``RuleContext``); ``None`` keeps a
         ``RuleContext``'s choice and allows uneven stages for a ``CostContext``."""
-        if isinstance(ctx, RuleContext):
-            if allow_uneven_pp is None or ctx.allow_uneven_pp == allow_uneven_pp:
-                return ctx
-            return replace(ctx, allow_uneven_pp=allow_uneven_pp)
-        return cls(model=ctx.model, profile=ctx.profile, training=ctx.training,
-                   allow_uneven_pp=True if allow_uneven_pp is None else allow_uneven_pp)
+        if not isinstance(ctx, RuleContext):
+            # (a CostContext keeps its own, built once: ``CostContext.rule_context``)
+            kept = getattr(ctx, "rule_context", None)
+            ctx = kept if kept is not None else cls(model=ctx.model, profile=ctx.profile, training=ctx.training)
+        if allow_uneven_pp is None or ctx.allow_uneven_pp == allow_uneven_pp:
+            return ctx
+        return replace(ctx, allow_uneven_pp=allow_uneven_pp)
 
 
 Predicate = Callable[[RuleContext, LayoutBatch], Any]  # bool array (or scalar) over layouts
