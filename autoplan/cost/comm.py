@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoplan.cost.arrays import ones_like
 from autoplan.cost.broadcast import once_per_batch
 from autoplan.cost.context import CostContext
 from autoplan.layout import LayoutBatch
@@ -121,11 +122,12 @@ def strides(placement: np.ndarray, tp: np.ndarray, cp: np.ndarray, dp: np.ndarra
     from autoplan.layout import PLACEMENTS
 
     sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
-    out = {name: np.ones_like(tp) for name in sizes}
-    # return_counts: a bare np.unique calls np.ma.is_masked, whose first use imports numpy.ma (~15-40 ms)
-    codes = np.unique(placement, return_counts=True)[0]
-    for code in codes.astype(int):
-        running = np.ones_like(tp)
+    out = {name: ones_like(tp) for name in sizes}
+    # The distinct placement codes (small non-negative integers), in order: np.unique's, by a count
+    # per code (~1 µs against ~8 µs on a small batch).
+    codes = np.flatnonzero(np.bincount(placement.astype(np.intp)))
+    for code in codes:
+        running = ones_like(tp)
         chosen = placement == code if len(codes) > 1 else None
         for name in PLACEMENTS[code].split("-"):
             out[name] = running if chosen is None else np.where(chosen, running, out[name])

@@ -50,7 +50,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost import comm, hybrid_shard
-from autoplan.cost.arrays import select
+from autoplan.cost.arrays import select, zeros_like
 from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import expert_group, shard_grad_op
 from autoplan.cost.recompute import full_recompute_share
@@ -142,7 +142,7 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
                                  zero3_gathers_per_microbatch(ctx, b, stage_params / layers, layers))
     per_micro = np.where(zero3, gathers_per_micro * gathers + grads, 0.0)
     floor = np.where(zero3, (gathers + grads) / layers, 0.0)
-    if b.hsdp.any():  # (the same result without the arithmetic when no layout shards hybrid)
+    if np.count_nonzero(b.hsdp):  # (the same result without the arithmetic when no layout shards hybrid)
         extra = hybrid_comm_s(ctx, b, stride, shard, (stage_params, expert_params), buckets, count,
                               gathers_per_micro, gathers_dense)
         step_grads = step_grads + extra["replica_all_reduce"]
@@ -169,7 +169,7 @@ def hybrid_comm_s(ctx: CostContext, b: LayoutBatch, stride: np.ndarray, shard: n
     replicas = comm.group_link(ctx, group / shard, stride * shard)
     shard_bytes = (dense / shard + expert / expert_shard) * ctx.grad_reduce_bytes
     all_reduce = np.where(on, comm.dp_all_reduce_s(ctx, replicas, shard_bytes, buckets), 0.0)
-    secondary = np.zeros_like(all_reduce)
+    secondary = zeros_like(all_reduce)
     if hybrid_shard.style(p) == "secondary":
         hpz = comm.group_link(ctx, np.where(on, b.hsdp, group), stride)
         local = comm.dp_all_gather_s(ctx, hpz, dense * PARAM_GATHER_BYTES, count)

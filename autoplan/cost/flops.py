@@ -153,7 +153,7 @@ def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     own = p.recompute.selective_recompute_matmul_fraction * matmul + np.where(
         p.recompute.selective_recomputes_attention, attention, 0.0)
     selective = own
-    if b.recompute_modules.any():  # (the same result without the module arithmetic otherwise)
+    if np.count_nonzero(b.recompute_modules):  # (the same result without the module arithmetic otherwise)
         dense_share, moe_share = module_matmul_share(ctx, b)
         named = (ctx.params.num_dense_layers * dense * dense_share + ctx.params.num_moe_layers * moe * moe_share
                  + module_bit(b.recompute_modules, "core_attn") * own)

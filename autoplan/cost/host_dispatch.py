@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import zeros_like
 from autoplan.cost.context import CostContext
 from autoplan.cost.fp8 import FP8_PRECISION_CODE
 from autoplan.layout import LayoutBatch
@@ -114,13 +115,13 @@ def forward_launches(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.n
     quantize = np.where(b.precision == FP8_PRECISION_CODE, FP8_QUANTIZE_LAUNCHES_PER_GEMM, 0.0)
     attention = _scoped(ATTENTION_LAUNCHES + ATTENTION_GEMMS * quantize, "attn" in scopes)
     dense = attention + DENSE_MLP_LAUNCHES + DENSE_MLP_GEMMS * quantize
-    moe = np.zeros_like(dense)
+    moe = zeros_like(dense)
     if ctx.model.moe is not None:
         local_gemms = EXPERT_GEMMS_PER_LOCAL_EXPERT * ctx.model.moe.num_experts / b.ep
         router = _scoped(MOE_ROUTER_LAUNCHES + MOE_PREPROCESS_LAUNCHES, "moe_router" in scopes)
         moe = attention + router + MOE_DISPATCH_LAUNCHES + local_gemms * (1.0 + quantize)
     if "full_iteration" in scopes:
-        return np.zeros_like(dense), np.zeros_like(moe)
+        return zeros_like(dense), zeros_like(moe)
     return dense, moe
 
 

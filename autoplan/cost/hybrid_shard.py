@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import zeros_like
 SECONDARY_PARAM_BYTES = 2.0  # bf16 secondary partition of hpZ (ZeRO++ Sec. 3.2)
 
 
@@ -46,7 +47,7 @@ def secondary_weight_bytes(hsdp: np.ndarray, zero: np.ndarray, params: np.ndarra
     """Bytes per GPU of ZeRO++ hpZ's secondary parameter partition: SECONDARY_PARAM_BYTES ×
     params/hsdp under ZeRO-3 with hsdp > 0 where the trainer keeps one (DeepSpeed), else 0."""
     if style(profile) != "secondary":
-        return np.zeros_like(params)
+        return zeros_like(params)
     on = (hsdp > 0) & (zero >= 3)
     return np.where(on, SECONDARY_PARAM_BYTES * params / np.maximum(hsdp, 1.0), 0.0)
 

@@ -20,6 +20,7 @@ import dataclasses
 
 import numpy as np
 
+from autoplan.cost.arrays import zeros_like
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.mlp_coefficients import mlp_coefficients, without_dropout_mask
@@ -139,7 +140,7 @@ def _moe_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: LayoutB
     (moe_e·E) and per-choice indices and weights (moe_k·k)."""
     moe = ctx.model.moe
     if moe is None:
-        return np.zeros_like(b.tp)
+        return zeros_like(b.tp)
     k, h_div = float(moe.num_experts_per_token), np.where(b.sp > 0, b.tp, 1.0)
     routed = routed_token_factor(ctx)
     # Tokens stay sharded over TP·SP into the dispatcher (Megatron-Core token dispatcher), so
@@ -153,7 +154,7 @@ def moe_dispatch_bytes(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray, moe
     MOE_DISPATCH_COPIES (1 when ep = 1) · routed_token_factor · k · tokens/h_div · h · BF16_BYTES."""
     moe = ctx.model.moe
     if moe is None:
-        return np.zeros_like(b.tp)
+        return zeros_like(b.tp)
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     copies = np.where(b.ep > 1, MOE_DISPATCH_COPIES, 1.0)
     routed = routed_token_factor(ctx) * moe.num_experts_per_token * tokens / h_div
@@ -170,7 +171,7 @@ def _fp8_input_saving(ctx: CostContext, b: LayoutBatch) -> float:
     BF16_BYTES. Profiles without ``fp8_saves_quantized_inputs`` keep bf16 inputs under fp8.
     """
     if not ctx.profile.activations.fp8_saves_quantized_inputs:
-        return np.zeros_like(b.tp)
+        return zeros_like(b.tp)
     per_element = BF16_BYTES - FP8_ACTIVATION_ELEMENT_BYTES[ctx.training.fp8_recipe]
     return np.where(b.precision == PRECISION["fp8"], per_element, 0.0)
 
@@ -192,7 +193,7 @@ def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple
     moe_layer = (attention + _block_bytes_per_token(mlp, ctx, b, shared_ffn)
                  + _moe_bytes_per_token(mlp, ctx, b))
     fp8 = _fp8_input_saving(ctx, b)
-    if fp8.any():  # (no layout saves FP8 inputs: the same result, 0 times finite bytes, without the arithmetic)
+    if np.count_nonzero(fp8):  # (no layout saves FP8 inputs: the same result, 0 times finite bytes, without the arithmetic)
         attention_inputs = _block_bytes_per_token(TE_LINEAR_INPUTS_ATTENTION, ctx, b, 0.0)
         dense = dense - fp8 * (attention_inputs + _block_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b,
                                                                          float(m.ffn_hidden_size)))
@@ -214,7 +215,7 @@ def selective_module_bytes(ctx: CostContext, b: LayoutBatch,
     named modules drop (``recompute.module_dropped_bytes_per_token``; ``core_attn`` drops the
     profile's none-minus-selective difference), never below the layer input full recompute keeps."""
     none, sel = acts["none"], acts["selective"]
-    if not b.recompute_modules.any():  # no layout names modules: the profile's own set, faster
+    if not np.count_nonzero(b.recompute_modules):  # no layout names modules: the profile's own set, faster
         return sel
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     tokens = b.mbs * ctx.training.seq_len / b.cp

@@ -187,7 +187,7 @@ def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray
     dense_state, expert_state = state_bytes_per_param(ctx, b)
     dense_owned, expert_owned = owned_split(ctx, b, dense_params, expert_params)
     out["optimizer_states"] = weighted(dense_owned, expert_owned, dense_state, expert_state)
-    if b.hsdp.any():  # DeepSpeed ZeRO++ hpZ: a secondary bf16 partition over the hpZ group
+    if np.count_nonzero(b.hsdp):  # DeepSpeed ZeRO++ hpZ: a secondary bf16 partition over the hpZ group
         out["weights"] = out["weights"] + hybrid_shard.secondary_weight_bytes(
             b.hsdp, b.zero, dense_params + expert_params, p)
     return out

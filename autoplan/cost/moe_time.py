@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import zeros_like
 from autoplan.cost.comm import GroupLink
 from autoplan.cost.context import CostContext
 from autoplan.cost.fp8 import FP8_PRECISION_CODE
@@ -104,5 +105,5 @@ def fixed_s(ctx: CostContext, passes: np.ndarray) -> np.ndarray:
     0 under a full-iteration CUDA graph, which replays the small kernels with no host launches
     and no host sync (``cost.host_dispatch``; their GPU time, µs each, is not counted)."""
     if ctx.training.cuda_graphs == "full_iteration":
-        return np.zeros_like(np.asarray(passes, dtype=float))
+        return zeros_like(np.asarray(passes, dtype=float))
     return ctx.efficiency.moe_layer_fixed_s * (1.0 + (passes - 2.0) / 3.0)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import zeros_like
 from autoplan.cost.context import CostContext
 from autoplan.cost.data_parallel import zero3_gathers_per_microbatch
 from autoplan.cost.host_link import host_link_bytes_per_s
@@ -42,8 +43,8 @@ def move_to_host(ctx: CostContext, b: LayoutBatch, terms: dict[str, np.ndarray],
     """Zero the GPU model-state terms that ``b.offload`` moves to the host (in place) and return
     the host bytes per GPU: those terms plus the fp32 gradient copy of the ``owned_params``
     (the parameters whose optimizer state this GPU holds)."""
-    if not b.offload.any():
-        return np.zeros_like(b.tp)
+    if not np.count_nonzero(b.offload):
+        return zeros_like(b.tp)
     states = b.offload >= CODE["optimizer"]
     params = b.offload >= CODE["params"]
     grads_go = states & ctx.profile.model_states.offload_moves_gradients  # (the profile's YAML says how)
@@ -69,8 +70,8 @@ def offload_step_s(ctx: CostContext, b: LayoutBatch, owned_params: np.ndarray, s
     micro-batch's backward does not hide), the CPU step and the weight H2D (Ren et al. 2021
     Sec. 4.1: the gradient transfer overlaps the backward, the step and the parameter copy
     sit between the backward and the next forward). 0 without offload."""
-    if not b.offload.any():
-        return np.zeros_like(b.tp)
+    if not np.count_nonzero(b.offload):
+        return zeros_like(b.tp)
     link = host_link_bytes_per_s(ctx)
     d2h = owned_params * ctx.grad_reduce_bytes / link
     h2d = owned_params * BF16_BYTES / link  # the updated weights, bf16 (torchtitan casts its fp32 shard)
@@ -85,8 +86,8 @@ def param_fetch_s(ctx: CostContext, b: LayoutBatch, stage_params: dict[str, np.n
     al. 2021, Sec. 5; DeepSpeed ``offload_param``), as many times as ZeRO-3 gathers per
     micro-batch (``data_parallel.zero3_gathers_per_microbatch``). 0 without parameter offload."""
     params = b.offload >= CODE["params"]
-    if not params.any():
-        return np.zeros_like(b.tp)
+    if not np.count_nonzero(params):
+        return zeros_like(b.tp)
     dense_group, expert_group = zero_shard_groups(ctx, b)
     shard = stage_params["dense"] / dense_group + stage_params["expert"] / expert_group
     layers = np.maximum(n_layers, 1.0)

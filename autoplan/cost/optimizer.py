@@ -29,6 +29,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from autoplan.cost.arrays import zeros_like
 from autoplan.cost import optimizer_shapes as shapes
 from autoplan.cost.broadcast import once_per_batch
 from autoplan.cost.context import CostContext
@@ -71,7 +72,7 @@ def _model_shares(m: ModelSpec) -> dict[str, float]:
 def state_bytes_per_param(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
     """(non-expert, expert) bytes of optimizer state per parameter of each layout (see module)."""
     adam = ctx.adam_state_bytes
-    if not b.optimizer.any():  # every layout on AdamW: the setup's AdamW bytes, as before
+    if not np.count_nonzero(b.optimizer):  # every layout on AdamW: the setup's AdamW bytes, as before
         return np.full_like(b.tp, adam), np.full_like(b.tp, adam)
     share = _model_shares(ctx.model)
     muon_dense = share["muon_matrix_share"] * ONE_MOMENTUM_BYTES + (1.0 - share["muon_matrix_share"]) * adam
@@ -108,8 +109,8 @@ def muon_work(ctx: CostContext, b: LayoutBatch, updated_dense: np.ndarray,
     GPU's share is the parameters it updates (``updated_*``, already ÷ the ZeRO group) times tp
     (etp for experts) times the FLOPs per parameter of ``optimizer_shapes.newton_schulz_flops``.
     """
-    if not (b.optimizer == CODE["muon"]).any():
-        return np.zeros_like(b.tp)
+    if not np.count_nonzero(b.optimizer == CODE["muon"]):
+        return zeros_like(b.tp)
     share = _model_shares(ctx.model)
     flops = (updated_dense * b.tp * share["ns_flops_dense"] + updated_expert * b.etp * share["ns_flops_expert"])
     return np.where(b.optimizer == CODE["muon"], flops, 0.0)
@@ -122,8 +123,8 @@ def muon_gather_bytes(ctx: CostContext, b: LayoutBatch, stage_dense: np.ndarray,
     leaves each rank a shard (Moonlight Sec. 2.3, Algorithm 3 'DP Gather'). The gradient
     travels in the trainer's reduction dtype (``grad_reduce_bytes``); 0 without sharding."""
     muon = (b.optimizer == CODE["muon"]) & (b.zero >= 1)
-    if not muon.any():
-        return np.zeros_like(b.tp), np.zeros_like(b.tp)
+    if not np.count_nonzero(muon):
+        return zeros_like(b.tp), zeros_like(b.tp)
     share = _model_shares(ctx.model)["muon_matrix_share"]
     grad = ctx.grad_reduce_bytes
     return (np.where(muon, stage_dense * share * grad, 0.0), np.where(muon, stage_expert * grad, 0.0))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import zeros_like
 from autoplan.cost import comm
 from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import expert_group, owned_split, weighted
@@ -26,8 +27,8 @@ def muon_time_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: dict[s
     distributed Muon over the ZeRO groups, one collective per layer (``muon_gather_bytes``;
     Moonlight Sec. 2.3), never hidden: it sits between the backward and the update."""
     flops = muon_work(ctx, b, owned[0], owned[1])
-    if not flops.any():
-        return np.zeros_like(b.tp)
+    if not np.count_nonzero(flops):
+        return zeros_like(b.tp)
     compute = flops / (ctx.cluster.gpu.compute_peak_bf16_flops_per_s * ctx.efficiency.gemm_efficiency_max)
     dense_bytes, expert_bytes = muon_gather_bytes(ctx, b, stage_params["dense"], stage_params["expert"])
     group = b.dp * b.cp

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from autoplan.cost.arrays import zeros_like
 from autoplan.cost.context import CostContext
 from autoplan.cost.host_link import host_link_bytes_per_s
 from autoplan.cost.mlp_coefficients import mlp_coefficients
@@ -49,7 +50,7 @@ def full_recompute_share(b: LayoutBatch, layers: np.ndarray | Callable[[], np.nd
     where some layout sets recompute_layers (a grouped formula then reads no stage knob).
     """
     full = (b.recompute == 2).astype(np.float64)
-    if not b.recompute_layers.any():  # every full recompute covers every layer: the same result, faster
+    if not np.count_nonzero(b.recompute_layers):  # every full recompute covers every layer: the same result, faster
         return full
     n = np.maximum(layers() if callable(layers) else layers, 1.0)
     block = np.minimum(b.recompute_layers * b.vpp, n) / n
@@ -64,7 +65,7 @@ def _mla_up_bytes_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """Up-projected q, k (nope + rope) and v of MLA in bf16, sharded over TP."""
     mla, heads = ctx.model.mla, float(ctx.model.num_attention_heads)
     if mla is None:
-        return np.zeros_like(b.tp)
+        return zeros_like(b.tp)
     qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
     return BF16_BYTES * heads * (2.0 * qk + mla.v_head_dim) / b.tp
 

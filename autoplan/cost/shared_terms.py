@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost.arrays import stacked
+from autoplan.cost.arrays import ones_like, stacked, zeros_like
 from autoplan.cost.broadcast import on_distinct, once_per_batch, per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.model_states import model_state_bytes, owned_params, params_on_stages
@@ -61,14 +61,14 @@ def in_flight_by_stage(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     correction ``Corrections.pp_extra_layers_per_microbatch`` extra layer-activations per in-flight
     micro-batch of a pipelined stage."""
     layers = _trainer_layers(ctx, b)
-    rank = stacked(np.zeros_like(b.pp), layers.middle_rank, b.pp - 1.0)
+    rank = stacked(zeros_like(b.pp), layers.middle_rank, b.pp - 1.0)
     schedule = resolved_schedule(b.pp_schedule, b.vpp, ctx.profile.pipeline.schedule)
     chunks = stacked(layers.first_chunks, layers.middle_chunks, layers.last_chunks).swapaxes(0, 1)
     flying = in_flight_layers(chunks, b.pp, b.vpp, b.grad_acc, rank, schedule)
     extra = ctx.corrections.pp_extra_layers_per_microbatch
     if extra == 0.0:  # neutral (most profiles): 0 · a finite count, skipped
         return flying
-    micro_in_flight = in_flight_layers(np.ones((1, 1, len(b))), b.pp, np.ones_like(b.pp), b.grad_acc, rank, schedule)
+    micro_in_flight = in_flight_layers(np.ones((1, 1, len(b))), b.pp, ones_like(b.pp), b.grad_acc, rank, schedule)
     return flying + np.where(b.pp > 1, extra * micro_in_flight, 0.0)
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.cost.arrays import select, stacked
+from autoplan.cost.arrays import select, stacked, zeros_like
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.memory import (
@@ -137,7 +137,7 @@ def buffer_bytes_by_stage(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndar
     # Each MTP depth computes its own vocab-sized logits and loss on the last stage (DeepSeek-V3 Sec. 2.2).
     mtp_logits = logits * (1.0 + m.num_mtp_layers) if m.num_mtp_layers else logits
     out = {"embedding_output": np.where(FIRST_STAGE, embedding_output, 0.0),
-           "logits_and_loss": stacked(np.where(b.pp == 1, logits, 0.0), np.zeros_like(logits), mtp_logits),
+           "logits_and_loss": stacked(np.where(b.pp == 1, logits, 0.0), zeros_like(logits), mtp_logits),
            "tp_buffer": np.where(b.tp > 1, tokens * m.hidden_size * BF16_BYTES, 0.0)}
     if m.moe is not None:
         layers = stage_layer_counts(ctx, b)
@@ -166,7 +166,7 @@ def memory_by_stage(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     # Offload (offload_layers): the offloaded layers' activations leave the GPU but for the one
     # layer in transfer (recompute.OFFLOAD_STAGING_LAYERS).
     # The host holds what left (Megatron-Core cpu_offload.py: pinned CPU tensors per offloaded layer).
-    if b.offload_layers.any():  # (the same result without the arithmetic when nothing is offloaded)
+    if np.count_nonzero(b.offload_layers):  # (the same result without the arithmetic when nothing is offloaded)
         staging = np.where(b.offload_layers > 0, OFFLOAD_STAGING_LAYERS, 0.0)
         counts = stage_layer_counts(ctx, b)
         share = offloaded_share(b, stacked(*(counts[s] for s in STAGES)))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoplan.cost.arrays import select, stacked
+from autoplan.cost.arrays import ones_like, select, stacked, zeros_like
 from autoplan.specs.model import ModelSpec
 
 
@@ -119,15 +119,15 @@ def stage_layers(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray | None = None
     exporters write (``virtual_stage_layers``). With pp = 1 the one stage is both first and last.
     """
     pp = np.asarray(pp, dtype=np.float64)
-    vpp = np.ones_like(pp) if vpp is None else vpp
-    embed_loss = np.zeros_like(pp, dtype=bool) if pp_split is None else pp_split == 1
+    vpp = ones_like(pp) if vpp is None else vpp
+    embed_loss = zeros_like(pp, dtype=bool) if pp_split is None else pp_split == 1
     num_layers = float(model.num_layers)
     num_dense = float(model.num_layers - model.num_moe_layers)
     middle_rank = _middle_rank(num_layers, num_dense, pp, vpp, embed_loss)
     # The three ranks (first, middle, last) at once, a leading axis of 3: one evaluation of each
     # formula instead of three (a batch of one pays per numpy call, not per layout). The middle
     # rank exists only where pp >= 3.
-    ranks = stacked(np.zeros_like(pp), middle_rank, pp - 1.0)
+    ranks = stacked(zeros_like(pp), middle_rank, pp - 1.0)
     exists = np.array([True, False, True]).reshape(3, *([1] * np.ndim(pp))) | (pp >= 3)
     chunks = np.where(exists, rank_chunk_layers(model.num_layers, pp, vpp, embed_loss, ranks), 0.0)
     dense = _dense_on_rank(model.num_layers, num_dense, pp, vpp, embed_loss, ranks, chunks)

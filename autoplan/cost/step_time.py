@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost import comm, cp_comm
-from autoplan.cost.arrays import stacked
+from autoplan.cost.arrays import stacked, zeros_like
 from autoplan.cost.broadcast import per_group
 from autoplan.cost.context import CostContext
 from autoplan.cost.data_parallel import dp_comm_s
@@ -96,7 +96,7 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     wall = beside_cp_window_s(compute, 0.0, cp, False)
     forward = wall / (1.0 + BACKWARD_MATMUL_FACTOR)
     offload = (offload_exposed_s(ctx, b, _layer_bytes(ctx, b, n, n_dense), n, forward, wall - forward)
-               if b.offload_layers.any() else np.zeros_like(compute))  # 0 without offload, faster
+               if np.count_nonzero(b.offload_layers) else zeros_like(compute))  # 0 without offload, faster
     # The host's launches not hidden behind the layers' GPU work: compute and exposed collectives
     # (the CP ring's exposed wait too: the host launches on while the GPU waits on the ring, so a
     # slower attention that hides more of the ring never shortens a host-bound step).
@@ -187,7 +187,7 @@ def step_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     t_micro = (micro_compute + mb["tp"] + mb["cp"] + mb["ep"] + mb["offload"] + mb["pp"] + zero3_exposed
                + mb["host"])
     tp = mb["tp"]
-    sync_wait = np.zeros_like(tp)
+    sync_wait = zeros_like(tp)
     # The TP collectives' floor: what the micro-batch's time falls short of it is spent waiting
     # in the TP collectives. Skipped where both are neutral (every profile but nanotron's).
     if c.pp_cross_tp_sync_s > 0.0 or c.collective_overhead_s > 0.0:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import zeros_like
 from autoplan.cost import comm, cp_comm, fp8, moe_time
 from autoplan.cost.attention_kernels import triton_attention_efficiency
 from autoplan.cost.broadcast import per_group
@@ -97,7 +98,7 @@ def _layer_forward_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
         moe_mm = moe_mm + floor_excess
         routed = routed + floor_excess
     else:
-        moe_mm, routed = dense_mm, np.zeros_like(dense_mm)
+        moe_mm, routed = dense_mm, zeros_like(dense_mm)
     attention, attention_backward = attention_s(ctx, b, tokens)
     h_div = np.where(b.sp > 0, b.tp, 1.0)
     share = REPLICATED_ELEMENTWISE_SHARE
@@ -226,7 +227,7 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
     # the attention they hide behind, cp_comm.allgather_exposed_layer_s).
     cp_link = comm.group_link(ctx, b.cp, st["cp"])
     cp = cp_comm.ring_layer_s(ctx, b, cp_link, tokens, full)
-    ep, ep_passes = np.zeros_like(b.tp), np.full_like(b.tp, 2.0)
+    ep, ep_passes = zeros_like(b.tp), np.full_like(b.tp, 2.0)
     if m.moe is not None:
         ep_link = comm.group_link(ctx, b.ep, b.etp)
         h_div = np.where(b.sp > 0, b.tp, 1.0)
@@ -267,7 +268,7 @@ def _layer_recompute_s(ctx: CostContext, b: LayoutBatch, fwd: dict[str, np.ndarr
     p = ctx.profile
     core = [p.recompute.selective_recompute_matmul_fraction * fwd[k] + float(p.recompute.selective_recomputes_attention) * fwd["attention"]
             for k in ("dense_matmul", "moe_matmul")]
-    named = module_recompute_s(ctx, b, fwd, (core[0], core[1])) if b.recompute_modules.any() else core
+    named = module_recompute_s(ctx, b, fwd, (core[0], core[1])) if np.count_nonzero(b.recompute_modules) else core
     selective = b.recompute == 1
     out = {}
     for i, kind in enumerate(("dense", "moe")):

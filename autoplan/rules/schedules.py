@@ -42,7 +42,7 @@ def _dualpipe_broken(b) -> np.ndarray:
     ``step``: 'num_chunks >= num_ranks * 2' and an even number of ranks); DualPipeV at least
     2·pp micro-batches (dualpipev.py)."""
     either = is_schedule(b.pp_schedule, "dualpipe", "dualpipev")
-    if not either.any():  # (no layout runs either: the same result, faster)
+    if not np.count_nonzero(either):  # (no layout runs either: the same result, faster)
         return either
     dual = is_schedule(b.pp_schedule, "dualpipe")
     return (dual & (b.pp % 2 != 0)) | (either & (b.grad_acc < 2 * b.pp))

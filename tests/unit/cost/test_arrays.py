@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autoplan.cost.arrays import select, stacked
+from autoplan.cost.arrays import ones_like, select, stacked, zeros_like
 
 
 @pytest.mark.parametrize("size", [1, 7, 5000])
@@ -30,7 +30,18 @@ def test_stacked_matches_np_stack_of_broadcast_arrays(size):
     rng = np.random.default_rng(size)
     a, b = rng.random(size), rng.random((2, size))
     a[::3] = np.nan
-    for values in ((a, a * 2.0, -a), (0.0, a, a > 0.5), (b, a, 3.0), (a > 0.1, a > 0.9)):
+    for values in ((a, a * 2.0, -a), (0.0, a, a > 0.5), (b, a, 3.0), (a > 0.1, a > 0.9), (a > 0.5, a),
+                   (np.arange(size), a), (b, b)):
         got, expected = stacked(*values), np.stack(np.broadcast_arrays(*values))
         assert got.dtype == expected.dtype and got.shape == expected.shape
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("size", [1, 7, 5000])
+def test_zeros_and_ones_like_match_numpy(size):
+    rng = np.random.default_rng(size)
+    for value in (rng.random(size), rng.random((3, size)), rng.random(size) > 0.5, np.arange(size), 2.5):
+        for got, expected in ((zeros_like(value), np.zeros_like(value)), (ones_like(value), np.ones_like(value)),
+                              (zeros_like(value, dtype=bool), np.zeros_like(value, dtype=bool))):
+            assert got.dtype == expected.dtype and got.shape == expected.shape
+            np.testing.assert_array_equal(got, expected)
