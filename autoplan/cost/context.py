@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autoplan.cost.params import ParamCounts, count_params
 from autoplan.profiles import (
@@ -88,3 +90,31 @@ class CostContext:
         if self.training.optimizer_state_dtype == "fp32":
             return self.profile.model_states.optimizer_bytes
         return 2.0 * OPTIMIZER_STATE_BYTES[self.training.optimizer_state_dtype]
+
+
+# Where a context keeps what ``per_context`` computed of it (an entry of the instance's __dict__,
+# as functools.cached_property keeps its values: a frozen dataclass's fields are untouched).
+_MEMO = "_per_context"
+
+
+def per_context(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a quantity of the context alone, ``fn(ctx, *options)`` (a ``CostContext`` or a
+    ``RuleContext``; hashable ``options``, never layout values; an immutable result: numbers,
+    tuples, frozen dataclasses): computed once per context and options, then kept with the context
+    (both are frozen, so it never goes stale; ``dataclasses.replace`` makes a new context that
+    computes afresh). One evaluate() of one layout otherwise recomputed the same FLOP counts,
+    overlap fractions and settings checks on every call. Keyed by the function's name, so that a
+    pickled context (search.parallel) carries its entries."""
+    name = f"{fn.__module__}.{fn.__qualname__}"
+
+    @functools.wraps(fn)
+    def wrapper(ctx: Any, *options: Any) -> Any:
+        memo = ctx.__dict__.get(_MEMO)
+        if memo is None:
+            memo = ctx.__dict__[_MEMO] = {}
+        key = (name, options)
+        if key not in memo:
+            memo[key] = fn(ctx, *options)
+        return memo[key]
+
+    return wrapper

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoplan.cost.arrays import select
-from autoplan.cost.context import CostContext
+from autoplan.cost.context import CostContext, per_context
 from autoplan.cost.recompute import full_recompute_share, module_matmul_share
 from autoplan.layout import LayoutBatch
 from autoplan.recompute_modules import module_bit
@@ -51,6 +51,8 @@ def attention_keys(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
     layer's k̄ = min(s, 2·sum/s), so w ≥ s gives s (a no-op) and full layers keep the s the causal
     convention halves. Local layers: ModelSpec.num_local_attention_layers of num_layers.
     """
+    if np.ndim(seq_len) == 0:  # the setup's one sequence length: a Python float (numpy scalars are slow)
+        return float(attention_keys(model, np.array([seq_len], dtype=np.float64))[0])
     s = np.asarray(seq_len, dtype=np.float64)
     w = float(model.attention_window)
     if model.num_local_attention_layers == 0:
@@ -95,6 +97,7 @@ def mfu_params(ctx: CostContext) -> float:
     return float(pc.active + tied_head)
 
 
+@per_context  # (seq_len: the setup's, a number)
 def model_flops_per_token(ctx: CostContext, seq_len: np.ndarray) -> np.ndarray:
     """Model FLOPs per trained token (forward + backward, no recompute) under the convention.
 
@@ -126,6 +129,12 @@ def hardware_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     recompute adds (:func:`recompute_flops_per_token`). The embedding lookup and the norms run
     no matmul and are not counted; the MFU conventions only decide the model FLOPs.
     """
+    return _forward_backward_flops_per_token(ctx) + recompute_flops_per_token(ctx, b)
+
+
+@per_context
+def _forward_backward_flops_per_token(ctx: CostContext) -> float:
+    """``hardware_flops_per_token`` without recompute: 3 × one forward's matmuls and scores."""
     dense, moe = layer_matmul_flops_per_token(ctx)
     pc = ctx.params
     matmul = pc.num_dense_layers * dense + pc.num_moe_layers * moe + 2.0 * pc.lm_head_matmul
@@ -134,7 +143,7 @@ def hardware_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
         block = moe if pc.mtp_block_is_moe else dense
         matmul += pc.num_mtp_layers * (block + 2.0 * (pc.mtp_projection_per_depth + pc.lm_head_matmul))
         attention += pc.num_mtp_layers * attention_score_flops_per_token(ctx, ctx.training.seq_len) / 2.0
-    return 3.0 * (matmul + attention) + recompute_flops_per_token(ctx, b)
+    return 3.0 * (matmul + attention)
 
 
 def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
@@ -146,12 +155,8 @@ def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     ``core_attn``, the attention scores), or with ``recompute_modules`` the named modules'
     matmul share (``recompute.module_matmul_share``) plus core_attn's as before.
     """
-    m, p = ctx.model, ctx.profile
-    dense, moe = layer_matmul_flops_per_token(ctx)
-    matmul = ctx.params.num_dense_layers * dense + ctx.params.num_moe_layers * moe
-    attention = m.num_layers * attention_score_flops_per_token(ctx, ctx.training.seq_len) / 2.0
-    own = p.recompute.selective_recompute_matmul_fraction * matmul + np.where(
-        p.recompute.selective_recomputes_attention, attention, 0.0)
+    m = ctx.model
+    dense, moe, matmul, attention, own = _recompute_flops_parts(ctx)
     selective = own
     if np.count_nonzero(b.recompute_modules):  # (the same result without the module arithmetic otherwise)
         dense_share, moe_share = module_matmul_share(ctx, b)
@@ -160,6 +165,20 @@ def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
         selective = np.where(b.recompute_modules > 0, named, own)
     full = full_recompute_share(b, m.num_layers / b.pp) * (matmul + attention)
     return select([b.recompute == 2, b.recompute == 1], [full, selective], 0.0)
+
+
+@per_context
+def _recompute_flops_parts(ctx: CostContext) -> tuple[float, float, float, float, float]:
+    """What ``recompute_flops_per_token`` reads of the context: one (dense, MoE) layer's forward
+    matmul FLOPs per token, the layers' matmul and score FLOPs, and what the profile's own selective
+    recompute reruns of them."""
+    p = ctx.profile
+    dense, moe = layer_matmul_flops_per_token(ctx)
+    matmul = ctx.params.num_dense_layers * dense + ctx.params.num_moe_layers * moe
+    attention = ctx.model.num_layers * attention_score_flops_per_token(ctx, ctx.training.seq_len) / 2.0
+    own = p.recompute.selective_recompute_matmul_fraction * matmul + (
+        attention if p.recompute.selective_recomputes_attention else 0.0)
+    return dense, moe, matmul, attention, own
 
 
 def linear_io_elements_per_token(ctx: CostContext) -> tuple[float, float]:

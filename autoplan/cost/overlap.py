@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoplan.cost.context import CostContext
+from autoplan.cost.context import CostContext, per_context
 from autoplan.profiles.efficiency import PhysicalEfficiency
 from autoplan.profiles.trainer_options import TrainerOptions
 
@@ -34,6 +34,7 @@ class Overlap:
     ep: float
 
 
+@per_context
 def overlap_fractions(ctx: CostContext) -> Overlap:
     """The profile's overlap efficiencies where its options overlap, else 0."""
     return overlap_of(ctx.efficiency, ctx.profile.options)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.context import per_context
 from autoplan.cost.offload import CODE as OFFLOAD
 from autoplan.cost.optimizer import CODE as OPTIMIZER
 from autoplan.cost.schedule import CODE as SCHEDULE
@@ -47,8 +48,15 @@ def refused_settings(ctx: RuleContext, *, fp8: bool) -> list[str]:
     return refused
 
 
+@per_context
+def _refuses_settings(ctx: RuleContext) -> tuple[bool, bool]:
+    """Whether the trainer refuses a setting of the setup (``refused_settings``): for a bf16 and
+    for an fp8 layout."""
+    return bool(refused_settings(ctx, fp8=False)), bool(refused_settings(ctx, fp8=True))
+
+
 def _settings_broken(ctx: RuleContext, b) -> np.ndarray:
-    always, with_fp8 = bool(refused_settings(ctx, fp8=False)), bool(refused_settings(ctx, fp8=True))
+    always, with_fp8 = _refuses_settings(ctx)
     return np.where(b.precision == PRECISION["fp8"], with_fp8, always)
 
 
