@@ -33,6 +33,17 @@ def listed(values: tuple, codes) -> list[float]:
     return [float(codes.index(v)) for v in values]
 
 
+# The codes of each capability list a rule checks a knob against (``allowed``).
+LIST_CODES = {"precisions": PRECISIONS, "pp_splits": PP_SPLITS, "optimizers": OPTIMIZER,
+              "pp_schedules": SCHEDULE, "state_offloads": OFFLOAD, "cpu_optimizers": OPTIMIZER}
+
+
+@per_context
+def allowed(ctx: RuleContext, field: str) -> tuple[float, ...]:
+    """``listed`` of the capability list ``field`` (LIST_CODES), once per context."""
+    return tuple(listed(getattr(caps(ctx), field), LIST_CODES[field]))
+
+
 def refused_settings(ctx: RuleContext, *, fp8: bool) -> list[str]:
     """'name=value (the values the trainer runs)' of each setup setting the trainer does not run;
     the FP8 settings (``FP8_ONLY_SETTINGS``, the recipe) count only for fp8 layouts (``fp8``)."""
@@ -76,8 +87,9 @@ def _names(values: tuple) -> str:
 def _listed(name: str, knob: str, field: str, codes, invariant: str, verb: str, fix: str, source: str = "") -> Rule:
     """The rule that a layout's ``knob`` is one of the capability list ``field``: 'knob=value,
     <trainer> <verb> <the list>'."""
+    assert LIST_CODES[field] is codes, f"LIST_CODES[{field!r}] must be the codes of {knob}"
     return Rule(name, ALL, invariant,
-                lambda c, b: ~one_of(getattr(b, knob), listed(getattr(caps(c), field), codes)),
+                lambda c, b: ~one_of(getattr(b, knob), allowed(c, field)),
                 lambda c, x: f"{knob}={getattr(x, knob)}, {c.profile.name} {_at_version(c)}{verb} "
                              f"{_names(getattr(caps(c), field))}{_later(c, field, getattr(x, knob))}",
                 PROFILES + f" ({field}{source}; later_versions)", fix=lambda c, x: fix)
@@ -97,9 +109,10 @@ def _later(ctx: RuleContext, field: str, value) -> str:
 
 RULES = [
     Rule("expert_tp", ALL, "the trainer must have expert tensor parallelism for etp > 1",
-         lambda c, b: (b.etp > 1) & (not caps(c).expert_tensor_parallel),
+         lambda c, b: b.etp > 1,
          lambda c, x: f"etp={x.etp}; {c.profile.name} shards experts over ep only",
-         PROFILES + " (expert_tensor_parallel)", fix=lambda c, x: "use --etp 1"),
+         PROFILES + " (expert_tensor_parallel)", fix=lambda c, x: "use --etp 1",
+         when=lambda c: not caps(c).expert_tensor_parallel),
 ]
 
 # Last in the table: a layout is first told what in it is wrong, then what the trainer lacks.
@@ -115,43 +128,46 @@ PROFILE_RULES = [
          PROFILES + " (max_zero_with_pp; DeepSpeed 0.19.8 deepspeed/runtime/pipe/engine.py)",
          fix=_fix_zero),
     Rule("trainer_vpp", ALL, "the trainer must have virtual pipeline stages for vpp > 1",
-         lambda c, b: (b.vpp > 1) & (not caps(c).virtual_stages),
+         lambda c, b: b.vpp > 1,
          lambda c, x: f"vpp={x.vpp}; {c.profile.name} has no interleaved schedule",
-         PROFILES + " (virtual_stages)", fix=lambda c, x: "use --vpp 1"),
+         PROFILES + " (virtual_stages)", fix=lambda c, x: "use --vpp 1",
+         when=lambda c: not caps(c).virtual_stages),
     Rule("trainer_cp", ALL, "the trainer must have context parallelism for cp > 1",
-         lambda c, b: (b.cp > 1) & (not caps(c).context_parallel),
+         lambda c, b: b.cp > 1,
          lambda c, x: f"cp={x.cp}; {c.profile.name} has no context parallelism",
-         PROFILES + " (context_parallel)", fix=lambda c, x: "use --cp 1"),
+         PROFILES + " (context_parallel)", fix=lambda c, x: "use --cp 1",
+         when=lambda c: not caps(c).context_parallel),
     Rule("trainer_ep", ALL, "the trainer must have expert parallelism for ep > 1",
-         lambda c, b: (b.ep > 1) & (not caps(c).expert_parallel),
+         lambda c, b: b.ep > 1,
          lambda c, x: f"ep={x.ep}; {c.profile.name} has no expert parallelism",
          PROFILES + " (expert_parallel; nanotron src/nanotron/parallel/context.py cannot start with ep > 1)",
-         fix=lambda c, x: "use --ep 1"),
+         fix=lambda c, x: "use --ep 1",
+         when=lambda c: not caps(c).expert_parallel),
     _listed("trainer_precision", "precision", "precisions", PRECISIONS, "the trainer must train in the precision",
             "trains in", "use --precision bf16"),
     Rule("trainer_setting", ALL, "the trainer must run the setup's settings",
          _settings_broken, _setting_values, PROFILES + " (settings, fp8_recipes)",
          fix=lambda c, x: "drop the option, or pick a trainer that runs it (autoplan trainers)"),
     Rule("trainer_offload", ALL, "the trainer must be able to offload activations (offload_layers)",
-         lambda c, b: (b.offload_layers > 0) & (not caps(c).activation_offload),
+         lambda c, b: b.offload_layers > 0,
          lambda c, x: f"offload_layers={x.offload_layers}, trainer {c.profile.name}"
                       + ("; pretrain_gpt.py at core_v0.15.3 has no --cpu-offloading-num-layers (core_v0.16.0 "
                          "adds it)" if c.profile.name == "megatron" else "; no activation offload option"),
          PROFILES + " (activation_offload; Megatron-LM core_v0.15.3 megatron/training/arguments.py has no "
                     "cpu-offloading flag, core_v0.16.0 adds --cpu-offloading-num-layers)",
-         fix=lambda c, x: "try --offload-layers 0"),
+         fix=lambda c, x: "try --offload-layers 0", when=lambda c: not caps(c).activation_offload),
     *(Rule(f"trainer_{knob}", ALL, f"the trainer must run {what} ({knob})",
-           lambda c, b, knob=knob: (getattr(b, knob) > 0) & (not caps(c).partial_recompute),
+           lambda c, b, knob=knob: getattr(b, knob) > 0,
            lambda c, x, knob=knob: f"{knob}={getattr(x, knob)}, trainer {c.profile.name}",
            PROFILES + " (partial_recompute; torchtitan 0.3.0 ActivationCheckpoint mode/selective_ac_option, "
                       "nanotron recompute_layer, the DeepSpeed export: every layer)",
-           fix=lambda c, x, fix=fix: fix)
+           fix=lambda c, x, fix=fix: fix, when=lambda c: not caps(c).partial_recompute)
       for knob, what, fix in (
           ("recompute_layers", "full recompute of N layers per stage", "try --recompute-layers 0 or --trainer megatron"),
           ("recompute_modules", "selective recompute of named modules",
            "leave --recompute-modules empty (the trainer's own selective recompute)"))),
     Rule("trainer_pp_schedule", ALL, "the trainer must implement the pipeline schedule",
-         lambda c, b: ~one_of(b.pp_schedule, listed(caps(c).pp_schedules, SCHEDULE)),
+         lambda c, b: ~one_of(b.pp_schedule, allowed(c, "pp_schedules")),
          lambda c, x: f"pp_schedule={x.pp_schedule}, {c.profile.name} runs "
                       f"{', '.join(caps(c).pp_schedules[1:]) or 'only its own'}"
                       + ("; DualPipe is DeepSeek's standalone library" if x.pp_schedule == "dualpipe" else ""),
@@ -163,13 +179,13 @@ PROFILE_RULES = [
     _listed("trainer_optimizer", "optimizer", "optimizers", OPTIMIZER, "the trainer must implement the optimizer",
             "runs", "try --optimizer adamw"),
     Rule("trainer_state_offload", ALL, "the trainer must be able to offload these model states to the host",
-         lambda c, b: ~one_of(b.offload, listed(caps(c).state_offloads, OFFLOAD)),
+         lambda c, b: ~one_of(b.offload, allowed(c, "state_offloads")),
          lambda c, x: f"offload={x.offload}, {c.profile.name} offloads "
                       f"{', '.join(caps(c).state_offloads[1:]) or 'nothing'}",
          PROFILES + " (state_offloads)", fix=lambda c, x: "try --offload none"),
     Rule("offload_cpu_optimizer", ALL, "an offloaded optimizer step needs the trainer's CPU version of the optimizer",
          lambda c, b: (b.offload >= OFFLOAD["optimizer"])
-         & ~one_of(b.optimizer, listed(caps(c).cpu_optimizers, OPTIMIZER)),
+         & ~one_of(b.optimizer, allowed(c, "cpu_optimizers")),
          lambda c, x: f"optimizer={x.optimizer}, offload={x.offload}, {c.profile.name} runs "
                       f"{_names(caps(c).cpu_optimizers)} on the CPU",
          PROFILES + " (cpu_optimizers)", fix=lambda c, x: "try --optimizer adamw"),

@@ -81,10 +81,11 @@ PIPELINE_RULES = [
     # interleaving): with the default, grad_acc divisible by pp. torch.distributed.pipelining
     # (torchtitan) relaxes it: the next rule.
     Rule("vpp_microbatches", ALL, "the interleaved schedule needs micro-batches (grad_acc) divisible by pp",
-         lambda c, b: (c.profile.name not in TORCH_PIPELINING) & (b.vpp > 1) & indivisible(b.grad_acc, b.pp),
+         lambda c, b: (b.vpp > 1) & indivisible(b.grad_acc, b.pp),
          lambda c, x: f"grad_acc={x.grad_acc}, pp={x.pp}, vpp={x.vpp}",
          "Megatron-LM core_v0.15.3 megatron/core/pipeline_parallel/schedules.py (interleaved 1F1B)",
-         fix=lambda c, x: f"try a global batch whose micro-batch count is a multiple of pp={x.pp}, or --vpp 1"),
+         fix=lambda c, x: f"try a global batch whose micro-batch count is a multiple of pp={x.pp}, or --vpp 1",
+         when=lambda c: c.profile.name not in TORCH_PIPELINING),
     Rule("vpp_microbatch_rounds", TORCH_PIPELINING,
          "torch's interleaved schedules need micro-batches (grad_acc) divisible by their rounds, max(1, grad_acc // pp)",
          lambda c, b: (b.vpp > 1) & ~is_schedule(b.pp_schedule, *V_SHAPED)
@@ -99,13 +100,13 @@ PIPELINE_RULES = [
          lambda c, x: f"seq_len={seq_len_of(c, x)}, 2·cp={2 * x.cp}",
          MEGATRON_ARGS + " (load-balanced causal context parallelism)", fix=_fix_cp_seq),
     Rule("ep_dense", ALL, "ep > 1 or etp > 1 need a mixture-of-experts model",
-         lambda c, b: ((b.ep > 1) | (b.etp > 1)) & (c.model.moe is None),
+         lambda c, b: (b.ep > 1) | (b.etp > 1),
          lambda c, x: f"ep={x.ep}, etp={x.etp}, model {c.model.name!r} is dense",
-         MEGATRON_ARGS),
+         MEGATRON_ARGS, when=lambda c: c.model.moe is None),
     Rule("ep_experts", ALL, "routed experts must be divisible by ep",
-         lambda c, b: (c.model.moe is not None) & indivisible(num_experts(c), b.ep),
+         lambda c, b: indivisible(num_experts(c), b.ep),
          lambda c, x: f"experts={num_experts(c)}, ep={x.ep}",
-         MEGATRON_ARGS),
+         MEGATRON_ARGS, when=lambda c: c.model.moe is not None),
     Rule("ep_grid", ALL, "ep·etp must divide dp·cp·tp (the expert grid of a stage)",
          lambda c, b: _ep_grid_broken(b),
          lambda c, x: f"ep({x.ep})·etp({x.etp}) = {x.ep * x.etp}, dp·cp·tp = {x.dp * x.cp * x.tp}",
@@ -130,24 +131,26 @@ BATCH_RULES = [
          lambda c, x: f"seq_len={seq_len_of(c, x)} > {c.model.max_position_embeddings}",
          MEGATRON_ARGS + " (seq_length <= max_position_embeddings)"),
     Rule("fp8_hardware", ALL, "fp8 needs a GPU with FP8 tensor cores",
-         lambda c, b: (b.precision == PRECISION["fp8"]) & (c.cluster.gpu.peak_fp8_flops_per_s <= 0),
+         lambda c, b: b.precision == PRECISION["fp8"],
          lambda c, x: f"precision=fp8, gpu={c.cluster.gpu.name}",
          "Transformer Engine: FP8 GEMMs need compute capability >= 8.9",
-         fix=lambda c, x: "use --precision bf16"),
+         fix=lambda c, x: "use --precision bf16", when=lambda c: c.cluster.gpu.peak_fp8_flops_per_s <= 0),
     Rule("fp8_recipe_hardware", ALL, "the FP8 recipe must be one the GPU's tensor cores run",
-         lambda c, b: (b.precision == PRECISION["fp8"]) & (not runs_fp8_recipe(c.cluster.gpu, c.training.fp8_recipe)),
+         lambda c, b: b.precision == PRECISION["fp8"],
          lambda c, x: f"fp8_recipe={c.training.fp8_recipe}, gpu={c.cluster.gpu.name} "
                       f"({generation_of(c.cluster.gpu)}); {c.training.fp8_recipe} needs "
                       f"{' or '.join(FP8_RECIPE_GENERATIONS.get(c.training.fp8_recipe, ()))}",
          "specs/gpu_generation.py FP8_RECIPE_GENERATIONS (Transformer Engine fp8.py check_mxfp8_support)",
-         fix=lambda c, x: "try --fp8-recipe tensorwise"),
+         fix=lambda c, x: "try --fp8-recipe tensorwise",
+         when=lambda c: not runs_fp8_recipe(c.cluster.gpu, c.training.fp8_recipe)),
     Rule("fp8_attention_hardware", ALL, "FP8 attention runs only in the fused (flash) kernel of a GPU that has it",
-         lambda c, b: (b.precision == PRECISION["fp8"]) & c.training.fp8_attention
-         & ((c.training.attention_kernel == "eager") | (not runs_fp8_attention(c.cluster.gpu))),
+         lambda c, b: b.precision == PRECISION["fp8"],
          lambda c, x: f"fp8_attention=true, attention_kernel={c.training.attention_kernel}, gpu={c.cluster.gpu.name} "
                       f"({generation_of(c.cluster.gpu)}); FP8 attention needs the flash kernel on "
                       f"{' or '.join(FP8_ATTENTION_GENERATIONS)}",
          "specs/gpu_generation.py FP8_ATTENTION_GENERATIONS (Transformer Engine fused_attn.cpp "
          "nvte_get_fused_attn_backend, dot_product_attention/utils.py get_attention_backend)",
-         fix=lambda c, x: "drop --fp8-attention"),
+         fix=lambda c, x: "drop --fp8-attention",
+         when=lambda c: c.training.fp8_attention
+         and (c.training.attention_kernel == "eager" or not runs_fp8_attention(c.cluster.gpu))),
 ]

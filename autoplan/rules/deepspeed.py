@@ -32,20 +32,21 @@ RULES = [
          "ZeRO-3 cannot run Megatron-DeepSpeed's MoE layers (tp or pp > 1): they are DeepSpeed's "
          "native MoE, which ZeRO-3 refuses, and AutoEP takes no tensor or pipeline parallelism from "
          "Megatron's mpu",
-         lambda c, b: (c.model.moe is not None) & (b.zero == 3) & ((b.tp > 1) | (b.pp > 1)),
+         lambda c, b: (b.zero == 3) & ((b.tp > 1) | (b.pp > 1)),
          lambda c, x: f"zero=3, tp={x.tp}, pp={x.pp}, model {c.model.name!r} has experts",
          "DeepSpeed 0.19.8 deepspeed/runtime/engine.py ('Native DeepSpeed MoE is not supported with ZeRO "
          "Stage 3. Use AutoEP or choose ZeRO stage 1/2'; _configure_expert_parallel: AutoEP refuses an "
          "mpu's tensor parallelism)",
-         fix=lambda c, x: "try --zero 1"),
+         fix=lambda c, x: "try --zero 1", when=lambda c: c.model.moe is not None),
     Rule("megatron_deepspeed_model", DEEPSPEED,
          "Megatron-DeepSpeed (tp or pp > 1) builds only its GPT model: no latent attention, and MoE layers "
          "of --ffn-hidden-size experts in every layer without shared experts",
-         lambda c, b: ((b.tp > 1) | (b.pp > 1)) & bool(megatron_deepspeed_gaps(c.model)),
+         lambda c, b: (b.tp > 1) | (b.pp > 1),
          lambda c, x: f"tp={x.tp}, pp={x.pp}, model {c.model.name!r} has {', '.join(megatron_deepspeed_gaps(c.model))}",
          "Megatron-DeepSpeed @ 4efb479 megatron/model/transformer.py (ParallelAttention, ParallelTransformerLayer "
          "with --num-experts)",
-         fix=lambda c, x: "use tp=1 pp=1 (plain DeepSpeed trains the Hugging Face model), or another trainer"),
+         fix=lambda c, x: "use tp=1 pp=1 (plain DeepSpeed trains the Hugging Face model), or another trainer",
+         when=lambda c: bool(megatron_deepspeed_gaps(c.model))),
     Rule("ep_divides_dp", DEEPSPEED, "ep must divide dp (expert groups are carved from DP)",
          lambda c, b: indivisible(b.dp, b.ep),
          lambda c, x: f"ep={x.ep}, dp={x.dp}",

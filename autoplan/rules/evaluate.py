@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from autoplan.cost.context import per_context
 from autoplan.errors import LayoutError
 from autoplan.layout import Layout, LayoutBatch
 from autoplan.rules import (
@@ -66,13 +67,21 @@ def _binding(family: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[Rule, ...]
     return tuple(index for index, _ in pairs), tuple(rule for _, rule in pairs)
 
 
+@per_context
+def _live(rctx: RuleContext) -> tuple[tuple[int, ...], tuple[Rule, ...]]:
+    """``_binding`` of the context's trainer less the rules whose condition on the context
+    (``Rule.when``) fails: those break nowhere."""
+    pairs = [(index, rule) for index, rule in zip(*_binding(rctx.profile.family)) if rule.can_break(rctx)]
+    return tuple(index for index, _ in pairs), tuple(rule for _, rule in pairs)
+
+
 def legality_codes(ctx: Any, batch: LayoutBatch, *, allow_uneven: bool | None = None) -> np.ndarray:
     """Index into ``REASON_CODES`` of the first broken rule per layout (0 = legal).
 
     ``ctx`` is a ``CostContext`` or a ``RuleContext``; ``allow_uneven`` is False under --even-stages-only.
     """
     rctx = RuleContext.of(ctx, allow_uneven)
-    indices, rules = _binding(rctx.profile.family)
+    indices, rules = _live(rctx)
     # One row per binding rule, True where it breaks: each predicate's array (or scalar) is written
     # into its row as Rule.broken_mask makes it (cast to bool, broadcast over the layouts), without
     # that call's checks; one reduction then finds the rules that break anywhere (most break

@@ -68,6 +68,10 @@ class Rule:
     values: Formatter
     source: str
     fix: Formatter | None = None  # the nearest change that repairs it ('' when none is obvious)
+    # The rule's condition on the context alone (the model, the setup, the trainer's capabilities),
+    # where it has one: ``broken`` is then the condition on the layouts, and the rule breaks where
+    # both hold. The rule table checks it once per context (rules.evaluate).
+    when: Callable[[RuleContext], bool] | None = None
 
     def binds(self, ctx: RuleContext) -> bool:
         """Whether the rule binds the context's trainer: by its name or a base it inherits
@@ -78,8 +82,14 @@ class Rule:
         """``binds`` of a trainer whose ``TrainerProfile.family`` is ``family``."""
         return self.trainers == ALL or any(name in self.trainers for name in family)
 
+    def can_break(self, ctx: RuleContext) -> bool:
+        """Whether the rule's condition on the context (``when``) holds."""
+        return self.when is None or bool(self.when(ctx))
+
     def broken_mask(self, ctx: RuleContext, batch: LayoutBatch) -> np.ndarray:
-        """The predicate as a bool array with one entry per layout."""
+        """The predicate as a bool array with one entry per layout (False where ``when`` fails)."""
+        if not self.can_break(ctx):
+            return np.zeros(len(batch), dtype=bool)
         broken = self.broken(ctx, batch)
         if isinstance(broken, np.ndarray) and broken.dtype == bool and broken.shape == (len(batch),):
             return broken  # (most predicates: skip the ~4 µs of asarray and broadcast_to)
@@ -106,8 +116,10 @@ def indivisible(value: Any, divisor: Any) -> Any:
 def one_of(values: Any, allowed: Any) -> Any:
     """``np.isin(values, allowed)`` by one comparison per allowed value: the lists are a few
     codes long, and np.isin's set-up costs ~8 µs a call (most of a small batch's legality check)."""
-    out = np.zeros(np.shape(values), dtype=bool)
-    for value in allowed:
+    if not allowed:
+        return np.zeros(np.shape(values), dtype=bool)
+    out = np.equal(values, allowed[0])  # (a bool array for an array, np.bool_ for a number)
+    for value in allowed[1:]:
         out |= values == value
     return out
 

@@ -33,10 +33,10 @@ def _fix_ep_mesh(c, x) -> str:
 
 RULES = [
     Rule("tied_pp", TITAN, "weight tying is not supported with pipeline parallelism",
-         lambda c, b: c.model.tied_embeddings & (b.pp > 1),
+         lambda c, b: b.pp > 1,
          lambda c, x: f"model {c.model.name!r} ties its embeddings, pp={x.pp}",
          "torchtitan 0.3.0 torchtitan/models/llama3/infra/pipeline.py (tied weights across stages)",
-         fix=lambda c, x: "use --pp 1"),
+         fix=lambda c, x: "use --pp 1", when=lambda c: c.model.tied_embeddings),
     Rule("ep_mesh", TITAN, "ep must divide dp_shard·cp·tp (the efsdp mesh)",
          lambda c, b: indivisible(dp_shard(b) * b.cp * b.tp, b.ep),
          lambda c, x: f"ep={x.ep}, dp_shard({int(dp_shard(x))})·cp({x.cp})·tp({x.tp}) = "
