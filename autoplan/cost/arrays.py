@@ -33,7 +33,7 @@ def stacked(*values: Any) -> np.ndarray:
     shape = getattr(values[0], "shape", None)
     if shape and all(type(value) is np.ndarray and value.shape == shape for value in values):
         return np.array(values)
-    shape = np.broadcast_shapes(*(np.shape(value) for value in values))
+    shape = np.broadcast(*values).shape if len(values) <= 32 else np.broadcast_shapes(*map(np.shape, values))
     out = np.empty((len(values), *shape), dtype=np.result_type(*values))
     for i, value in enumerate(values):
         out[i] = value

@@ -104,14 +104,21 @@ TE_LINEAR_INPUTS_MLP = ActivationCoefficients(h=1, f=1, moe_kh=1, moe_kf=1)
 
 
 def _block_bytes_per_token(c: ActivationCoefficients, ctx: CostContext, b: LayoutBatch,
-                           ffn: float) -> np.ndarray:
-    """Bytes per token of one block (attention or MLP): the profile's linear form."""
+                           ffn: float, h_div: np.ndarray | None = None) -> np.ndarray:
+    """Bytes per token of one block (attention or MLP): the profile's linear form
+    h·H/h_div + (q·Q + kv·KV + f·F + lse·a)/tp + tok/h_div + s2·a·s/(tp·cp), h_div = tp under SP
+    (else 1; given by a caller that has it). The tok and s2 terms are added only where their
+    coefficient is not 0 (adding 0 changes no value)."""
     m = ctx.model
-    h_div = np.where(b.sp > 0, b.tp, 1.0)
+    h_div = np.where(b.sp > 0, b.tp, 1.0) if h_div is None else h_div
     heads = float(m.num_attention_heads)
-    return (c.h * m.hidden_size / h_div
-            + (c.q * m.q_size + c.kv * m.kv_size + c.f * ffn + c.lse * heads) / b.tp
-            + c.tok / h_div + c.s2 * heads * ctx.training.seq_len / (b.tp * b.cp))
+    out = (c.h * m.hidden_size / h_div
+           + (c.q * m.q_size + c.kv * m.kv_size + c.f * ffn + c.lse * heads) / b.tp)
+    if c.tok:
+        out = out + c.tok / h_div
+    if c.s2:
+        out = out + c.s2 * heads * ctx.training.seq_len / (b.tp * b.cp)
+    return out
 
 
 # Megatron-Core's all-to-all dispatcher holds two copies of the routed tokens (k·T·h bf16 each)
@@ -186,25 +193,29 @@ def layer_activation_bytes(ctx: CostContext, b: LayoutBatch, mode: str) -> tuple
     att = attention_coefficients(ctx, mode)
     mlp = mlp_coefficients(ctx, mode)
     tokens = b.mbs * ctx.training.seq_len / b.cp
-    attention = _block_bytes_per_token(att, ctx, b, 0.0)
-    dense = attention + _block_bytes_per_token(mlp, ctx, b, float(m.ffn_hidden_size))
+    h_div = np.where(b.sp > 0, b.tp, 1.0)
+    attention = _block_bytes_per_token(att, ctx, b, 0.0, h_div)
+    dense = attention + _block_bytes_per_token(mlp, ctx, b, float(m.ffn_hidden_size), h_div)
     moe = m.moe
     shared_ffn = 0.0 if moe is None else float(moe.num_shared_experts * moe.shared_expert_ffn_hidden_size)
-    moe_layer = (attention + _block_bytes_per_token(mlp, ctx, b, shared_ffn)
-                 + _moe_bytes_per_token(mlp, ctx, b))
+    moe_layer = attention + _block_bytes_per_token(mlp, ctx, b, shared_ffn, h_div)
+    if moe is not None:  # (a dense model's routed terms are 0: nothing to add)
+        moe_layer = moe_layer + _moe_bytes_per_token(mlp, ctx, b)
     fp8 = _fp8_input_saving(ctx, b)
     if np.count_nonzero(fp8):  # (no layout saves FP8 inputs: the same result, 0 times finite bytes, without the arithmetic)
-        attention_inputs = _block_bytes_per_token(TE_LINEAR_INPUTS_ATTENTION, ctx, b, 0.0)
+        attention_inputs = _block_bytes_per_token(TE_LINEAR_INPUTS_ATTENTION, ctx, b, 0.0, h_div)
         dense = dense - fp8 * (attention_inputs + _block_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b,
-                                                                         float(m.ffn_hidden_size)))
+                                                                         float(m.ffn_hidden_size), h_div))
         moe_layer = moe_layer - fp8 * (attention_inputs
-                                       + _block_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b, shared_ffn)
+                                       + _block_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b, shared_ffn, h_div)
                                        + _moe_bytes_per_token(TE_LINEAR_INPUTS_MLP, ctx, b))
     # The run's norm kernel (profile norm_saving_bytes_per_h): two norms a layer, sequence-sharded
     # under SP; without recompute only (torchtitan's selective policy recomputes the norms, so its
-    # selective coefficients hold no norm copies).
+    # selective coefficients hold no norm copies). (A saving of 0 subtracts nothing: skipped.)
     saving = ctx.profile.activations.norm_saving_bytes_per_h if mode == "none" else 0.0
-    norms = NORMS_PER_LAYER * saving * m.hidden_size / np.where(b.sp > 0, b.tp, 1.0)
+    if not saving:
+        return tokens * dense, tokens * moe_layer
+    norms = NORMS_PER_LAYER * saving * m.hidden_size / h_div
     return tokens * (dense - norms), tokens * (moe_layer - norms)
 
 
