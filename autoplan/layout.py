@@ -330,7 +330,11 @@ class LayoutBatch:
                 columns.append([float(getattr(x, name)) for x in layouts])
         # (one array, a row per field: one numpy call where there were one per field)
         table = np.array(columns, dtype=np.float64).reshape(len(FIELDS), len(layouts))
-        return cls(dict(zip(FIELDS, table)))
+        # Every field, float64 rows of one shape: what __init__ checks and converts holds already.
+        batch = cls.__new__(cls)
+        for name, row in zip(FIELDS, table):
+            setattr(batch, name, row)
+        return batch
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {name: getattr(self, name) for name in FIELDS}

@@ -307,7 +307,7 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(ctx: Any, batch: Any, *options: Any) -> Any:
-        if not _hashable(options):
+        if options and not _hashable(options):
             return fn(ctx, batch, *options)
         if isinstance(batch, _Recorder):
             return nested(ctx, batch, options)
@@ -315,8 +315,13 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(ctx, batch, *options)
         # Once per batch, context and options inside ``shared_groupings``: the stage split and
         # the layer activations are read by several formulas of one evaluate, each of which ran
-        # them again on a batch below MIN_ROWS.
-        return _kept(batch, (whole, ctx, options), lambda: whole(ctx, batch, options))
+        # them again on a batch below MIN_ROWS. (The context stands in the key by its id, and
+        # the entry keeps it, so that the id is not reused within the scope.)
+        cache, name = _cache(batch), (whole, id(ctx), options)
+        entry = cache.get(name)
+        if entry is None:
+            entry = cache[name] = (ctx, whole(ctx, batch, options))
+        return entry[1]
 
     return wrapper
 
@@ -331,17 +336,10 @@ def once_per_batch(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(ctx: Any, batch: Any, *options: Any) -> Any:
         if not isinstance(batch, LayoutBatch):
             return fn(ctx, batch, *options)
-        return _kept(batch, (wrapper, ctx, options), lambda: fn(ctx, batch, *options))
+        cache, name = _cache(batch), (wrapper, id(ctx), options)  # (as per_group's)
+        entry = cache.get(name)
+        if entry is None:
+            entry = cache[name] = (ctx, fn(ctx, batch, *options))
+        return entry[1]
 
     return wrapper
-
-
-def _kept(batch: LayoutBatch, key: tuple, compute: Callable[[], Any]) -> Any:
-    """``compute()`` once per batch and ``key`` (function, context, options) inside
-    ``shared_groupings``; outside it on every call. The context stands in the key by its id, and
-    the entry keeps it, so that the id is not reused within the scope."""
-    cache, (fn, ctx, options) = _cache(batch), key
-    name = (fn, id(ctx), options)
-    if name not in cache:
-        cache[name] = (ctx, compute())
-    return cache[name][1]
