@@ -14,12 +14,21 @@ def select(conditions: Sequence[Any], choices: Sequence[Any], default: Any) -> n
     values and dtype (no arithmetic, numpy's type promotion over the choices and the default);
     np.select broadcasts every condition and choice first: 15-20 µs a call on a one-layout batch
     against 3-6 µs nested (2-5 conditions); about even at 65,536 layouts
-    (tests/unit/cost/test_arrays.py)."""
+    (tests/unit/cost/test_arrays.py).
+
+    A choice may be a function that gives it, called only where its condition holds for some
+    element (a schedule no layout of the batch runs costs nothing). Where a choice is a function,
+    the default must have the result's shape and dtype, and so the choice and conditions no wider
+    ones: skipping a np.where whose condition holds nowhere then changes nothing."""
     if len(conditions) != len(choices):
         raise ValueError(f"select: one choice per condition must hold, but got "
                          f"{len(conditions)} conditions and {len(choices)} choices")
     out = default
     for condition, choice in zip(reversed(conditions), reversed(choices)):
+        if callable(choice):
+            if not np.count_nonzero(condition):
+                continue
+            choice = choice()
         out = np.where(condition, choice, out)
     return np.asarray(out)
 

@@ -86,12 +86,13 @@ def in_flight_layers(chunks: np.ndarray, pp: np.ndarray, vpp: np.ndarray, num_mi
     """
     layers = chunks.sum(axis=0)
     plain = layers * np.minimum(pp - rank, num_micro)
-    interleaved = interleaved_in_flight(chunks, pp, vpp, num_micro, rank)
+    # (each choice (stages, layouts), as plain: computed only where some layout runs its schedule)
     return select(
         [is_schedule(schedule, "afab"), is_schedule(schedule, "zb-v"), is_schedule(schedule, "dualpipe"),
          is_schedule(schedule, "dualpipev"), vpp > 1],
-        [layers * num_micro, layers * np.minimum(pp, num_micro), layers * np.minimum(pp + 1.0, num_micro),
-         layers * np.minimum(pp + 0.5, num_micro), interleaved],
+        [lambda: layers * num_micro, lambda: layers * np.minimum(pp, num_micro),
+         lambda: layers * np.minimum(pp + 1.0, num_micro), lambda: layers * np.minimum(pp + 0.5, num_micro),
+         lambda: interleaved_in_flight(chunks, pp, vpp, num_micro, rank)],
         plain)
 
 
@@ -110,11 +111,12 @@ def bubble_micro_batches(schedule: np.ndarray, pp: np.ndarray, vpp: np.ndarray,
     f = w = forward_share  # T_W = T_F (Qi et al. 2023, Sec. 2)
     b_full = 1.0 - f
     dualpipe = 1.0 + b_full - 3.0 * w  # F&B + B − 3W in units of t_micro
+    # (each choice of the default's shape: computed only where some layout runs its schedule)
     return select(
         [is_schedule(schedule, "zb-h1"), is_schedule(schedule, "zb-v"), is_schedule(schedule, "dualpipe"),
          is_schedule(schedule, "dualpipev")],
-        [(pp - 1.0) * (1.0 - 2.0 * w) / vpp, np.maximum(0.0, (pp - 1.0) * (1.0 - 3.0 * w) / 2.0),
-         np.maximum(pp / 2.0 - 1.0, 0.0) * dualpipe, (pp - 1.0) * dualpipe / 2.0],
+        [lambda: (pp - 1.0) * (1.0 - 2.0 * w) / vpp, lambda: np.maximum(0.0, (pp - 1.0) * (1.0 - 3.0 * w) / 2.0),
+         lambda: np.maximum(pp / 2.0 - 1.0, 0.0) * dualpipe, lambda: (pp - 1.0) * dualpipe / 2.0],
         (pp - 1.0) / vpp)
 
 

@@ -168,6 +168,8 @@ def _middle_rank(num_layers: float, num_dense: float, pp: np.ndarray, vpp: np.nd
     dense-first layers; at most pp − 2. With one chunk per rank, rank r holds base + (r < extra)
     units, so the layers before r reach the dense count D at r = ceil((D + e)/(base + 1)) while
     r <= extra, else at ceil((D + e − extra)/base) (e = 1 under the embed-loss split)."""
+    if num_dense <= 0 or num_dense >= num_layers:  # no dense-first layers: rank 1 (what the last where says)
+        return np.ones(np.broadcast(pp, vpp, embed_loss).shape)
     ends = np.where(embed_loss & (pp > 1), 1.0, 0.0)
     units = num_layers + 2.0 * ends
     base = np.floor(units / pp)

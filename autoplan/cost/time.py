@@ -266,14 +266,19 @@ def _layer_recompute_s(ctx: CostContext, b: LayoutBatch, fwd: dict[str, np.ndarr
     set (``selective_recompute_matmul_fraction`` of the matmuls, attention for Megatron's
     core_attn) or the named ``recompute_modules`` (``recompute.module_recompute_s``)."""
     p = ctx.profile
+    same = fwd["moe_matmul"] is fwd["dense_matmul"]  # a dense model: its "MoE layer" is the dense one
     core = [p.recompute.selective_recompute_matmul_fraction * fwd[k] + float(p.recompute.selective_recomputes_attention) * fwd["attention"]
-            for k in ("dense_matmul", "moe_matmul")]
+            for k in (("dense_matmul",) if same else ("dense_matmul", "moe_matmul"))]
+    core = core * 2 if same else core
     named = module_recompute_s(ctx, b, fwd, (core[0], core[1])) if np.count_nonzero(b.recompute_modules) else core
-    selective = b.recompute == 1
+    selective, modules = b.recompute == 1, b.recompute_modules > 0
     out = {}
     for i, kind in enumerate(("dense", "moe")):
+        if i == 1 and same and named is core:  # the dense layer's figures, the same arrays
+            out["moe_full"], out["moe_selective"] = out["dense_full"], out["dense_selective"]
+            break
         out[f"{kind}_full"] = fwd[f"{kind}_matmul"] + fwd["attention"] + fwd["elementwise"]
-        out[f"{kind}_selective"] = np.where(selective, np.where(b.recompute_modules > 0, named[i], core[i]), 0.0)
+        out[f"{kind}_selective"] = np.where(selective, np.where(modules, named[i], core[i]), 0.0)
     return out
 
 
@@ -326,7 +331,9 @@ def _micro_batch_compute_s(ctx: CostContext, b: LayoutBatch) -> tuple[dict, np.n
     and the LM head with its loss (and MTP heads and projections) on the last stage."""
     m = ctx.model
     fwd = _layer_forward_s(ctx, b)
-    dense_c, moe_c = (_layer_compute_s(fwd, fwd[k]) for k in ("dense_matmul", "moe_matmul"))
+    dense_c = _layer_compute_s(fwd, fwd["dense_matmul"])
+    # (a dense model's "MoE layer" is its dense layer: moe_matmul is dense_matmul, the same array)
+    moe_c = dense_c if fwd["moe_matmul"] is fwd["dense_matmul"] else _layer_compute_s(fwd, fwd["moe_matmul"])
     tokens = b.mbs * ctx.training.seq_len / b.cp
     dense_cast, moe_cast = fp8.cast_s(ctx, b, tokens)
     dense_c = dense_c + dense_cast

@@ -45,3 +45,17 @@ def test_zeros_and_ones_like_match_numpy(size):
                               (zeros_like(value, dtype=bool), np.zeros_like(value, dtype=bool))):
             assert got.dtype == expected.dtype and got.shape == expected.shape
             np.testing.assert_array_equal(got, expected)
+
+
+def test_select_calls_a_choice_only_where_its_condition_holds():
+    a = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    called = []
+
+    def choice(value):
+        called.append(value)
+        return np.full_like(a, value)
+
+    conditions = [np.array([False, False, False]), np.array([True, False, True])]
+    got = select(conditions, [lambda: choice(7.0), lambda: choice(8.0)], a)
+    np.testing.assert_array_equal(got, np.select(conditions, [np.full_like(a, 7.0), np.full_like(a, 8.0)], a))
+    assert called == [8.0]  # the first condition holds nowhere
