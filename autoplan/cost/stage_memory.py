@@ -65,7 +65,10 @@ def _on_rank(b: LayoutBatch, terms: dict[str, np.ndarray]) -> dict[str, np.ndarr
     """``terms`` of each stage (STAGES) as they are on the stage's rank: the middle stage's are 0
     where pp < 3 (there is no interior rank)."""
     exists = ENDS | (b.pp >= 3)
-    return {name: np.where(exists, value, 0.0) for name, value in terms.items()}
+    # (where every layout has its interior rank, a float64 term of each stage is kept as it is)
+    every, shape = np.count_nonzero(exists) == exists.size, exists.shape
+    return {name: value if every and np.shape(value) == shape and getattr(value, "dtype", None) == np.float64
+            else np.where(exists, value, 0.0) for name, value in terms.items()}
 
 
 @per_group  # once per distinct (tp, pp, dp, zero, optimizer, offload, ...): cost.broadcast
@@ -204,6 +207,10 @@ def _largest(stages: np.ndarray) -> np.ndarray:
     return np.maximum(np.maximum(first, middle), last)
 
 
+# (term, column name) of each stage's columns: each stage's MEMORY_TERMS and its total.
+STAGE_COLUMNS = tuple(tuple((name, f"mem_{stage}_{name}_bytes") for name in (*MEMORY_TERMS, "total")) for stage in STAGES)
+
+
 def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     """Per-stage terms, totals, the peak over stages and which stage holds it. The middle
     stage's terms are 0 where pp < 3 (there is no interior rank).
@@ -224,10 +231,9 @@ def memory_table(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     layers = stage_layer_counts(ctx, b)
     terms = memory_by_stage(ctx, b)
     out: dict[str, np.ndarray] = {}
-    for i, stage_name in enumerate(STAGES):
-        for name in MEMORY_TERMS:
-            out[f"mem_{stage_name}_{name}_bytes"] = terms[name][i]
-        out[f"mem_{stage_name}_total_bytes"] = terms["total"][i]
+    for i, names in enumerate(STAGE_COLUMNS):
+        for name, column in names:
+            out[column] = terms[name][i]
     out["peak_memory_bytes"] = _largest(terms["total"])
     out["firm_peak_memory_bytes"] = _largest(terms["firm"])
     out["peak_allocated_memory_bytes"] = _largest(terms["allocated"])

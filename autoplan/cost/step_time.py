@@ -86,7 +86,7 @@ def micro_batch_parts_s(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarra
     # A layer's exposed CP exchange: the ring's beyond what the attention hides, and (torchtitan's
     # allgather rotate method) the all-gather's and dK/dV permute's exposed parts (cp_comm).
     layer_ring = np.maximum(0.0, lc["cp"] - e.cp_overlap * (fwd["attention"] + fwd["attention_backward"]))
-    cp_link = comm.group_link(ctx, b.cp, st["cp"])
+    cp_link = lc["cp_link"]  # (comm.group_link of the CP group)
     layer_gather = cp_comm.allgather_exposed_layer_s(ctx, b, cp_link, tokens, fwd["attention"],
                                                      fwd["attention_backward"], full)
     layer_cp = layer_ring + layer_gather

@@ -234,7 +234,7 @@ def _per_layer_comm_s(ctx: CostContext, b: LayoutBatch, st: dict) -> dict[str, n
         ep_passes = 2.0 + full + np.where(b.recompute == 1, module_ep, 0.0)
         ep = ep_passes * moe_time.dispatch_combine_s(ctx, b, ep_link, tokens / h_div)
     return {"tp": tp, "tp_floor": floor, "cp": cp, "ep": ep, "tp_passes": passes, "ep_passes": ep_passes,
-            "tp_inside_domain": tp_link.inside_domain, "cp_inside_domain": cp_link.inside_domain}
+            "tp_inside_domain": tp_link.inside_domain, "cp_inside_domain": cp_link.inside_domain, "cp_link": cp_link}
 
 
 def backward_scale_up_comm_s(b: LayoutBatch, tp_exposed: np.ndarray, tp_passes: np.ndarray,
