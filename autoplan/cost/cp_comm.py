@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoplan.cost.arrays import zeros_like
 from autoplan.cost.comm import GroupLink
 from autoplan.cost.context import CostContext
 from autoplan.cost.memory import BF16_BYTES
@@ -55,7 +56,7 @@ def ring_layer_s(ctx: CostContext, b: LayoutBatch, link: GroupLink, tokens: np.n
     Source: Liu et al. 2023, Sec. 3 (ring attention); 0 under the allgather rotate method."""
     step_bytes = 2.0 * tokens * exchanged_kv_width(ctx) / b.tp * BF16_BYTES
     ring = (3.0 + full) * (b.cp - 1.0) * (step_bytes / link.bus_bytes_per_s + link.latency_s)
-    return np.where(ctx.profile.context_parallel.rotate_method == "ring", ring, 0.0)
+    return ring if ctx.profile.context_parallel.rotate_method == "ring" else zeros_like(ring)
 
 
 def _allgather_parts_s(ctx: CostContext, b: LayoutBatch, link: GroupLink,

@@ -138,11 +138,16 @@ def dp_comm_s(ctx: CostContext, b: LayoutBatch, st: dict, stage_params: np.ndarr
     once = ((b.zero <= 2) & ~grad_op) | per_step  # traffic once per step
     step_grads = select([pp_all_reduce, b.zero == 0, once], [pp_grads, all_reduce, grads], 0.0)
     step_gathers = np.where((b.zero >= 1) & once, gathers, 0.0)
-    gathers_per_micro = np.where(grad_op, SHARD_GRAD_OP_GATHERS_PER_MICROBATCH,
-                                 zero3_gathers_per_microbatch(ctx, b, stage_params / layers, layers))
-    per_micro = np.where(zero3, gathers_per_micro * gathers + grads, 0.0)
-    floor = np.where(zero3, (gathers + grads) / layers, 0.0)
-    if np.count_nonzero(b.hsdp):  # (the same result without the arithmetic when no layout shards hybrid)
+    hybrid = np.count_nonzero(b.hsdp)
+    if hybrid or np.count_nonzero(zero3):
+        gathers_per_micro = np.where(grad_op, SHARD_GRAD_OP_GATHERS_PER_MICROBATCH,
+                                     zero3_gathers_per_microbatch(ctx, b, stage_params / layers, layers))
+        per_micro = np.where(zero3, gathers_per_micro * gathers + grads, 0.0)
+        floor = np.where(zero3, (gathers + grads) / layers, 0.0)
+    else:  # no layout gathers per micro-batch (nor shards hybrid): the wheres' zeros, without the arithmetic
+        per_micro = np.zeros(np.broadcast(zero3, gathers, grads, layers).shape)
+        floor = per_micro.copy()
+    if hybrid:  # (the same result without the arithmetic when no layout shards hybrid)
         extra = hybrid_comm_s(ctx, b, stride, shard, (stage_params, expert_params), buckets, count,
                               gathers_per_micro, gathers_dense)
         step_grads = step_grads + extra["replica_all_reduce"]

@@ -303,8 +303,10 @@ def grad_accumulation_s(ctx: CostContext, b: LayoutBatch, params_per_gpu: np.nda
     for a profile with ``pp_grad_all_reduce_bytes`` (that BF16_Optimizer path) it applies only
     where that path runs: pp > 1 and ZeRO <= 1."""
     p = ctx.profile
-    applies = np.where(p.pipeline.grad_all_reduce_bytes > 0, (b.pp > 1) & (b.zero <= 1), True)
-    return np.where(applies, params_per_gpu * p.model_states.grad_accumulation_bytes_per_param / ctx.effective_hbm_bytes_per_s, 0.0)
+    seconds = params_per_gpu * p.model_states.grad_accumulation_bytes_per_param / ctx.effective_hbm_bytes_per_s
+    if p.pipeline.grad_all_reduce_bytes <= 0:  # (applies everywhere: the where below would copy it)
+        return np.asarray(seconds, dtype=np.float64)
+    return np.where((b.pp > 1) & (b.zero <= 1), seconds, 0.0)
 
 
 def loss_s(ctx: CostContext, b: LayoutBatch, tokens: np.ndarray) -> np.ndarray:
