@@ -42,6 +42,6 @@ def modules_texts(codes: np.ndarray) -> np.ndarray:
 
 def module_bit(codes: np.ndarray, name: str) -> np.ndarray:
     """1.0 where the module set ``codes`` (a LayoutBatch's ``recompute_modules``) holds ``name``."""
-    if not codes.any():  # the common batch names no module: the same zeros, without the arithmetic
-        return np.zeros_like(codes)
+    if not np.count_nonzero(codes):  # the common batch names no module: the same zeros, without the arithmetic
+        return np.zeros(np.shape(codes), dtype=np.asarray(codes).dtype)
     return np.floor(codes / 2.0 ** RECOMPUTE_MODULES.index(name)) % 2.0

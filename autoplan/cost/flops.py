@@ -22,7 +22,15 @@ from autoplan.specs.model import ModelSpec
 def attention_score_flops_per_token(ctx: CostContext, seq_len: np.ndarray, *, windowed: bool = True) -> np.ndarray:
     """Forward FLOPs of QKᵀ and AV per token of one layer (the mean over the layers), unmasked:
     2·k̄·a·(d_qk + d_v), k̄ = :func:`attention_keys` (s without local attention; ``windowed=False``:
-    s, the full square an eager kernel multiplies before it masks)."""
+    s, the full square an eager kernel multiplies before it masks). For one sequence length (the
+    setup's) once per context."""
+    if np.ndim(seq_len) == 0:
+        return _setup_score_flops_per_token(ctx, float(seq_len), windowed)
+    return _score_flops_per_token(ctx, seq_len, windowed)
+
+
+def _score_flops_per_token(ctx: CostContext, seq_len: np.ndarray, windowed: bool) -> np.ndarray:
+    """``attention_score_flops_per_token``."""
     m = ctx.model
     if m.mla is not None:
         d_qk, d_v = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
@@ -30,6 +38,9 @@ def attention_score_flops_per_token(ctx: CostContext, seq_len: np.ndarray, *, wi
         d_qk = d_v = m.head_dim
     keys = attention_keys(m, seq_len) if windowed else seq_len
     return 2.0 * keys * m.num_attention_heads * (d_qk + d_v)
+
+
+_setup_score_flops_per_token = per_context(_score_flops_per_token)
 
 
 def attention_exp_ops_per_token(ctx: CostContext, seq_len: np.ndarray) -> np.ndarray:
