@@ -41,6 +41,8 @@ def tied_embedding_allreduce_s(ctx: CostContext, b: LayoutBatch, pp_stride: np.n
     pp·pp_stride fits in the scale-up domain, else of the NIC (module doc).
     """
     m = ctx.model
+    if not m.tied_embeddings:  # untied: the where below gives 0 everywhere
+        return np.zeros(np.shape(b.pp))
     bus = comm.p2p_bus_bytes_per_s(ctx, pp_stride, b.pp)
     latency = comm.p2p_latency_s(ctx, pp_stride, b.pp)
     p = ctx.profile
