@@ -46,6 +46,11 @@ class CostContext:
     def params(self) -> ParamCounts:
         return count_params(self.model)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields alone: what ``per_context`` and ``rule_context`` keep is rebuilt where the
+        context is unpickled (search.parallel's workers; the rules hold lambdas)."""
+        return {k: v for k, v in self.__dict__.items() if k not in (_MEMO, "rule_context")}
+
     @cached_property
     def rule_context(self) -> RuleContext:
         """The ``RuleContext`` of this context (uneven stages allowed), built once: the rule table
@@ -102,9 +107,9 @@ def per_context(fn: Callable[..., Any]) -> Callable[..., Any]:
     ``RuleContext``; hashable ``options``, never layout values; an immutable result: numbers,
     tuples, frozen dataclasses): computed once per context and options, then kept with the context
     (both are frozen, so it never goes stale; ``dataclasses.replace`` makes a new context that
-    computes afresh). One evaluate() of one layout otherwise recomputed the same FLOP counts,
-    overlap fractions and settings checks on every call. Keyed by the function's name, so that a
-    pickled context (search.parallel) carries its entries."""
+    computes afresh, and a pickled one leaves them behind: ``CostContext.__getstate__``). One
+    evaluate() of one layout otherwise recomputed the same FLOP counts, overlap fractions and
+    settings checks on every call."""
     name = f"{fn.__module__}.{fn.__qualname__}"
 
     @functools.wraps(fn)

@@ -40,6 +40,11 @@ class RuleContext:
     def cluster(self) -> Cluster:
         return self.training.cluster
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields alone: what ``cost.context.per_context`` keeps (rules, whose predicates
+        are lambdas) is rebuilt where the context is unpickled."""
+        return {k: v for k, v in self.__dict__.items() if k != "_per_context"}
+
     @classmethod
     def of(cls, ctx: Any, allow_uneven_pp: bool | None = None) -> RuleContext:
         """A ``RuleContext`` from a ``CostContext`` (or another ``RuleContext``); ``None`` keeps a

@@ -28,9 +28,18 @@ def test_computed_once_per_context_and_options():
     assert _layers_plus(ctx, 1) == 33 and CALLS == [1, 2, 1]
 
 
-def test_a_pickled_context_keeps_its_entries():
-    ctx = build_context("llama3-8b", build_training(8, 4096, 64))
+def test_a_pickled_context_leaves_its_entries_behind():
+    """search.parallel pickles contexts for its workers: what is kept (rules, whose predicates
+    are lambdas, among it) stays behind and is computed again there."""
+    from autoplan.layout import LayoutBatch, resolve_layout
+    from autoplan.rules import legality_codes
+
+    training = build_training(8, 4096, 64)
+    ctx = build_context("llama3-8b", training)
+    batch = LayoutBatch.from_layouts([resolve_layout({"tp": 2}, training)])
+    codes = legality_codes(ctx, batch)  # keeps the rule context and its live rules
     _layers_plus(ctx, 3)
     CALLS.clear()
     copy = pickle.loads(pickle.dumps(ctx))
-    assert _layers_plus(copy, 3) == 35 and CALLS == []
+    assert _layers_plus(copy, 3) == 35 and CALLS == [3]
+    assert (legality_codes(copy, batch) == codes).all()
