@@ -85,8 +85,6 @@ def owned_split(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,
     """(non-expert, expert) parameters whose optimizer state one GPU holds (and updates):
     ZeRO >= 1 shards them."""
     dp_group, expert_group = zero_shard_groups(ctx, b)
-    if ctx.model.moe is None:  # (a dense model's expert parameters are 0: so are their shards)
-        return dense_params / shard_divisor(b.zero, 1, dp_group), expert_params
     return dense_params / shard_divisor(b.zero, 1, dp_group), expert_params / shard_divisor(b.zero, 1, expert_group)
 
 
@@ -183,11 +181,8 @@ def model_state_bytes(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray
     dp_group, expert_group = zero_shard_groups(ctx, b)
     out = {}
     for name, (per_param, stage) in state_bytes_per_param_by_term(ctx, b, dp_group).items():
-        dense = dense_params / shard_divisor(b.zero, stage, dp_group)
-        if ctx.model.moe is None:  # (a dense model's expert parameters are 0: adding their shard adds 0)
-            out[name] = per_param * dense
-            continue
-        out[name] = per_param * (dense + expert_params / shard_divisor(b.zero, stage, expert_group))
+        out[name] = per_param * (dense_params / shard_divisor(b.zero, stage, dp_group)
+                                 + expert_params / shard_divisor(b.zero, stage, expert_group))
     # The optimizer's state (autoplan.cost.optimizer), per non-expert and expert parameter.
     dense_state, expert_state = state_bytes_per_param(ctx, b)
     dense_owned, expert_owned = owned_split(ctx, b, dense_params, expert_params)
