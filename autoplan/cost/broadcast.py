@@ -315,13 +315,8 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(ctx, batch, *options)
         # Once per batch, context and options inside ``shared_groupings``: the stage split and
         # the layer activations are read by several formulas of one evaluate, each of which ran
-        # them again on a batch below MIN_ROWS. (The context stands in the key by its id, and
-        # the entry keeps it, so that the id is not reused within the scope.)
-        cache, name = _cache(batch), (whole, id(ctx), options)
-        entry = cache.get(name)
-        if entry is None:
-            entry = cache[name] = (ctx, whole(ctx, batch, options))
-        return entry[1]
+        # them again on a batch below MIN_ROWS.
+        return _kept(batch, whole, ctx, options, whole, ctx, batch, options)
 
     return wrapper
 
@@ -336,10 +331,19 @@ def once_per_batch(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(ctx: Any, batch: Any, *options: Any) -> Any:
         if not isinstance(batch, LayoutBatch):
             return fn(ctx, batch, *options)
-        cache, name = _cache(batch), (wrapper, id(ctx), options)  # (as per_group's)
-        entry = cache.get(name)
-        if entry is None:
-            entry = cache[name] = (ctx, fn(ctx, batch, *options))
-        return entry[1]
+        return _kept(batch, wrapper, ctx, options, fn, ctx, batch, *options)
 
     return wrapper
+
+
+def _kept(batch: LayoutBatch, key: Callable[..., Any], ctx: Any, options: tuple,
+          compute: Callable[..., Any], *args: Any) -> Any:
+    """``compute(*args)`` once per batch and (``key``, context, options) inside
+    ``shared_groupings``; outside it on every call. The context stands in the key by its id, and
+    the entry keeps it, so that the id is not reused within the scope. (The arguments are passed,
+    not closed over: a closure per call costs a one-layout evaluate() more than the lookup.)"""
+    cache, name = _cache(batch), (key, id(ctx), options)
+    entry = cache.get(name)
+    if entry is None:
+        entry = cache[name] = (ctx, compute(*args))
+    return entry[1]

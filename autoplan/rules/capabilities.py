@@ -84,10 +84,10 @@ def _names(values: tuple) -> str:
     return ", ".join(map(str, values)) or "none"
 
 
-def _listed(name: str, knob: str, field: str, codes, invariant: str, verb: str, fix: str, source: str = "") -> Rule:
-    """The rule that a layout's ``knob`` is one of the capability list ``field``: 'knob=value,
+def _listed(name: str, knob: str, field: str, invariant: str, verb: str, fix: str, source: str = "") -> Rule:
+    """The rule that a layout's ``knob`` is one of the capability list ``field`` (its codes:
+    LIST_CODES): 'knob=value,
     <trainer> <verb> <the list>'."""
-    assert LIST_CODES[field] is codes, f"LIST_CODES[{field!r}] must be the codes of {knob}"
     return Rule(name, ALL, invariant,
                 lambda c, b: ~one_of(getattr(b, knob), allowed(c, field)),
                 lambda c, x: f"{knob}={getattr(x, knob)}, {c.profile.name} {_at_version(c)}{verb} "
@@ -143,7 +143,7 @@ PROFILE_RULES = [
          PROFILES + " (expert_parallel; nanotron src/nanotron/parallel/context.py cannot start with ep > 1)",
          fix=lambda c, x: "use --ep 1",
          when=lambda c: not caps(c).expert_parallel),
-    _listed("trainer_precision", "precision", "precisions", PRECISIONS, "the trainer must train in the precision",
+    _listed("trainer_precision", "precision", "precisions", "the trainer must train in the precision",
             "trains in", "use --precision bf16"),
     Rule("trainer_setting", ALL, "the trainer must run the setup's settings",
          _settings_broken, _setting_values, PROFILES + " (settings, fp8_recipes)",
@@ -172,11 +172,11 @@ PROFILE_RULES = [
                       f"{', '.join(caps(c).pp_schedules[1:]) or 'only its own'}"
                       + ("; DualPipe is DeepSeek's standalone library" if x.pp_schedule == "dualpipe" else ""),
          PROFILES + " (pp_schedules)", fix=lambda c, x: "try --pp-schedule default"),
-    _listed("trainer_pp_split", "pp_split", "pp_splits", PP_SPLITS,
+    _listed("trainer_pp_split", "pp_split", "pp_splits",
             "the trainer must place the layers on stages as pp_split says", "splits",
             "try --pp-split balanced or --trainer megatron",
             "; Megatron-LM core_v0.15.3 pipeline_parallel_layer_layout.py, layout 'E...L'"),
-    _listed("trainer_optimizer", "optimizer", "optimizers", OPTIMIZER, "the trainer must implement the optimizer",
+    _listed("trainer_optimizer", "optimizer", "optimizers", "the trainer must implement the optimizer",
             "runs", "try --optimizer adamw"),
     Rule("trainer_state_offload", ALL, "the trainer must be able to offload these model states to the host",
          lambda c, b: ~one_of(b.offload, allowed(c, "state_offloads")),
