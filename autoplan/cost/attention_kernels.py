@@ -8,22 +8,28 @@ Dao-AILab/flash-attention ``flash_attn/flash_attn_triton.py`` @eff9fe6 built on 
 ``triton_pre_mlir``; examples/llm @9fa3ceb called ``flash_attn.flash_attn_triton`` itself). It
 skips the tiles above the causal diagonal, forward (``end_n = (start_m + 1)·BLOCK_M``) and
 backward (``begin_m = start_n·BLOCK_N``), so it does the causal half of the score FLOPs as the
-``flash`` kernels do, but more slowly: its author's docstring puts its forward + backward
-"slightly slower" than FlashAttention 1's CUDA kernel, which FlashAttention-2 outruns 1.4-2.5×
-on causal attention (Fig. 4 and 7 below).
+``flash`` kernels do, but more slowly than FlashAttention-2, which outruns FlashAttention 1's CUDA
+kernel 1.4-2.5× on causal attention (Fig. 4 and 7 below).
 
-Its speed is the FlashAttention-2 paper's (Dao 2023, arXiv:2307.08691; the README figures
+Its speed is FlashAttention 1's CUDA kernel's, the kernel its author measured it against: the
+file's docstring says "Triton forward is generally faster than CUDA forward, while Triton backward
+is generally slower than CUDA backward. Overall Triton forward + backward is slightly slower than
+CUDA forward + backward" (how much slower it does not say; none is charged). The figures are the
+FlashAttention-2 paper's (Dao 2023, arXiv:2307.08691; the README figures
 ``assets/flash2_{a100,h100}_fwd_bwd_benchmark.png`` @4f285b35): forward + backward TFLOP/s of
 causal attention, hidden 2048 (32 heads of 64 or 16 of 128), batch 16k/seq, FLOPs counted as
 3.5 · 4·b·s²·h·d/2 (benchmarks/benchmark_flash_attention.py ``flops``, the cost model's causal half
-of the score FLOPs with backward = ATTENTION_BACKWARD_FACTOR × forward):
+of the score FLOPs with backward = ATTENTION_BACKWARD_FACTOR × forward), the "FlashAttention"
+(1.x CUDA) bars of:
 
-* A100 80GB SXM4, Fig. 4(c) head dim 64 and 4(d) 128: the "FlashAttention Triton" bars (the
-  benchmark times Triton's own ``triton.ops.flash_attention``, the kernel flash_attn_triton.py
-  started from); the FlashAttention-2 bars beside them are 88-171 and 99-189.
-* H100 80GB SXM5, Fig. 7(c), 7(d): no Triton bar; the "FlashAttention" (1.x CUDA) bars, which on
-  the A100 the Triton bars follow within 9% at head dim 128 (Fig. 4(d): 50-80 against 55-83) and
-  18% at 64 (Fig. 4(c)).
+* A100 80GB SXM4, Fig. 4(c) head dim 64 and 4(d) 128. The "FlashAttention Triton" bars beside
+  them time another kernel, Triton's own ``triton.ops.flash_attention`` (Tillet's tutorial), which
+  flash_attn_triton.py started from and then sped up ("Speed up the forward pass a bit", "Make the
+  backward for d=128 much faster by reducing register spilling"): 59-80 TFLOP/s against
+  FlashAttention 1's 58-97 at head dim 64, 50-80 against 55-83 at 128. Taken for llm-foundry's
+  kernel (until 2026-12) they put MPT's 16K-64K rows 9-22% slow; with FlashAttention 1's bars
+  its leave-one-source-out tokens/s MAPE is 7.9% instead of 8.7% (benchmarks/accuracy.py).
+* H100 80GB SXM5, Fig. 7(c), 7(d) (the figure has no Triton bar).
 
 Between the figure's lengths the speed is linear in log2(seq), held at 512 and 16384 outside;
 between head dims 64 and 128 linear, held outside. Measured on those two GPUs, it stands for GPUs
@@ -39,9 +45,9 @@ from autoplan.errors import AutoplanError
 
 FIGURE_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
 # (dense bf16/fp16 peak FLOP/s of the GPU the figure measured, {head dim: forward + backward
-# TFLOP/s at FIGURE_SEQ_LENS}), transcribed from the figures' bar labels (see the module doc).
+# TFLOP/s at FIGURE_SEQ_LENS}), the FlashAttention (1.x CUDA) bars' labels (see the module doc).
 TRITON_FLASH_ATTENTION_TFLOPS: dict[str, tuple[float, dict[int, tuple[float, ...]]]] = {
-    "a100": (312e12, {64: (59, 75, 79, 76, 79, 80), 128: (50, 61, 68, 74, 78, 80)}),  # Fig. 4(c), 4(d)
+    "a100": (312e12, {64: (58, 70, 77, 87, 92, 97), 128: (55, 62, 69, 76, 80, 83)}),  # Fig. 4(c), 4(d)
     "h100": (989e12, {64: (104, 123, 136, 138, 149, 156), 128: (98, 109, 108, 126, 135, 137)}),  # Fig. 7(c), 7(d)
 }
 # GPUs (hardware_db names) of the SM each figure was measured on: A100 (sm80), H100 (sm90).
