@@ -72,8 +72,10 @@ FIT_PLAN: dict[Pair, tuple[str, ...]] = {
     # both transfer from h100-sxm.
     # torchtitan's memory_reserve_bytes is 0 by construction (torchtitan.yaml defaults: its logged
     # peak is the allocator's reserved bytes, without the CUDA context and NCCL buffers): not fitted.
-    ("torchtitan", "h100-96gb-500w"): ("gemm_efficiency_max", "gemm_half_flops", "fp8_gemm_speedup",
-                                       "attention_efficiency", "allocator_overhead"),
+    # Its gemm_half_flops (8.7e11, outside its plausible range) and fp8_gemm_speedup are held at
+    # their defaults (2e9 FLOP; the measured 1.82): fitted, their LOSO benefits were -0.6 and -0.3
+    # pt over torchtitan and other_runs (benchmarks/parameter_benefit.py torchtitan/h100-96gb-500w).
+    ("torchtitan", "h100-96gb-500w"): ("gemm_efficiency_max", "attention_efficiency", "allocator_overhead"),
     # llm-foundry's MPT runs: pure FSDP from 125M to 70B, seq 512-32K, 8-128 GPUs on A100 40GB:
     # the GEMM curve (model sizes) and how much of the FSDP traffic hides. Their attention is
     # Triton FlashAttention at its published speed (cost/attention_kernels.py), so no A100 row

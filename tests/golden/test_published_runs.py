@@ -78,11 +78,12 @@ def test_other_runs_leave_out_duplicates_and_unstated_conventions():
 def test_mpt_held_out_rows_on_each_a100_up_to_8k_and_beyond():
     # Shipped llmfoundry profile: fitted on 30% of the A100 40GB rows (seed 0); the A100 80GB
     # rows are predicted with those efficiencies transferred (autoplan.profiles.transfer). Their
-    # attention is Triton FlashAttention at the FlashAttention-2 paper's speed (Fig. 4), never
-    # fitted. Up to 8K tokens: within 8% (measured when the kernel was added: 5.4%, 40GB, 45 rows;
-    # 6.4%, 80GB, 41 rows). From 16K on, where attention is 64-89% of the step, every row is
-    # predicted slow (the figure's 16K bar, 80 TFLOP/s, held beyond it, under the 94-103 TFLOP/s
-    # these rows imply): within 16% (11.4%, 10 rows; 14.4%, 20 rows).
+    # attention is Triton FlashAttention at FlashAttention 1's speed (the FlashAttention-2 paper's
+    # Fig. 4 FlashAttention bars: the kernel's author puts it "slightly slower than CUDA"), never
+    # fitted. Up to 8K tokens: within 8% (5.0%, 40GB, 45 rows; 5.8%, 80GB, 41 rows). From 16K on,
+    # where attention is 64-89% of the step, within 12% (8.3%, 10 rows; 9.5%, 20 rows), still
+    # mostly slow (medians -6% and -9%): with the Triton tutorial kernel's bars, every one was
+    # slow and they were 11.4% and 14.4% off.
     import numpy as np
 
     from autoplan.calibration.accuracy import fit_split, predictions
@@ -94,7 +95,7 @@ def test_mpt_held_out_rows_on_each_a100_up_to_8k_and_beyond():
         error = predictions(rows)["tokens_per_s_per_gpu"] / np.array([r.tokens_per_s_per_gpu for r in rows]) - 1
         long = np.array([r.layout["seq_len"] >= 16384 for r in rows])
         assert np.mean(np.abs(error[~long])) <= 0.08, gpu
-        assert np.all(error[long] < 0) and np.mean(np.abs(error[long])) <= 0.16, (gpu, error[long])
+        assert np.median(error[long]) < 0 and np.mean(np.abs(error[long])) <= 0.12, (gpu, error[long])
 
 
 def test_mpt_h100_rows_with_a100_efficiencies():
