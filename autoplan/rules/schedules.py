@@ -32,8 +32,8 @@ SOURCES = ("Megatron-LM core_v0.15.3 megatron/core/pipeline_parallel/schedules.p
 # The vpp each schedule runs, [least, most] by schedule code (PP_SCHEDULES order): interleaved
 # needs vpp > 1; the V-shaped ones exactly 2; 1F1B, AFAB and DualPipe one chunk per rank; ZB-H1
 # and 'default' (interleaved where vpp > 1, else the trainer's single-chunk schedule) any.
-_VPP_RANGE = {"interleaved": (2.0, np.inf), "zb-v": (2.0, 2.0), "dualpipev": (2.0, 2.0), "1f1b": (1.0, 1.0),
-              "afab": (1.0, 1.0), "dualpipe": (1.0, 1.0)}
+_VPP_RANGE = {"interleaved": (2.0, np.inf), **{name: (2.0, 2.0) for name in V_SHAPED},
+              "1f1b": (1.0, 1.0), "afab": (1.0, 1.0), "dualpipe": (1.0, 1.0)}
 _LEAST_VPP, _MOST_VPP = np.array([_VPP_RANGE.get(name, (-np.inf, np.inf)) for name in CODE]).T
 
 
