@@ -34,15 +34,16 @@ import numpy as np
 from autoplan.calibration.band_fit import fingerprint
 from autoplan.calibration.fit import prepare
 from autoplan.calibration.loso import fold_factory, stored_folds
-from autoplan.calibration.megatron_bridge_source import MEGATRON_BRIDGE_FILE, SOURCE
+from autoplan.calibration.megatron_bridge_source import MEGATRON_BRIDGE_FILE, SOURCE, SYSTEM_HARDWARE
 from autoplan.calibration.sources import load_sources
 from autoplan.cost.evaluate import evaluate
 from autoplan.calibration.validation import read_csv
 
 TOKEN_DROP_MODELS = {"Qwen3_30B_a3B (tokendrop)": "qwen3-30b-a3b", "Qwen3_235B_a22B (tokendrop)": "qwen3-235b-a22b",
                      "DeepSeekV3 (tokendrop)": "deepseek-v3"}
-HARDWARE = {"DGX-H100": "h100-sxm", "DGX-B200": "b200", "DGX-GB200": "gb200-nvl72"}
-SAME_LAYOUT = ("gpus", "tp", "pp", "vpp", "ep", "mbs")
+# Layout knob -> the summaries' column; the knobs a dropless row must share with a token-drop run.
+LAYOUT_COLUMNS = {"gpus": "num_gpus", "tp": "tp", "pp": "pp", "vpp": "vp", "ep": "ep", "mbs": "mbs"}
+SAME_LAYOUT = tuple(LAYOUT_COLUMNS)
 CAPACITY_FACTOR = 1.0  # the token-drop recipes' moe_expert_capacity_factor
 
 
@@ -55,11 +56,10 @@ def token_drop_runs() -> list[dict]:
     """The 25.09 token-drop rows: model, GPU, layout and tokens/s (the first cell value)."""
     out = []
     for r in read_csv(MEGATRON_BRIDGE_FILE):
-        if r["release"] != "25.09" or r["model"] not in TOKEN_DROP_MODELS or r["system"] not in HARDWARE:
+        if r["release"] != "25.09" or r["model"] not in TOKEN_DROP_MODELS or r["system"] not in SYSTEM_HARDWARE:
             continue
-        columns = {"gpus": "num_gpus", "tp": "tp", "pp": "pp", "vpp": "vp", "ep": "ep", "mbs": "mbs"}
-        out.append({"model": TOKEN_DROP_MODELS[r["model"]], "hardware": HARDWARE[r["system"]],
-                    "layout": {k: first_value(r[c]) for k, c in columns.items()},
+        out.append({"model": TOKEN_DROP_MODELS[r["model"]], "hardware": SYSTEM_HARDWARE[r["system"]],
+                    "layout": {k: first_value(r[c]) for k, c in LAYOUT_COLUMNS.items()},
                     "tokens_per_s_per_gpu": float(first_value(r["tokens_per_s_per_gpu"]))})
     return out
 

@@ -91,7 +91,8 @@ _WITHOUT_MTP = ("DeepSeekV3 (w/o MTP)",)
 _SELECTIVE = ("DeepSeekV3", "DeepSeekV3 (w/ MTP)", "DeepSeekV3 (w/o MTP)")
 _TRANSCRIBED_RELEASES = ("25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01")
 _FLEX_BACKENDS = ("deepep", "hybridep")
-_HARDWARE = {"DGX-H100": "h100-sxm", "DGX-B200": "b200", "DGX-GB200": "gb200-nvl72", "DGX-GB300": "gb300-nvl72"}
+# The performance summaries' system column -> hardware_db GPU preset.
+SYSTEM_HARDWARE = {"DGX-H100": "h100-sxm", "DGX-B200": "b200", "DGX-GB200": "gb200-nvl72", "DGX-GB300": "gb300-nvl72"}
 # Models whose recipe counts the embedding and the loss as pipeline layers (module doc).
 _EMBED_LOSS_SPLIT = ("LLAMA3.1_405B",)
 _FP8_RECIPES = {"FP8": "tensorwise", "FP8-CS": "tensorwise", "MXFP8": "mxfp8", "FP8-MX": "mxfp8"}
@@ -107,7 +108,7 @@ def _exclusion(r: dict[str, str]) -> str:
         return f"model = {r['model']} (no preset in model_db)"
     if r["release"] not in _TRANSCRIBED_RELEASES:
         return f"release {r['release']} (recipe settings not transcribed)"
-    if r["system"] not in _HARDWARE:
+    if r["system"] not in SYSTEM_HARDWARE:
         return f"system = {r['system']} (no hardware preset)"
     if r["precision"] not in _FP8_RECIPES and r["precision"] != "BF16":
         return f"precision = {r['precision']} (not modelled)"
@@ -179,7 +180,7 @@ def cuda_graphs(r: dict[str, str]) -> str:
 
 
 def _row(line: int, r: dict[str, str]) -> Row:
-    hardware = _HARDWARE[r["system"]]
+    hardware = SYSTEM_HARDWARE[r["system"]]
     layout = _layout(r)
     model = load_model(_MODELS[r["model"]])
     if r["model"] in _WITHOUT_MTP:

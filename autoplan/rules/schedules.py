@@ -34,7 +34,8 @@ SOURCES = ("Megatron-LM core_v0.15.3 megatron/core/pipeline_parallel/schedules.p
 # and 'default' (interleaved where vpp > 1, else the trainer's single-chunk schedule) any.
 _VPP_RANGE = {"interleaved": (2.0, np.inf), **{name: (2.0, 2.0) for name in V_SHAPED},
               "1f1b": (1.0, 1.0), "afab": (1.0, 1.0), "dualpipe": (1.0, 1.0)}
-_LEAST_VPP, _MOST_VPP = np.array([_VPP_RANGE.get(name, (-np.inf, np.inf)) for name in CODE]).T
+_LEAST_VPP, _MOST_VPP = np.array([_VPP_RANGE.get(name, (-np.inf, np.inf))
+                                   for name in sorted(CODE, key=CODE.get)]).T  # row i: the schedule of code i
 
 
 def _vpp_broken(b) -> np.ndarray:
