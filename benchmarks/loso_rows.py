@@ -6,11 +6,12 @@ layout, worst first (autoplan/calibration/loso.py; the fold fits stored with the
     python benchmarks/loso_rows.py --refit              # refit this source's fold first (minutes)
     python benchmarks/loso_rows.py --source mpt --by hardware,seq_len   # the errors' trend by group
 
-``--by`` groups the rows by the values of some keys (``hardware``, ``model``, ``trainer``, any
+``--by`` groups the rows by the values of some keys (``hardware``, ``model``, ``trainer``, ``recompute``, any
 layout key: ``LAYOUT_KEYS``, ``grad_acc``) and prints each group's row count and median, mean,
 lowest and highest signed error: a regime the cost model misses shows as a trend across groups
 (at 2026-12-03: MPT's errors fall with the sequence length on every GPU, median +2% at 2K to
--16% (A100 80GB) and -22% (H100) at 64K).
+-16% (A100 80GB) and -22% (H100) at 64K; ``--by hardware,recompute`` shows where: its full-recompute
+rows are -13.3% (A100 80GB) and -10.3% (H100) median against -0.5% and +0.4% without recompute).
 
 Signed error = predicted / measured - 1: positive where the prediction is faster than the run.
 A benchmark, not a timed test.
@@ -42,7 +43,7 @@ def row_settings(row) -> str:
     return " ".join(parts)
 
 
-GROUP_KEYS = ("hardware", "model", "trainer", "grad_acc", *LAYOUT_KEYS)
+GROUP_KEYS = ("hardware", "model", "trainer", "grad_acc", "recompute", *LAYOUT_KEYS)
 
 
 def row_key(row, key: str):
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
     parser.add_argument("--top", type=int, default=0, help="the N worst rows only (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--by", default="", help="group the errors by these comma-separated keys "
-                        f"(hardware, model, trainer, grad_acc, {', '.join(LAYOUT_KEYS)})")
+                        f"(hardware, model, trainer, grad_acc, recompute, {', '.join(LAYOUT_KEYS)})")
     args = parser.parse_args(argv)
     sources = load_sources()
     if args.source not in sources:
