@@ -31,6 +31,8 @@ def _fail(path: Path | str, exc: OSError) -> OutputError:
     return OutputError(f"cannot write {path}: {exc.strerror or type(exc).__name__}")
 
 
+# A new --out path with one of these endings names a file, not the folder the results go in.
+FILE_SUFFIXES = (".json", ".csv", ".yaml", ".yml", ".md", ".html", ".txt", ".sh")
 LOCK_NAME = ".autoplan.lock"  # held (fcntl.flock) by the one run writing into a result folder
 UNFINISHED_NAME = ".autoplan.unfinished"  # the study key of a run that has started writing its files
 
@@ -79,6 +81,9 @@ def check_out_dir(out: str | Path, key: str) -> ResultFolder:
         raise OutputError(f"--out {out}: a link to nothing ({os.readlink(path)})")
     if path.exists() and not path.is_dir():
         raise OutputError(f"--out {out}: not a folder; give a new or empty folder")
+    if not os.path.lexists(path) and path.suffix.lower() in FILE_SUFFIXES:
+        raise OutputError(f"--out {out}: names a {path.suffix} file, but --out is the folder the results go in "
+                          f"(their files and a manifest.json inside it); did you mean --out {path.with_suffix('')}?")
     made = not os.path.lexists(path)
     _owned(path, key, out)  # refuse another run's folder before writing into it
     try:

@@ -100,6 +100,10 @@ CASES = [
     ("a batch too small for 100,000 GPUs suggests a legal value",
      lambda p: ["search", "-m", "70b", "-g", "100000", "--gbs-tokens", "4M", "--out", str(p / "o")],
      1, r"try --gbs-seqs \d+ or fewer GPUs"),
+    ("search --out plans.json names a file, not the result folder",
+     lambda p: [*SEARCH, "--out", str(p / "plans.json")],
+     2, r"--out .*plans\.json: names a \.json file, but --out is the folder the results go in .* did you mean "
+        r"--out .*/plans\?"),
     ("--allow-idle-gpus on 509 GPUs plans on 504",
      lambda p: ["search", "-m", "70b", "-g", "509", "--gbs-tokens", "4M", "--allow-idle-gpus", "--top", "1",
                 "--out", str(p / "o")],
