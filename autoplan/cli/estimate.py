@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_values
+from autoplan.cli.plan_file import given_on_command_line, plan_options, read_plan, trainer_version
 from autoplan.cli.options import (
     LayoutText,
     allow_uneven_option,
@@ -23,18 +24,46 @@ from autoplan.errors import AutoplanError, LayoutError, NoFeasiblePlanError, esc
 
 
 def _evaluate_one(kwargs):
+    """(context, batch of one, its evaluation) of the layout options, or of the plan of --plan."""
     from autoplan.cost.evaluate import evaluate
     from autoplan.layout import LayoutBatch, resolve_layout
 
-    ctx = context_from_options(kwargs)
-    layout = resolve_layout(layout_values(kwargs), ctx.training)
+    if kwargs["plan_path"]:
+        ctx, layout = _plan_context(kwargs)
+    else:
+        if not kwargs["model_name"] or kwargs["gpus"] is None:
+            missing = " and ".join(flag for flag, name in (("--model (-m)", "model_name"), ("--gpus (-g)", "gpus"))
+                                   if kwargs[name] in (None, ""))
+            raise AutoplanError(f"give {missing}, or a plans.json with --plan")
+        ctx = context_from_options(kwargs)
+        layout = resolve_layout(layout_values(kwargs), ctx.training)
     batch = LayoutBatch.from_layouts([layout])
     return ctx, batch, evaluate(ctx, batch, allow_uneven=kwargs["allow_uneven_pp"])
 
 
+def _plan_context(kwargs):
+    """(context, layout) of the plan of --plan and --rank: the trainer it was searched for unless
+    --trainer is given, with that search's profile file and trainer version (plan_file)."""
+    from autoplan.api import build_context
+
+    click_ctx = click.get_current_context()
+    plan = kwargs["plan_path"]
+    trainer = kwargs["trainer"]
+    if not given_on_command_line(click_ctx, "trainer"):
+        from autoplan.export import read_plans
+
+        trainer = str(read_plans(plan).get("trainer") or trainer)
+    chosen = read_plan(click_ctx, plan, kwargs["plan_rank"], trainer, kwargs, spelled="--plan")
+    ctx = build_context(chosen.model, chosen.training, trainer=trainer,
+                        profile_path=kwargs["profile_path"] or chosen.profile_path,
+                        trainer_version=trainer_version(kwargs.get("trainer_version"), chosen.trainer_version, plan))
+    return ctx, chosen.layout
+
+
 @click.command("estimate")
-@training_options
+@training_options(model_required=False, gpus_required=False)
 @trainer_options
+@plan_options
 @layout_options
 @allow_uneven_option
 @output_format_option()
@@ -154,8 +183,9 @@ def _print_transfer(ctx) -> None:
 
 
 @click.command("explain")
-@training_options
+@training_options(model_required=False, gpus_required=False)
 @trainer_options
+@plan_options
 @layout_options
 @allow_uneven_option
 @click.option("--full", is_flag=True, help="Every term with its formula, parameter values and source (a wide "

@@ -6,17 +6,16 @@ import os
 from pathlib import Path
 
 import click
-from click.core import ParameterSource
 
-from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_values
+from autoplan.cli.layout_options import layout_options, layout_values
 from autoplan.cli.options import (
-    SETUP_SETTINGS,
     allow_uneven_option,
     launch_options,
     training_from_options,
     training_options,
 )
-from autoplan.errors import AutoplanError, escape, shown
+from autoplan.cli.plan_file import read_plan, trainer_version as resolve_trainer_version
+from autoplan.errors import AutoplanError, escape
 from autoplan.export.registry import TRAINERS as TRAINER_CHOICES
 
 
@@ -68,9 +67,10 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, profile_path
         check_out_file(output)  # before the work (a folder is made and checked as it is written)
     prediction = None
     if plan:
-        model, layout, training, prediction = _from_plan(ctx, plan, rank, trainer, kwargs)
-        profile_path = profile_path or kwargs.pop("recorded_profile", None)
-        trainer_version = _trainer_version(trainer_version, kwargs.pop("recorded_trainer_version", None), plan)
+        chosen = read_plan(ctx, plan, rank, trainer, kwargs)
+        model, layout, training, prediction = chosen.model, chosen.layout, chosen.training, chosen.prediction
+        profile_path = profile_path or chosen.profile_path
+        trainer_version = resolve_trainer_version(trainer_version, chosen.trainer_version, plan)
     else:
         model, layout, training = _from_options(kwargs)
     launch = LaunchOptions(train_steps=train_steps, tokenizer=tokenizer, data_path=data_path,
@@ -85,66 +85,6 @@ def export_command(ctx: click.Context, plan, trainer, output, rank, profile_path
     _emit(result.files, output, trainer)
 
 
-def _from_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: dict):
-    """(model, layout, training, prediction) of the plan of ``rank`` in a plans.json; the setup is
-    the record's gpus, seq_len and gbs_seqs on the hardware options; the prediction is the
-    record's, by the profile the plans were searched with."""
-    from autoplan.export import read_plans, select_plan
-    from autoplan.export.common import Prediction
-    from autoplan.layout_records import layout_from_record, record_setup
-    from autoplan.report.plan_inputs import recorded_inputs
-    from autoplan.specs.models import load_model
-
-    model_name = kwargs["model_name"]
-    given = [name for name in (*LAYOUT_KEYS, "gpus", "seq_len", "gbs_seqs", "gbs_tokens")
-             if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
-    if given:
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise AutoplanError(f"give either PLAN or the layout options, not both (got {plan} and {flags})")
-    data = read_plans(plan)
-    recorded, notes = recorded_inputs(data)
-    for note in notes:
-        click.echo(f"note: {note}", err=True)
-    model_ref = model_name or recorded.get("model")
-    if not model_ref:
-        raise AutoplanError(f"{plan} names no model at top level; give it with --model")
-    if model_name and recorded.get("model") and model_name not in (recorded["model"], data.get("model")):
-        from autoplan.specs.models import load_model as _load
-
-        if _load(model_name).name != _load(str(recorded["model"])).name:  # (an alias of the same model is fine)
-            raise AutoplanError(f"{plan} holds plans for {data.get('model') or recorded['model']}, not "
-                                f"{model_name}: its layouts were searched (and fit) for that model; search for "
-                                f"{model_name}, or drop --model")
-    _recorded_cluster(ctx, recorded, kwargs, plan)
-    if recorded.get("profile") and data.get("trainer") == trainer:
-        kwargs["recorded_profile"] = recorded["profile"]  # the calibrated profile of the search
-    if data.get("trainer_version") and data.get("trainer") == trainer:
-        kwargs["recorded_trainer_version"] = str(data["trainer_version"])  # the capabilities it searched with
-    if data.get("trainer") and str(data["trainer"]) != trainer:
-        click.echo(f"note: the plan was searched for trainer {shown(str(data['trainer']))}; its predictions assume "
-                   f"that trainer's implementation, not {trainer}'s", err=True)
-    record = select_plan(data["plans"], rank, where=plan)
-    model = load_model(str(model_ref))
-    setup = record_setup(record)
-    missing = [name for name in ("gpus", "gbs_seqs") if name not in setup]
-    if missing:
-        raise AutoplanError(f"{plan}: plan of rank {rank} has no {' or '.join(missing)}")
-    settings = _plan_settings(ctx, data.get("setup") or {}, kwargs, plan)
-    training = training_from_options({**kwargs, **settings}, model.seq_len, gpus=setup["gpus"],
-                                     gbs_seqs=setup["gbs_seqs"], seq_len=setup.get("seq_len"), gbs_tokens=None)
-    prediction = Prediction.from_record(record, str(data.get("trainer") or "searched"))
-    return model, layout_from_record(record, training), training, prediction
-
-
-def _trainer_version(given: str | None, recorded: str | None, plan: str) -> str | None:
-    """The trainer version to write for: --trainer-version, else the one PLAN was searched with
-    (plans.json ``trainer_version``); a given one that differs overrides it, with a note."""
-    if given and recorded and given != recorded:
-        click.echo(f"note: --trainer-version {shown(given)} overrides the {shown(recorded)} {plan} was searched "
-                   "with; its plans and predictions assume the latter's capabilities", err=True)
-    return given or recorded
-
-
 def _profile(trainer: str, training, profile_path: str | None):
     """The trainer's profile with a calibrated profile file applied (None: the built-in)."""
     if not profile_path:
@@ -153,43 +93,6 @@ def _profile(trainer: str, training, profile_path: str | None):
     from autoplan.profiles import load_profile
 
     return apply_profile_file(load_profile(trainer), training.cluster.gpu.name, profile_path)
-
-
-def _recorded_cluster(ctx: click.Context, recorded: dict, kwargs: dict, plan: str) -> None:
-    """The hardware, GPUs per node, NIC and FLOPs convention the plans were searched with
-    (plans.json ``inputs``) into ``kwargs`` for each option not given on the command line; a given
-    one that differs wins, with a note."""
-    other_hardware = (ctx.get_parameter_source("hardware") == ParameterSource.COMMANDLINE
-                      and kwargs["hardware"] != recorded.get("hardware"))
-    for name in ("hardware", "gpus_per_node", "nic", "flops_convention"):
-        key = "nic_bytes_per_s" if name == "nic" else name
-        if key not in recorded or (other_hardware and name in ("gpus_per_node", "nic")):
-            continue  # (another GPU brings its own node size and NIC unless given)
-        value = f"{recorded[key] / 1e9:.17g} GB/s" if name == "nic" else recorded[key]
-        if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE:
-            if str(kwargs[name]) != str(value) and name != "nic":
-                click.echo(f"note: --{name.replace('_', '-')} {shown(kwargs[name])} instead of the {shown(value)} "
-                           f"{plan} was searched with; its predictions assume the latter", err=True)
-        else:
-            kwargs[name] = value
-
-
-def _plan_settings(ctx: click.Context, recorded: dict, kwargs: dict, plan: str) -> dict:
-    """The trainer settings the plans were searched with (plans.json ``setup``: the TrainingSpec
-    fields of SETUP_SETTINGS; files written before it have none) for every setting not given on
-    the command line; a command-line value that differs from the recorded one wins, with a note
-    (the prediction assumed the other)."""
-    out = {}
-    for name in SETUP_SETTINGS:
-        if name not in recorded:
-            continue
-        if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE:
-            if kwargs[name] != recorded[name]:
-                click.echo(f"note: {name}={shown(kwargs[name])} instead of the {shown(recorded[name])} {plan} was "
-                           "searched with; its predictions assume the latter", err=True)
-        else:
-            out[name] = recorded[name]
-    return out
 
 
 def _from_options(kwargs: dict):

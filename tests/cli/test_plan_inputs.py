@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from click.testing import CliRunner
 
 from autoplan.cli import main
@@ -139,3 +140,52 @@ def test_a_user_profile_says_the_band_is_not_its_own(tmp_path):
     assert search.exit_code == 0 and "not your --profile's" in search.output
     plain = invoke(["estimate", "-m", "8b", "-g", 16, "--gbs-seqs", 64, "--tp", 2])
     assert "not your --profile's" not in plain.output
+
+
+def _search(tmp_path, *extra):
+    out = tmp_path / "run"
+    searched = invoke(["search", "-m", "8b", "-g", "16", "--gbs-seqs", "64", "--top", "3", "--out", out, *extra])
+    assert searched.exit_code == 0, searched.output
+    return out / "plans.json", json.loads((out / "plans.json").read_text())
+
+
+def test_estimate_of_a_plan_prices_it_as_the_search_did(tmp_path):
+    """`estimate --plan` existed nowhere: a plan could only be priced again by retyping its model,
+    cluster and layout. Each rank's tokens/s and peak memory are the search's own."""
+    plans, data = _search(tmp_path, "--hardware", "gb200-nvl72")
+    for rank in (1, 2, 3):
+        result = invoke(["estimate", "--plan", plans, "--rank", rank, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        record, searched = json.loads(result.stdout)[0], data["plans"][rank - 1]
+        assert record["hardware"] == "gb200-nvl72" and record["gpus"] == 16
+        assert record["tokens_per_s_per_gpu"] == pytest.approx(searched["tokens_per_s_per_gpu"], rel=1e-9)
+        assert record["peak_memory_bytes"] == pytest.approx(searched["peak_memory_bytes"], rel=1e-9)
+
+
+def test_estimate_of_a_plan_takes_the_trainer_it_was_searched_for(tmp_path):
+    plans, data = _search(tmp_path, "--trainer", "torchtitan")
+    result = invoke(["estimate", "--plan", plans, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)[0]
+    assert record["trainer"] == "torchtitan"
+    assert record["tokens_per_s_per_gpu"] == pytest.approx(data["plans"][0]["tokens_per_s_per_gpu"])
+    other = invoke(["estimate", "--plan", plans, "--trainer", "megatron", "--format", "json"])
+    assert other.exit_code == 0 and "searched for trainer 'torchtitan'" in other.stderr
+    assert json.loads(other.stdout)[0]["trainer"] == "megatron"
+
+
+def test_explain_of_a_plan_names_its_layout_and_cluster(tmp_path):
+    plans, data = _search(tmp_path, "--hardware", "h200")
+    result = invoke(["explain", "--plan", plans, "--rank", 2])
+    assert result.exit_code == 0, result.output
+    title, plan = result.stdout.splitlines()[0], data["plans"][1]
+    assert "16 x h200" in title
+    assert all(f"{knob}={plan[knob]}" in title for knob in ("tp", "pp", "zero", "mbs")), (title, plan)
+
+
+def test_a_plan_beside_layout_options_or_no_model_is_refused(tmp_path):
+    plans, _ = _search(tmp_path)
+    both = invoke(["estimate", "--plan", plans, "--tp", "4"])
+    assert both.exit_code == 2 and "give either --plan or the layout options" in both.stderr
+    neither = invoke(["explain", "-g", "8", "--tp", "2"])
+    assert neither.exit_code == 2 and "give --model (-m), or a plans.json with --plan" in neither.stderr
