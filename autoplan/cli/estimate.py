@@ -48,13 +48,9 @@ def _plan_context(kwargs):
 
     click_ctx = click.get_current_context()
     plan = kwargs["plan_path"]
-    trainer = kwargs["trainer"]
-    if not given_on_command_line(click_ctx, "trainer"):
-        from autoplan.export import read_plans
-
-        trainer = str(read_plans(plan).get("trainer") or trainer)
+    trainer = kwargs["trainer"] if given_on_command_line(click_ctx, "trainer") else None
     chosen = read_plan(click_ctx, plan, kwargs["plan_rank"], trainer, kwargs, spelled="--plan")
-    ctx = build_context(chosen.model, chosen.training, trainer=trainer,
+    ctx = build_context(chosen.model, chosen.training, trainer=chosen.trainer,
                         profile_path=kwargs["profile_path"] or chosen.profile_path,
                         trainer_version=trainer_version(kwargs.get("trainer_version"), chosen.trainer_version, plan))
     return ctx, chosen.layout

@@ -23,9 +23,11 @@ from autoplan.errors import AutoplanError, shown
 @dataclass(frozen=True)
 class PlanInputs:
     """What one plan of a plans.json fixes: the model, layout and setup, the search's prediction
-    (``export.common.Prediction``), and the trainer, calibrated profile file and trainer version
-    it was searched with (None where the file records none)."""
+    (``export.common.Prediction``), the trainer it is priced or written for, and the trainer,
+    calibrated profile file and trainer version it was searched with (None where the file
+    records none)."""
 
+    trainer: str
     model: Any
     layout: Any
     training: Any
@@ -49,9 +51,10 @@ def given_on_command_line(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
 
 
-def read_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: dict, *,
+def read_plan(ctx: click.Context, plan: str, rank: int, trainer: str | None, kwargs: dict, *,
               spelled: str = "PLAN") -> PlanInputs:
-    """The plan of ``rank`` in the plans.json ``plan``, for ``trainer``: the setup is the record's
+    """The plan of ``rank`` in the plans.json ``plan``, for ``trainer`` (None: the one it was
+    searched for, else ``kwargs["trainer"]``): the setup is the record's
     gpus, seq_len and gbs_seqs on the recorded hardware, the trainer settings the recorded ones
     (each unless given on the command line, ``kwargs``); the prediction is the record's, by the
     profile the plans were searched with. The profile file and trainer version apply only when
@@ -82,6 +85,7 @@ def read_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: di
                                 f"{model_name}, or drop --model")
     recorded_cluster(ctx, recorded, kwargs, plan)
     searched = str(data["trainer"]) if data.get("trainer") else None
+    trainer = trainer or searched or kwargs["trainer"]
     same_trainer = searched == trainer
     if searched and not same_trainer:
         click.echo(f"note: the plan was searched for trainer {shown(searched)}; its predictions assume "
@@ -96,7 +100,7 @@ def read_plan(ctx: click.Context, plan: str, rank: int, trainer: str, kwargs: di
     training = training_from_options({**kwargs, **settings}, model.seq_len, gpus=setup["gpus"],
                                      gbs_seqs=setup["gbs_seqs"], seq_len=setup.get("seq_len"), gbs_tokens=None)
     return PlanInputs(
-        model=model, layout=layout_from_record(record, training), training=training,
+        trainer=trainer, model=model, layout=layout_from_record(record, training), training=training,
         prediction=Prediction.from_record(record, searched or "searched"), searched_trainer=searched,
         profile_path=recorded.get("profile") if same_trainer else None,  # the calibrated profile of the search
         trainer_version=str(data["trainer_version"]) if same_trainer and data.get("trainer_version") else None)
