@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from autoplan.calibration.rows import Row, Source
 from autoplan.calibration.validation import (
+    TORCHTITAN_RUNS_EARLY_STOP,
     gpt_model,
     number_or_nan,
     read_csv,
@@ -44,6 +45,21 @@ _MPT_REDUCE_BYTES = {"DEFAULT": 4.0, "PURE": 2.0}
 # flash_attn_triton.py (cost/attention_kernels.py); 'flash' on a current row is flash-attn 2.4.2's
 # CUDA kernel (5e85bd6's sweep.py installs the gpu-flash2 extra), a FlashAttention-2.
 _MPT_ATTENTION_KERNEL = {"triton": "triton", "flash": "flash"}
+# The torch each README table's runs used (its sweep.sh IMAGE): 9fa3ceb's examples/llm/throughput/
+# sweep.sh mosaicml/pytorch:1.13.1_cu117; b2a43a1's and 5e85bd6's scripts/train/benchmarking/
+# sweep.sh mosaicml/pytorch:2.1.0_cu121 (5e85bd6's setup.py pins torch>=2.1,<2.1.1). From torch
+# 2.1 a non-reentrant checkpoint stops before a block's last linear (groups.Recompute).
+_MPT_TORCH = {"9fa3ceb9a49cc28a91deee5e9166eab6b3122c8b": (1, 13), "b2a43a1477a45f40f4086a1c72f851b0ab42d0ac": (2, 1),
+              "5e85bd62d4ec9e13353ca95877477602ab538e5b": (2, 1)}
+CHECKPOINT_EARLY_STOP_TORCH = (2, 1)  # pytorch/pytorch #96866, "Make early stop the default", first in 2.1
+
+
+def _mpt_torch(r: dict[str, str]) -> tuple[int, int]:
+    """The torch (major, minor) of a row's table, from the README commit its source names."""
+    commit = r["source"].split("@", 1)[1].split()[0]
+    if commit not in _MPT_TORCH:
+        raise ValueError(f"mpt row: no torch version known for README commit {commit} (published_runs._MPT_TORCH)")
+    return _MPT_TORCH[commit]
 
 
 def _mpt_models() -> dict[str, dict[str, str]]:
@@ -87,7 +103,8 @@ def _mpt_row(line: int, r: dict[str, str], arch: dict[str, str]) -> Row:
                trainer="llmfoundry", layout=layout, tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]),
                mfu=number_or_nan(r["mfu_pct"]) / 100.0, cell=f"{r['model']}/{hardware}/{gpus}",
                attention_kernel=_MPT_ATTENTION_KERNEL[r["attn_impl"]],
-               profile_overrides=(("grad_reduce_bytes", _MPT_REDUCE_BYTES[r["fsdp_mixed_precision_mode"]]),))
+               profile_overrides=(("grad_reduce_bytes", _MPT_REDUCE_BYTES[r["fsdp_mixed_precision_mode"]]),
+                                  ("full_recompute_skips_last_linear", _mpt_torch(r) >= CHECKPOINT_EARLY_STOP_TORCH)))
 
 
 def load_mpt() -> Source:
@@ -157,7 +174,7 @@ def _torchtitan_docs_row(line: int, r: dict[str, str]) -> Row:
                hardware=_OTHER_GPUS[r["gpu_type"]], trainer="torchtitan", layout=layout,
                tokens_per_s_per_gpu=number_or_nan(r["tokens_per_s_per_gpu"]), cell=f"torchtitan {r['model']}",
                profile_overrides=((("norm_saving_bytes_per_h", FUSED_RMSNORM_SAVING_BYTES_PER_H),)
-                                  if r["model"] in _FUSED_RMSNORM_MODELS else ()))
+                                  if r["model"] in _FUSED_RMSNORM_MODELS else ()) + TORCHTITAN_RUNS_EARLY_STOP)
 
 
 def bloom_model() -> ModelSpec:

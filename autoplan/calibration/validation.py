@@ -228,6 +228,12 @@ def _torchtitan_compiles_loss(r: dict[str, str]) -> bool:
     return r["torch_compile"] == "True" and any(f in r["source"] for f in _TORCHTITAN_COMPILED_LOSS_FILES)
 
 
+# Every published torchtitan run predates 25413d2 (2025-08-29), which turned full AC's early stop
+# off by default: they ran torch's default (on), so a full recompute skipped each block's last
+# linear (groups.Recompute; a compiled block's partitioner skips it too).
+TORCHTITAN_RUNS_EARLY_STOP = (("full_recompute_skips_last_linear", True),)
+
+
 def _torchtitan_row(line: int, r: dict[str, str]) -> Row:
     return Row(source="torchtitan", row_id=f"torchtitan:{line}", model=load_model(_TORCHTITAN_MODELS[r["model"]]),
                hardware="h200" if "H200" in r["table"] else "h100-96gb-500w",
@@ -235,7 +241,8 @@ def _torchtitan_row(line: int, r: dict[str, str]) -> Row:
                tokens_per_s_per_gpu=number_or_nan(r["tokens_per_sec_per_gpu"]),
                peak_memory_bytes=number_or_nan(r["peak_memory_gib"]) * GiB,
                cell=f"{r['table']} {r['note']}".strip(), allow_uneven=True,
-               settings=(("compile_loss", True),) if _torchtitan_compiles_loss(r) else ())
+               settings=(("compile_loss", True),) if _torchtitan_compiles_loss(r) else (),
+               profile_overrides=TORCHTITAN_RUNS_EARLY_STOP)
 
 
 def load_torchtitan() -> Source:

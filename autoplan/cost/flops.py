@@ -161,7 +161,8 @@ def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
     """Extra forward FLOPs per token that recomputation adds (for HFU).
 
     full: one more forward of the layers it covers (``recompute.full_recompute_share`` of a rank's
-    L/pp layers; every layer with recompute_layers = 0); selective: what the trainer recomputes
+    L/pp layers; every layer with recompute_layers = 0), less the dense layers' last linear where
+    the checkpoint stops early (``skipped_last_linear_flops_per_token``); selective: what the trainer recomputes
     (``selective_recompute_matmul_fraction`` of the layer matmuls and, for Megatron's
     ``core_attn``, the attention scores), or with ``recompute_modules`` the named modules'
     matmul share (``recompute.module_matmul_share``) plus core_attn's as before.
@@ -174,8 +175,20 @@ def recompute_flops_per_token(ctx: CostContext, b: LayoutBatch) -> np.ndarray:
         named = (ctx.params.num_dense_layers * dense * dense_share + ctx.params.num_moe_layers * moe * moe_share
                  + module_bit(b.recompute_modules, "core_attn") * own)
         selective = np.where(b.recompute_modules > 0, named, own)
-    full = full_recompute_share(b, m.num_layers / b.pp) * (matmul + attention)
+    skipped = ctx.params.num_dense_layers * skipped_last_linear_flops_per_token(ctx)
+    full = full_recompute_share(b, m.num_layers / b.pp) * (matmul - skipped + attention)
     return select([b.recompute == 2, b.recompute == 1], [full, selective], 0.0)
+
+
+def skipped_last_linear_flops_per_token(ctx: CostContext) -> float:
+    """Forward FLOPs per token of a dense layer's MLP down projection, 2·f·h, that a full
+    recompute with early stop does not rerun (``Recompute.full_recompute_skips_last_linear``,
+    torch/utils/checkpoint.py); 0 where the trainer's checkpoint reruns the whole block. A MoE
+    layer keeps its whole forward: its combine saves the routing weights after the experts' last
+    GEMMs, so the recomputation runs through them."""
+    if not ctx.profile.recompute.full_recompute_skips_last_linear:
+        return 0.0
+    return 2.0 * ctx.model.ffn_hidden_size * ctx.model.hidden_size
 
 
 @per_context

@@ -113,7 +113,8 @@ TIME_TERMS_DEFINED = [
           TIME_FORMULAS["recompute"].general(),
           f"{KORTHIKANTI} Sec. 5, Appendix A; Megatron-Core core_v0.15.3 transformer_block.py "
           "_checkpointed_forward, transformer_config.py recompute_modules",
-          ("selective_recompute_matmul_fraction", "selective_recomputes_attention", *GEMM)),
+          ("selective_recompute_matmul_fraction", "selective_recomputes_attention",
+           "full_recompute_skips_last_linear", *GEMM)),
     _time("offload_exposed", "activation offload traffic over the host link not hidden by compute",
           TIME_FORMULAS["offload_exposed"].general(),
           "Megatron-Core cpu_offloading_num_layers; transformer_engine/pytorch/cpu_offload.py "
@@ -219,7 +220,8 @@ TOTALS_AND_RATES = [
          "/ (step_time_s·gpus) / 10^12; causal attention as executed, no embedding lookup",
          f"{SC21} Sec. 5.1 (3 forwards); {KORTHIKANTI} Appendix A eq. 7–9 (recompute FLOPs); Jiang et al. 2023 "
          "(Mistral 7B) Sec. 2 (sliding window)",
-         ("selective_recompute_matmul_fraction", "selective_recomputes_attention")),
+         ("selective_recompute_matmul_fraction", "selective_recomputes_attention",
+          "full_recompute_skips_last_linear")),
     Term("mfu", "mfu", "ratio", "1", "model FLOPs utilisation",
          "model_tflops_per_gpu·10^12 / peak_bf16_flops_per_s", "PaLM (Chowdhery et al. 2022) Appendix B",
          ("peak_bf16_flops_per_s",)),

@@ -30,6 +30,7 @@ from autoplan.cost.flops import (
     attention_score_flops_per_token,
     layer_matmul_flops_per_token,
     routed_matmul_flops_per_token,
+    skipped_last_linear_flops_per_token,
 )
 from autoplan.cost.memory import layer_activation_bytes
 from autoplan.cost.recompute import (
@@ -262,7 +263,8 @@ def _layer_compute_s(fwd: dict[str, np.ndarray], matmul_s: np.ndarray) -> np.nda
 
 def _layer_recompute_s(ctx: CostContext, b: LayoutBatch, fwd: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Recomputed forward seconds of one (dense, MoE) layer: under full recompute the whole
-    forward (scaled per stage by ``full_recompute_share``); under selective, the profile's own
+    forward (scaled per stage by ``full_recompute_share``), less a dense layer's last linear where
+    the trainer's checkpoint stops early (its matmul time × that linear's FLOP share); under selective, the profile's own
     set (``selective_recompute_matmul_fraction`` of the matmuls, attention for Megatron's
     core_attn) or the named ``recompute_modules`` (``recompute.module_recompute_s``)."""
     p = ctx.profile
@@ -272,12 +274,16 @@ def _layer_recompute_s(ctx: CostContext, b: LayoutBatch, fwd: dict[str, np.ndarr
     core = core * 2 if same else core
     named = module_recompute_s(ctx, b, fwd, (core[0], core[1])) if np.count_nonzero(b.recompute_modules) else core
     selective, modules = b.recompute == 1, b.recompute_modules > 0
+    # The share of a layer's forward matmuls a full recompute runs again: a dense layer's without
+    # its last linear where the checkpoint stops early (flops.skipped_last_linear_flops_per_token).
+    dense_per_token = layer_matmul_flops_per_token(ctx)[0]
+    matmul_rerun = (1.0 - skipped_last_linear_flops_per_token(ctx) / dense_per_token, 1.0)
     out = {}
     for i, kind in enumerate(("dense", "moe")):
         if i == 1 and same and named is core:  # the dense layer's figures, the same arrays
             out["moe_full"], out["moe_selective"] = out["dense_full"], out["dense_selective"]
             break
-        out[f"{kind}_full"] = fwd[f"{kind}_matmul"] + fwd["attention"] + fwd["elementwise"]
+        out[f"{kind}_full"] = matmul_rerun[i] * fwd[f"{kind}_matmul"] + fwd["attention"] + fwd["elementwise"]
         out[f"{kind}_selective"] = np.where(selective, np.where(modules, named[i], core[i]), 0.0)
     return out
 

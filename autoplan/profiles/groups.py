@@ -151,6 +151,15 @@ class Recompute(ProfileGroup):
     # backward (autoplan.cost.time._per_layer_comm_s): torchtitan's op-SAC saves the reduce-scatters
     # and recomputes the all-gathers, 2 of the 4 (0.5); 0 where it recomputes none.
     selective_recompute_tp_collectives: float = 0.0
+    # Full recompute stops before a dense block's last linear (the MLP down projection, fc2/w2):
+    # PyTorch's non-reentrant checkpoint (torch >= 2.1, torch/utils/checkpoint.py: early stop,
+    # on by default, set_checkpoint_early_stop) ends the recomputation once every tensor the
+    # backward needs is saved again, and that linear saves its input before it runs, with only a
+    # bias/dropout and the residual add after it. torch.compile's partitioner likewise recomputes
+    # only what the backward reads. A reentrant checkpoint (Megatron-Core's CheckpointFunction,
+    # DeepSpeed's) reruns the whole forward. tests/unit/cost/test_checkpoint_early_stop.py
+    # measures it on the installed torch.
+    full_recompute_skips_last_linear: bool = False  # full recompute stops before the MLP down projection
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,20 @@ def test_recompute_time(trainer, recompute, expected):
     assert table["time_recompute_s"][0] == pytest.approx(3 * expected, rel=1e-12, abs=0)
 
 
+def test_full_recompute_that_stops_early_skips_the_down_projection():
+    # torch >= 2.1's non-reentrant checkpoint stops before the MLP's down projection (h·f of the
+    # layer's 2^24 matmul weights: 1024·4096 / 2^24 = 1/4), so a full recompute reruns 3/4 of the
+    # matmuls, the attention and the element-wise work; HFU's recompute FLOPs lose 2·h·f per token.
+    profile = load_profile("megatron").with_overrides((("full_recompute_skips_last_linear", True),))
+    early = dataclasses.replace(ctx_for(), profile=profile)
+    table = evaluate_one(early, zero=0, recompute="full", ga=3)
+    assert table["time_recompute_s"][0] == pytest.approx(3 * (0.75 * MM_FWD + ATT_FWD + ELT_FWD), rel=1e-12)
+    whole = evaluate_one(zero=0, recompute="full", ga=3)
+    rerun_flops = (table["hardware_tflops_per_gpu"][0] * table["step_time_s"][0]
+                   - whole["hardware_tflops_per_gpu"][0] * whole["step_time_s"][0]) * 1e12
+    assert rerun_flops == pytest.approx(-3 * TOKENS * 2 * 1024 * 4096, rel=1e-9)
+
+
 def test_fp8_speeds_up_only_the_layer_matmuls_and_adds_its_casts():
     # Δ = 3 passes × MM_FWD × (1 − 1/S), S = 1 + (1.6 − 1)·(1979/989 − 1) (the gain scales with the
     # H100's FP8/BF16 peak ratio, ≈ 2; tensorwise keeps the whole gain), less the casts: linear inputs + output gradients per token = (h + q + 2kv) + (q + h)
