@@ -309,13 +309,16 @@ def per_group(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(ctx: Any, batch: Any, *options: Any) -> Any:
         if options and not _hashable(options):
             return fn(ctx, batch, *options)
+        # Once per batch, context and options inside ``shared_groupings``: the stage split and
+        # the layer activations are read by several formulas of one evaluate, each of which ran
+        # them again on a batch below MIN_ROWS. A plain batch below MIN_ROWS (a one-layout
+        # evaluate) goes straight to ``fn``, as ``whole`` would send it, under ``whole``'s key.
+        if type(batch) is LayoutBatch and batch.tp.shape[0] < MIN_ROWS:
+            return _kept(batch, whole, ctx, options, fn, ctx, batch, *options)
         if isinstance(batch, _Recorder):
             return nested(ctx, batch, options)
         if not isinstance(batch, LayoutBatch):
             return fn(ctx, batch, *options)
-        # Once per batch, context and options inside ``shared_groupings``: the stage split and
-        # the layer activations are read by several formulas of one evaluate, each of which ran
-        # them again on a batch below MIN_ROWS.
         return _kept(batch, whole, ctx, options, whole, ctx, batch, options)
 
     return wrapper

@@ -80,12 +80,20 @@ def zero_shard_groups(ctx: CostContext, b: LayoutBatch) -> tuple[np.ndarray, np.
     return dp_group, expert_group(b, dp_group)
 
 
+@once_per_batch  # (owned_split runs three times per evaluate: the states, the offload, the step)
+def shard_divisors(ctx: CostContext, b: LayoutBatch, stage: int) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) ``shard_divisor`` of a model state that ZeRO shards from ``stage`` on,
+    over the groups of ``zero_shard_groups``."""
+    dp_group, expert_group = zero_shard_groups(ctx, b)
+    return shard_divisor(b.zero, stage, dp_group), shard_divisor(b.zero, stage, expert_group)
+
+
 def owned_split(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,
                 expert_params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(non-expert, expert) parameters whose optimizer state one GPU holds (and updates):
     ZeRO >= 1 shards them."""
-    dp_group, expert_group = zero_shard_groups(ctx, b)
-    return dense_params / shard_divisor(b.zero, 1, dp_group), expert_params / shard_divisor(b.zero, 1, expert_group)
+    dense_divisor, expert_divisor = shard_divisors(ctx, b, 1)
+    return dense_params / dense_divisor, expert_params / expert_divisor
 
 
 def owned_params(ctx: CostContext, b: LayoutBatch, dense_params: np.ndarray,

@@ -67,7 +67,8 @@ def _on_rank(b: LayoutBatch, terms: dict[str, np.ndarray]) -> dict[str, np.ndarr
     exists = ENDS | (b.pp >= 3)
     # (where every layout has its interior rank, a float64 term of each stage is kept as it is)
     every, shape = np.count_nonzero(exists) == exists.size, exists.shape
-    return {name: value if every and np.shape(value) == shape and getattr(value, "dtype", None) == np.float64
+    # (``getattr(value, "shape", ())``: np.shape of an array or a number, without its dispatch)
+    return {name: value if every and getattr(value, "shape", ()) == shape and getattr(value, "dtype", None) == np.float64
             else np.where(exists, value, 0.0) for name, value in terms.items()}
 
 
@@ -192,7 +193,7 @@ def memory_by_stage(ctx: CostContext, b: LayoutBatch) -> dict[str, np.ndarray]:
     # cache and the CUDA context / NCCL workspaces the reserve adds (neither is a tensor).
     terms["allocated"] = total - terms["reserve"]
     shape = (len(STAGES), len(b))  # (a term the same on every stage, one array: copied to each)
-    return {name: value if np.shape(value) == shape else np.broadcast_to(value, shape).copy()
+    return {name: value if getattr(value, "shape", ()) == shape else np.broadcast_to(value, shape).copy()
             for name, value in terms.items()}
 
 
