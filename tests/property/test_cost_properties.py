@@ -439,9 +439,13 @@ def test_tp_beyond_the_scale_up_domain_is_never_faster(data):
 @FAST
 @given(st.data())
 def test_shrinking_the_scale_up_domain_is_never_faster(data):
-    """Any layout: fewer GPUs per NVLink domain never makes a step faster, but for one mechanism:
-    a gradient reduction pushed onto the NICs hides behind the backward's NVLink TP collectives
-    too (cost.time.backward_scale_up_comm_s), so with tp > 1 its exposed part may shrink."""
+    """Any layout: fewer GPUs per NVLink domain never makes a step faster, but for two mechanisms
+    of the data-parallel traffic: pushed onto the NICs, it hides behind the backward's NVLink TP
+    collectives too (cost.time.backward_scale_up_comm_s), and it no longer shares the CP ring's
+    links, so it hides behind the whole micro-batch instead of the compute beside the ring
+    (cost.overlap.beside_cp_window_s): with tp > 1 or cp > 1 its exposed part may shrink.
+    (Hypothesis found the second in CI: torchtitan, dp 4 × cp 4 on 16 GPUs, domain 8 against 72,
+    70.4 against 71.7 µs exposed.)"""
     model = data.draw(models())
     trainer = data.draw(st.sampled_from(TRAINERS))
     lays = data.draw(st.lists(layouts(model, trainer), min_size=1, max_size=6))
@@ -449,8 +453,8 @@ def test_shrinking_the_scale_up_domain_is_never_faster(data):
                                              max_size=2, unique=True)))
     slow = table_of(make_ctx(model, trainer, domain=small), lays)
     fast = table_of(make_ctx(model, trainer, domain=large), lays)
-    tp = np.array([lay.tp for lay in lays])
-    hidden_more = np.where(tp > 1, np.maximum(0.0, fast["time_dp_exposed_s"] - slow["time_dp_exposed_s"]), 0.0)
+    tp, cp = np.array([lay.tp for lay in lays]), np.array([lay.cp for lay in lays])
+    hidden_more = np.where((tp > 1) | (cp > 1), np.maximum(0.0, fast["time_dp_exposed_s"] - slow["time_dp_exposed_s"]), 0.0)
     assert np.all(slow["step_time_s"] + hidden_more >= fast["step_time_s"] * (1 - 1e-12)), (small, large, lays)
     # The host's launch time is no communication: slower collectives on the GPU's queue hide more of it
     # (cost.host_dispatch), so it may shrink on a smaller domain while the step does not.
