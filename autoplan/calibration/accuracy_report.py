@@ -307,7 +307,7 @@ def loso_section(sources: Mapping[str, Source], seed: int = 0, refit: bool = Fal
                 Figure("loso", f"{f.source} peak memory median |error|", "LOSO", f.memory_rows, f.memory_median_abs)]
         if f.source in nested and not math.isnan(nested[f.source]):
             coverage = nested[f.source]
-            chance = window_probability(f.time_rows, COVERAGE, 75.0, 90.0) if f.time_rows else math.nan
+            chance = window_probability(f.time_rows, COVERAGE, 75.0, 90.0)  # (a coverage implies time rows)
             out.append(Figure("loso", f"{f.source} in the band a new source sees (an {COVERAGE:.0%} band on "
                               f"{f.time_rows} independent rows meets 75-90 with probability {chance:.0%})", "LOSO",
                               f.time_rows, coverage, target="75-90", met=75.0 <= coverage <= 90.0))

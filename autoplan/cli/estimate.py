@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from autoplan.cli.layout_options import LAYOUT_KEYS, layout_options, layout_values
-from autoplan.cli.plan_file import given_on_command_line, plan_options, read_plan, trainer_version
+from autoplan.cli.plan_file import given_on_command_line, plan_options, read_plan, resolve_trainer_version
 from autoplan.cli.options import (
     LayoutText,
     allow_uneven_option,
@@ -52,7 +52,7 @@ def _plan_context(kwargs):
     chosen = read_plan(click_ctx, plan, kwargs["plan_rank"], trainer, kwargs, spelled="--plan")
     ctx = build_context(chosen.model, chosen.training, trainer=chosen.trainer,
                         profile_path=kwargs["profile_path"] or chosen.profile_path,
-                        trainer_version=trainer_version(kwargs.get("trainer_version"), chosen.trainer_version, plan))
+                        trainer_version=resolve_trainer_version(kwargs.get("trainer_version"), chosen.trainer_version, plan))
     return ctx, chosen.layout
 
 

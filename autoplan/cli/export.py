@@ -14,7 +14,7 @@ from autoplan.cli.options import (
     training_from_options,
     training_options,
 )
-from autoplan.cli.plan_file import read_plan, trainer_version as resolve_trainer_version
+from autoplan.cli.plan_file import read_plan, resolve_trainer_version
 from autoplan.errors import AutoplanError, escape
 from autoplan.export.registry import TRAINERS as TRAINER_CHOICES
 

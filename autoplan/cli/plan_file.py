@@ -106,7 +106,7 @@ def read_plan(ctx: click.Context, plan: str, rank: int, trainer: str | None, kwa
         trainer_version=str(data["trainer_version"]) if same_trainer and data.get("trainer_version") else None)
 
 
-def trainer_version(given: str | None, recorded: str | None, plan: str) -> str | None:
+def resolve_trainer_version(given: str | None, recorded: str | None, plan: str) -> str | None:
     """The trainer version to use: --trainer-version, else the one the plan was searched with
     (plans.json ``trainer_version``); a given one that differs overrides it, with a note."""
     if given and recorded and given != recorded:
